@@ -1,0 +1,388 @@
+#include "ir/op_table.h"
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "ir/status_macros.h"
+
+namespace ag::ir {
+namespace {
+
+using Types = std::vector<TensorType>;
+using Operands = std::span<const TensorType>;
+
+absl::Status Err(absl::string_view what) { return absl::InvalidArgumentError(std::string(what)); }
+
+template <typename... Args>
+absl::Status Errf(const Args&... args) {
+  return absl::InvalidArgumentError(absl::StrCat(args...));
+}
+
+absl::Status ExpectRank(const TensorType& t, int rank, absl::string_view what) {
+  if (t.rank() != rank) return Errf(what, " must have rank ", rank, ", got ", t.ToString());
+  return absl::OkStatus();
+}
+
+absl::Status ExpectDType(const TensorType& t, DType dtype, absl::string_view what) {
+  if (t.dtype != dtype) return Errf(what, " must be ", DTypeName(dtype), ", got ", t.ToString());
+  return absl::OkStatus();
+}
+
+absl::Status ExpectFloat(const TensorType& t, absl::string_view what) {
+  if (!IsFloat(t.dtype)) return Errf(what, " must be a float tensor, got ", t.ToString());
+  return absl::OkStatus();
+}
+
+absl::Status ExpectSameDim(const Dim& a, const Dim& b, absl::string_view what) {
+  if (!(a == b)) return Errf(what, ": ", a.ToString(), " vs ", b.ToString());
+  return absl::OkStatus();
+}
+
+// A weight or vector [n] whose dtype matches the activation.
+absl::Status ExpectVector(const TensorType& t, const Dim& n, DType dtype, absl::string_view what) {
+  RETURN_IF_ERROR(ExpectRank(t, 1, what));
+  RETURN_IF_ERROR(ExpectDType(t, dtype, what));
+  return ExpectSameDim(t.shape[0], n, absl::StrCat(what, " length"));
+}
+
+// x [T, K] float, W [N, K] of the same dtype; returns N.
+absl::StatusOr<Dim> CheckLinear(const TensorType& x, const TensorType& w) {
+  RETURN_IF_ERROR(ExpectRank(x, 2, "input"));
+  RETURN_IF_ERROR(ExpectFloat(x, "input"));
+  RETURN_IF_ERROR(ExpectRank(w, 2, "weight"));
+  RETURN_IF_ERROR(ExpectDType(w, x.dtype, "weight"));
+  RETURN_IF_ERROR(ExpectSameDim(w.shape[1], x.shape[1], "weight columns vs input width"));
+  return w.shape[0];
+}
+
+struct AttentionDims {
+  int64_t heads, kv_heads, head_dim;
+};
+
+absl::StatusOr<AttentionDims> CheckHeads(const Attrs& attrs) {
+  AttentionDims d;
+  ASSIGN_OR_RETURN(d.heads, GetInt(attrs, "heads"));
+  ASSIGN_OR_RETURN(d.kv_heads, GetInt(attrs, "kv_heads"));
+  ASSIGN_OR_RETURN(d.head_dim, GetInt(attrs, "head_dim"));
+  if (d.heads <= 0 || d.kv_heads <= 0 || d.head_dim <= 0) return Err("heads, kv_heads and head_dim must be positive");
+  if (d.heads % d.kv_heads != 0) return Errf("heads (", d.heads, ") must be a multiple of kv_heads (", d.kv_heads, ")");
+  return d;
+}
+
+absl::Status CheckRotaryAttrs(const Attrs& attrs, int64_t head_dim) {
+  ASSIGN_OR_RETURN(int64_t rot, GetInt(attrs, "rot"));
+  ASSIGN_OR_RETURN(double theta, GetFloat(attrs, "theta"));
+  if (rot < 0 || rot > head_dim || rot % 2 != 0) {
+    return Errf("rot (", rot, ") must be even and within head_dim (", head_dim, ")");
+  }
+  if (!(theta > 0)) return Err("theta must be positive");
+  return absl::OkStatus();
+}
+
+absl::Status CheckEps(const Attrs& attrs) {
+  ASSIGN_OR_RETURN(double eps, GetFloat(attrs, "eps"));
+  if (!(eps >= 0)) return Err("eps must be non-negative");
+  return absl::OkStatus();
+}
+
+// KV pool [2, NB, B, KV, D] of the activation dtype.
+absl::Status CheckKvPool(const TensorType& kv, const AttentionDims& d, DType dtype) {
+  RETURN_IF_ERROR(ExpectRank(kv, 5, "kv cache"));
+  RETURN_IF_ERROR(ExpectDType(kv, dtype, "kv cache"));
+  if (!(kv.shape[0] == Dim(2)) || !(kv.shape[3] == Dim(d.kv_heads)) || !(kv.shape[4] == Dim(d.head_dim))) {
+    return Errf("kv cache must be [2,NB,B,", d.kv_heads, ",", d.head_dim, "], got ", kv.ToString());
+  }
+  if (kv.shape[2].is_symbolic()) return Err("kv cache block size must be static");
+  return absl::OkStatus();
+}
+
+// An i32 vector [n] (runtime metadata).
+absl::Status ExpectIndexVector(const TensorType& t, const Dim& n, absl::string_view what) {
+  RETURN_IF_ERROR(ExpectRank(t, 1, what));
+  RETURN_IF_ERROR(ExpectDType(t, DType::kI32, what));
+  return ExpectSameDim(t.shape[0], n, absl::StrCat(what, " length"));
+}
+
+absl::Status ExpectRows(const TensorType& x, const Dim& rows, int64_t width, absl::string_view what) {
+  RETURN_IF_ERROR(ExpectRank(x, 2, what));
+  RETURN_IF_ERROR(ExpectSameDim(x.shape[0], rows, absl::StrCat(what, " rows")));
+  return ExpectSameDim(x.shape[1], Dim(width), absl::StrCat(what, " width"));
+}
+
+// ---- type rules, one per op ----
+
+absl::StatusOr<Types> InferEmbedding(Operands o, const Attrs&) {
+  RETURN_IF_ERROR(ExpectRank(o[0], 1, "token ids"));
+  RETURN_IF_ERROR(ExpectDType(o[0], DType::kI32, "token ids"));
+  RETURN_IF_ERROR(ExpectRank(o[1], 2, "embedding table"));
+  RETURN_IF_ERROR(ExpectFloat(o[1], "embedding table"));
+  return Types{{o[1].dtype, {o[0].shape[0], o[1].shape[1]}}};
+}
+
+absl::StatusOr<Types> InferRmsNorm(Operands o, const Attrs& a) {
+  RETURN_IF_ERROR(CheckEps(a));
+  RETURN_IF_ERROR(ExpectFloat(o[0], "input"));
+  if (o[0].rank() < 1) return Err("input must have rank >= 1");
+  RETURN_IF_ERROR(ExpectVector(o[1], o[0].shape.back(), o[0].dtype, "norm weight"));
+  return Types{o[0]};
+}
+
+absl::StatusOr<Types> InferLinear(Operands o, const Attrs&) {
+  ASSIGN_OR_RETURN(Dim n, CheckLinear(o[0], o[1]));
+  if (o.size() == 3) RETURN_IF_ERROR(ExpectVector(o[2], n, o[0].dtype, "bias"));
+  return Types{{o[0].dtype, {o[0].shape[0], n}}};
+}
+
+absl::StatusOr<Types> InferRotary(Operands o, const Attrs& a) {
+  ASSIGN_OR_RETURN(int64_t heads, GetInt(a, "heads"));
+  ASSIGN_OR_RETURN(int64_t head_dim, GetInt(a, "head_dim"));
+  RETURN_IF_ERROR(CheckRotaryAttrs(a, head_dim));
+  RETURN_IF_ERROR(ExpectFloat(o[0], "input"));
+  RETURN_IF_ERROR(ExpectRank(o[0], 2, "input"));
+  RETURN_IF_ERROR(ExpectRows(o[0], o[0].shape[0], heads * head_dim, "input"));
+  RETURN_IF_ERROR(ExpectIndexVector(o[1], o[0].shape[0], "positions"));
+  return Types{o[0]};
+}
+
+absl::StatusOr<Types> InferAttention(Operands o, const Attrs& a) {
+  ASSIGN_OR_RETURN(AttentionDims d, CheckHeads(a));
+  RETURN_IF_ERROR(ExpectFloat(o[0], "q"));
+  RETURN_IF_ERROR(ExpectRank(o[0], 2, "q"));
+  const Dim& t = o[0].shape[0];
+  RETURN_IF_ERROR(ExpectRows(o[0], t, d.heads * d.head_dim, "q"));
+  RETURN_IF_ERROR(ExpectRows(o[1], t, d.kv_heads * d.head_dim, "k"));
+  RETURN_IF_ERROR(ExpectRows(o[2], t, d.kv_heads * d.head_dim, "v"));
+  RETURN_IF_ERROR(ExpectDType(o[1], o[0].dtype, "k"));
+  RETURN_IF_ERROR(ExpectDType(o[2], o[0].dtype, "v"));
+  RETURN_IF_ERROR(CheckKvPool(o[3], d, o[0].dtype));
+  return Types{o[0]};
+}
+
+absl::StatusOr<Types> InferBinary(Operands o, const Attrs&) {
+  RETURN_IF_ERROR(ExpectFloat(o[0], "lhs"));
+  if (!(o[0] == o[1])) return Errf("operand types differ: ", o[0].ToString(), " vs ", o[1].ToString());
+  return Types{o[0]};
+}
+
+absl::StatusOr<Types> InferUnary(Operands o, const Attrs&) {
+  RETURN_IF_ERROR(ExpectFloat(o[0], "input"));
+  return Types{o[0]};
+}
+
+absl::StatusOr<Types> InferSlice(Operands o, const Attrs& a) {
+  ASSIGN_OR_RETURN(int64_t axis, GetInt(a, "axis"));
+  ASSIGN_OR_RETURN(int64_t start, GetInt(a, "start"));
+  ASSIGN_OR_RETURN(int64_t size, GetInt(a, "size"));
+  if (axis < 0 || axis >= o[0].rank()) return Errf("axis ", axis, " out of range for ", o[0].ToString());
+  const Dim& dim = o[0].shape[axis];
+  if (dim.is_symbolic()) return Err("slice along a symbolic dimension");
+  if (start < 0 || size <= 0 || start + size > dim.offset()) {
+    return Errf("slice [", start, ", ", start + size, ") out of range for dimension ", dim.offset());
+  }
+  TensorType r = o[0];
+  r.shape[axis] = Dim(size);
+  return Types{r};
+}
+
+absl::StatusOr<Types> InferGatherRows(Operands o, const Attrs&) {
+  RETURN_IF_ERROR(ExpectRank(o[0], 2, "input"));
+  RETURN_IF_ERROR(ExpectRank(o[1], 1, "row indices"));
+  RETURN_IF_ERROR(ExpectDType(o[1], DType::kI32, "row indices"));
+  return Types{{o[0].dtype, {o[1].shape[0], o[0].shape[1]}}};
+}
+
+absl::StatusOr<Types> InferArgmax(Operands o, const Attrs&) {
+  RETURN_IF_ERROR(ExpectRank(o[0], 2, "input"));
+  RETURN_IF_ERROR(ExpectFloat(o[0], "input"));
+  return Types{{DType::kI32, {o[0].shape[0]}}};
+}
+
+absl::StatusOr<Types> InferKvCacheWrite(Operands o, const Attrs& a) {
+  ASSIGN_OR_RETURN(AttentionDims d, CheckHeads(a));
+  RETURN_IF_ERROR(ExpectFloat(o[0], "k"));
+  RETURN_IF_ERROR(ExpectRank(o[0], 2, "k"));
+  const Dim& t = o[0].shape[0];
+  RETURN_IF_ERROR(ExpectRows(o[0], t, d.kv_heads * d.head_dim, "k"));
+  RETURN_IF_ERROR(ExpectRows(o[1], t, d.kv_heads * d.head_dim, "v"));
+  RETURN_IF_ERROR(ExpectDType(o[1], o[0].dtype, "v"));
+  RETURN_IF_ERROR(ExpectIndexVector(o[2], t, "slot mapping"));
+  RETURN_IF_ERROR(CheckKvPool(o[3], d, o[0].dtype));
+  return Types{};
+}
+
+absl::StatusOr<Types> InferPagedAttention(Operands o, const Attrs& a) {
+  ASSIGN_OR_RETURN(AttentionDims d, CheckHeads(a));
+  RETURN_IF_ERROR(ExpectFloat(o[0], "q"));
+  RETURN_IF_ERROR(ExpectRank(o[0], 2, "q"));
+  RETURN_IF_ERROR(ExpectRows(o[0], o[0].shape[0], d.heads * d.head_dim, "q"));
+  RETURN_IF_ERROR(CheckKvPool(o[1], d, o[0].dtype));
+  RETURN_IF_ERROR(ExpectRank(o[2], 1, "sequence offsets"));
+  RETURN_IF_ERROR(ExpectDType(o[2], DType::kI32, "sequence offsets"));
+  const Dim& s1 = o[2].shape[0];
+  if (!s1.is_symbolic() || s1.offset() != 1) return Err("sequence offsets must be [S+1]");
+  const Dim s = Dim::Sym(s1.symbol());
+  RETURN_IF_ERROR(ExpectRank(o[3], 2, "block tables"));
+  RETURN_IF_ERROR(ExpectDType(o[3], DType::kI32, "block tables"));
+  RETURN_IF_ERROR(ExpectSameDim(o[3].shape[0], s, "block tables rows"));
+  RETURN_IF_ERROR(ExpectIndexVector(o[4], s, "context lengths"));
+  return Types{o[0]};
+}
+
+// The shared part of the fused QKV ops: x [T,K], norm weight [K], W [(H+2KV)D, K],
+// positions [T], optional bias. Returns the q, k, v types.
+absl::StatusOr<Types> CheckNormQkvRope(const TensorType& x, const TensorType& norm_w, const TensorType& w,
+                                       const TensorType& positions, const TensorType* bias, const Attrs& a,
+                                       AttentionDims* dims) {
+  RETURN_IF_ERROR(CheckEps(a));
+  ASSIGN_OR_RETURN(AttentionDims d, CheckHeads(a));
+  RETURN_IF_ERROR(CheckRotaryAttrs(a, d.head_dim));
+  ASSIGN_OR_RETURN(Dim n, CheckLinear(x, w));
+  const int64_t q = d.heads * d.head_dim, kv = d.kv_heads * d.head_dim;
+  RETURN_IF_ERROR(ExpectSameDim(n, Dim(q + 2 * kv), "qkv weight rows"));
+  RETURN_IF_ERROR(ExpectVector(norm_w, x.shape[1], x.dtype, "norm weight"));
+  RETURN_IF_ERROR(ExpectIndexVector(positions, x.shape[0], "positions"));
+  if (bias != nullptr) RETURN_IF_ERROR(ExpectVector(*bias, n, x.dtype, "bias"));
+  *dims = d;
+  const Dim& t = x.shape[0];
+  return Types{{x.dtype, {t, Dim(q)}}, {x.dtype, {t, Dim(kv)}}, {x.dtype, {t, Dim(kv)}}};
+}
+
+// (x, norm_w, W, positions, bias?) -> q, k, v
+absl::StatusOr<Types> InferNormQkvRope(Operands o, const Attrs& a) {
+  AttentionDims d;
+  return CheckNormQkvRope(o[0], o[1], o[2], o[3], o.size() == 5 ? &o[4] : nullptr, a, &d);
+}
+
+// (x, norm_w, W, positions, slot_mapping, kv, bias?) -> q
+absl::StatusOr<Types> InferNormQkvRopeKvWrite(Operands o, const Attrs& a) {
+  AttentionDims d;
+  ASSIGN_OR_RETURN(Types qkv, CheckNormQkvRope(o[0], o[1], o[2], o[3], o.size() == 7 ? &o[6] : nullptr, a, &d));
+  RETURN_IF_ERROR(ExpectIndexVector(o[4], o[0].shape[0], "slot mapping"));
+  RETURN_IF_ERROR(CheckKvPool(o[5], d, o[0].dtype));
+  return Types{qkv[0]};
+}
+
+// (x, norm_w, W [2I, K]) -> [T, I]
+absl::StatusOr<Types> InferNormGateUpSilu(Operands o, const Attrs& a) {
+  RETURN_IF_ERROR(CheckEps(a));
+  ASSIGN_OR_RETURN(Dim n, CheckLinear(o[0], o[2]));
+  RETURN_IF_ERROR(ExpectVector(o[1], o[0].shape[1], o[0].dtype, "norm weight"));
+  if (n.is_symbolic() || n.offset() % 2 != 0) return Err("gate_up weight rows must be even");
+  return Types{{o[0].dtype, {o[0].shape[0], Dim(n.offset() / 2)}}};
+}
+
+// (x, W, residual) -> residual + x W^T
+absl::StatusOr<Types> InferLinearResidual(Operands o, const Attrs&) {
+  ASSIGN_OR_RETURN(Dim n, CheckLinear(o[0], o[1]));
+  TensorType out{o[0].dtype, {o[0].shape[0], n}};
+  if (!(o[2] == out)) return Errf("residual must be ", out.ToString(), ", got ", o[2].ToString());
+  return Types{out};
+}
+
+// (x, w, residual) -> residual + rms_norm(x)
+absl::StatusOr<Types> InferRmsNormResidual(Operands o, const Attrs& a) {
+  ASSIGN_OR_RETURN(Types t, InferRmsNorm(o.first(2), a));
+  if (!(o[2] == t[0])) return Errf("residual must be ", t[0].ToString(), ", got ", o[2].ToString());
+  return t;
+}
+
+// (a, b, w) -> (a + b, rms_norm(a + b))
+absl::StatusOr<Types> InferAddRmsNorm(Operands o, const Attrs& a) {
+  ASSIGN_OR_RETURN(Types sum, InferBinary(o.first(2), a));
+  const TensorType norm_operands[2] = {sum[0], o[2]};
+  ASSIGN_OR_RETURN(Types norm, InferRmsNorm(norm_operands, a));
+  return Types{sum[0], norm[0]};
+}
+
+// (x, w, W) -> rms_norm(x) W^T
+absl::StatusOr<Types> InferNormLinear(Operands o, const Attrs& a) {
+  ASSIGN_OR_RETURN(Types normed, InferRmsNorm(o.first(2), a));
+  ASSIGN_OR_RETURN(Dim n, CheckLinear(normed[0], o[2]));
+  return Types{{o[0].dtype, {o[0].shape[0], n}}};
+}
+
+// ---- attribute schemas ----
+
+constexpr AttrSpec kEps[] = {{"eps", AttrKind::kFloat}};
+constexpr AttrSpec kRotary[] = {
+    {"heads", AttrKind::kInt}, {"head_dim", AttrKind::kInt}, {"rot", AttrKind::kInt}, {"theta", AttrKind::kFloat}};
+constexpr AttrSpec kHeads[] = {{"heads", AttrKind::kInt}, {"kv_heads", AttrKind::kInt}, {"head_dim", AttrKind::kInt}};
+constexpr AttrSpec kSlice[] = {{"axis", AttrKind::kInt}, {"start", AttrKind::kInt}, {"size", AttrKind::kInt}};
+constexpr AttrSpec kNormQkvRope[] = {{"eps", AttrKind::kFloat},   {"heads", AttrKind::kInt},
+                                     {"kv_heads", AttrKind::kInt}, {"head_dim", AttrKind::kInt},
+                                     {"rot", AttrKind::kInt},      {"theta", AttrKind::kFloat}};
+
+constexpr std::span<const AttrSpec> kNone{};
+
+// clang-format off
+constexpr std::array<OpInfo, kOpCount> kOps = {{
+  // id                         name                      operands results attrs         properties                         state inplace rule
+  {OpId::k_embedding,           "embedding",              2, 2, 1, kNone,        0,                                  -1, -1, InferEmbedding},
+  {OpId::k_rms_norm,            "rms_norm",               2, 2, 1, kEps,         0,                                  -1,  0, InferRmsNorm},
+  {OpId::k_linear,              "linear",                 2, 3, 1, kNone,        0,                                  -1, -1, InferLinear},
+  {OpId::k_rotary,              "rotary",                 2, 2, 1, kRotary,      0,                                  -1,  0, InferRotary},
+  {OpId::k_attention,           "attention",              4, 4, 1, kHeads,       kSideEffect,                         3, -1, InferAttention},
+  {OpId::k_add,                 "add",                    2, 2, 1, kNone,        kElementwise | kCommutative,        -1,  0, InferBinary},
+  {OpId::k_mul,                 "mul",                    2, 2, 1, kNone,        kElementwise | kCommutative,        -1,  0, InferBinary},
+  {OpId::k_silu,                "silu",                   1, 1, 1, kNone,        kElementwise,                       -1,  0, InferUnary},
+  {OpId::k_slice,               "slice",                  1, 1, 1, kSlice,       0,                                  -1, -1, InferSlice},
+  {OpId::k_gather_rows,         "gather_rows",            2, 2, 1, kNone,        0,                                  -1, -1, InferGatherRows},
+  {OpId::k_argmax,              "argmax",                 1, 1, 1, kNone,        0,                                  -1, -1, InferArgmax},
+  {OpId::k_kv_cache_write,      "kv_cache_write",         4, 4, 0, kHeads,       kSideEffect,                         3, -1, InferKvCacheWrite},
+  {OpId::k_paged_attention,     "paged_attention",        5, 5, 1, kHeads,       0,                                   1, -1, InferPagedAttention},
+  {OpId::k_norm_qkv_rope,       "norm_qkv_rope",          4, 5, 3, kNormQkvRope, kFused,                             -1, -1, InferNormQkvRope},
+  {OpId::k_norm_qkv_rope_kv_write, "norm_qkv_rope_kv_write", 6, 7, 1, kNormQkvRope, kFused | kSideEffect,           5, -1, InferNormQkvRopeKvWrite},
+  {OpId::k_norm_gate_up_silu,   "norm_gate_up_silu",      3, 3, 1, kEps,         kFused,                             -1, -1, InferNormGateUpSilu},
+  {OpId::k_linear_residual,     "linear_residual",        3, 3, 1, kNone,        kFused,                             -1,  2, InferLinearResidual},
+  {OpId::k_rms_norm_residual,   "rms_norm_residual",      3, 3, 1, kEps,         kFused,                             -1,  2, InferRmsNormResidual},
+  {OpId::k_add_rms_norm,        "add_rms_norm",           3, 3, 2, kEps,         kFused,                             -1,  0, InferAddRmsNorm},
+  {OpId::k_norm_linear,         "norm_linear",            3, 3, 1, kEps,         kFused,                             -1, -1, InferNormLinear},
+}};
+// clang-format on
+
+constexpr bool OpTableIsComplete() {
+  for (int i = 0; i < kOpCount; ++i) {
+    if (static_cast<int>(kOps[i].id) != i || kOps[i].name.empty() || kOps[i].infer == nullptr) return false;
+  }
+  return true;
+}
+static_assert(OpTableIsComplete(), "kOps must have one complete row per OpId, in AG_IR_OPS order");
+
+}  // namespace
+
+const OpInfo& GetOpInfo(OpId op) { return kOps[static_cast<int>(op)]; }
+
+std::optional<OpId> ParseOpName(absl::string_view name) {
+  for (const OpInfo& info : kOps) {
+    if (info.name == name) return info.id;
+  }
+  return std::nullopt;
+}
+
+absl::StatusOr<std::vector<TensorType>> InferResultTypes(OpId op, std::span<const TensorType> operands,
+                                                         const Attrs& attrs) {
+  const OpInfo& info = GetOpInfo(op);
+  const int n = static_cast<int>(operands.size());
+  if (n < info.min_operands || n > info.max_operands) {
+    return Errf(info.name, " takes ",
+                info.min_operands == info.max_operands ? absl::StrCat(info.min_operands)
+                                                       : absl::StrCat(info.min_operands, "-", info.max_operands),
+                " operands, got ", n);
+  }
+  for (const AttrSpec& spec : info.attrs) {
+    auto it = attrs.find(spec.name);
+    if (it == attrs.end()) return Errf(info.name, ": missing attribute '", spec.name, "'");
+    if (KindOf(it->second) != spec.kind) {
+      return Errf(info.name, ": attribute '", spec.name, "' must be ", AttrKindName(spec.kind));
+    }
+  }
+  for (const auto& [name, value] : attrs) {
+    bool known = false;
+    for (const AttrSpec& spec : info.attrs) known = known || spec.name == name;
+    if (!known) return Errf(info.name, ": unknown attribute '", name, "'");
+  }
+  absl::StatusOr<std::vector<TensorType>> types = info.infer(operands, attrs);
+  if (!types.ok()) return Errf(info.name, ": ", types.status().message());
+  return types;
+}
+
+}  // namespace ag::ir

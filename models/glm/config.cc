@@ -1,0 +1,258 @@
+#include "models/glm/config.h"
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "ir/status_macros.h"
+
+namespace ag::glm {
+namespace {
+
+using nlohmann::json;
+
+// Reads typed fields of one JSON object; every error names the file and field.
+class Fields {
+ public:
+  Fields(const json& object, absl::string_view source) : object_(object), source_(source) {}
+
+  bool Has(const char* key) const { return object_.contains(key) && !object_[key].is_null(); }
+
+  absl::Status Error(absl::string_view key, absl::string_view what) const {
+    return absl::InvalidArgumentError(absl::StrCat(source_, ": field '", key, "' ", what));
+  }
+
+  absl::StatusOr<int64_t> Int(const char* key) const {
+    if (!Has(key)) return Error(key, "is missing");
+    const json& v = object_[key];
+    if (!v.is_number_integer()) return Error(key, "must be an integer");
+    return v.get<int64_t>();
+  }
+  absl::StatusOr<int64_t> PositiveInt(const char* key) const {
+    ASSIGN_OR_RETURN(int64_t v, Int(key));
+    if (v <= 0) return Error(key, absl::StrCat("must be positive, got ", v));
+    return v;
+  }
+  absl::StatusOr<int64_t> PositiveInt(const char* key, int64_t fallback) const {
+    return Has(key) ? PositiveInt(key) : fallback;
+  }
+  absl::StatusOr<double> Number(const char* key, double fallback) const {
+    if (!Has(key)) return fallback;
+    const json& v = object_[key];
+    if (!v.is_number()) return Error(key, "must be a number");
+    const double d = v.get<double>();
+    if (!std::isfinite(d)) return Error(key, "must be finite");
+    return d;
+  }
+  absl::StatusOr<bool> Bool(const char* key, bool fallback) const {
+    if (!Has(key)) return fallback;
+    if (!object_[key].is_boolean()) return Error(key, "must be true or false");
+    return object_[key].get<bool>();
+  }
+  absl::StatusOr<std::string> String(const char* key, std::string fallback) const {
+    if (!Has(key)) return fallback;
+    if (!object_[key].is_string()) return Error(key, "must be a string");
+    return object_[key].get<std::string>();
+  }
+  // An integer or a list of integers.
+  absl::StatusOr<std::vector<int64_t>> IntOrList(const char* key) const {
+    std::vector<int64_t> ids;
+    if (!Has(key)) return ids;
+    const json& v = object_[key];
+    if (v.is_number_integer()) {
+      ids.push_back(v.get<int64_t>());
+    } else if (v.is_array()) {
+      for (const json& e : v) {
+        if (!e.is_number_integer()) return Error(key, "must be an integer or a list of integers");
+        ids.push_back(e.get<int64_t>());
+      }
+    } else {
+      return Error(key, "must be an integer or a list of integers");
+    }
+    return ids;
+  }
+  // Requires a boolean field, when present, to have the one value we implement.
+  absl::Status Require(const char* key, bool expected, bool fallback) const {
+    ASSIGN_OR_RETURN(bool v, Bool(key, fallback));
+    if (v != expected) return Error(key, absl::StrCat("must be ", expected ? "true" : "false", " (not supported)"));
+    return absl::OkStatus();
+  }
+
+  const json& object() const { return object_; }
+  const std::string& source() const { return source_; }
+
+ private:
+  const json& object_;
+  std::string source_;
+};
+
+absl::Status ParseHf(const Fields& f, ModelConfig& c) {
+  ASSIGN_OR_RETURN(c.hidden_size, f.PositiveInt("hidden_size"));
+  ASSIGN_OR_RETURN(c.intermediate_size, f.PositiveInt("intermediate_size"));
+  ASSIGN_OR_RETURN(c.num_layers, f.PositiveInt("num_hidden_layers"));
+  ASSIGN_OR_RETURN(c.num_heads, f.PositiveInt("num_attention_heads"));
+  ASSIGN_OR_RETURN(c.num_kv_heads, f.PositiveInt("num_key_value_heads", c.num_heads));
+  ASSIGN_OR_RETURN(c.head_dim, f.PositiveInt("head_dim", c.hidden_size / c.num_heads));
+  ASSIGN_OR_RETURN(c.vocab_size, f.PositiveInt("vocab_size"));
+  // Defaults are transformers' GlmConfig / Glm4Config defaults.
+  ASSIGN_OR_RETURN(c.rms_norm_eps, f.Number("rms_norm_eps", 1.5625e-07));
+  ASSIGN_OR_RETURN(c.attention_bias, f.Bool("attention_bias", true));
+  ASSIGN_OR_RETURN(c.max_position_embeddings,
+                   f.PositiveInt("max_position_embeddings", c.layout == Layout::kGlm4 ? 32768 : 131072));
+  ASSIGN_OR_RETURN(c.tie_word_embeddings, f.Bool("tie_word_embeddings", false));
+  ASSIGN_OR_RETURN(std::string act, f.String("hidden_act", "silu"));
+  if (act != "silu") return f.Error("hidden_act", absl::StrCat("'", act, "' is not supported (silu only)"));
+  if (f.Has("rope_scaling")) return f.Error("rope_scaling", "is not supported");
+  // RoPE: transformers >= 5 nests the parameters in rope_parameters; older
+  // configs keep them at the top level. The nested ones win.
+  ASSIGN_OR_RETURN(c.rope_theta, f.Number("rope_theta", 10000.0));
+  ASSIGN_OR_RETURN(c.partial_rotary_factor, f.Number("partial_rotary_factor", 0.5));
+  if (f.Has("rope_parameters")) {
+    const nlohmann::json& rp = f.object()["rope_parameters"];
+    if (!rp.is_object()) return f.Error("rope_parameters", "must be an object");
+    Fields nested(rp, absl::StrCat(f.source(), " rope_parameters"));
+    ASSIGN_OR_RETURN(c.rope_theta, nested.Number("rope_theta", c.rope_theta));
+    ASSIGN_OR_RETURN(c.partial_rotary_factor, nested.Number("partial_rotary_factor", c.partial_rotary_factor));
+    ASSIGN_OR_RETURN(std::string type, nested.String("rope_type", "default"));
+    if (type != "default") return nested.Error("rope_type", absl::StrCat("'", type, "' is not supported"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ParseChatGlm(const Fields& f, ModelConfig& c) {
+  ASSIGN_OR_RETURN(c.hidden_size, f.PositiveInt("hidden_size"));
+  ASSIGN_OR_RETURN(c.intermediate_size, f.PositiveInt("ffn_hidden_size"));
+  ASSIGN_OR_RETURN(c.num_layers, f.PositiveInt("num_layers"));
+  ASSIGN_OR_RETURN(c.num_heads, f.PositiveInt("num_attention_heads"));
+  ASSIGN_OR_RETURN(bool mqa, f.Bool("multi_query_attention", false));
+  c.num_kv_heads = c.num_heads;
+  if (mqa) {
+    ASSIGN_OR_RETURN(c.num_kv_heads, f.PositiveInt("multi_query_group_num"));
+  }
+  ASSIGN_OR_RETURN(c.head_dim, f.PositiveInt("kv_channels", c.hidden_size / c.num_heads));
+  ASSIGN_OR_RETURN(c.vocab_size, f.PositiveInt("padded_vocab_size"));
+  ASSIGN_OR_RETURN(c.rms_norm_eps, f.Number("layernorm_epsilon", 1e-5));
+  ASSIGN_OR_RETURN(c.attention_bias, f.Bool("add_qkv_bias", false));
+  ASSIGN_OR_RETURN(c.max_position_embeddings, f.PositiveInt("seq_length", 2048));
+  ASSIGN_OR_RETURN(c.tie_word_embeddings, f.Bool("tie_word_embeddings", false));
+  ASSIGN_OR_RETURN(double rope_ratio, f.Number("rope_ratio", 1.0));
+  c.rope_theta = 10000.0 * rope_ratio;
+  c.partial_rotary_factor = 0.5;  // rotary on half of kv_channels
+  // Variants of the original architecture this engine does not implement.
+  RETURN_IF_ERROR(f.Require("rmsnorm", true, true));
+  RETURN_IF_ERROR(f.Require("post_layer_norm", true, true));
+  RETURN_IF_ERROR(f.Require("add_bias_linear", false, false));
+  RETURN_IF_ERROR(f.Require("apply_residual_connection_post_layernorm", false, false));
+  RETURN_IF_ERROR(f.Require("original_rope", true, true));
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::string_view LayoutName(Layout layout) {
+  switch (layout) {
+    case Layout::kGlm:
+      return "glm";
+    case Layout::kGlm4:
+      return "glm4";
+    case Layout::kChatGlm:
+      return "chatglm";
+  }
+  return "?";
+}
+
+int64_t ModelConfig::NumParameters() const {
+  const int64_t attn = hidden_size * (q_size() + 2 * kv_size()) + (attention_bias ? q_size() + 2 * kv_size() : 0) +
+                       q_size() * hidden_size;
+  const int64_t mlp = 3 * hidden_size * intermediate_size;
+  const int64_t norms = hidden_size * (layout == Layout::kGlm4 ? 4 : 2);
+  const int64_t embed = vocab_size * hidden_size;
+  return num_layers * (attn + mlp + norms) + embed * (tie_word_embeddings ? 1 : 2) + hidden_size;
+}
+
+absl::StatusOr<ModelConfig> ParseModelConfig(absl::string_view json_text, absl::string_view source) {
+  const json root = json::parse(json_text.begin(), json_text.end(), nullptr, /*allow_exceptions=*/false);
+  if (root.is_discarded()) return absl::InvalidArgumentError(absl::StrCat(source, ": not valid JSON"));
+  if (!root.is_object()) return absl::InvalidArgumentError(absl::StrCat(source, ": must be a JSON object"));
+  Fields f(root, source);
+  ModelConfig c;
+  ASSIGN_OR_RETURN(std::string model_type, f.String("model_type", ""));
+  if (model_type == "glm") {
+    c.layout = Layout::kGlm;
+  } else if (model_type == "glm4") {
+    c.layout = Layout::kGlm4;
+  } else if (model_type == "chatglm") {
+    c.layout = Layout::kChatGlm;
+  } else if (model_type.empty()) {
+    return f.Error("model_type", "is missing");
+  } else {
+    return f.Error("model_type", absl::StrCat("'", model_type, "' is not a GLM-4 layout (glm, glm4, chatglm)"));
+  }
+  RETURN_IF_ERROR(c.layout == Layout::kChatGlm ? ParseChatGlm(f, c) : ParseHf(f, c));
+  ASSIGN_OR_RETURN(c.eos_token_ids, f.IntOrList("eos_token_id"));
+  if (f.Has("pad_token_id")) {
+    ASSIGN_OR_RETURN(c.pad_token_id, f.Int("pad_token_id"));
+  }
+
+  if (c.num_heads % c.num_kv_heads != 0) {
+    return f.Error("num_attention_heads",
+                   absl::StrCat("(", c.num_heads, ") must be a multiple of the KV head count (", c.num_kv_heads, ")"));
+  }
+  if (!(c.rms_norm_eps >= 0)) return f.Error("rms_norm_eps", "must be non-negative");
+  if (!(c.rope_theta > 0)) return f.Error("rope_theta", "must be positive");
+  if (!(c.partial_rotary_factor > 0 && c.partial_rotary_factor <= 1)) {
+    return f.Error("partial_rotary_factor", "must be in (0, 1]");
+  }
+  c.rotary_dim = static_cast<int64_t>(static_cast<double>(c.head_dim) * c.partial_rotary_factor);
+  if (c.rotary_dim <= 0 || c.rotary_dim % 2 != 0) {
+    return f.Error("partial_rotary_factor", absl::StrCat("gives an odd or empty rotary dimension (", c.rotary_dim,
+                                                         ") for head_dim ", c.head_dim));
+  }
+  for (int64_t id : c.eos_token_ids) {
+    if (id < 0 || id >= c.vocab_size) return f.Error("eos_token_id", absl::StrCat(id, " is outside the vocabulary"));
+  }
+  return c;
+}
+
+absl::StatusOr<ModelConfig> LoadModelConfig(const std::string& path) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const bool is_dir = !fs::is_regular_file(path, ec);
+  const std::string file = is_dir ? (fs::path(path) / "config.json").string() : path;
+  std::ifstream in(file, std::ios::binary);
+  if (!in) return absl::NotFoundError(absl::StrCat(file, ": cannot open (missing config.json?)"));
+  std::stringstream text;
+  text << in.rdbuf();
+  ASSIGN_OR_RETURN(ModelConfig config, ParseModelConfig(text.str(), file));
+  // generation_config.json may list more end-of-sequence ids than config.json.
+  if (is_dir) {
+    const std::string gen_file = (fs::path(path) / "generation_config.json").string();
+    std::ifstream gen(gen_file, std::ios::binary);
+    if (gen) {
+      std::stringstream gen_text;
+      gen_text << gen.rdbuf();
+      const std::string s = gen_text.str();
+      const json root = json::parse(s.begin(), s.end(), nullptr, false);
+      if (root.is_discarded() || !root.is_object()) {
+        return absl::InvalidArgumentError(absl::StrCat(gen_file, ": not a valid JSON object"));
+      }
+      ASSIGN_OR_RETURN(std::vector<int64_t> extra, Fields(root, gen_file).IntOrList("eos_token_id"));
+      for (int64_t id : extra) {
+        if (id < 0 || id >= config.vocab_size) {
+          return absl::InvalidArgumentError(absl::StrCat(gen_file, ": eos_token_id ", id, " is outside the vocabulary"));
+        }
+        if (std::find(config.eos_token_ids.begin(), config.eos_token_ids.end(), id) == config.eos_token_ids.end()) {
+          config.eos_token_ids.push_back(id);
+        }
+      }
+    }
+  }
+  return config;
+}
+
+}  // namespace ag::glm

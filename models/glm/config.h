@@ -1,0 +1,51 @@
+// ModelConfig: the GLM-4 family's hyperparameters, read from a checkpoint's
+// config.json in any of the three layouts (HF `glm`, HF `glm4`, THUDM
+// original `chatglm`). See ../shared/GLM_SPEC.md.
+#ifndef AUTOGLM_MODELS_GLM_CONFIG_H_
+#define AUTOGLM_MODELS_GLM_CONFIG_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+
+namespace ag::glm {
+
+enum class Layout { kGlm, kGlm4, kChatGlm };
+absl::string_view LayoutName(Layout layout);
+
+struct ModelConfig {
+  Layout layout = Layout::kGlm;
+  int64_t hidden_size = 0;
+  int64_t intermediate_size = 0;
+  int64_t num_layers = 0;
+  int64_t num_heads = 0;
+  int64_t num_kv_heads = 0;
+  int64_t head_dim = 0;
+  int64_t vocab_size = 0;
+  double rms_norm_eps = 1e-5;
+  bool attention_bias = false;
+  int64_t max_position_embeddings = 0;
+  bool tie_word_embeddings = false;
+  double rope_theta = 10000.0;
+  double partial_rotary_factor = 0.5;
+  int64_t rotary_dim = 0;  // int(head_dim * partial_rotary_factor), even
+  std::vector<int64_t> eos_token_ids;
+  int64_t pad_token_id = -1;
+
+  int64_t q_size() const { return num_heads * head_dim; }
+  int64_t kv_size() const { return num_kv_heads * head_dim; }
+  // Parameter count, everything included.
+  int64_t NumParameters() const;
+};
+
+// Parses config.json text; `source` names the file in error messages.
+absl::StatusOr<ModelConfig> ParseModelConfig(absl::string_view json_text, absl::string_view source);
+// Reads DIR/config.json, or FILE when `path` is a file.
+absl::StatusOr<ModelConfig> LoadModelConfig(const std::string& path);
+
+}  // namespace ag::glm
+
+#endif  // AUTOGLM_MODELS_GLM_CONFIG_H_

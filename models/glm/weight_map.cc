@@ -1,0 +1,87 @@
+#include "models/glm/weight_map.h"
+
+#include "absl/status/status.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "ir/status_macros.h"
+
+namespace ag::glm {
+namespace {
+
+constexpr absl::string_view kLayerPrefix = "model.layers.";
+
+// HF per-layer suffix -> original ChatGLM per-layer suffix. q/k/v are handled apart.
+struct Rename {
+  absl::string_view hf, chatglm;
+};
+constexpr Rename kChatGlmLayer[] = {
+    {"input_layernorm.weight", "input_layernorm.weight"},
+    {"self_attn.o_proj.weight", "self_attention.dense.weight"},
+    {"post_attention_layernorm.weight", "post_attention_layernorm.weight"},
+    {"mlp.gate_up_proj.weight", "mlp.dense_h_to_4h.weight"},
+    {"mlp.down_proj.weight", "mlp.dense_4h_to_h.weight"},
+};
+
+WeightSource Whole(std::string tensor, const std::vector<int64_t>& shape) {
+  return WeightSource{std::move(tensor), shape, 0, shape.empty() ? 0 : shape[0]};
+}
+
+absl::StatusOr<WeightSource> MapChatGlm(const ModelConfig& c, absl::string_view param,
+                                        const std::vector<int64_t>& shape) {
+  if (param == "model.embed_tokens.weight") return Whole("transformer.embedding.word_embeddings.weight", shape);
+  if (param == "model.norm.weight") return Whole("transformer.encoder.final_layernorm.weight", shape);
+  if (param == "lm_head.weight") return Whole("transformer.output_layer.weight", shape);
+  if (absl::StartsWith(param, kLayerPrefix)) {
+    absl::string_view rest = param.substr(kLayerPrefix.size());
+    const size_t dot = rest.find('.');
+    int layer = 0;
+    if (dot != absl::string_view::npos && absl::SimpleAtoi(rest.substr(0, dot), &layer)) {
+      const absl::string_view suffix = rest.substr(dot + 1);
+      const std::string prefix = absl::StrCat("transformer.encoder.layers.", layer, ".");
+      for (const Rename& r : kChatGlmLayer) {
+        if (suffix == r.hf) return Whole(absl::StrCat(prefix, r.chatglm), shape);
+      }
+      // q, k, v: row slices of the fused [Q | K | V] tensor.
+      const int64_t q = c.q_size(), kv = c.kv_size();
+      struct Slice {
+        absl::string_view proj;
+        int64_t begin, end;
+      };
+      const Slice slices[] = {{"q_proj", 0, q}, {"k_proj", q, q + kv}, {"v_proj", q + kv, q + 2 * kv}};
+      for (const Slice& s : slices) {
+        for (absl::string_view kind : {"weight", "bias"}) {
+          if (suffix != absl::StrCat("self_attn.", s.proj, ".", kind)) continue;
+          std::vector<int64_t> full = shape;
+          if (!full.empty()) full[0] = q + 2 * kv;
+          return WeightSource{absl::StrCat(prefix, "self_attention.query_key_value.", kind), full, s.begin, s.end};
+        }
+      }
+    }
+  }
+  return absl::InvalidArgumentError(absl::StrCat("no checkpoint tensor for graph parameter '", param, "'"));
+}
+
+}  // namespace
+
+absl::StatusOr<WeightSource> MapWeight(const ModelConfig& config, absl::string_view param,
+                                       const std::vector<int64_t>& shape) {
+  if (param == "lm_head.weight" && config.tie_word_embeddings) {
+    param = "model.embed_tokens.weight";
+  }
+  if (config.layout == Layout::kChatGlm) return MapChatGlm(config, param, shape);
+  return Whole(std::string(param), shape);
+}
+
+absl::StatusOr<const TensorView*> FindSourceTensor(const Checkpoint& checkpoint, const WeightSource& source) {
+  ASSIGN_OR_RETURN(const TensorView* view, checkpoint.Find(source.tensor));
+  if (view->shape != source.tensor_shape) {
+    return absl::InvalidArgumentError(absl::StrCat(*view->file, ": tensor '", source.tensor, "' has shape [",
+                                                   absl::StrJoin(view->shape, ","), "], expected [",
+                                                   absl::StrJoin(source.tensor_shape, ","), "]"));
+  }
+  return view;
+}
+
+}  // namespace ag::glm

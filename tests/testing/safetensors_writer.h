@@ -1,0 +1,60 @@
+// Test helper: writes safetensors files, well-formed or deliberately broken.
+#ifndef AUTOGLM_TESTS_TESTING_SAFETENSORS_WRITER_H_
+#define AUTOGLM_TESTS_TESTING_SAFETENSORS_WRITER_H_
+
+#include <cstdint>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace ag::testing {
+
+struct FakeTensor {
+  std::string name;
+  std::string dtype = "F32";
+  std::vector<int64_t> shape;
+  std::vector<float> values;  // written as F32, or truncated to the top 16 bits for BF16
+};
+
+inline int64_t DTypeBytes(const std::string& dtype) { return dtype == "F32" ? 4 : 2; }
+
+// Header JSON and data for `tensors`, packed in order.
+inline nlohmann::json HeaderFor(const std::vector<FakeTensor>& tensors, std::string* data) {
+  nlohmann::json header = nlohmann::json::object();
+  for (const FakeTensor& t : tensors) {
+    const size_t begin = data->size();
+    for (float v : t.values) {
+      uint32_t bits;
+      std::memcpy(&bits, &v, 4);
+      if (t.dtype == "F32") {
+        data->append(reinterpret_cast<const char*>(&bits), 4);
+      } else {
+        const uint16_t top = static_cast<uint16_t>(bits >> 16);
+        data->append(reinterpret_cast<const char*>(&top), 2);
+      }
+    }
+    header[t.name] = {{"dtype", t.dtype}, {"shape", t.shape}, {"data_offsets", {begin, data->size()}}};
+  }
+  return header;
+}
+
+// Writes `header_text` with a length prefix of `declared_len` (the real length when negative), then `data`.
+inline void WriteRaw(const std::string& path, const std::string& header_text, const std::string& data,
+                     int64_t declared_len = -1) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  const uint64_t len = declared_len < 0 ? header_text.size() : static_cast<uint64_t>(declared_len);
+  for (int i = 0; i < 8; ++i) out.put(static_cast<char>((len >> (8 * i)) & 0xFF));
+  out << header_text << data;
+}
+
+inline void WriteSafetensors(const std::string& path, const std::vector<FakeTensor>& tensors) {
+  std::string data;
+  const nlohmann::json header = HeaderFor(tensors, &data);
+  WriteRaw(path, header.dump(), data);
+}
+
+}  // namespace ag::testing
+
+#endif  // AUTOGLM_TESTS_TESTING_SAFETENSORS_WRITER_H_
