@@ -75,6 +75,8 @@ absl::Status CheckRotaryAttrs(const Attrs& attrs, int64_t head_dim) {
     return Errf("rot (", rot, ") must be even and within head_dim (", head_dim, ")");
   }
   if (!(theta > 0)) return Err("theta must be positive");
+  ASSIGN_OR_RETURN(std::string freq, GetString(attrs, "freq_dtype"));
+  if (freq != "f32" && freq != "bf16" && freq != "f16") return Err("freq_dtype must be f32, bf16 or f16");
   return absl::OkStatus();
 }
 
@@ -304,12 +306,14 @@ absl::StatusOr<Types> InferNormLinear(Operands o, const Attrs& a) {
 
 constexpr AttrSpec kEps[] = {{"eps", AttrKind::kFloat}};
 constexpr AttrSpec kRotary[] = {
-    {"heads", AttrKind::kInt}, {"head_dim", AttrKind::kInt}, {"rot", AttrKind::kInt}, {"theta", AttrKind::kFloat}};
+    {"heads", AttrKind::kInt}, {"head_dim", AttrKind::kInt}, {"rot", AttrKind::kInt}, {"theta", AttrKind::kFloat},
+    {"freq_dtype", AttrKind::kString}};
 constexpr AttrSpec kHeads[] = {{"heads", AttrKind::kInt}, {"kv_heads", AttrKind::kInt}, {"head_dim", AttrKind::kInt}};
 constexpr AttrSpec kSlice[] = {{"axis", AttrKind::kInt}, {"start", AttrKind::kInt}, {"size", AttrKind::kInt}};
 constexpr AttrSpec kNormQkvRope[] = {{"eps", AttrKind::kFloat},   {"heads", AttrKind::kInt},
                                      {"kv_heads", AttrKind::kInt}, {"head_dim", AttrKind::kInt},
-                                     {"rot", AttrKind::kInt},      {"theta", AttrKind::kFloat}};
+                                     {"rot", AttrKind::kInt},      {"theta", AttrKind::kFloat},
+                                     {"freq_dtype", AttrKind::kString}};
 
 constexpr std::span<const AttrSpec> kNone{};
 

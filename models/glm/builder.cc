@@ -3,6 +3,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "ir/status_macros.h"
+#include "models/glm/weight_map.h"
 
 namespace ag::glm {
 namespace {
@@ -31,15 +32,15 @@ class Builder {
     ASSIGN_OR_RETURN(positions_, g_.AddInput("positions", {DType::kI32, {t}}));
     ASSIGN_OR_RETURN(ValueId rows, g_.AddInput("logit_rows", {DType::kI32, {ir::Dim::Sym("R")}}));
 
-    ASSIGN_OR_RETURN(ValueId embed, Param("model.embed_tokens.weight", {c_.vocab_size, c_.hidden_size}));
+    ASSIGN_OR_RETURN(ValueId embed, Param("model.embed_tokens.weight"));
     ASSIGN_OR_RETURN(ValueId x, g_.AddResultOf(OpId::k_embedding, {tokens, embed}, {}, -1, "x"));
     for (int layer = 0; layer < c_.num_layers; ++layer) {
       ASSIGN_OR_RETURN(x, Layer(layer, x));
     }
     ASSIGN_OR_RETURN(ValueId last, g_.AddResultOf(OpId::k_gather_rows, {x, rows}, {}, -1, "last"));
-    ASSIGN_OR_RETURN(ValueId norm_w, Param("model.norm.weight", {c_.hidden_size}));
+    ASSIGN_OR_RETURN(ValueId norm_w, Param("model.norm.weight"));
     ASSIGN_OR_RETURN(ValueId normed, g_.AddResultOf(OpId::k_rms_norm, {last, norm_w}, Eps(), -1, "final_norm"));
-    ASSIGN_OR_RETURN(ValueId head, Param("lm_head.weight", {c_.vocab_size, c_.hidden_size}));
+    ASSIGN_OR_RETURN(ValueId head, Param("lm_head.weight"));
     ASSIGN_OR_RETURN(ValueId logits, g_.AddResultOf(OpId::k_linear, {normed, head}, {}, -1, "logits"));
     ASSIGN_OR_RETURN(ValueId next, g_.AddResultOf(OpId::k_argmax, {logits}, {}, -1, "next_tokens"));
     g_.AddOutput(logits);
@@ -54,19 +55,18 @@ class Builder {
     auto node = [&](OpId op, std::vector<ValueId> operands, Attrs attrs, absl::string_view name) {
       return g_.AddResultOf(op, std::move(operands), std::move(attrs), layer, absl::StrCat(n, name));
     };
-    const int64_t h = c_.hidden_size, q = c_.q_size(), kv = c_.kv_size(), inter = c_.intermediate_size;
+    const int64_t inter = c_.intermediate_size;
 
     // Attention block.
-    ASSIGN_OR_RETURN(ValueId ln1, Param(p + "input_layernorm.weight", {h}));
+    ASSIGN_OR_RETURN(ValueId ln1, Param(p + "input_layernorm.weight"));
     ASSIGN_OR_RETURN(ValueId hn, node(OpId::k_rms_norm, {x, ln1}, Eps(), "h"));
     ValueId proj[3];
     const char* names[3] = {"q_proj", "k_proj", "v_proj"};
-    const int64_t rows[3] = {q, kv, kv};
     for (int i = 0; i < 3; ++i) {
-      ASSIGN_OR_RETURN(ValueId w, Param(absl::StrCat(p, "self_attn.", names[i], ".weight"), {rows[i], h}));
+      ASSIGN_OR_RETURN(ValueId w, Param(absl::StrCat(p, "self_attn.", names[i], ".weight")));
       std::vector<ValueId> operands = {hn, w};
       if (c_.attention_bias) {
-        ASSIGN_OR_RETURN(ValueId b, Param(absl::StrCat(p, "self_attn.", names[i], ".bias"), {rows[i]}));
+        ASSIGN_OR_RETURN(ValueId b, Param(absl::StrCat(p, "self_attn.", names[i], ".bias")));
         operands.push_back(b);
       }
       ASSIGN_OR_RETURN(proj[i], node(OpId::k_linear, operands, {}, std::string(1, "qkv"[i])));
@@ -78,42 +78,46 @@ class Builder {
                                  TensorType{o_.dtype, {2, ir::Dim::Sym("NB"), o_.kv_block_size, c_.num_kv_heads,
                                                        c_.head_dim}}));
     ASSIGN_OR_RETURN(ValueId attn, node(OpId::k_attention, {qr, kr, proj[2], cache}, Heads(), "attn"));
-    ASSIGN_OR_RETURN(ValueId wo, Param(p + "self_attn.o_proj.weight", {h, q}));
+    ASSIGN_OR_RETURN(ValueId wo, Param(p + "self_attn.o_proj.weight"));
     ASSIGN_OR_RETURN(ValueId o, node(OpId::k_linear, {attn, wo}, {}, "o"));
     if (c_.layout == Layout::kGlm4) {
-      ASSIGN_OR_RETURN(ValueId w, Param(p + "post_self_attn_layernorm.weight", {h}));
+      ASSIGN_OR_RETURN(ValueId w, Param(p + "post_self_attn_layernorm.weight"));
       ASSIGN_OR_RETURN(o, node(OpId::k_rms_norm, {o, w}, Eps(), "o_norm"));
     }
     ASSIGN_OR_RETURN(ValueId x1, node(OpId::k_add, {x, o}, {}, "x1"));
 
     // MLP block.
-    ASSIGN_OR_RETURN(ValueId ln2, Param(p + "post_attention_layernorm.weight", {h}));
+    ASSIGN_OR_RETURN(ValueId ln2, Param(p + "post_attention_layernorm.weight"));
     ASSIGN_OR_RETURN(ValueId h1, node(OpId::k_rms_norm, {x1, ln2}, Eps(), "h1"));
-    ASSIGN_OR_RETURN(ValueId wgu, Param(p + "mlp.gate_up_proj.weight", {2 * inter, h}));
+    ASSIGN_OR_RETURN(ValueId wgu, Param(p + "mlp.gate_up_proj.weight"));
     ASSIGN_OR_RETURN(ValueId gu, node(OpId::k_linear, {h1, wgu}, {}, "gate_up"));
     ASSIGN_OR_RETURN(ValueId gate, node(OpId::k_slice, {gu}, Slice(0, inter), "gate"));
     ASSIGN_OR_RETURN(ValueId up, node(OpId::k_slice, {gu}, Slice(inter, inter), "up"));
     ASSIGN_OR_RETURN(ValueId act, node(OpId::k_silu, {gate}, {}, "act"));
     ASSIGN_OR_RETURN(ValueId m, node(OpId::k_mul, {act, up}, {}, "m"));
-    ASSIGN_OR_RETURN(ValueId wd, Param(p + "mlp.down_proj.weight", {h, inter}));
+    ASSIGN_OR_RETURN(ValueId wd, Param(p + "mlp.down_proj.weight"));
     ASSIGN_OR_RETURN(ValueId d, node(OpId::k_linear, {m, wd}, {}, "down"));
     if (c_.layout == Layout::kGlm4) {
-      ASSIGN_OR_RETURN(ValueId w, Param(p + "post_mlp_layernorm.weight", {h}));
+      ASSIGN_OR_RETURN(ValueId w, Param(p + "post_mlp_layernorm.weight"));
       ASSIGN_OR_RETURN(d, node(OpId::k_rms_norm, {d, w}, Eps(), "down_norm"));
     }
     return node(OpId::k_add, {x1, d}, {}, "x2");
   }
 
-  absl::StatusOr<ValueId> Param(const std::string& name, std::vector<int64_t> dims) {
-    ir::Shape shape(dims.begin(), dims.end());
-    return g_.AddParam(name, TensorType{o_.dtype, std::move(shape)});
+  absl::StatusOr<ValueId> Param(const std::string& name) {
+    ASSIGN_OR_RETURN(std::vector<int64_t> dims, ParamShape(c_, name));
+    return g_.AddParam(name, TensorType{o_.dtype, ir::Shape(dims.begin(), dims.end())});
   }
   Attrs Eps() const { return {{"eps", c_.rms_norm_eps}}; }
   Attrs Heads() const {
     return {{"heads", c_.num_heads}, {"kv_heads", c_.num_kv_heads}, {"head_dim", c_.head_dim}};
   }
   Attrs Rotary(int64_t heads) const {
-    return {{"heads", heads}, {"head_dim", c_.head_dim}, {"rot", c_.rotary_dim}, {"theta", c_.rope_theta}};
+    return {{"heads", heads},
+            {"head_dim", c_.head_dim},
+            {"rot", c_.rotary_dim},
+            {"theta", c_.rope_theta},
+            {"freq_dtype", c_.rope_freq_dtype}};
   }
   static Attrs Slice(int64_t start, int64_t size) {
     return {{"axis", int64_t{1}}, {"start", start}, {"size", size}};

@@ -195,6 +195,18 @@ absl::StatusOr<ModelConfig> ParseModelConfig(absl::string_view json_text, absl::
   }
   RETURN_IF_ERROR(c.layout == Layout::kChatGlm ? ParseChatGlm(f, c) : ParseHf(f, c));
   ASSIGN_OR_RETURN(c.eos_token_ids, f.IntOrList("eos_token_id"));
+  // transformers >= 5 writes "dtype", older versions "torch_dtype".
+  ASSIGN_OR_RETURN(std::string dtype, f.String("dtype", ""));
+  if (dtype.empty()) {
+    ASSIGN_OR_RETURN(dtype, f.String("torch_dtype", "float32"));
+  }
+  if (dtype == "bfloat16") {
+    c.rope_freq_dtype = "bf16";
+  } else if (dtype == "float16") {
+    c.rope_freq_dtype = "f16";
+  } else if (dtype != "float32") {
+    return f.Error(f.Has("dtype") ? "dtype" : "torch_dtype", absl::StrCat("'", dtype, "' is not supported"));
+  }
   if (f.Has("pad_token_id")) {
     ASSIGN_OR_RETURN(c.pad_token_id, f.Int("pad_token_id"));
   }

@@ -14,7 +14,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
-#include "ir/half.h"
+#include "kernels/ref/half.h"
 #include "ir/status_macros.h"
 
 namespace ag::glm {

@@ -4,7 +4,7 @@
 
 #include <filesystem>
 
-#include "ir/half.h"
+#include "kernels/ref/half.h"
 #include "tests/testing/safetensors_writer.h"
 
 namespace ag::glm {

@@ -28,35 +28,41 @@ WeightSource Whole(std::string tensor, const std::vector<int64_t>& shape) {
   return WeightSource{std::move(tensor), shape, 0, shape.empty() ? 0 : shape[0]};
 }
 
+// Splits "model.layers.N.suffix"; false for other names.
+bool SplitLayerName(absl::string_view param, int* layer, absl::string_view* suffix) {
+  if (!absl::StartsWith(param, kLayerPrefix)) return false;
+  const absl::string_view rest = param.substr(kLayerPrefix.size());
+  const size_t dot = rest.find('.');
+  if (dot == absl::string_view::npos || !absl::SimpleAtoi(rest.substr(0, dot), layer)) return false;
+  *suffix = rest.substr(dot + 1);
+  return true;
+}
+
 absl::StatusOr<WeightSource> MapChatGlm(const ModelConfig& c, absl::string_view param,
                                         const std::vector<int64_t>& shape) {
   if (param == "model.embed_tokens.weight") return Whole("transformer.embedding.word_embeddings.weight", shape);
   if (param == "model.norm.weight") return Whole("transformer.encoder.final_layernorm.weight", shape);
   if (param == "lm_head.weight") return Whole("transformer.output_layer.weight", shape);
-  if (absl::StartsWith(param, kLayerPrefix)) {
-    absl::string_view rest = param.substr(kLayerPrefix.size());
-    const size_t dot = rest.find('.');
-    int layer = 0;
-    if (dot != absl::string_view::npos && absl::SimpleAtoi(rest.substr(0, dot), &layer)) {
-      const absl::string_view suffix = rest.substr(dot + 1);
-      const std::string prefix = absl::StrCat("transformer.encoder.layers.", layer, ".");
-      for (const Rename& r : kChatGlmLayer) {
-        if (suffix == r.hf) return Whole(absl::StrCat(prefix, r.chatglm), shape);
-      }
-      // q, k, v: row slices of the fused [Q | K | V] tensor.
-      const int64_t q = c.q_size(), kv = c.kv_size();
-      struct Slice {
-        absl::string_view proj;
-        int64_t begin, end;
-      };
-      const Slice slices[] = {{"q_proj", 0, q}, {"k_proj", q, q + kv}, {"v_proj", q + kv, q + 2 * kv}};
-      for (const Slice& s : slices) {
-        for (absl::string_view kind : {"weight", "bias"}) {
-          if (suffix != absl::StrCat("self_attn.", s.proj, ".", kind)) continue;
-          std::vector<int64_t> full = shape;
-          if (!full.empty()) full[0] = q + 2 * kv;
-          return WeightSource{absl::StrCat(prefix, "self_attention.query_key_value.", kind), full, s.begin, s.end};
-        }
+  int layer = 0;
+  absl::string_view suffix;
+  if (SplitLayerName(param, &layer, &suffix)) {
+    const std::string prefix = absl::StrCat("transformer.encoder.layers.", layer, ".");
+    for (const Rename& r : kChatGlmLayer) {
+      if (suffix == r.hf) return Whole(absl::StrCat(prefix, r.chatglm), shape);
+    }
+    // q, k, v: row slices of the fused [Q | K | V] tensor.
+    const int64_t q = c.q_size(), kv = c.kv_size();
+    struct Slice {
+      absl::string_view proj;
+      int64_t begin, end;
+    };
+    const Slice slices[] = {{"q_proj", 0, q}, {"k_proj", q, q + kv}, {"v_proj", q + kv, q + 2 * kv}};
+    for (const Slice& s : slices) {
+      for (absl::string_view kind : {"weight", "bias"}) {
+        if (suffix != absl::StrCat("self_attn.", s.proj, ".", kind)) continue;
+        std::vector<int64_t> full = shape;
+        full[0] = q + 2 * kv;
+        return WeightSource{absl::StrCat(prefix, "self_attention.query_key_value.", kind), full, s.begin, s.end};
       }
     }
   }
@@ -65,8 +71,34 @@ absl::StatusOr<WeightSource> MapChatGlm(const ModelConfig& c, absl::string_view 
 
 }  // namespace
 
-absl::StatusOr<WeightSource> MapWeight(const ModelConfig& config, absl::string_view param,
-                                       const std::vector<int64_t>& shape) {
+absl::StatusOr<std::vector<int64_t>> ParamShape(const ModelConfig& c, absl::string_view param) {
+  const int64_t h = c.hidden_size, q = c.q_size(), kv = c.kv_size(), inter = c.intermediate_size;
+  if (param == "model.embed_tokens.weight" || param == "lm_head.weight") return std::vector<int64_t>{c.vocab_size, h};
+  if (param == "model.norm.weight") return std::vector<int64_t>{h};
+  int layer = 0;
+  absl::string_view suffix;
+  if (SplitLayerName(param, &layer, &suffix) && layer >= 0 && layer < c.num_layers) {
+    const bool glm4 = c.layout == Layout::kGlm4;
+    if (suffix == "input_layernorm.weight" || suffix == "post_attention_layernorm.weight" ||
+        (glm4 && (suffix == "post_self_attn_layernorm.weight" || suffix == "post_mlp_layernorm.weight"))) {
+      return std::vector<int64_t>{h};
+    }
+    if (suffix == "self_attn.q_proj.weight") return std::vector<int64_t>{q, h};
+    if (suffix == "self_attn.k_proj.weight" || suffix == "self_attn.v_proj.weight") return std::vector<int64_t>{kv, h};
+    if (c.attention_bias) {
+      if (suffix == "self_attn.q_proj.bias") return std::vector<int64_t>{q};
+      if (suffix == "self_attn.k_proj.bias" || suffix == "self_attn.v_proj.bias") return std::vector<int64_t>{kv};
+    }
+    if (suffix == "self_attn.o_proj.weight") return std::vector<int64_t>{h, q};
+    if (suffix == "mlp.gate_up_proj.weight") return std::vector<int64_t>{2 * inter, h};
+    if (suffix == "mlp.down_proj.weight") return std::vector<int64_t>{h, inter};
+  }
+  return absl::InvalidArgumentError(absl::StrCat("'", param, "' is not a parameter of this ", LayoutName(c.layout),
+                                                 " model"));
+}
+
+absl::StatusOr<WeightSource> MapWeight(const ModelConfig& config, absl::string_view param) {
+  ASSIGN_OR_RETURN(std::vector<int64_t> shape, ParamShape(config, param));
   if (param == "lm_head.weight" && config.tie_word_embeddings) {
     param = "model.embed_tokens.weight";
   }

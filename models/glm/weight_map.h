@@ -25,9 +25,11 @@ struct WeightSource {
   int64_t row_end = 0;
 };
 
-// `shape` is the parameter's shape in the graph.
-absl::StatusOr<WeightSource> MapWeight(const ModelConfig& config, absl::string_view param,
-                                       const std::vector<int64_t>& shape);
+// The shape of a graph parameter of this model, or an error for a name the
+// model does not have.
+absl::StatusOr<std::vector<int64_t>> ParamShape(const ModelConfig& config, absl::string_view param);
+
+absl::StatusOr<WeightSource> MapWeight(const ModelConfig& config, absl::string_view param);
 
 // Checks that the tensor exists with the expected shape; the error names the
 // tensor, the shapes and the checkpoint directory.

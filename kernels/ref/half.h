@@ -1,8 +1,9 @@
 // Scalar conversions between float and the 16-bit float formats (bf16, f16).
+// Header-only and dependency-free, so that loaders and backends share it.
 // Round to nearest even, NaN preserved; used where data changes dtype on the
 // host (checkpoint loading, bf16 emulation on the CPU).
-#ifndef AUTOGLM_IR_HALF_H_
-#define AUTOGLM_IR_HALF_H_
+#ifndef AUTOGLM_KERNELS_REF_HALF_H_
+#define AUTOGLM_KERNELS_REF_HALF_H_
 
 #include <cmath>
 #include <cstdint>
@@ -62,4 +63,4 @@ inline uint16_t FloatToHalf(float f) {
 
 }  // namespace ag
 
-#endif  // AUTOGLM_IR_HALF_H_
+#endif  // AUTOGLM_KERNELS_REF_HALF_H_

@@ -1,0 +1,41 @@
+// The compiler driver: model config -> graph -> pass pipeline -> Plan.
+#ifndef AUTOGLM_COMPILER_DRIVER_H_
+#define AUTOGLM_COMPILER_DRIVER_H_
+
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "compiler/plan.h"
+#include "ir/graph.h"
+#include "models/glm/builder.h"
+#include "models/glm/config.h"
+#include "models/glm/safetensors.h"
+#include "passes/pass.h"
+
+namespace ag::compiler {
+
+struct CompileOptions {
+  glm::BuildOptions build;
+  passes::PipelineOptions pipeline;
+};
+
+struct CompileResult {
+  Plan plan;
+  ir::Graph graph;                           // the final graph the plan was lowered from
+  std::vector<passes::PassRecord> passes;    // what ran
+};
+
+// Names of the standard pipeline's passes, in order.
+std::vector<std::string> StandardPassNames();
+
+absl::StatusOr<CompileResult> Compile(const glm::ModelConfig& config, const CompileOptions& options);
+
+// Checks that the plan was made for this model and that every weight piece
+// exists in the checkpoint with the expected shape (headers only, no data read).
+absl::Status CheckPlanAgainstModel(const Plan& plan, const glm::ModelConfig& config,
+                                   const glm::Checkpoint* checkpoint);
+
+}  // namespace ag::compiler
+
+#endif  // AUTOGLM_COMPILER_DRIVER_H_

@@ -1,0 +1,122 @@
+#include "compiler/lower.h"
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "ir/status_macros.h"
+#include "models/glm/weight_map.h"
+
+namespace ag::compiler {
+namespace {
+
+int64_t AlignUp(int64_t v, int64_t a) { return (v + a - 1) / a * a; }
+
+absl::StatusOr<std::vector<int64_t>> StaticShape(const ir::TensorType& type, absl::string_view name) {
+  std::vector<int64_t> dims;
+  for (const ir::Dim& d : type.shape) {
+    if (d.is_symbolic()) return absl::InvalidArgumentError(absl::StrCat("parameter ", name, " has a symbolic shape"));
+    dims.push_back(d.offset());
+  }
+  return dims;
+}
+
+}  // namespace
+
+absl::StatusOr<Plan> LowerToPlan(const ir::Graph& graph, const glm::ModelConfig& config,
+                                 const glm::BuildOptions& options, std::vector<std::string> passes) {
+  Plan plan;
+  plan.model = {std::string(glm::LayoutName(config.layout)), config.vocab_size, config.hidden_size, config.num_layers,
+                config.max_position_embeddings, config.eos_token_ids};
+  plan.dtype = options.dtype;
+  plan.max_batch_tokens = options.max_batch_tokens;
+  plan.max_seqs = options.max_seqs;
+  plan.passes = std::move(passes);
+  plan.kv = {config.num_layers, options.kv_block_size, config.num_kv_heads, config.head_dim, options.dtype};
+  const ir::SymbolBindings bounds = plan.MaxBindings();
+
+  // Where each value lives.
+  absl::flat_hash_map<ir::ValueId, PlanTensor> where;
+  plan.states.resize(config.num_layers);
+  std::vector<bool> have_state(config.num_layers, false);
+  int64_t next_free = 0;  // for graphs without a memory plan
+  for (ir::ValueId v = 0; v < graph.num_values(); ++v) {
+    const ir::Value& value = graph.value(v);
+    PlanTensor t{TensorKind::kArena, 0, value.type};
+    switch (value.kind) {
+      case ir::ValueKind::kInput:
+        t.kind = TensorKind::kInput;
+        t.index = static_cast<int64_t>(plan.inputs.size());
+        plan.inputs.push_back({value.name, value.type});
+        break;
+      case ir::ValueKind::kState: {
+        int layer = -1;
+        if (!absl::StartsWith(value.name, "kv.") || !absl::SimpleAtoi(value.name.substr(3), &layer) || layer < 0 ||
+            layer >= config.num_layers || have_state[layer]) {
+          return absl::InvalidArgumentError(absl::StrCat("unexpected state $", value.name));
+        }
+        have_state[layer] = true;
+        t.kind = TensorKind::kState;
+        t.index = layer;
+        plan.states[layer] = {value.name, value.type};
+        break;
+      }
+      case ir::ValueKind::kParam: {
+        t.kind = TensorKind::kWeight;
+        t.index = static_cast<int64_t>(plan.weights.size());
+        WeightEntry entry;
+        entry.name = value.name;
+        entry.dtype = value.type.dtype;
+        ASSIGN_OR_RETURN(entry.shape, StaticShape(value.type, value.name));
+        const std::vector<std::string> parts =
+            value.concat_of.empty() ? std::vector<std::string>{value.name} : value.concat_of;
+        int64_t rows_left = entry.shape[0];
+        for (const std::string& part : parts) {
+          ASSIGN_OR_RETURN(glm::WeightSource src, glm::MapWeight(config, part));
+          entry.pieces.push_back({src.tensor, src.tensor_shape, src.row_begin, src.row_end});
+          rows_left -= src.row_end - src.row_begin;
+        }
+        if (rows_left != 0) {
+          return absl::InvalidArgumentError(absl::StrCat("parameter ", value.name, ": parts do not add up"));
+        }
+        plan.weights.push_back(std::move(entry));
+        break;
+      }
+      case ir::ValueKind::kResult: {
+        ASSIGN_OR_RETURN(int64_t bytes, value.type.ByteSize(bounds));
+        if (graph.arena_bytes() >= 0) {
+          t.index = value.arena_offset;
+        } else {
+          t.index = next_free;
+          next_free += AlignUp(bytes, kArenaAlignment);
+        }
+        break;
+      }
+    }
+    where[v] = std::move(t);
+  }
+  for (int layer = 0; layer < config.num_layers; ++layer) {
+    if (!have_state[layer]) return absl::InvalidArgumentError(absl::StrCat("graph has no KV state for layer ", layer));
+  }
+  plan.arena_bytes = graph.arena_bytes() >= 0 ? AlignUp(graph.arena_bytes(), kArenaAlignment) : next_free;
+
+  for (const ir::Node& node : graph.nodes()) {
+    PlanStep step;
+    step.kernel = node.op;
+    step.attrs = node.attrs;
+    step.layer = node.layer;
+    step.name = node.results.empty() ? std::string(ir::OpName(node.op)) : graph.value(node.results[0]).name;
+    for (ir::ValueId v : node.operands) step.operands.push_back(where[v]);
+    for (ir::ValueId v : node.results) step.results.push_back(where[v]);
+    plan.steps.push_back(std::move(step));
+  }
+  for (ir::ValueId v : graph.outputs()) {
+    plan.output_names.push_back(graph.value(v).name);
+    plan.outputs.push_back(where[v]);
+  }
+  RETURN_IF_ERROR(ValidatePlan(plan));
+  return plan;
+}
+
+}  // namespace ag::compiler

@@ -1,0 +1,194 @@
+#include "compiler/plan.h"
+
+#include <map>
+
+#include "absl/container/flat_hash_set.h"
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "ir/status_macros.h"
+
+namespace ag::compiler {
+namespace {
+
+template <typename... Args>
+absl::Status Invalid(const Args&... args) {
+  return absl::InvalidArgumentError(absl::StrCat("invalid plan: ", args...));
+}
+
+}  // namespace
+
+absl::StatusOr<ir::TensorType> RuntimeInputType(absl::string_view name) {
+  using ir::Dim;
+  using ir::DType;
+  const Dim t = Dim::Sym("T"), s = Dim::Sym("S");
+  if (name == "tokens" || name == "positions" || name == "slot_mapping") return ir::TensorType{DType::kI32, {t}};
+  if (name == "logit_rows") return ir::TensorType{DType::kI32, {Dim::Sym("R")}};
+  if (name == "seq_offsets") return ir::TensorType{DType::kI32, {Dim::Sym("S", 1)}};
+  if (name == "context_lens") return ir::TensorType{DType::kI32, {s}};
+  if (name == "block_tables") return ir::TensorType{DType::kI32, {s, Dim::Sym("MB")}};
+  return absl::InvalidArgumentError(absl::StrCat("unknown runtime input '", name, "'"));
+}
+
+int64_t WeightEntry::NumElements() const {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
+int Plan::FindInput(absl::string_view name) const {
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    if (inputs[i].name == name) return static_cast<int>(i);
+  }
+  return -1;
+}
+
+int Plan::FindOutput(absl::string_view name) const {
+  for (size_t i = 0; i < output_names.size(); ++i) {
+    if (output_names[i] == name) return static_cast<int>(i);
+  }
+  return -1;
+}
+
+ir::SymbolBindings Plan::MaxBindings() const {
+  return {{"T", max_batch_tokens}, {"R", max_batch_tokens}, {"S", max_seqs}};
+}
+
+absl::Status ValidatePlan(const Plan& plan) {
+  if (plan.version != kPlanVersion) return Invalid("version ", plan.version, ", expected ", kPlanVersion);
+  if (!ir::IsFloat(plan.dtype)) return Invalid("model dtype must be a float type");
+  if (plan.max_batch_tokens <= 0 || plan.max_seqs <= 0) return Invalid("batch limits must be positive");
+  if (plan.max_batch_tokens > (1 << 24) || plan.max_seqs > (1 << 20)) return Invalid("batch limits are implausible");
+  if (plan.arena_bytes < 0 || plan.arena_bytes % kArenaAlignment != 0) {
+    return Invalid("arena size ", plan.arena_bytes, " is not a multiple of ", kArenaAlignment);
+  }
+  const ModelInfo& m = plan.model;
+  if (m.vocab_size <= 0 || m.hidden_size <= 0 || m.num_layers <= 0 || m.max_position_embeddings <= 0) {
+    return Invalid("model dimensions must be positive");
+  }
+  for (int64_t id : m.eos_token_ids) {
+    if (id < 0 || id >= m.vocab_size) return Invalid("eos id ", id, " outside the vocabulary");
+  }
+  const KvGeometry& kv = plan.kv;
+  if (kv.num_layers != m.num_layers || kv.block_size <= 0 || kv.kv_heads <= 0 || kv.head_dim <= 0 ||
+      kv.dtype != plan.dtype) {
+    return Invalid("KV-cache geometry does not match the model");
+  }
+
+  absl::flat_hash_set<std::string> names;
+  for (const PlanInput& in : plan.inputs) {
+    ASSIGN_OR_RETURN(ir::TensorType expected, RuntimeInputType(in.name));
+    if (!(in.type == expected)) return Invalid("input ", in.name, " must be ", expected.ToString());
+    if (!names.insert(in.name).second) return Invalid("input ", in.name, " declared twice");
+  }
+  if (static_cast<int64_t>(plan.states.size()) != kv.num_layers) return Invalid("one KV state per layer expected");
+  const ir::TensorType kv_type{plan.dtype, {2, ir::Dim::Sym("NB"), kv.block_size, kv.kv_heads, kv.head_dim}};
+  for (const PlanInput& st : plan.states) {
+    if (!(st.type == kv_type)) return Invalid("state ", st.name, " must be ", kv_type.ToString());
+  }
+  names.clear();
+  for (const WeightEntry& w : plan.weights) {
+    if (!names.insert(w.name).second) return Invalid("weight ", w.name, " declared twice");
+    if (w.dtype != plan.dtype) return Invalid("weight ", w.name, " has a different dtype than the model");
+    if (w.shape.empty() || w.pieces.empty()) return Invalid("weight ", w.name, " needs a shape and sources");
+    for (int64_t d : w.shape) {
+      if (d <= 0 || d > (int64_t{1} << 32)) return Invalid("weight ", w.name, " has a bad dimension");
+    }
+    int64_t rows = 0;
+    for (const WeightPiece& p : w.pieces) {
+      if (p.tensor_shape.size() != w.shape.size() || p.row_begin < 0 || p.row_end <= p.row_begin ||
+          p.row_end > p.tensor_shape[0]) {
+        return Invalid("weight ", w.name, ": bad slice of ", p.tensor);
+      }
+      for (size_t i = 1; i < w.shape.size(); ++i) {
+        if (p.tensor_shape[i] != w.shape[i]) return Invalid("weight ", w.name, ": ", p.tensor, " has other columns");
+      }
+      rows += p.row_end - p.row_begin;
+    }
+    if (rows != w.shape[0]) return Invalid("weight ", w.name, ": pieces give ", rows, " rows, not ", w.shape[0]);
+  }
+
+  const ir::SymbolBindings bounds = plan.MaxBindings();
+  // Arena buffers written so far: offset -> types written there.
+  std::map<int64_t, std::vector<ir::TensorType>> written;
+  auto check_arena = [&](const PlanTensor& t, const std::string& where) -> absl::Status {
+    ASSIGN_OR_RETURN(int64_t bytes, t.type.ByteSize(bounds));
+    if (t.index < 0 || t.index % kArenaAlignment != 0 || t.index + bytes > plan.arena_bytes) {
+      return Invalid(where, ": arena buffer [", t.index, ", ", t.index + bytes, ") outside the arena of ",
+                     plan.arena_bytes, " bytes");
+    }
+    return absl::OkStatus();
+  };
+  auto check_ref = [&](const PlanTensor& t, const std::string& where) -> absl::Status {
+    switch (t.kind) {
+      case TensorKind::kArena: {
+        RETURN_IF_ERROR(check_arena(t, where));
+        auto it = written.find(t.index);
+        if (it == written.end() || std::find(it->second.begin(), it->second.end(), t.type) == it->second.end()) {
+          return Invalid(where, ": reads arena offset ", t.index, " before anything writes it");
+        }
+        return absl::OkStatus();
+      }
+      case TensorKind::kWeight: {
+        if (t.index < 0 || t.index >= static_cast<int64_t>(plan.weights.size())) return Invalid(where, ": bad weight");
+        const WeightEntry& w = plan.weights[t.index];
+        ir::TensorType wt{w.dtype, {}};
+        for (int64_t d : w.shape) wt.shape.emplace_back(d);
+        if (!(wt == t.type)) return Invalid(where, ": weight ", w.name, " type mismatch");
+        return absl::OkStatus();
+      }
+      case TensorKind::kInput:
+        if (t.index < 0 || t.index >= static_cast<int64_t>(plan.inputs.size()) ||
+            !(plan.inputs[t.index].type == t.type)) {
+          return Invalid(where, ": bad input reference");
+        }
+        return absl::OkStatus();
+      case TensorKind::kState:
+        if (t.index < 0 || t.index >= static_cast<int64_t>(plan.states.size()) || !(plan.states[t.index].type == t.type)) {
+          return Invalid(where, ": bad state reference");
+        }
+        return absl::OkStatus();
+    }
+    return Invalid(where, ": unknown operand kind");
+  };
+
+  for (size_t i = 0; i < plan.steps.size(); ++i) {
+    const PlanStep& step = plan.steps[i];
+    if (static_cast<int>(step.kernel) >= ir::kOpCount) return Invalid("step ", i, ": unknown kernel id");
+    const ir::OpInfo& info = ir::GetOpInfo(step.kernel);
+    const std::string where = absl::StrCat("step ", i, " (", info.name, ")");
+    if (step.layer < -1 || step.layer >= m.num_layers) return Invalid(where, ": bad layer");
+    std::vector<ir::TensorType> operand_types;
+    for (size_t j = 0; j < step.operands.size(); ++j) {
+      const PlanTensor& t = step.operands[j];
+      RETURN_IF_ERROR(check_ref(t, where));
+      if ((t.kind == TensorKind::kState) != (static_cast<int>(j) == info.state_operand)) {
+        return Invalid(where, ": operand ", j, " has the wrong kind");
+      }
+      operand_types.push_back(t.type);
+    }
+    absl::StatusOr<std::vector<ir::TensorType>> types = ir::InferResultTypes(step.kernel, operand_types, step.attrs);
+    if (!types.ok()) return Invalid(where, ": ", types.status().message());
+    if (types->size() != step.results.size()) return Invalid(where, ": wrong number of results");
+    for (size_t j = 0; j < step.results.size(); ++j) {
+      const PlanTensor& r = step.results[j];
+      if (r.kind != TensorKind::kArena) return Invalid(where, ": results must live in the arena");
+      if (!(r.type == (*types)[j])) return Invalid(where, ": result ", j, " type mismatch");
+      RETURN_IF_ERROR(check_arena(r, where));
+      written[r.index].push_back(r.type);
+    }
+  }
+  if (plan.outputs.size() != plan.output_names.size()) return Invalid("outputs and output names differ in number");
+  for (size_t i = 0; i < plan.outputs.size(); ++i) {
+    if (plan.outputs[i].kind != TensorKind::kArena) return Invalid("output ", plan.output_names[i], " not in arena");
+    RETURN_IF_ERROR(check_ref(plan.outputs[i], absl::StrCat("output ", plan.output_names[i])));
+  }
+  for (const char* required : {"logits", "next_tokens"}) {
+    if (plan.FindOutput(required) < 0) return Invalid("no '", required, "' output");
+  }
+  const int logits = plan.FindOutput("logits");
+  const ir::TensorType& lt = plan.outputs[logits].type;
+  if (lt.rank() != 2 || !(lt.shape[1] == ir::Dim(m.vocab_size))) return Invalid("logits must be [R, vocab]");
+  return absl::OkStatus();
+}
+
+}  // namespace ag::compiler

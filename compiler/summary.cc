@@ -1,0 +1,71 @@
+#include "compiler/summary.h"
+
+#include <algorithm>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+
+namespace ag::compiler {
+
+PlanSummary Summarize(const Plan& plan) {
+  PlanSummary s;
+  s.total_steps = static_cast<int64_t>(plan.steps.size());
+  std::vector<int64_t> per_layer(static_cast<size_t>(plan.model.num_layers), 0);
+  for (const PlanStep& step : plan.steps) {
+    ++s.kernels[std::string(ir::OpName(step.kernel))];
+    if (step.layer >= 0) {
+      ++per_layer[static_cast<size_t>(step.layer)];
+    } else {
+      ++s.steps_outside_layers;
+    }
+  }
+  if (!per_layer.empty()) s.steps_per_layer = *std::max_element(per_layer.begin(), per_layer.end());
+  for (const WeightEntry& w : plan.weights) s.weight_bytes += w.NumElements() * ir::DTypeSize(w.dtype);
+  return s;
+}
+
+namespace {
+
+std::string Ref(const Plan& plan, const PlanTensor& t) {
+  switch (t.kind) {
+    case TensorKind::kArena:
+      return absl::StrCat("arena+", t.index);
+    case TensorKind::kWeight:
+      return absl::StrCat("@", plan.weights[t.index].name);
+    case TensorKind::kInput:
+      return absl::StrCat("%", plan.inputs[t.index].name);
+    case TensorKind::kState:
+      return absl::StrCat("$", plan.states[t.index].name);
+  }
+  return "?";
+}
+
+}  // namespace
+
+std::string DescribeSteps(const Plan& plan) {
+  std::string out;
+  for (size_t i = 0; i < plan.steps.size(); ++i) {
+    const PlanStep& step = plan.steps[i];
+    absl::StrAppend(&out, "  ", i, " ", step.name, " = ", ir::OpName(step.kernel), "(",
+                    absl::StrJoin(step.operands, ", ",
+                                  [&](std::string* o, const PlanTensor& t) { o->append(Ref(plan, t)); }),
+                    ")");
+    if (!step.attrs.empty()) {
+      absl::StrAppend(&out, " {", absl::StrJoin(step.attrs, ", ", [](std::string* o, const auto& kv) {
+                        absl::StrAppend(o, kv.first, "=", ir::AttrValueToString(kv.second));
+                      }),
+                      "}");
+    }
+    if (!step.results.empty()) {
+      absl::StrAppend(&out, " -> ", absl::StrJoin(step.results, ", ", [&](std::string* o, const PlanTensor& t) {
+                        absl::StrAppend(o, t.type.ToString(), " ", Ref(plan, t));
+                      }));
+    }
+    if (step.layer >= 0) absl::StrAppend(&out, " [layer ", step.layer, "]");
+    out += "\n";
+  }
+  return out;
+}
+
+}  // namespace ag::compiler

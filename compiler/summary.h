@@ -1,0 +1,28 @@
+// Counts that describe a plan: what autoglm-compile and autoglm-inspect print.
+#ifndef AUTOGLM_COMPILER_SUMMARY_H_
+#define AUTOGLM_COMPILER_SUMMARY_H_
+
+#include <cstdint>
+#include <map>
+#include <string>
+
+#include "compiler/plan.h"
+
+namespace ag::compiler {
+
+struct PlanSummary {
+  int64_t total_steps = 0;
+  int64_t steps_per_layer = 0;  // the most steps any one layer has
+  int64_t steps_outside_layers = 0;
+  int64_t weight_bytes = 0;
+  std::map<std::string, int64_t> kernels;  // kernel name -> steps
+};
+
+PlanSummary Summarize(const Plan& plan);
+
+// One line per step: "  12 l1.o = linear(l1.attn, @model.layers.1.self_attn.o_proj.weight) : f32[T,64] @arena+512".
+std::string DescribeSteps(const Plan& plan);
+
+}  // namespace ag::compiler
+
+#endif  // AUTOGLM_COMPILER_SUMMARY_H_

@@ -1,0 +1,104 @@
+// Reference kernels: plain C++, fp32 storage and accumulation, one function
+// per IR op. They are the oracle every CUDA kernel is tested against, and the
+// CPU backend runs them. Raw pointers and sizes only: no IR, no runtime.
+//
+// Matrices are row-major. A linear weight W is [out, in] and y = x W^T + b.
+#ifndef AUTOGLM_KERNELS_REF_REF_H_
+#define AUTOGLM_KERNELS_REF_REF_H_
+
+#include <cstdint>
+
+namespace ag::ref {
+
+// ---- the paged KV cache ----
+//
+// Per layer, K and V each live in a pool of `num_blocks` blocks of
+// `block_size` tokens: element (block, slot, kv_head, d) of K is at
+//   k[((block * block_size + slot) * kv_heads + kv_head) * head_dim + d]
+// (the state tensor [2, NB, B, KV, D]: K is index 0, V index 1). A token's
+// cache slot is block * block_size + slot. A sequence's block table lists
+// its blocks in order; token j of the sequence is in block table[j / B] at
+// slot j % B.
+struct KvCache {
+  float* k = nullptr;
+  float* v = nullptr;
+  int64_t num_blocks = 0;
+  int64_t block_size = 0;
+  int64_t kv_heads = 0;
+  int64_t head_dim = 0;
+};
+
+// The sequences of one step. Sequence s owns rows [seq_offsets[s],
+// seq_offsets[s+1]) of the step's tokens; after this step's cache write it
+// has context_lens[s] tokens in the cache, the step's tokens being the last
+// ones; its blocks are block_tables[s * max_blocks ...].
+struct SeqBatch {
+  const int32_t* seq_offsets = nullptr;  // [num_seqs + 1]
+  const int32_t* context_lens = nullptr;  // [num_seqs]
+  const int32_t* block_tables = nullptr;  // [num_seqs, max_blocks]
+  int64_t num_seqs = 0;
+  int64_t max_blocks = 0;
+};
+
+// ---- builder-level ops ----
+
+// out[t] = table[ids[t]]; ids must be in [0, vocab).
+void Embedding(const int32_t* ids, int64_t tokens, const float* table, int64_t hidden, float* out);
+// out = w * (x * rsqrt(mean(x^2) + eps)), per row of n.
+void RmsNorm(const float* x, const float* w, int64_t rows, int64_t n, float eps, float* out);
+// y[rows, out_features] = x[rows, in] W^T (+ bias). bias may be null.
+void Linear(const float* x, const float* w, const float* bias, int64_t rows, int64_t in, int64_t out_features,
+            float* y);
+// Precision the rotary inverse frequencies are rounded to (see ModelConfig::rope_freq_dtype).
+enum class FreqPrecision { kF32, kBF16, kF16 };
+
+// inv_freq[i] = 1 / theta^(2i / rot) for i < rot / 2, in fp32, then rounded to `precision`.
+void RotaryInvFreq(int64_t rot, float theta, FreqPrecision precision, float* inv_freq);
+// Interleaved (GPT-J style) partial rotary on the first `rot` channels of each head.
+// In place is allowed (out == x).
+void Rotary(const float* x, const int32_t* positions, int64_t tokens, int64_t heads, int64_t head_dim, int64_t rot,
+            float theta, FreqPrecision precision, float* out);
+void Add(const float* a, const float* b, int64_t n, float* out);
+void Mul(const float* a, const float* b, int64_t n, float* out);
+void Silu(const float* x, int64_t n, float* out);
+// Columns [start, start + size) of a [rows, cols] matrix.
+void SliceColumns(const float* x, int64_t rows, int64_t cols, int64_t start, int64_t size, float* out);
+// out[r] = x[rows[r]]; rows must be valid.
+void GatherRows(const float* x, const int32_t* rows, int64_t num_rows, int64_t width, float* out);
+// out[r] = index of the largest element of row r (the first one on ties).
+void Argmax(const float* x, int64_t rows, int64_t n, int32_t* out);
+
+// ---- KV cache ----
+
+// Writes each token's K and V ([tokens, kv_heads * head_dim]) to its slot; slot < 0 skips the token.
+void KvCacheWrite(const float* k, const float* v, const int32_t* slots, int64_t tokens, const KvCache& cache);
+// Causal attention of each token's query ([tokens, heads * head_dim]) over its
+// sequence's cached keys and values, up to and including its own position.
+// Softmax in fp32 with scale 1/sqrt(head_dim); query head h reads KV head h / (heads / kv_heads).
+void PagedAttention(const float* q, int64_t heads, const KvCache& cache, const SeqBatch& batch, float* out);
+
+// ---- fused ops (each equals the composition of the ops above) ----
+
+// x -> rms_norm -> [q | k | v] = x W^T + b -> rotary on q and k.
+void NormQkvRope(const float* x, const float* norm_w, const float* w, const float* bias, const int32_t* positions,
+                 int64_t tokens, int64_t hidden, float eps, int64_t heads, int64_t kv_heads, int64_t head_dim,
+                 int64_t rot, float theta, FreqPrecision precision, float* q, float* k, float* v);
+// silu(gate) * up where [gate | up] = rms_norm(x) W^T; W is [2 * inter, hidden].
+void NormGateUpSilu(const float* x, const float* norm_w, const float* w, int64_t rows, int64_t hidden, int64_t inter,
+                    float eps, float* out);
+// out = residual + x W^T. out may alias residual.
+void LinearResidual(const float* x, const float* w, const float* residual, int64_t rows, int64_t in,
+                    int64_t out_features, float* out);
+// out = residual + rms_norm(x). out may alias residual.
+void RmsNormResidual(const float* x, const float* w, const float* residual, int64_t rows, int64_t n, float eps,
+                     float* out);
+// sum = a + b; normed = rms_norm(sum).
+void AddRmsNorm(const float* a, const float* b, const float* w, int64_t rows, int64_t n, float eps, float* sum,
+                float* normed);
+// y = rms_norm(x) W^T.
+void NormLinear(const float* x, const float* norm_w, const float* w, int64_t rows, int64_t in, int64_t out_features,
+                float eps, float* y);
+
+}  // namespace ag::ref
+
+#endif  // AUTOGLM_KERNELS_REF_REF_H_

@@ -1,0 +1,219 @@
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <numeric>
+#include <random>
+#include <vector>
+
+#include "kernels/ref/ref.h"
+
+namespace ag::ref {
+namespace {
+
+std::vector<float> Random(size_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  std::vector<float> v(n);
+  for (float& x : v) x = dist(rng);
+  return v;
+}
+
+TEST(Ref, RmsNormMatchesTheFormula) {
+  const std::vector<float> x = {1, 2, 3, 4, -1, -1, -1, -1};
+  const std::vector<float> w = {1, 0.5f, 2, 1};
+  std::vector<float> out(8);
+  RmsNorm(x.data(), w.data(), 2, 4, 0.0f, out.data());
+  const float s = 1.0f / std::sqrt(30.0f / 4);
+  EXPECT_FLOAT_EQ(out[0], 1 * s);
+  EXPECT_FLOAT_EQ(out[1], 0.5f * 2 * s);
+  EXPECT_FLOAT_EQ(out[2], 2 * 3 * s);
+  EXPECT_FLOAT_EQ(out[4], -1.0f);
+  EXPECT_FLOAT_EQ(out[6], -2.0f);
+}
+
+TEST(Ref, LinearMatchesDoublePrecision) {
+  const int64_t rows = 3, in = 37, out = 17;
+  const std::vector<float> x = Random(rows * in, 1), w = Random(out * in, 2), b = Random(out, 3);
+  std::vector<float> y(rows * out);
+  Linear(x.data(), w.data(), b.data(), rows, in, out, y.data());
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t o = 0; o < out; ++o) {
+      double expect = b[o];
+      for (int64_t k = 0; k < in; ++k) expect += static_cast<double>(x[r * in + k]) * w[o * in + k];
+      EXPECT_NEAR(y[r * out + o], expect, 1e-4);
+    }
+  }
+}
+
+TEST(Ref, RotaryIsInterleavedAndPartial) {
+  // One head of 8 channels, rot 4: pairs (0,1) and (2,3) rotate, 4..7 pass through.
+  const std::vector<float> x = {1, 0, 0, 1, 5, 6, 7, 8};
+  const int32_t pos = 3;
+  std::vector<float> out(8);
+  Rotary(x.data(), &pos, 1, 1, 8, 4, 10000.0f, FreqPrecision::kF32, out.data());
+  const float a0 = 3.0f, a1 = 3.0f / 100.0f;  // inv_freq = 1, 1/10000^(2/4)
+  EXPECT_NEAR(out[0], std::cos(a0), 1e-6);
+  EXPECT_NEAR(out[1], std::sin(a0), 1e-6);
+  EXPECT_NEAR(out[2], -std::sin(a1), 1e-6);
+  EXPECT_NEAR(out[3], std::cos(a1), 1e-6);
+  EXPECT_EQ(out[4], 5);
+  EXPECT_EQ(out[7], 8);
+  // Position 0 is the identity; in place gives the same as out of place.
+  const int32_t zero = 0;
+  std::vector<float> same = x;
+  Rotary(same.data(), &zero, 1, 1, 8, 4, 10000.0f, FreqPrecision::kF32, same.data());
+  EXPECT_EQ(same, x);
+}
+
+TEST(Ref, ArgmaxTakesTheFirstOfEqualMaxima) {
+  const std::vector<float> x = {1, 3, 3, 0, -5, -4, -4, -9};
+  int32_t out[2];
+  Argmax(x.data(), 2, 4, out);
+  EXPECT_EQ(out[0], 1);
+  EXPECT_EQ(out[1], 1);
+}
+
+TEST(Ref, SliceGatherSilu) {
+  const std::vector<float> x = {0, 1, 2, 3, 4, 5};
+  std::vector<float> s(2);
+  SliceColumns(x.data(), 2, 3, 1, 1, s.data());
+  EXPECT_EQ(s, (std::vector<float>{1, 4}));
+  const int32_t rows[2] = {1, 0};
+  std::vector<float> g(6);
+  GatherRows(x.data(), rows, 2, 3, g.data());
+  EXPECT_EQ(g, (std::vector<float>{3, 4, 5, 0, 1, 2}));
+  float y;
+  const float one = 1.0f;
+  Silu(&one, 1, &y);
+  EXPECT_NEAR(y, 1.0f / (1.0f + std::exp(-1.0f)), 1e-7);
+}
+
+// A paged cache with `blocks` blocks and the given geometry.
+struct Cache {
+  Cache(int64_t blocks, int64_t block_size, int64_t kv_heads, int64_t head_dim)
+      : k(blocks * block_size * kv_heads * head_dim), v(k.size()) {
+    view = {k.data(), v.data(), blocks, block_size, kv_heads, head_dim};
+  }
+  std::vector<float> k, v;
+  KvCache view;
+};
+
+// Attention for one sequence of `n` tokens through a block table, written in one step.
+std::vector<float> AttendOneSequence(const std::vector<float>& q, const std::vector<float>& k,
+                                     const std::vector<float>& v, int64_t n, int64_t heads, int64_t kv_heads,
+                                     int64_t d, int64_t block_size, const std::vector<int32_t>& table) {
+  Cache cache(16, block_size, kv_heads, d);
+  std::vector<int32_t> slots(n);
+  for (int64_t j = 0; j < n; ++j) slots[j] = table[j / block_size] * block_size + j % block_size;
+  KvCacheWrite(k.data(), v.data(), slots.data(), n, cache.view);
+  const int32_t offsets[2] = {0, static_cast<int32_t>(n)};
+  const int32_t context = static_cast<int32_t>(n);
+  SeqBatch batch{offsets, &context, table.data(), 1, static_cast<int64_t>(table.size())};
+  std::vector<float> out(n * heads * d);
+  PagedAttention(q.data(), heads, cache.view, batch, out.data());
+  return out;
+}
+
+TEST(Ref, AttentionFirstTokenReturnsItsValue) {
+  const int64_t heads = 3, kv_heads = 1, d = 4;
+  const std::vector<float> q = Random(heads * d, 4), k = Random(d, 5), v = Random(d, 6);
+  const std::vector<float> out = AttendOneSequence(q, k, v, 1, heads, kv_heads, d, 16, {0});
+  for (int64_t h = 0; h < heads; ++h) {
+    for (int64_t i = 0; i < d; ++i) EXPECT_FLOAT_EQ(out[h * d + i], v[i]);
+  }
+}
+
+TEST(Ref, AttentionDoesNotDependOnTheBlockLayout) {
+  const int64_t n = 11, heads = 6, kv_heads = 2, d = 8;
+  const std::vector<float> q = Random(n * heads * d, 7), k = Random(n * kv_heads * d, 8),
+                           v = Random(n * kv_heads * d, 9);
+  const std::vector<float> contiguous = AttendOneSequence(q, k, v, n, heads, kv_heads, d, 16, {0});
+  const std::vector<float> scattered = AttendOneSequence(q, k, v, n, heads, kv_heads, d, 3, {7, 2, 15, 4});
+  const std::vector<float> page_one = AttendOneSequence(q, k, v, n, heads, kv_heads, d, 1,
+                                                        {3, 1, 4, 15, 5, 9, 2, 6, 13, 8, 0});
+  for (size_t i = 0; i < contiguous.size(); ++i) {
+    EXPECT_FLOAT_EQ(scattered[i], contiguous[i]);
+    EXPECT_FLOAT_EQ(page_one[i], contiguous[i]);
+  }
+}
+
+TEST(Ref, AttentionIsCausalAndUsesTheRightKvHead) {
+  const int64_t n = 5, heads = 4, kv_heads = 2, d = 4;
+  const std::vector<float> q = Random(n * heads * d, 10), k = Random(n * kv_heads * d, 11);
+  std::vector<float> v = Random(n * kv_heads * d, 12);
+  const std::vector<float> base = AttendOneSequence(q, k, v, n, heads, kv_heads, d, 2, {0, 1, 2});
+  // Changing the last token's value changes only the last token's output, and
+  // changing KV head 1 of it changes only query heads 2 and 3.
+  for (int64_t i = 0; i < d; ++i) v[(n - 1) * kv_heads * d + d + i] += 1.0f;
+  const std::vector<float> changed = AttendOneSequence(q, k, v, n, heads, kv_heads, d, 2, {0, 1, 2});
+  for (int64_t t = 0; t < n; ++t) {
+    for (int64_t h = 0; h < heads; ++h) {
+      for (int64_t i = 0; i < d; ++i) {
+        const size_t idx = (t * heads + h) * d + i;
+        if (t == n - 1 && h >= 2) {
+          EXPECT_NE(changed[idx], base[idx]);
+        } else {
+          EXPECT_EQ(changed[idx], base[idx]) << t << " " << h;
+        }
+      }
+    }
+  }
+}
+
+TEST(Ref, AttentionMatchesDoublePrecisionSoftmax) {
+  const int64_t n = 6, heads = 2, kv_heads = 1, d = 4;
+  const std::vector<float> q = Random(n * heads * d, 13), k = Random(n * d, 14), v = Random(n * d, 15);
+  const std::vector<float> out = AttendOneSequence(q, k, v, n, heads, kv_heads, d, 4, {1, 0});
+  for (int64_t t = 0; t < n; ++t) {
+    for (int64_t h = 0; h < heads; ++h) {
+      std::vector<double> p(t + 1);
+      double denom = 0;
+      for (int64_t j = 0; j <= t; ++j) {
+        double dot = 0;
+        for (int64_t i = 0; i < d; ++i) dot += static_cast<double>(q[(t * heads + h) * d + i]) * k[j * d + i];
+        p[j] = std::exp(dot / std::sqrt(static_cast<double>(d)));
+        denom += p[j];
+      }
+      for (int64_t i = 0; i < d; ++i) {
+        double expect = 0;
+        for (int64_t j = 0; j <= t; ++j) expect += p[j] / denom * v[j * d + i];
+        EXPECT_NEAR(out[(t * heads + h) * d + i], expect, 1e-5);
+      }
+    }
+  }
+}
+
+TEST(Ref, FusedOpsEqualTheirCompositions) {
+  const int64_t rows = 3, hidden = 8, inter = 5;
+  const std::vector<float> x = Random(rows * hidden, 16), nw = Random(hidden, 17), w = Random(2 * inter * hidden, 18);
+  std::vector<float> fused(rows * inter);
+  NormGateUpSilu(x.data(), nw.data(), w.data(), rows, hidden, inter, 1e-5f, fused.data());
+  std::vector<float> normed(rows * hidden), gu(rows * 2 * inter), gate(rows * inter), up(rows * inter),
+      expect(rows * inter);
+  RmsNorm(x.data(), nw.data(), rows, hidden, 1e-5f, normed.data());
+  Linear(normed.data(), w.data(), nullptr, rows, hidden, 2 * inter, gu.data());
+  SliceColumns(gu.data(), rows, 2 * inter, 0, inter, gate.data());
+  SliceColumns(gu.data(), rows, 2 * inter, inter, inter, up.data());
+  Silu(gate.data(), rows * inter, gate.data());
+  Mul(gate.data(), up.data(), rows * inter, expect.data());
+  EXPECT_EQ(fused, expect);
+}
+
+}  // namespace
+}  // namespace ag::ref
+
+namespace ag::ref {
+namespace {
+
+TEST(Ref, InvFreqRoundsToTheCheckpointPrecision) {
+  float f32[4], bf16[4];
+  RotaryInvFreq(8, 10000.0f, FreqPrecision::kF32, f32);
+  RotaryInvFreq(8, 10000.0f, FreqPrecision::kBF16, bf16);
+  EXPECT_EQ(f32[0], 1.0f);
+  EXPECT_FLOAT_EQ(f32[1], 0.1f);
+  EXPECT_NE(bf16[1], f32[1]) << "0.1 is not a bf16 value";
+  EXPECT_NEAR(bf16[1], 0.1f, 0.1f / 128);
+}
+
+}  // namespace
+}  // namespace ag::ref

@@ -1,0 +1,19 @@
+// The standard pass pipeline, in DESIGN.md's order.
+#ifndef AUTOGLM_PASSES_PIPELINE_H_
+#define AUTOGLM_PASSES_PIPELINE_H_
+
+#include <memory>
+
+#include "passes/pass.h"
+
+namespace ag::passes {
+
+struct StandardPassOptions {
+  int64_t kv_block_size = 16;
+};
+
+std::unique_ptr<Pipeline> BuildStandardPipeline(PipelineOptions options, const StandardPassOptions& pass_options);
+
+}  // namespace ag::passes
+
+#endif  // AUTOGLM_PASSES_PIPELINE_H_

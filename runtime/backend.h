@@ -1,0 +1,55 @@
+// The Backend interface: what the engine needs from a device to run plans.
+#ifndef AUTOGLM_RUNTIME_BACKEND_H_
+#define AUTOGLM_RUNTIME_BACKEND_H_
+
+#include <cstdint>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/string_view.h"
+#include "compiler/plan.h"
+#include "ir/types.h"
+
+namespace ag::runtime {
+
+// The runtime inputs of one step, on the host. Every plan input is one of these.
+struct StepBatch {
+  int64_t num_tokens = 0;      // T
+  int64_t num_seqs = 0;        // S
+  int64_t num_logit_rows = 0;  // R
+  int64_t max_blocks = 0;      // MB: block-table width
+  std::vector<int32_t> tokens, positions, slot_mapping;  // [T]
+  std::vector<int32_t> logit_rows;                       // [R], indices into the step's tokens
+  std::vector<int32_t> seq_offsets;                      // [S+1]
+  std::vector<int32_t> context_lens;                     // [S]
+  std::vector<int32_t> block_tables;                     // [S, MB]
+
+  // The array behind a plan input name (see compiler::kRuntimeInputNames).
+  const std::vector<int32_t>* Input(absl::string_view name) const;
+  ir::SymbolBindings Bindings(int64_t num_kv_blocks) const;
+};
+
+// Where weights come from: a checkpoint, or a seeded generator.
+class WeightSource {
+ public:
+  virtual ~WeightSource() = default;
+  // Writes the weight's NumElements() values, as float, to `out`.
+  virtual absl::Status Fill(const compiler::WeightEntry& entry, float* out) const = 0;
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual absl::string_view name() const = 0;
+  // Allocates the arena and a KV pool of `kv_blocks` blocks per layer, and loads the weights.
+  virtual absl::Status Load(const compiler::Plan& plan, const WeightSource& weights, int64_t kv_blocks) = 0;
+  // Runs every step of the plan for one batch.
+  virtual absl::Status Execute(const StepBatch& batch) = 0;
+  // The last step's outputs: logits [R, vocab] as float, greedy tokens [R].
+  virtual absl::Status ReadLogits(int64_t rows, std::vector<float>* out) = 0;
+  virtual absl::Status ReadNextTokens(int64_t rows, std::vector<int32_t>* out) = 0;
+};
+
+}  // namespace ag::runtime
+
+#endif  // AUTOGLM_RUNTIME_BACKEND_H_

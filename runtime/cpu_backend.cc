@@ -1,0 +1,141 @@
+#include "runtime/cpu_backend.h"
+
+#include <cstring>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "kernels/ref/half.h"
+#include "ir/status_macros.h"
+#include "runtime/cpu_kernels.h"
+
+namespace ag::runtime {
+namespace {
+
+void RoundAllToBF16(float* data, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) data[i] = RoundToBF16(data[i]);
+}
+
+}  // namespace
+
+absl::Status CpuBackend::Load(const compiler::Plan& plan, const WeightSource& weights, int64_t kv_blocks) {
+  RETURN_IF_ERROR(compiler::ValidatePlan(plan));
+  if (plan.dtype != ir::DType::kF32 && plan.dtype != ir::DType::kBF16) {
+    return absl::UnimplementedError(absl::StrCat("the CPU backend runs f32 and bf16 plans, not ",
+                                                 ir::DTypeName(plan.dtype)));
+  }
+  if (kv_blocks <= 0) return absl::InvalidArgumentError("the KV cache needs at least one block");
+  plan_ = &plan;
+  element_bytes_ = ir::DTypeSize(plan.dtype);
+  kv_blocks_ = kv_blocks;
+  arena_.assign(static_cast<size_t>(plan.arena_bytes / element_bytes_), 0.0f);
+  weights_.clear();
+  for (const compiler::WeightEntry& entry : plan.weights) {
+    std::vector<float> w(static_cast<size_t>(entry.NumElements()));
+    RETURN_IF_ERROR(weights.Fill(entry, w.data()));
+    if (plan.dtype == ir::DType::kBF16) RoundAllToBF16(w.data(), static_cast<int64_t>(w.size()));
+    weights_.push_back(std::move(w));
+  }
+  const compiler::KvGeometry& kv = plan.kv;
+  kv_.assign(static_cast<size_t>(kv.num_layers),
+             std::vector<float>(static_cast<size_t>(2 * kv_blocks * kv.block_size * kv.kv_heads * kv.head_dim)));
+  return absl::OkStatus();
+}
+
+absl::Status CpuBackend::Execute(const StepBatch& batch) {
+  if (plan_ == nullptr) return absl::FailedPreconditionError("Execute before Load");
+  const compiler::Plan& plan = *plan_;
+  if (batch.num_tokens > plan.max_batch_tokens || batch.num_logit_rows > plan.max_batch_tokens ||
+      batch.num_seqs > plan.max_seqs) {
+    return absl::InvalidArgumentError("batch exceeds the plan's limits");
+  }
+  bindings_ = batch.Bindings(kv_blocks_);
+  const compiler::KvGeometry& geo = plan.kv;
+  const int64_t pool = kv_blocks_ * geo.block_size * geo.kv_heads * geo.head_dim;
+  const bool bf16 = plan.dtype == ir::DType::kBF16;
+  const ref::SeqBatch seqs{batch.seq_offsets.data(), batch.context_lens.data(), batch.block_tables.data(),
+                           batch.num_seqs, batch.max_blocks};
+
+  auto resolve = [&](const compiler::PlanTensor& t) -> absl::StatusOr<CpuTensor> {
+    CpuTensor out;
+    for (const ir::Dim& d : t.type.shape) {
+      ASSIGN_OR_RETURN(int64_t v, d.Resolve(bindings_));
+      out.dims.push_back(v);
+    }
+    switch (t.kind) {
+      case compiler::TensorKind::kArena:
+        out.data = ArenaPointer(t.index);
+        break;
+      case compiler::TensorKind::kWeight:
+        out.data = weights_[t.index].data();
+        break;
+      case compiler::TensorKind::kInput: {
+        const std::vector<int32_t>* in = batch.Input(plan.inputs[t.index].name);
+        if (in == nullptr || static_cast<int64_t>(in->size()) != out.numel()) {
+          return absl::InvalidArgumentError(absl::StrCat("runtime input ", plan.inputs[t.index].name,
+                                                         " has the wrong size"));
+        }
+        out.data = const_cast<int32_t*>(in->data());
+        break;
+      }
+      case compiler::TensorKind::kState:
+        out.data = kv_[t.index].data();
+        break;
+    }
+    return out;
+  };
+
+  for (const compiler::PlanStep& step : plan.steps) {
+    CpuStepArgs args;
+    args.step = &step;
+    args.seqs = seqs;
+    args.slot_mapping = batch.slot_mapping.data();
+    int state_layer = -1;
+    for (const compiler::PlanTensor& t : step.operands) {
+      ASSIGN_OR_RETURN(CpuTensor tensor, resolve(t));
+      if (t.kind == compiler::TensorKind::kState) {
+        state_layer = static_cast<int>(t.index);
+        args.kv = {tensor.f(), tensor.f() + pool, kv_blocks_, geo.block_size, geo.kv_heads, geo.head_dim};
+      }
+      args.operands.push_back(std::move(tensor));
+    }
+    for (const compiler::PlanTensor& t : step.results) {
+      ASSIGN_OR_RETURN(CpuTensor tensor, resolve(t));
+      args.results.push_back(std::move(tensor));
+    }
+    GetCpuKernel(step.kernel)(args);
+    if (!bf16) continue;
+    // bf16 storage: round what the step stored.
+    for (size_t i = 0; i < step.results.size(); ++i) {
+      if (ir::IsFloat(step.results[i].type.dtype)) RoundAllToBF16(args.results[i].f(), args.results[i].numel());
+    }
+    if (state_layer >= 0 && ir::GetOpInfo(step.kernel).Has(ir::kSideEffect)) {
+      const int64_t width = geo.kv_heads * geo.head_dim;
+      for (int64_t t = 0; t < batch.num_tokens; ++t) {
+        if (batch.slot_mapping[t] < 0) continue;
+        for (float* p : {args.kv.k, args.kv.v}) RoundAllToBF16(p + batch.slot_mapping[t] * width, width);
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CpuBackend::ReadOutput(absl::string_view name, int64_t elements, void* out, size_t element_size) {
+  if (plan_ == nullptr) return absl::FailedPreconditionError("read before Load");
+  const int index = plan_->FindOutput(name);
+  if (index < 0) return absl::NotFoundError(absl::StrCat("plan has no output ", name));
+  std::memcpy(out, ArenaPointer(plan_->outputs[index].index), static_cast<size_t>(elements) * element_size);
+  return absl::OkStatus();
+}
+
+absl::Status CpuBackend::ReadLogits(int64_t rows, std::vector<float>* out) {
+  if (plan_ == nullptr) return absl::FailedPreconditionError("read before Load");
+  out->resize(static_cast<size_t>(rows * plan_->model.vocab_size));
+  return ReadOutput("logits", static_cast<int64_t>(out->size()), out->data(), sizeof(float));
+}
+
+absl::Status CpuBackend::ReadNextTokens(int64_t rows, std::vector<int32_t>* out) {
+  out->resize(static_cast<size_t>(rows));
+  return ReadOutput("next_tokens", rows, out->data(), sizeof(int32_t));
+}
+
+}  // namespace ag::runtime

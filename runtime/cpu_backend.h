@@ -1,0 +1,44 @@
+// The CPU backend: runs plans with the reference kernels.
+//
+// Everything is stored as fp32 (int32 for indices). For a bf16 plan the
+// backend emulates bf16 storage: weights, every step's results and every KV
+// entry written are rounded to bf16, so it computes what a bf16 device does
+// up to accumulation order. Arena offsets are the plan's byte offsets divided
+// by the plan's element size; a 4-byte element then occupies the scaled
+// range of its 2-byte original, so buffers stay disjoint.
+#ifndef AUTOGLM_RUNTIME_CPU_BACKEND_H_
+#define AUTOGLM_RUNTIME_CPU_BACKEND_H_
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "runtime/backend.h"
+
+namespace ag::runtime {
+
+class CpuBackend : public Backend {
+ public:
+  CpuBackend() = default;
+  absl::string_view name() const override { return "cpu"; }
+  absl::Status Load(const compiler::Plan& plan, const WeightSource& weights, int64_t kv_blocks) override;
+  absl::Status Execute(const StepBatch& batch) override;
+  absl::Status ReadLogits(int64_t rows, std::vector<float>* out) override;
+  absl::Status ReadNextTokens(int64_t rows, std::vector<int32_t>* out) override;
+
+ private:
+  void* ArenaPointer(int64_t byte_offset) { return arena_.data() + byte_offset / element_bytes_; }
+  absl::Status ReadOutput(absl::string_view name, int64_t elements, void* out, size_t element_size);
+
+  const compiler::Plan* plan_ = nullptr;
+  int64_t element_bytes_ = 4;  // the plan dtype's size: the divisor of arena offsets
+  int64_t kv_blocks_ = 0;
+  std::vector<float> arena_;
+  std::vector<std::vector<float>> weights_;
+  std::vector<std::vector<float>> kv_;  // per layer: K pool then V pool
+  ir::SymbolBindings bindings_;         // of the last executed step
+};
+
+}  // namespace ag::runtime
+
+#endif  // AUTOGLM_RUNTIME_CPU_BACKEND_H_

@@ -1,0 +1,136 @@
+#include "runtime/cpu_kernels.h"
+
+#include <array>
+
+namespace ag::runtime {
+
+int64_t CpuStepArgs::Int(const char* name) const { return *ir::GetInt(step->attrs, name); }
+float CpuStepArgs::Float(const char* name) const { return static_cast<float>(*ir::GetFloat(step->attrs, name)); }
+ref::FreqPrecision CpuStepArgs::Freq() const {
+  const std::string f = *ir::GetString(step->attrs, "freq_dtype");
+  return f == "bf16" ? ref::FreqPrecision::kBF16 : f == "f16" ? ref::FreqPrecision::kF16 : ref::FreqPrecision::kF32;
+}
+
+namespace {
+
+using A = CpuStepArgs;
+
+void Embedding(const A& a) {
+  ref::Embedding(a.operands[0].i(), a.operands[0].dim(0), a.operands[1].f(), a.operands[1].dim(1), a.results[0].f());
+}
+void RmsNorm(const A& a) {
+  const CpuTensor& x = a.operands[0];
+  const int64_t n = x.dims.back();
+  ref::RmsNorm(x.f(), a.operands[1].f(), x.numel() / n, n, a.Float("eps"), a.results[0].f());
+}
+void Linear(const A& a) {
+  const CpuTensor& x = a.operands[0];
+  ref::Linear(x.f(), a.operands[1].f(), a.Optional(2), x.dim(0), x.dim(1), a.operands[1].dim(0), a.results[0].f());
+}
+void Rotary(const A& a) {
+  ref::Rotary(a.operands[0].f(), a.operands[1].i(), a.operands[0].dim(0), a.Int("heads"), a.Int("head_dim"),
+              a.Int("rot"), a.Float("theta"), a.Freq(), a.results[0].f());
+}
+void Attention(const A& a) {
+  ref::KvCacheWrite(a.operands[1].f(), a.operands[2].f(), a.slot_mapping, a.operands[1].dim(0), a.kv);
+  ref::PagedAttention(a.operands[0].f(), a.Int("heads"), a.kv, a.seqs, a.results[0].f());
+}
+void Add(const A& a) { ref::Add(a.operands[0].f(), a.operands[1].f(), a.results[0].numel(), a.results[0].f()); }
+void Mul(const A& a) { ref::Mul(a.operands[0].f(), a.operands[1].f(), a.results[0].numel(), a.results[0].f()); }
+void Silu(const A& a) { ref::Silu(a.operands[0].f(), a.results[0].numel(), a.results[0].f()); }
+void Slice(const A& a) {
+  // Slices along `axis`: outer rows of contiguous [size * inner] chunks.
+  const CpuTensor& x = a.operands[0];
+  const int64_t axis = a.Int("axis");
+  int64_t outer = 1, inner = 1;
+  for (int64_t i = 0; i < axis; ++i) outer *= x.dim(static_cast<int>(i));
+  for (size_t i = static_cast<size_t>(axis) + 1; i < x.dims.size(); ++i) inner *= x.dims[i];
+  ref::SliceColumns(x.f(), outer, x.dim(static_cast<int>(axis)) * inner, a.Int("start") * inner, a.Int("size") * inner,
+                    a.results[0].f());
+}
+void GatherRows(const A& a) {
+  ref::GatherRows(a.operands[0].f(), a.operands[1].i(), a.operands[1].dim(0), a.operands[0].dim(1), a.results[0].f());
+}
+void Argmax(const A& a) {
+  ref::Argmax(a.operands[0].f(), a.operands[0].dim(0), a.operands[0].dim(1), a.results[0].i());
+}
+void KvCacheWrite(const A& a) {
+  ref::KvCacheWrite(a.operands[0].f(), a.operands[1].f(), a.operands[2].i(), a.operands[0].dim(0), a.kv);
+}
+void PagedAttention(const A& a) { ref::PagedAttention(a.operands[0].f(), a.Int("heads"), a.kv, a.seqs, a.results[0].f()); }
+
+// Shared by the two fused QKV ops: x, norm weight, W, positions at operands 0..3.
+void NormQkvRopeInto(const A& a, const float* bias, float* q, float* k, float* v) {
+  const CpuTensor& x = a.operands[0];
+  ref::NormQkvRope(x.f(), a.operands[1].f(), a.operands[2].f(), bias, a.operands[3].i(), x.dim(0), x.dim(1),
+                   a.Float("eps"), a.Int("heads"), a.Int("kv_heads"), a.Int("head_dim"), a.Int("rot"), a.Float("theta"),
+                   a.Freq(), q, k, v);
+}
+void NormQkvRope(const A& a) { NormQkvRopeInto(a, a.Optional(4), a.results[0].f(), a.results[1].f(), a.results[2].f()); }
+void NormQkvRopeKvWrite(const A& a) {
+  const int64_t tokens = a.operands[0].dim(0), kv_width = a.Int("kv_heads") * a.Int("head_dim");
+  std::vector<float> k(tokens * kv_width), v(tokens * kv_width);
+  NormQkvRopeInto(a, a.Optional(6), a.results[0].f(), k.data(), v.data());
+  ref::KvCacheWrite(k.data(), v.data(), a.operands[4].i(), tokens, a.kv);
+}
+void NormGateUpSilu(const A& a) {
+  const CpuTensor& x = a.operands[0];
+  ref::NormGateUpSilu(x.f(), a.operands[1].f(), a.operands[2].f(), x.dim(0), x.dim(1), a.results[0].dim(1),
+                      a.Float("eps"), a.results[0].f());
+}
+void LinearResidual(const A& a) {
+  const CpuTensor& x = a.operands[0];
+  ref::LinearResidual(x.f(), a.operands[1].f(), a.operands[2].f(), x.dim(0), x.dim(1), a.operands[1].dim(0),
+                      a.results[0].f());
+}
+void RmsNormResidual(const A& a) {
+  const CpuTensor& x = a.operands[0];
+  ref::RmsNormResidual(x.f(), a.operands[1].f(), a.operands[2].f(), x.dim(0), x.dim(1), a.Float("eps"),
+                       a.results[0].f());
+}
+void AddRmsNorm(const A& a) {
+  const CpuTensor& x = a.operands[0];
+  ref::AddRmsNorm(x.f(), a.operands[1].f(), a.operands[2].f(), x.dim(0), x.dim(1), a.Float("eps"), a.results[0].f(),
+                  a.results[1].f());
+}
+void NormLinear(const A& a) {
+  const CpuTensor& x = a.operands[0];
+  ref::NormLinear(x.f(), a.operands[1].f(), a.operands[2].f(), x.dim(0), x.dim(1), a.operands[2].dim(0),
+                  a.Float("eps"), a.results[0].f());
+}
+
+struct Row {
+  ir::OpId op;
+  CpuKernel kernel;
+};
+
+using ir::OpId;
+constexpr std::array<Row, ir::kOpCount> kKernels = {{
+    {OpId::k_embedding, Embedding},
+    {OpId::k_rms_norm, RmsNorm},
+    {OpId::k_linear, Linear},
+    {OpId::k_rotary, Rotary},
+    {OpId::k_attention, Attention},
+    {OpId::k_add, Add},
+    {OpId::k_mul, Mul},
+    {OpId::k_silu, Silu},
+    {OpId::k_slice, Slice},
+    {OpId::k_gather_rows, GatherRows},
+    {OpId::k_argmax, Argmax},
+    {OpId::k_kv_cache_write, KvCacheWrite},
+    {OpId::k_paged_attention, PagedAttention},
+    {OpId::k_norm_qkv_rope, NormQkvRope},
+    {OpId::k_norm_qkv_rope_kv_write, NormQkvRopeKvWrite},
+    {OpId::k_norm_gate_up_silu, NormGateUpSilu},
+    {OpId::k_linear_residual, LinearResidual},
+    {OpId::k_rms_norm_residual, RmsNormResidual},
+    {OpId::k_add_rms_norm, AddRmsNorm},
+    {OpId::k_norm_linear, NormLinear},
+}};
+static_assert(ir::RowsCoverAllOps(kKernels), "every op needs a CPU kernel, in OpId order");
+
+}  // namespace
+
+CpuKernel GetCpuKernel(ir::OpId op) { return kKernels[static_cast<size_t>(op)].kernel; }
+
+}  // namespace ag::runtime

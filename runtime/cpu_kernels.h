@@ -1,0 +1,51 @@
+// Adapters from plan steps to the reference kernels, one per op, in a table
+// indexed by OpId (a missing row fails to compile).
+#ifndef AUTOGLM_RUNTIME_CPU_KERNELS_H_
+#define AUTOGLM_RUNTIME_CPU_KERNELS_H_
+
+#include <cstdint>
+#include <vector>
+
+#include "compiler/plan.h"
+#include "kernels/ref/ref.h"
+
+namespace ag::runtime {
+
+struct CpuTensor {
+  void* data = nullptr;
+  std::vector<int64_t> dims;  // resolved for this step
+
+  float* f() const { return static_cast<float*>(data); }
+  int32_t* i() const { return static_cast<int32_t*>(data); }
+  int64_t dim(int i) const { return dims[static_cast<size_t>(i)]; }
+  int64_t numel() const {
+    int64_t n = 1;
+    for (int64_t d : dims) n *= d;
+    return n;
+  }
+};
+
+struct CpuStepArgs {
+  const compiler::PlanStep* step = nullptr;
+  std::vector<CpuTensor> operands;
+  std::vector<CpuTensor> results;
+  ref::KvCache kv;     // the step's KV state, when it has one
+  ref::SeqBatch seqs;  // the step's sequences
+  const int32_t* slot_mapping = nullptr;
+
+  int64_t Int(const char* name) const;
+  float Float(const char* name) const;
+  ref::FreqPrecision Freq() const;  // the rotary freq_dtype attribute
+  // Optional trailing operand (a bias), or null.
+  const float* Optional(size_t index) const {
+    return index < operands.size() ? operands[index].f() : nullptr;
+  }
+};
+
+using CpuKernel = void (*)(const CpuStepArgs& args);
+
+CpuKernel GetCpuKernel(ir::OpId op);
+
+}  // namespace ag::runtime
+
+#endif  // AUTOGLM_RUNTIME_CPU_KERNELS_H_

@@ -1,0 +1,212 @@
+#include "runtime/engine.h"
+
+#include <algorithm>
+#include <chrono>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "ir/status_macros.h"
+
+namespace ag::runtime {
+
+const char* FinishReasonName(FinishReason reason) {
+  switch (reason) {
+    case FinishReason::kNone:
+      return "none";
+    case FinishReason::kLength:
+      return "length";
+    case FinishReason::kEos:
+      return "eos";
+    case FinishReason::kContext:
+      return "context";
+  }
+  return "?";
+}
+
+absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const compiler::Plan& plan, Backend& backend,
+                                                       const WeightSource& weights, const EngineOptions& options) {
+  std::unique_ptr<Engine> engine(new Engine(plan, backend));
+  const int64_t model_max = plan.model.max_position_embeddings;
+  engine->max_context_ = options.max_context > 0 ? options.max_context : model_max;
+  if (engine->max_context_ > model_max) {
+    return absl::InvalidArgumentError(absl::StrCat("max context ", engine->max_context_,
+                                                   " exceeds the model's max_position_embeddings (", model_max, ")"));
+  }
+  const int64_t block = plan.kv.block_size;
+  engine->max_blocks_per_seq_ = (engine->max_context_ + block - 1) / block;
+  int64_t tokens = options.kv_cache_tokens;
+  if (tokens <= 0) {
+    const int64_t budget = (int64_t{1} << 30) / plan.kv.BytesPerToken();
+    tokens = std::max(std::min(plan.max_seqs * engine->max_context_, budget), engine->max_context_);
+  }
+  const int64_t blocks = (tokens + block - 1) / block;
+  if (blocks > (int64_t{1} << 31) / block) return absl::InvalidArgumentError("KV cache too large");
+  engine->pool_ = std::make_unique<BlockPool>(static_cast<int32_t>(blocks));
+  RETURN_IF_ERROR(backend.Load(plan, weights, blocks));
+  return engine;
+}
+
+int64_t Engine::ReserveTokens(const Sequence& seq) const {
+  // Every position that is fed back gets a slot: the prompt and all new tokens but the last.
+  return std::min<int64_t>(static_cast<int64_t>(seq.request.prompt.size()) + seq.request.max_new_tokens - 1,
+                           max_context_);
+}
+
+absl::StatusOr<int> Engine::Submit(Request request) {
+  const int64_t n = static_cast<int64_t>(request.prompt.size());
+  if (n == 0) return absl::InvalidArgumentError("the prompt is empty");
+  for (int64_t i = 0; i < n; ++i) {
+    const int32_t id = request.prompt[i];
+    if (id < 0 || id >= plan_.model.vocab_size) {
+      return absl::InvalidArgumentError(absl::StrCat("prompt token ", id, " at position ", i,
+                                                     " is outside the vocabulary (0..", plan_.model.vocab_size - 1,
+                                                     ")"));
+    }
+  }
+  if (n > max_context_) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the prompt has ", n, " tokens, more than the maximum context of ", max_context_));
+  }
+  if (request.max_new_tokens < 1) return absl::InvalidArgumentError("max new tokens must be at least 1");
+  RETURN_IF_ERROR(request.sampling.Validate());
+  auto seq = std::make_unique<Sequence>(plan_.kv.block_size);
+  seq->id = static_cast<int>(seqs_.size());
+  seq->request = std::move(request);
+  if (!seq->request.sampling.IsPlainGreedy()) seq->sampler.emplace(seq->request.sampling);
+  const int64_t blocks = (ReserveTokens(*seq) + plan_.kv.block_size - 1) / plan_.kv.block_size;
+  if (blocks > pool_->num_blocks()) {
+    return absl::ResourceExhaustedError(absl::StrCat("the request needs ", blocks, " KV-cache blocks but the cache has ",
+                                                     pool_->num_blocks(), "; raise the KV-cache size"));
+  }
+  waiting_.push_back(seq.get());
+  seqs_.push_back(std::move(seq));
+  return seqs_.back()->id;
+}
+
+absl::Status Engine::Admit() {
+  while (!waiting_.empty() && static_cast<int64_t>(running_.size()) < plan_.max_seqs) {
+    Sequence* seq = waiting_.front();
+    if (!seq->table.Reserve(*pool_, ReserveTokens(*seq)).ok()) break;  // wait for blocks to come back
+    waiting_.pop_front();
+    running_.push_back(seq);
+  }
+  if (running_.empty() && !waiting_.empty()) {
+    return absl::InternalError("no request can be admitted although the KV cache is empty");
+  }
+  return absl::OkStatus();
+}
+
+void Engine::Finish(Sequence& seq, FinishReason reason) {
+  seq.finish = reason;
+  seq.table.ReleaseAll(*pool_);
+}
+
+absl::StatusOr<std::vector<TokenEvent>> Engine::Step() {
+  RETURN_IF_ERROR(Admit());
+  std::vector<TokenEvent> events;
+  if (running_.empty()) return events;
+
+  // Decode tokens first (latency), then prefill chunks in arrival order.
+  std::vector<Slice> slices;
+  int64_t budget = plan_.max_batch_tokens;
+  StepBatch& b = batch_;
+  b = StepBatch{};
+  b.max_blocks = max_blocks_per_seq_;
+  StepStats stats;
+  for (int pass = 0; pass < 2; ++pass) {
+    for (Sequence* seq : running_) {
+      if (seq->prefilling() != (pass == 1) || budget == 0) continue;
+      const int64_t prompt = static_cast<int64_t>(seq->request.prompt.size());
+      const int64_t n = seq->prefilling() ? std::min(prompt - seq->cached, budget) : 1;
+      const bool completes = seq->cached + n >= prompt;  // the step ends at the last known token
+      Slice s{seq, b.num_tokens, n, b.num_logit_rows, 0, completes};
+      for (int64_t i = 0; i < n; ++i) {
+        const int64_t pos = seq->cached + i;
+        b.tokens.push_back(pos < prompt ? seq->request.prompt[pos] : seq->generated[pos - prompt]);
+        b.positions.push_back(static_cast<int32_t>(pos));
+        b.slot_mapping.push_back(seq->table.Slot(pos));
+      }
+      const bool all_rows = seq->prefilling() && seq->request.prompt_logits;
+      for (int64_t i = 0; i < n; ++i) {
+        if (all_rows || (completes && i == n - 1)) {
+          b.logit_rows.push_back(static_cast<int32_t>(b.num_tokens + i));
+          ++s.logits;
+        }
+      }
+      b.seq_offsets.push_back(static_cast<int32_t>(b.num_tokens));
+      b.context_lens.push_back(static_cast<int32_t>(seq->cached + n));
+      std::vector<int32_t> row = seq->table.blocks();
+      row.resize(static_cast<size_t>(max_blocks_per_seq_), 0);
+      b.block_tables.insert(b.block_tables.end(), row.begin(), row.end());
+      b.num_tokens += n;
+      b.num_logit_rows += s.logits;
+      ++b.num_seqs;
+      budget -= n;
+      (seq->prefilling() ? stats.prefill_tokens : stats.decode_tokens) += n;
+      slices.push_back(s);
+    }
+  }
+  b.seq_offsets.push_back(static_cast<int32_t>(b.num_tokens));
+  stats.sequences = b.num_seqs;
+
+  bool need_logits = false, need_next = false;
+  for (const Slice& s : slices) {
+    const Request& r = s.seq->request;
+    if (s.logits == 0) continue;
+    need_logits = need_logits || r.prompt_logits || r.keep_logits || s.seq->sampler.has_value();
+    need_next = need_next || (s.emits_token && !s.seq->sampler.has_value());
+  }
+  const auto start = std::chrono::steady_clock::now();
+  RETURN_IF_ERROR(backend_.Execute(b));
+  if (need_logits) RETURN_IF_ERROR(backend_.ReadLogits(b.num_logit_rows, &logits_buffer_));
+  if (need_next) RETURN_IF_ERROR(backend_.ReadNextTokens(b.num_logit_rows, &next_buffer_));
+  stats.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  last_step_ = stats;
+
+  const int64_t vocab = plan_.model.vocab_size;
+  for (const Slice& s : slices) {
+    Sequence& seq = *s.seq;
+    const bool was_prefill = seq.prefilling();
+    seq.cached += s.rows;
+    auto row = [&](int64_t r) {
+      const float* p = logits_buffer_.data() + (s.first_logit + r) * vocab;
+      return std::vector<float>(p, p + vocab);
+    };
+    // Prompt rows (all but the one that chooses the first new token, which is kept below).
+    if (was_prefill && seq.request.prompt_logits) {
+      for (int64_t r = 0; r < s.logits - (s.emits_token ? 1 : 0); ++r) seq.logits.push_back(row(r));
+    }
+    if (!s.emits_token) continue;
+    const int64_t last = s.first_logit + s.logits - 1;
+    int32_t token;
+    std::vector<float> chosen_row;
+    if (seq.sampler.has_value() || seq.request.keep_logits || seq.request.prompt_logits) chosen_row = row(s.logits - 1);
+    if (seq.sampler.has_value()) {
+      std::vector<int32_t> history = seq.request.prompt;
+      history.insert(history.end(), seq.generated.begin(), seq.generated.end());
+      std::vector<float> scratch = chosen_row;
+      token = seq.sampler->Sample(scratch, history);
+    } else {
+      token = next_buffer_[last];
+    }
+    if (seq.request.keep_logits || (was_prefill && seq.request.prompt_logits)) seq.logits.push_back(chosen_row);
+    seq.generated.push_back(token);
+    const bool eos = seq.request.stop_on_eos && std::find(plan_.model.eos_token_ids.begin(),
+                                                          plan_.model.eos_token_ids.end(),
+                                                          token) != plan_.model.eos_token_ids.end();
+    if (eos) {
+      Finish(seq, FinishReason::kEos);
+    } else if (static_cast<int64_t>(seq.generated.size()) >= seq.request.max_new_tokens) {
+      Finish(seq, FinishReason::kLength);
+    } else if (seq.length() >= max_context_) {
+      Finish(seq, FinishReason::kContext);
+    }
+    events.push_back({seq.id, token, seq.finish != FinishReason::kNone});
+  }
+  running_.erase(std::remove_if(running_.begin(), running_.end(),
+                                [](const Sequence* s) { return s->finish != FinishReason::kNone; }),
+                 running_.end());
+  return events;
+}
+
+}  // namespace ag::runtime

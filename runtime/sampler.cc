@@ -1,0 +1,77 @@
+#include "runtime/sampler.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/str_cat.h"
+
+namespace ag::runtime {
+
+absl::Status SamplingParams::Validate() const {
+  if (!(temperature >= 0.0f) || !std::isfinite(temperature)) {
+    return absl::InvalidArgumentError(absl::StrCat("temperature must be >= 0, got ", temperature));
+  }
+  if (top_k < 0) return absl::InvalidArgumentError(absl::StrCat("top-k must be >= 0, got ", top_k));
+  if (!(top_p > 0.0f && top_p <= 1.0f)) {
+    return absl::InvalidArgumentError(absl::StrCat("top-p must be in (0, 1], got ", top_p));
+  }
+  if (!(repetition_penalty > 0.0f) || !std::isfinite(repetition_penalty)) {
+    return absl::InvalidArgumentError(absl::StrCat("repetition penalty must be > 0, got ", repetition_penalty));
+  }
+  return absl::OkStatus();
+}
+
+int32_t Sampler::Sample(std::vector<float>& logits, const std::vector<int32_t>& history) {
+  const int32_t n = static_cast<int32_t>(logits.size());
+  if (params_.repetition_penalty != 1.0f) {
+    absl::flat_hash_set<int32_t> seen(history.begin(), history.end());
+    for (int32_t id : seen) {
+      if (id < 0 || id >= n) continue;
+      float& l = logits[id];
+      l = l > 0 ? l / params_.repetition_penalty : l * params_.repetition_penalty;
+    }
+  }
+  if (params_.IsGreedy()) {
+    return static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+  }
+  // Candidates, best first, cut to top-k.
+  order_.resize(n);
+  std::iota(order_.begin(), order_.end(), 0);
+  const int32_t k = params_.top_k > 0 ? std::min(params_.top_k, n) : n;
+  auto better = [&](int32_t a, int32_t b) { return logits[a] > logits[b] || (logits[a] == logits[b] && a < b); };
+  std::partial_sort(order_.begin(), order_.begin() + k, order_.end(), better);
+  order_.resize(k);
+  // Softmax over the candidates at this temperature (in double: stable sums).
+  const double max_logit = logits[order_[0]];
+  std::vector<double> probs(k);
+  double total = 0;
+  for (int32_t i = 0; i < k; ++i) {
+    probs[i] = std::exp((static_cast<double>(logits[order_[i]]) - max_logit) / params_.temperature);
+    total += probs[i];
+  }
+  // Top-p: the smallest prefix whose mass reaches p (at least one token).
+  int32_t keep = k;
+  if (params_.top_p < 1.0f) {
+    double mass = 0;
+    for (int32_t i = 0; i < k; ++i) {
+      mass += probs[i] / total;
+      if (mass >= params_.top_p) {
+        keep = i + 1;
+        break;
+      }
+    }
+  }
+  double kept = 0;
+  for (int32_t i = 0; i < keep; ++i) kept += probs[i];
+  const double u = std::uniform_real_distribution<double>(0.0, kept)(rng_);
+  double acc = 0;
+  for (int32_t i = 0; i < keep; ++i) {
+    acc += probs[i];
+    if (u < acc) return order_[i];
+  }
+  return order_[keep - 1];
+}
+
+}  // namespace ag::runtime

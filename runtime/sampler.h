@@ -1,0 +1,43 @@
+// Token selection from a logits row: greedy, temperature, top-k, top-p and
+// repetition penalty (transformers' semantics), reproducible for a seed.
+#ifndef AUTOGLM_RUNTIME_SAMPLER_H_
+#define AUTOGLM_RUNTIME_SAMPLER_H_
+
+#include <cstdint>
+#include <random>
+#include <vector>
+
+#include "absl/status/status.h"
+
+namespace ag::runtime {
+
+struct SamplingParams {
+  float temperature = 0.0f;         // 0: greedy
+  int32_t top_k = 0;                // 0: off
+  float top_p = 1.0f;               // 1: off
+  float repetition_penalty = 1.0f;  // 1: off
+  uint64_t seed = 0;
+
+  // Greedy and no penalty: the device's argmax is the answer, no logits needed.
+  bool IsPlainGreedy() const { return IsGreedy() && repetition_penalty == 1.0f; }
+  bool IsGreedy() const { return temperature == 0.0f || top_k == 1; }
+  absl::Status Validate() const;
+};
+
+class Sampler {
+ public:
+  explicit Sampler(const SamplingParams& params) : params_(params), rng_(params.seed) {}
+
+  // Picks a token from `logits` (modified in place). `history` holds the ids
+  // the repetition penalty applies to (the prompt and what was generated).
+  int32_t Sample(std::vector<float>& logits, const std::vector<int32_t>& history);
+
+ private:
+  SamplingParams params_;
+  std::mt19937_64 rng_;
+  std::vector<int32_t> order_;  // scratch
+};
+
+}  // namespace ag::runtime
+
+#endif  // AUTOGLM_RUNTIME_SAMPLER_H_

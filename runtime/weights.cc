@@ -1,0 +1,72 @@
+#include "runtime/weights.h"
+
+#include <cmath>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "ir/status_macros.h"
+#include "models/glm/weight_map.h"
+
+namespace ag::runtime {
+
+absl::Status CheckpointWeights::Fill(const compiler::WeightEntry& entry, float* out) const {
+  int64_t row_elems = 1;
+  for (size_t i = 1; i < entry.shape.size(); ++i) row_elems *= entry.shape[i];
+  for (const compiler::WeightPiece& piece : entry.pieces) {
+    glm::WeightSource src{piece.tensor, piece.tensor_shape, piece.row_begin, piece.row_end};
+    ASSIGN_OR_RETURN(const glm::TensorView* view, glm::FindSourceTensor(checkpoint_, src));
+    const int64_t elems = (piece.row_end - piece.row_begin) * row_elems;
+    const uint8_t* data = view->data + piece.row_begin * row_elems * ir::DTypeSize(view->dtype);
+    glm::ConvertToFloat(view->dtype, data, elems, out);
+    out += elems;
+  }
+  return absl::OkStatus();
+}
+
+namespace {
+
+uint64_t SplitMix64(uint64_t x) {
+  x += 0x9E3779B97F4A7C15ull;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
+
+}  // namespace
+
+uint64_t WeightStream(absl::string_view name) {
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (unsigned char c : name) h = (h ^ c) * 0x100000001b3ull;
+  return h;
+}
+
+float RandomUniform(uint64_t seed, uint64_t stream, uint64_t index) {
+  const uint64_t bits = SplitMix64(SplitMix64(seed ^ stream) + index);
+  return static_cast<float>(bits >> 40) * (1.0f / 16777216.0f);  // [0, 1)
+}
+
+void RandomWeights::Distribution(const compiler::WeightEntry& entry, float* center, float* half_width) {
+  if (entry.shape.size() == 1 && entry.name.find("norm") != std::string::npos) {
+    *center = 1.0f;  // norm weights
+    *half_width = 0.1f;
+  } else if (entry.shape.size() == 1) {
+    *center = 0.0f;  // biases
+    *half_width = 0.05f;
+  } else {
+    *center = 0.0f;
+    *half_width = 1.0f / std::sqrt(static_cast<float>(entry.shape.back()));
+  }
+}
+
+absl::Status RandomWeights::Fill(const compiler::WeightEntry& entry, float* out) const {
+  float center, half_width;
+  Distribution(entry, &center, &half_width);
+  const uint64_t stream = WeightStream(entry.name);
+  const int64_t n = entry.NumElements();
+  for (int64_t i = 0; i < n; ++i) {
+    out[i] = center + half_width * (2.0f * RandomUniform(seed_, stream, static_cast<uint64_t>(i)) - 1.0f);
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace ag::runtime

@@ -1,0 +1,43 @@
+// Weight sources: a checkpoint (safetensors, memory-mapped) or a seeded
+// random generator for runs at real model shapes without a checkpoint.
+#ifndef AUTOGLM_RUNTIME_WEIGHTS_H_
+#define AUTOGLM_RUNTIME_WEIGHTS_H_
+
+#include <cstdint>
+
+#include "models/glm/safetensors.h"
+#include "runtime/backend.h"
+
+namespace ag::runtime {
+
+// Reads each weight's pieces from the checkpoint (shape-checked) and converts to float.
+class CheckpointWeights : public WeightSource {
+ public:
+  explicit CheckpointWeights(const glm::Checkpoint& checkpoint) : checkpoint_(checkpoint) {}
+  absl::Status Fill(const compiler::WeightEntry& entry, float* out) const override;
+
+ private:
+  const glm::Checkpoint& checkpoint_;
+};
+
+// Deterministic pseudo-random weights, never zero: norm weights near 1, other
+// matrices uniform with a scale that keeps activations bounded (1/sqrt(fan_in)).
+class RandomWeights : public WeightSource {
+ public:
+  explicit RandomWeights(uint64_t seed) : seed_(seed) {}
+  absl::Status Fill(const compiler::WeightEntry& entry, float* out) const override;
+  // The parameters of the distribution Fill draws from, shared with the device generator.
+  static void Distribution(const compiler::WeightEntry& entry, float* center, float* half_width);
+  uint64_t seed() const { return seed_; }
+
+ private:
+  uint64_t seed_;
+};
+
+// A counter-based generator: value i of weight `name` under `seed` (splitmix64).
+float RandomUniform(uint64_t seed, uint64_t stream, uint64_t index);
+uint64_t WeightStream(absl::string_view name);
+
+}  // namespace ag::runtime
+
+#endif  // AUTOGLM_RUNTIME_WEIGHTS_H_

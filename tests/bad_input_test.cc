@@ -1,0 +1,208 @@
+// Bad input through the command line: each case must end with exit status 1
+// and one line on stderr that names the file, tensor or value at fault —
+// never a crash, a hang or an out-of-bounds read.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <array>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "tests/testing/golden.h"
+#include "tests/testing/safetensors_writer.h"
+
+namespace ag {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct Result {
+  int exit_code = -1;
+  bool signaled = false;
+  std::string stderr_text;
+};
+
+// Runs a command line; captures stderr, discards stdout.
+Result RunCommand(const std::string& command) {
+  const fs::path err = fs::temp_directory_path() / ("autoglm_err_" + std::to_string(::getpid()));
+  const int status = std::system((command + " >/dev/null 2>" + err.string()).c_str());
+  Result r;
+  if (WIFEXITED(status)) r.exit_code = WEXITSTATUS(status);
+  r.signaled = WIFSIGNALED(status);
+  std::ifstream in(err);
+  std::stringstream s;
+  s << in.rdbuf();
+  r.stderr_text = s.str();
+  fs::remove(err);
+  return r;
+}
+
+std::string Binary(const char* env, const char* fallback) {
+  const char* p = std::getenv(env);
+  return p != nullptr ? p : fallback;
+}
+
+class BadInput : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() /
+           ("autoglm_bad_" + std::string(::testing::UnitTest::GetInstance()->current_test_info()->name()));
+    fs::remove_all(dir_);
+    fs::copy(testing::TestDataDir() + "/tiny-glm", dir_);
+    for (const auto& entry : fs::directory_iterator(dir_)) {
+      fs::permissions(entry.path(), fs::perms::owner_read | fs::perms::owner_write);
+    }
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  std::string Path(const std::string& name) const { return (dir_ / name).string(); }
+
+  // Runs autoglm-run on the copied model and checks the failure shape.
+  void ExpectError(const std::string& args, const std::string& expected) {
+    const Result r = RunCommand(Binary("AUTOGLM_RUN", "build/tools/autoglm-run") + " --model " + dir_.string() +
+                                " " + args);
+    EXPECT_FALSE(r.signaled) << "crashed: " << r.stderr_text;
+    EXPECT_EQ(r.exit_code, 1) << r.stderr_text;
+    EXPECT_EQ(std::count(r.stderr_text.begin(), r.stderr_text.end(), '\n'), 1) << "one line: " << r.stderr_text;
+    EXPECT_NE(r.stderr_text.find(expected), std::string::npos) << "expected '" << expected << "' in: "
+                                                               << r.stderr_text;
+  }
+  void ExpectModelError(const std::string& expected) { ExpectError("--prompt-ids 1,2,3 --max-new-tokens 2", expected); }
+
+  // The fixture's safetensors header and data, for rewriting.
+  void ReadWeights(nlohmann::json* header, std::string* data) {
+    std::ifstream in(Path("model.safetensors"), std::ios::binary);
+    std::stringstream s;
+    s << in.rdbuf();
+    const std::string bytes = s.str();
+    uint64_t len = 0;
+    for (int i = 0; i < 8; ++i) len |= static_cast<uint64_t>(static_cast<unsigned char>(bytes[i])) << (8 * i);
+    *header = nlohmann::json::parse(bytes.substr(8, len));
+    *data = bytes.substr(8 + len);
+  }
+  void WriteWeights(const nlohmann::json& header, const std::string& data, int64_t declared_len = -1) {
+    ag::testing::WriteRaw(Path("model.safetensors"), header.dump(), data, declared_len);
+  }
+
+  fs::path dir_;
+};
+
+TEST_F(BadInput, TheUntouchedCopyWorks) {
+  const Result r = RunCommand(Binary("AUTOGLM_RUN", "build/tools/autoglm-run") + " --model " + dir_.string() +
+                              " --prompt-ids 1,2,3 --max-new-tokens 2");
+  EXPECT_EQ(r.exit_code, 0) << r.stderr_text;
+}
+
+TEST_F(BadInput, MissingConfig) {
+  fs::remove(Path("config.json"));
+  ExpectModelError("config.json");
+}
+
+TEST_F(BadInput, MalformedConfig) {
+  std::ofstream(Path("config.json")) << "{\"model_type\": \"glm\", ";
+  ExpectModelError("config.json: not valid JSON");
+}
+
+TEST_F(BadInput, ConfigFieldOfTheWrongType) {
+  std::ofstream(Path("config.json")) << R"({"model_type":"glm","hidden_size":"sixty-four"})";
+  ExpectModelError("'hidden_size'");
+}
+
+TEST_F(BadInput, UnknownModelType) {
+  std::ifstream in(Path("config.json"));
+  nlohmann::json config = nlohmann::json::parse(in);
+  config["model_type"] = "llama";
+  std::ofstream(Path("config.json")) << config.dump();
+  ExpectModelError("'llama'");
+}
+
+TEST_F(BadInput, MissingTensor) {
+  nlohmann::json header;
+  std::string data;
+  ReadWeights(&header, &data);
+  header.erase("model.layers.1.mlp.down_proj.weight");
+  WriteWeights(header, data);
+  ExpectModelError("'model.layers.1.mlp.down_proj.weight' is missing");
+}
+
+TEST_F(BadInput, MisShapedTensor) {
+  nlohmann::json header;
+  std::string data;
+  ReadWeights(&header, &data);
+  header["model.layers.0.self_attn.o_proj.weight"]["shape"] = {32, 128};  // same bytes, wrong shape
+  WriteWeights(header, data);
+  ExpectModelError("'model.layers.0.self_attn.o_proj.weight' has shape [32,128], expected [64,64]");
+}
+
+TEST_F(BadInput, TruncatedFile) {
+  nlohmann::json header;
+  std::string data;
+  ReadWeights(&header, &data);
+  WriteWeights(header, data.substr(0, data.size() / 2));
+  ExpectModelError("out of range");
+}
+
+TEST_F(BadInput, FileShorterThanItsLengthPrefix) {
+  std::ofstream(Path("model.safetensors"), std::ios::binary) << "abc";
+  ExpectModelError("truncated safetensors file");
+}
+
+TEST_F(BadInput, HeaderLengthPastTheEnd) {
+  nlohmann::json header;
+  std::string data;
+  ReadWeights(&header, &data);
+  WriteWeights(header, data, int64_t{1} << 40);
+  ExpectModelError("header length");
+}
+
+TEST_F(BadInput, OffsetsOutOfRange) {
+  nlohmann::json header;
+  std::string data;
+  ReadWeights(&header, &data);
+  auto& entry = header["model.norm.weight"];
+  entry["data_offsets"] = {data.size() + 4, data.size() + 4 + 256};
+  WriteWeights(header, data);
+  ExpectModelError("tensor 'model.norm.weight': data_offsets");
+}
+
+TEST_F(BadInput, OverlappingTensors) {
+  nlohmann::json header;
+  std::string data;
+  ReadWeights(&header, &data);
+  const auto offsets = header["model.layers.0.input_layernorm.weight"]["data_offsets"];
+  header["model.layers.1.input_layernorm.weight"]["data_offsets"] = offsets;
+  WriteWeights(header, data);
+  ExpectModelError("overlap");
+}
+
+TEST_F(BadInput, EmptyPrompt) { ExpectError("--prompt-ids '' --max-new-tokens 2", "prompt is empty"); }
+
+TEST_F(BadInput, PromptIdOutsideTheVocabulary) {
+  ExpectError("--prompt-ids 5,300,7 --max-new-tokens 2", "prompt token 300 at position 1");
+  ExpectError("--prompt-ids -1 --max-new-tokens 2", "prompt token -1");
+}
+
+TEST_F(BadInput, PromptIdThatIsNotANumber) {
+  ExpectError("--prompt-ids 5,x7 --max-new-tokens 2", "'x7'");
+  ExpectError("--prompt-ids 99999999999 --max-new-tokens 2", "'99999999999'");
+}
+
+TEST_F(BadInput, PromptLongerThanTheContext) {
+  std::string ids = "1";
+  for (int i = 0; i < 256; ++i) ids += ",1";  // 257 tokens, max_position_embeddings is 256
+  ExpectError("--prompt-ids " + ids + " --max-new-tokens 1", "257 tokens, more than the maximum context of 256");
+  ExpectError("--prompt-ids 1,2,3,4,5 --max-context 4 --max-new-tokens 1", "maximum context of 4");
+}
+
+TEST_F(BadInput, MaxContextBeyondTheModel) {
+  ExpectError("--prompt-ids 1 --max-context 1000 --max-new-tokens 1", "max_position_embeddings");
+}
+
+TEST_F(BadInput, UnknownDevice) { ExpectError("--prompt-ids 1 --device tpu", "'tpu'"); }
+
+}  // namespace
+}  // namespace ag

@@ -1,0 +1,94 @@
+// autoglm-compile: compile a GLM-4 model description into a plan file.
+//
+//   autoglm-compile --model DIR -o FILE.agplan [--max-batch-tokens N] [--max-seqs N]
+//                   [--kv-block-size N] [--dtype bf16|f32] [--dump-after=PASS] [--disable-pass=PASS,...]
+//
+// --model checks every weight the plan names against the checkpoint's headers;
+// --config FILE compiles from a config.json alone.
+#include <cstdio>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/strings/str_join.h"
+#include "compiler/driver.h"
+#include "compiler/plan_file.h"
+#include "compiler/summary.h"
+#include "ir/status_macros.h"
+#include "ir/text.h"
+#include "tools/common.h"
+
+ABSL_FLAG(std::string, model, "", "checkpoint directory (config.json, *.safetensors)");
+ABSL_FLAG(std::string, config, "", "a config.json, to compile without a checkpoint");
+ABSL_FLAG(std::string, o, "", "output plan file");
+ABSL_FLAG(int64_t, max_batch_tokens, 256, "most tokens in one step (prefill chunks and decode tokens)");
+ABSL_FLAG(int64_t, max_seqs, 16, "most sequences in one step");
+ABSL_FLAG(int64_t, kv_block_size, 16, "tokens per KV-cache block");
+ABSL_FLAG(std::string, dtype, "f32", "f32 (the CPU golden path) or bf16 (the GPU)");
+ABSL_FLAG(std::string, dump_after, "", "print the IR after this pass ('all': after every pass; 'build': before any)");
+ABSL_FLAG(std::vector<std::string>, disable_pass, {}, "passes to skip, comma-separated");
+ABSL_FLAG(bool, verify_each, true, "run the IR verifier after every pass");
+
+namespace ag::tools {
+namespace {
+
+absl::Status Run() {
+  const std::string out = absl::GetFlag(FLAGS_o);
+  if (out.empty()) return absl::InvalidArgumentError("-o FILE.agplan is required");
+  ASSIGN_OR_RETURN(Model model, OpenModel(absl::GetFlag(FLAGS_model), absl::GetFlag(FLAGS_config)));
+  compiler::CompileOptions options;
+  ASSIGN_OR_RETURN(options.build.dtype, ParseModelDType(absl::GetFlag(FLAGS_dtype)));
+  options.build.max_batch_tokens = absl::GetFlag(FLAGS_max_batch_tokens);
+  options.build.max_seqs = absl::GetFlag(FLAGS_max_seqs);
+  options.build.kv_block_size = absl::GetFlag(FLAGS_kv_block_size);
+  options.pipeline.disabled = absl::GetFlag(FLAGS_disable_pass);
+  options.pipeline.verify_each = absl::GetFlag(FLAGS_verify_each);
+  const std::string dump_after = absl::GetFlag(FLAGS_dump_after);
+  if (dump_after == "build") {
+    ASSIGN_OR_RETURN(ir::Graph built, glm::BuildGlmGraph(model.config, options.build));
+    std::cout << "// IR as built\n" << ir::PrintGraph(built);
+  } else {
+    options.pipeline.dump_after = dump_after;
+  }
+  options.pipeline.dump = [](absl::string_view pass, const ir::Graph& graph) {
+    std::cout << "// IR after " << pass << "\n" << ir::PrintGraph(graph);
+  };
+  ASSIGN_OR_RETURN(compiler::CompileResult compiled, compiler::Compile(model.config, options));
+  const compiler::Plan& plan = compiled.plan;
+  RETURN_IF_ERROR(compiler::CheckPlanAgainstModel(plan, model.config,
+                                                  model.checkpoint ? &*model.checkpoint : nullptr));
+  RETURN_IF_ERROR(compiler::WritePlanFile(plan, out));
+
+  const compiler::PlanSummary s = compiler::Summarize(plan);
+  std::vector<std::string> passes;
+  for (const passes::PassRecord& r : compiled.passes) passes.push_back(r.name + (r.changed ? "" : " (no change)"));
+  std::printf("compiled %s model, %lld layers, %s -> %s\n", plan.model.layout.c_str(),
+              static_cast<long long>(plan.model.num_layers), std::string(ir::DTypeName(plan.dtype)).c_str(),
+              out.c_str());
+  std::printf("passes: %s\n", passes.empty() ? "none" : absl::StrJoin(passes, ", ").c_str());
+  std::printf("steps per forward step: %lld (%lld per layer, %lld outside layers)\n",
+              static_cast<long long>(s.total_steps), static_cast<long long>(s.steps_per_layer),
+              static_cast<long long>(s.steps_outside_layers));
+  std::printf("arena: %lld bytes for up to %lld tokens and %lld sequences per step\n",
+              static_cast<long long>(plan.arena_bytes), static_cast<long long>(plan.max_batch_tokens),
+              static_cast<long long>(plan.max_seqs));
+  std::printf("kv cache: %lld bytes per token (blocks of %lld tokens)\n",
+              static_cast<long long>(plan.kv.BytesPerToken()), static_cast<long long>(plan.kv.block_size));
+  std::printf("weights: %zu tensors, %lld bytes\n", plan.weights.size(), static_cast<long long>(s.weight_bytes));
+  return absl::OkStatus();
+}
+
+}  // namespace
+}  // namespace ag::tools
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage("compile a GLM-4 model to a plan.\n  autoglm-compile --model DIR -o FILE.agplan");
+  ag::tools::NormalizeFlagNames(argc, argv);
+  absl::ParseCommandLine(argc, argv);
+  absl::Status status = ag::tools::Run();
+  if (!status.ok()) return ag::tools::ReportError("autoglm-compile", status);
+  return 0;
+}

@@ -1,0 +1,94 @@
+// autoglm-inspect: print a plan file.
+//
+//   autoglm-inspect FILE.agplan [--json]
+//
+// The text form lists the plan's inputs, weights and steps in order (the
+// names an Nsight timeline shows). --json prints counts:
+// {"steps_per_layer", "total_steps", "arena_bytes", "kernels": {name: count}, ...}.
+#include <cstdio>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/strings/str_join.h"
+#include "compiler/plan_file.h"
+#include "compiler/summary.h"
+#include "ir/status_macros.h"
+#include "tools/common.h"
+
+ABSL_FLAG(bool, json, false, "print counts as JSON");
+
+namespace ag::tools {
+namespace {
+
+absl::Status Run(const std::string& path) {
+  ASSIGN_OR_RETURN(compiler::Plan plan, compiler::ReadPlanFile(path));
+  const compiler::PlanSummary s = compiler::Summarize(plan);
+  if (absl::GetFlag(FLAGS_json)) {
+    nlohmann::json j;
+    j["steps_per_layer"] = s.steps_per_layer;
+    j["total_steps"] = s.total_steps;
+    j["steps_outside_layers"] = s.steps_outside_layers;
+    j["arena_bytes"] = plan.arena_bytes;
+    j["kernels"] = s.kernels;
+    j["layers"] = plan.model.num_layers;
+    j["layout"] = plan.model.layout;
+    j["dtype"] = std::string(ir::DTypeName(plan.dtype));
+    j["max_batch_tokens"] = plan.max_batch_tokens;
+    j["max_seqs"] = plan.max_seqs;
+    j["kv_bytes_per_token"] = plan.kv.BytesPerToken();
+    j["kv_block_size"] = plan.kv.block_size;
+    j["weight_bytes"] = s.weight_bytes;
+    j["passes"] = plan.passes;
+    std::printf("%s\n", j.dump(2).c_str());
+    return absl::OkStatus();
+  }
+  std::printf("plan %s: %s model, %lld layers, vocab %lld, %s\n", path.c_str(), plan.model.layout.c_str(),
+              static_cast<long long>(plan.model.num_layers), static_cast<long long>(plan.model.vocab_size),
+              std::string(ir::DTypeName(plan.dtype)).c_str());
+  std::printf("limits: T<=%lld tokens, S<=%lld sequences per step; arena %lld bytes\n",
+              static_cast<long long>(plan.max_batch_tokens), static_cast<long long>(plan.max_seqs),
+              static_cast<long long>(plan.arena_bytes));
+  std::printf("kv cache: %lld layers x [2, blocks, %lld, %lld, %lld], %lld bytes per token\n",
+              static_cast<long long>(plan.kv.num_layers), static_cast<long long>(plan.kv.block_size),
+              static_cast<long long>(plan.kv.kv_heads), static_cast<long long>(plan.kv.head_dim),
+              static_cast<long long>(plan.kv.BytesPerToken()));
+  std::printf("passes: %s\n", absl::StrJoin(plan.passes, ", ").c_str());
+  std::printf("inputs:");
+  for (const compiler::PlanInput& in : plan.inputs) std::printf(" %%%s %s", in.name.c_str(), in.type.ToString().c_str());
+  std::printf("\nweights: %zu (%lld bytes)\n", plan.weights.size(), static_cast<long long>(s.weight_bytes));
+  for (const compiler::WeightEntry& w : plan.weights) {
+    std::vector<std::string> pieces;
+    for (const compiler::WeightPiece& p : w.pieces) {
+      pieces.push_back(absl::StrCat(p.tensor, "[", p.row_begin, ":", p.row_end, "]"));
+    }
+    std::printf("  @%s %s[%s] <- %s\n", w.name.c_str(), std::string(ir::DTypeName(w.dtype)).c_str(),
+                absl::StrJoin(w.shape, ",").c_str(), absl::StrJoin(pieces, " + ").c_str());
+  }
+  std::printf("steps: %lld (%lld per layer)\n%s", static_cast<long long>(s.total_steps),
+              static_cast<long long>(s.steps_per_layer), compiler::DescribeSteps(plan).c_str());
+  std::printf("outputs:");
+  for (size_t i = 0; i < plan.outputs.size(); ++i) {
+    std::printf(" %s=arena+%lld", plan.output_names[i].c_str(), static_cast<long long>(plan.outputs[i].index));
+  }
+  std::printf("\n");
+  return absl::OkStatus();
+}
+
+}  // namespace
+}  // namespace ag::tools
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage("print a plan.\n  autoglm-inspect FILE.agplan [--json]");
+  ag::tools::NormalizeFlagNames(argc, argv);
+  std::vector<char*> args = absl::ParseCommandLine(argc, argv);
+  if (args.size() != 2) {
+    return ag::tools::ReportError("autoglm-inspect", absl::InvalidArgumentError("usage: autoglm-inspect FILE.agplan [--json]"));
+  }
+  absl::Status status = ag::tools::Run(args[1]);
+  if (!status.ok()) return ag::tools::ReportError("autoglm-inspect", status);
+  return 0;
+}
