@@ -92,6 +92,12 @@ ValueId Graph::FindValue(absl::string_view name) const {
   return it == by_name_.end() ? kNoValue : it->second;
 }
 
+void Graph::RenameValue(ValueId id, std::string name) {
+  by_name_.erase(values_[id].name);
+  values_[id].name = name;
+  by_name_.emplace(std::move(name), id);
+}
+
 std::string Graph::UniqueName(absl::string_view base) const {
   if (!by_name_.contains(base)) return std::string(base);
   for (int i = 1;; ++i) {

@@ -87,6 +87,8 @@ class Graph {
   int64_t arena_bytes() const { return arena_bytes_; }
   void set_arena_bytes(int64_t bytes) { arena_bytes_ = bytes; }
 
+  // Renames a value; `name` must be unused.
+  void RenameValue(ValueId id, std::string name);
   // A name not used yet, derived from `base`.
   std::string UniqueName(absl::string_view base) const;
 

@@ -229,7 +229,7 @@ absl::StatusOr<Types> InferPagedAttention(Operands o, const Attrs& a) {
   return Types{o[0]};
 }
 
-// The shared part of the fused QKV ops: x [T,K], norm weight [K], W [(H+2KV)D, K],
+// The fused QKV op's checks: x [T,K], norm weight [K], W [(H+2KV)D, K],
 // positions [T], optional bias. Returns the q, k, v types.
 absl::StatusOr<Types> CheckNormQkvRope(const TensorType& x, const TensorType& norm_w, const TensorType& w,
                                        const TensorType& positions, const TensorType* bias, const Attrs& a,
@@ -246,12 +246,6 @@ absl::StatusOr<Types> CheckNormQkvRope(const TensorType& x, const TensorType& no
   *dims = d;
   const Dim& t = x.shape[0];
   return Types{{x.dtype, {t, Dim(q)}}, {x.dtype, {t, Dim(kv)}}, {x.dtype, {t, Dim(kv)}}};
-}
-
-// (x, norm_w, W, positions, bias?) -> q, k, v
-absl::StatusOr<Types> InferNormQkvRope(Operands o, const Attrs& a) {
-  AttentionDims d;
-  return CheckNormQkvRope(o[0], o[1], o[2], o[3], o.size() == 5 ? &o[4] : nullptr, a, &d);
 }
 
 // (x, norm_w, W, positions, slot_mapping, kv, bias?) -> q
@@ -333,7 +327,6 @@ constexpr std::array<OpInfo, kOpCount> kOps = {{
   {OpId::k_argmax,              "argmax",                 1, 1, 1, kNone,        0,                                  -1, -1, InferArgmax},
   {OpId::k_kv_cache_write,      "kv_cache_write",         4, 4, 0, kHeads,       kSideEffect,                         3, -1, InferKvCacheWrite},
   {OpId::k_paged_attention,     "paged_attention",        5, 5, 1, kHeads,       0,                                   1, -1, InferPagedAttention},
-  {OpId::k_norm_qkv_rope,       "norm_qkv_rope",          4, 5, 3, kNormQkvRope, kFused,                             -1, -1, InferNormQkvRope},
   {OpId::k_norm_qkv_rope_kv_write, "norm_qkv_rope_kv_write", 6, 7, 1, kNormQkvRope, kFused | kSideEffect,           5, -1, InferNormQkvRopeKvWrite},
   {OpId::k_norm_gate_up_silu,   "norm_gate_up_silu",      3, 3, 1, kEps,         kFused,                             -1, -1, InferNormGateUpSilu},
   {OpId::k_linear_residual,     "linear_residual",        3, 3, 1, kNone,        kFused,                             -1,  2, InferLinearResidual},

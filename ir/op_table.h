@@ -37,7 +37,6 @@ namespace ag::ir {
   X(argmax)                 \
   X(kv_cache_write)         \
   X(paged_attention)        \
-  X(norm_qkv_rope)          \
   X(norm_qkv_rope_kv_write) \
   X(norm_gate_up_silu)      \
   X(linear_residual)        \

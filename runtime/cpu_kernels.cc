@@ -59,18 +59,14 @@ void KvCacheWrite(const A& a) {
 }
 void PagedAttention(const A& a) { ref::PagedAttention(a.operands[0].f(), a.Int("heads"), a.kv, a.seqs, a.results[0].f()); }
 
-// Shared by the two fused QKV ops: x, norm weight, W, positions at operands 0..3.
-void NormQkvRopeInto(const A& a, const float* bias, float* q, float* k, float* v) {
-  const CpuTensor& x = a.operands[0];
-  ref::NormQkvRope(x.f(), a.operands[1].f(), a.operands[2].f(), bias, a.operands[3].i(), x.dim(0), x.dim(1),
-                   a.Float("eps"), a.Int("heads"), a.Int("kv_heads"), a.Int("head_dim"), a.Int("rot"), a.Float("theta"),
-                   a.Freq(), q, k, v);
-}
-void NormQkvRope(const A& a) { NormQkvRopeInto(a, a.Optional(4), a.results[0].f(), a.results[1].f(), a.results[2].f()); }
+// (x, norm weight, W, positions, slot mapping, kv, bias?) -> q; k and v go to the cache.
 void NormQkvRopeKvWrite(const A& a) {
-  const int64_t tokens = a.operands[0].dim(0), kv_width = a.Int("kv_heads") * a.Int("head_dim");
+  const CpuTensor& x = a.operands[0];
+  const int64_t tokens = x.dim(0), kv_width = a.Int("kv_heads") * a.Int("head_dim");
   std::vector<float> k(tokens * kv_width), v(tokens * kv_width);
-  NormQkvRopeInto(a, a.Optional(6), a.results[0].f(), k.data(), v.data());
+  ref::NormQkvRope(x.f(), a.operands[1].f(), a.operands[2].f(), a.Optional(6), a.operands[3].i(), tokens, x.dim(1),
+                   a.Float("eps"), a.Int("heads"), a.Int("kv_heads"), a.Int("head_dim"), a.Int("rot"), a.Float("theta"),
+                   a.Freq(), a.results[0].f(), k.data(), v.data());
   ref::KvCacheWrite(k.data(), v.data(), a.operands[4].i(), tokens, a.kv);
 }
 void NormGateUpSilu(const A& a) {
@@ -119,7 +115,6 @@ constexpr std::array<Row, ir::kOpCount> kKernels = {{
     {OpId::k_argmax, Argmax},
     {OpId::k_kv_cache_write, KvCacheWrite},
     {OpId::k_paged_attention, PagedAttention},
-    {OpId::k_norm_qkv_rope, NormQkvRope},
     {OpId::k_norm_qkv_rope_kv_write, NormQkvRopeKvWrite},
     {OpId::k_norm_gate_up_silu, NormGateUpSilu},
     {OpId::k_linear_residual, LinearResidual},

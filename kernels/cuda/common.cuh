@@ -1,0 +1,74 @@
+// Shared pieces of the CUDA kernels: bf16 vector loads, warp reductions,
+// launch checking. No IR or runtime headers here (kernels/ take raw pointers).
+#ifndef AUTOGLM_KERNELS_CUDA_COMMON_CUH_
+#define AUTOGLM_KERNELS_CUDA_COMMON_CUH_
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace ag::cuda {
+
+using bf16 = __nv_bfloat16;
+
+// Eight bf16 values: one 16-byte load.
+struct alignas(16) Bf16x8 {
+  __nv_bfloat162 h[4];
+};
+
+__device__ __forceinline__ Bf16x8 Load8(const bf16* p) { return *reinterpret_cast<const Bf16x8*>(p); }
+// A streaming load that does not allocate in L1 (weights are read once per step).
+__device__ __forceinline__ Bf16x8 LoadStream8(const bf16* p) {
+  Bf16x8 v;
+  const int4 raw = __ldcs(reinterpret_cast<const int4*>(p));
+  *reinterpret_cast<int4*>(&v) = raw;
+  return v;
+}
+__device__ __forceinline__ void Store8(bf16* p, const Bf16x8& v) { *reinterpret_cast<Bf16x8*>(p) = v; }
+
+__device__ __forceinline__ void ToFloat8(const Bf16x8& v, float* f) {
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const float2 t = __bfloat1622float2(v.h[i]);
+    f[2 * i] = t.x;
+    f[2 * i + 1] = t.y;
+  }
+}
+__device__ __forceinline__ Bf16x8 FromFloat8(const float* f) {
+  Bf16x8 v;
+#pragma unroll
+  for (int i = 0; i < 4; ++i) v.h[i] = __floats2bfloat162_rn(f[2 * i], f[2 * i + 1]);
+  return v;
+}
+
+__device__ __forceinline__ float WarpSum(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+__device__ __forceinline__ float WarpMax(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+
+// Sum over a block of `kWarps` warps; every thread gets the result. `scratch` holds kWarps floats.
+template <int kWarps>
+__device__ __forceinline__ float BlockSum(float v, float* scratch) {
+  v = WarpSum(v);
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  __syncthreads();  // scratch may still be read from a previous call
+  if (lane == 0) scratch[warp] = v;
+  __syncthreads();
+  float total = 0.0f;
+#pragma unroll
+  for (int w = 0; w < kWarps; ++w) total += scratch[w];
+  return total;
+}
+
+inline int CeilDiv(int64_t a, int64_t b) { return static_cast<int>((a + b - 1) / b); }
+
+}  // namespace ag::cuda
+
+#endif  // AUTOGLM_KERNELS_CUDA_COMMON_CUH_
