@@ -38,7 +38,8 @@ absl::StatusOr<bool> PlanMemoryPass::Run(ir::Graph& g) {
       const ir::ValueId r = node.results[i];
       ASSIGN_OR_RETURN(int64_t bytes, g.value(r).type.ByteSize(g.symbol_bounds()));
       const int32_t last = std::max(last_use[r], n);
-      if (i == 0 && info.inplace_operand >= 0 && info.inplace_operand < static_cast<int>(node.operands.size())) {
+      const bool output = g.IsOutput(r);
+      if (i == 0 && !output && info.inplace_operand >= 0 && info.inplace_operand < static_cast<int>(node.operands.size())) {
         const ir::ValueId in = node.operands[info.inplace_operand];
         const int32_t b = buffer_of[in];
         // Reuse only a dying intermediate of the same type that no other operand of this node reads.
@@ -51,7 +52,8 @@ absl::StatusOr<bool> PlanMemoryPass::Run(ir::Graph& g) {
         }
       }
       buffer_of[r] = static_cast<int32_t>(buffers.size());
-      buffers.push_back({AlignUp(bytes), n, last, -1});
+      // Outputs are exclusive: live over the whole step, they share memory with nothing.
+      buffers.push_back({AlignUp(bytes), output ? 0 : n, last, -1});
     }
   }
 

@@ -2,7 +2,6 @@
 // and one line on stderr that names the file, tensor or value at fault —
 // never a crash, a hang or an out-of-bounds read.
 #include <gtest/gtest.h>
-#include <sys/wait.h>
 
 #include <array>
 #include <cstdio>
@@ -12,6 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "tests/testing/command.h"
 #include "tests/testing/golden.h"
 #include "tests/testing/safetensors_writer.h"
 
@@ -19,32 +19,6 @@ namespace ag {
 namespace {
 
 namespace fs = std::filesystem;
-
-struct Result {
-  int exit_code = -1;
-  bool signaled = false;
-  std::string stderr_text;
-};
-
-// Runs a command line; captures stderr, discards stdout.
-Result RunCommand(const std::string& command) {
-  const fs::path err = fs::temp_directory_path() / ("autoglm_err_" + std::to_string(::getpid()));
-  const int status = std::system((command + " >/dev/null 2>" + err.string()).c_str());
-  Result r;
-  if (WIFEXITED(status)) r.exit_code = WEXITSTATUS(status);
-  r.signaled = WIFSIGNALED(status);
-  std::ifstream in(err);
-  std::stringstream s;
-  s << in.rdbuf();
-  r.stderr_text = s.str();
-  fs::remove(err);
-  return r;
-}
-
-std::string Binary(const char* env, const char* fallback) {
-  const char* p = std::getenv(env);
-  return p != nullptr ? p : fallback;
-}
 
 class BadInput : public ::testing::Test {
  protected:
@@ -63,13 +37,12 @@ class BadInput : public ::testing::Test {
 
   // Runs autoglm-run on the copied model and checks the failure shape.
   void ExpectError(const std::string& args, const std::string& expected) {
-    const Result r = RunCommand(Binary("AUTOGLM_RUN", "build/tools/autoglm-run") + " --model " + dir_.string() +
-                                " " + args);
-    EXPECT_FALSE(r.signaled) << "crashed: " << r.stderr_text;
-    EXPECT_EQ(r.exit_code, 1) << r.stderr_text;
-    EXPECT_EQ(std::count(r.stderr_text.begin(), r.stderr_text.end(), '\n'), 1) << "one line: " << r.stderr_text;
-    EXPECT_NE(r.stderr_text.find(expected), std::string::npos) << "expected '" << expected << "' in: "
-                                                               << r.stderr_text;
+    const testing::CommandResult r = testing::RunCommand(testing::Tool("AUTOGLM_RUN", "build/tools/autoglm-run") +
+                                                         " --model " + dir_.string() + " " + args);
+    EXPECT_FALSE(r.signaled) << "crashed: " << r.err;
+    EXPECT_EQ(r.exit_code, 1) << r.err;
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << "one line: " << r.err;
+    EXPECT_NE(r.err.find(expected), std::string::npos) << "expected '" << expected << "' in: " << r.err;
   }
   void ExpectModelError(const std::string& expected) { ExpectError("--prompt-ids 1,2,3 --max-new-tokens 2", expected); }
 
@@ -92,9 +65,9 @@ class BadInput : public ::testing::Test {
 };
 
 TEST_F(BadInput, TheUntouchedCopyWorks) {
-  const Result r = RunCommand(Binary("AUTOGLM_RUN", "build/tools/autoglm-run") + " --model " + dir_.string() +
-                              " --prompt-ids 1,2,3 --max-new-tokens 2");
-  EXPECT_EQ(r.exit_code, 0) << r.stderr_text;
+  const testing::CommandResult r = testing::RunCommand(testing::Tool("AUTOGLM_RUN", "build/tools/autoglm-run") +
+                                                       " --model " + dir_.string() + " --prompt-ids 1,2,3 --max-new-tokens 2");
+  EXPECT_EQ(r.exit_code, 0) << r.err;
 }
 
 TEST_F(BadInput, MissingConfig) {

@@ -1,0 +1,128 @@
+#include "compiler/plan_file.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <cstring>
+
+#include "compiler/driver.h"
+#include "compiler/summary.h"
+#include "models/glm/config.h"
+
+namespace ag::compiler {
+namespace {
+
+std::string DataDir() {
+  const char* dir = std::getenv("AUTOGLM_TEST_DATA");
+  return dir != nullptr ? dir : "tests/data";
+}
+
+Plan TinyPlan(const char* fixture = "tiny-glm") {
+  absl::StatusOr<glm::ModelConfig> config = glm::LoadModelConfig(DataDir() + "/" + fixture);
+  EXPECT_TRUE(config.ok()) << config.status();
+  absl::StatusOr<CompileResult> compiled = Compile(*config, {});
+  EXPECT_TRUE(compiled.ok()) << compiled.status();
+  return compiled->plan;
+}
+
+// Rewrites the checksum so that a deliberately edited payload passes the integrity check.
+std::string Reseal(std::string file) {
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (size_t i = 32; i < file.size(); ++i) {
+    h ^= static_cast<unsigned char>(file[i]);
+    h *= 0x100000001b3ull;
+  }
+  std::memcpy(file.data() + 24, &h, 8);
+  return file;
+}
+
+std::string ErrorOf(const std::string& bytes) {
+  absl::StatusOr<Plan> p = DeserializePlan(bytes, "x.agplan");
+  EXPECT_FALSE(p.ok());
+  return p.ok() ? "" : std::string(p.status().message());
+}
+
+TEST(PlanFile, RoundTrips) {
+  for (const char* fixture : {"tiny-glm", "tiny-glm4", "tiny-chatglm"}) {
+    const Plan plan = TinyPlan(fixture);
+    const std::string bytes = SerializePlan(plan);
+    absl::StatusOr<Plan> back = DeserializePlan(bytes, "x.agplan");
+    ASSERT_TRUE(back.ok()) << back.status();
+    EXPECT_EQ(SerializePlan(*back), bytes);
+    EXPECT_EQ(DescribeSteps(*back), DescribeSteps(plan));
+    EXPECT_EQ(back->weights.size(), plan.weights.size());
+  }
+}
+
+TEST(PlanFile, TruncatedCorruptAndWrongVersion) {
+  const std::string bytes = SerializePlan(TinyPlan());
+  EXPECT_NE(ErrorOf(bytes.substr(0, 20)).find("bad magic or too short"), std::string::npos);
+  EXPECT_NE(ErrorOf(bytes.substr(0, bytes.size() - 1)).find("truncated"), std::string::npos);
+  EXPECT_NE(ErrorOf(bytes + "x").find("truncated or padded"), std::string::npos);
+  std::string corrupt = bytes;
+  corrupt[bytes.size() / 2] ^= 0x40;
+  EXPECT_NE(ErrorOf(corrupt).find("checksum mismatch"), std::string::npos);
+  std::string version = bytes;
+  version[8] = 7;
+  EXPECT_NE(ErrorOf(version).find("version 7 is not supported"), std::string::npos);
+  std::string magic = bytes;
+  magic[0] = 'X';
+  EXPECT_NE(ErrorOf(magic).find("not an .agplan file"), std::string::npos);
+  EXPECT_NE(ErrorOf("").find("too short"), std::string::npos);
+}
+
+TEST(PlanFile, ResealedGarbageIsRejectedWithoutCrashing) {
+  const std::string bytes = SerializePlan(TinyPlan());
+  // Flip every byte position of the payload once (a sample of them), reseal, and decode:
+  // each must decode into a valid plan or fail cleanly.
+  for (size_t i = 32; i < bytes.size(); i += 7) {
+    std::string edited = bytes;
+    edited[i] = static_cast<char>(edited[i] ^ 0xFF);
+    absl::StatusOr<Plan> p = DeserializePlan(Reseal(edited), "x.agplan");
+    if (p.ok()) EXPECT_TRUE(ValidatePlan(*p).ok());
+  }
+}
+
+TEST(PlanValidation, CatchesInconsistentPlans) {
+  const Plan good = TinyPlan();
+  ASSERT_TRUE(ValidatePlan(good).ok());
+  Plan p = good;
+  p.steps[1].results[0].index = p.arena_bytes;  // outside the arena
+  EXPECT_NE(ValidatePlan(p).message().find("outside the arena"), std::string::npos);
+  p = good;
+  p.steps[1].operands[0].index += 256;  // reads memory nothing wrote
+  EXPECT_NE(ValidatePlan(p).message().find("before anything writes it"), std::string::npos) << ValidatePlan(p);
+  p = good;
+  p.steps[1].operands[1].type.shape[0] = ir::Dim(65);  // weight type mismatch
+  EXPECT_FALSE(ValidatePlan(p).ok());
+  p = good;
+  p.steps[2].attrs["heads"] = int64_t{3};  // shape rule fails
+  EXPECT_FALSE(ValidatePlan(p).ok());
+  p = good;
+  p.weights[0].pieces[0].row_end += 1;
+  EXPECT_NE(ValidatePlan(p).message().find("bad slice"), std::string::npos) << ValidatePlan(p);
+  p = good;
+  p.inputs[0].name = "bogus";
+  EXPECT_NE(ValidatePlan(p).message().find("unknown runtime input"), std::string::npos);
+}
+
+TEST(Summary, LaunchesPerLayerAfterFusion) {
+  EXPECT_EQ(Summarize(TinyPlan("tiny-glm")).steps_per_layer, 5);
+  EXPECT_EQ(Summarize(TinyPlan("tiny-glm4")).steps_per_layer, 7);
+  EXPECT_EQ(Summarize(TinyPlan("tiny-chatglm")).steps_per_layer, 5);
+  const char* text = R"({"model_type":"glm","hidden_size":4096,"intermediate_size":13696,"num_hidden_layers":40,
+    "num_attention_heads":32,"num_key_value_heads":2,"head_dim":128,"vocab_size":151552,"eos_token_id":[151329]})";
+  absl::StatusOr<glm::ModelConfig> c = glm::ParseModelConfig(text, "config.json");
+  ASSERT_TRUE(c.ok());
+  CompileOptions options;
+  options.build.dtype = ir::DType::kBF16;
+  absl::StatusOr<CompileResult> compiled = Compile(*c, options);
+  ASSERT_TRUE(compiled.ok()) << compiled.status();
+  const PlanSummary s = Summarize(compiled->plan);
+  EXPECT_EQ(s.steps_per_layer, 5);
+  EXPECT_EQ(s.total_steps, 40 * 5 + 4);
+  EXPECT_EQ(s.kernels.at("norm_qkv_rope_kv_write"), 40);
+}
+
+}  // namespace
+}  // namespace ag::compiler

@@ -1,0 +1,137 @@
+// The command-line tools end to end: autoglm-compile -> autoglm-inspect ->
+// autoglm-run --plan, on every fixture, against golden.json.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+
+#include <nlohmann/json.hpp>
+
+#include "tests/testing/command.h"
+#include "tests/testing/golden.h"
+
+namespace ag {
+namespace {
+
+namespace fs = std::filesystem;
+using testing::CommandResult;
+using testing::RunCommand;
+using testing::Tool;
+
+std::string Compile() { return Tool("AUTOGLM_COMPILE", "build/tools/autoglm-compile"); }
+std::string Inspect() { return Tool("AUTOGLM_INSPECT", "build/tools/autoglm-inspect"); }
+std::string RunTool() { return Tool("AUTOGLM_RUN", "build/tools/autoglm-run"); }
+
+class Cli : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() /
+           ("autoglm_cli_" + std::string(::testing::UnitTest::GetInstance()->current_test_info()->name()));
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+  std::string Path(const std::string& name) const { return (dir_ / name).string(); }
+  fs::path dir_;
+};
+
+std::string Ids(const std::vector<int32_t>& ids) {
+  std::string s;
+  for (int32_t id : ids) s += (s.empty() ? "" : ",") + std::to_string(id);
+  return s;
+}
+
+TEST_F(Cli, CompileInspectAndRunEveryFixtureThroughAPlanFile) {
+  for (const char* fixture : testing::kFixtures) {
+    const std::string model = testing::TestDataDir() + "/" + fixture;
+    const std::string plan = Path(std::string(fixture) + ".agplan");
+    CommandResult c = RunCommand(Compile() + " --model " + model + " -o " + plan);
+    ASSERT_EQ(c.exit_code, 0) << c.err;
+    EXPECT_NE(c.out.find("passes: canonicalize"), std::string::npos) << c.out;
+    EXPECT_NE(c.out.find("per layer"), std::string::npos);
+    EXPECT_NE(c.out.find("arena:"), std::string::npos);
+    EXPECT_NE(c.out.find("bytes per token"), std::string::npos);
+
+    CommandResult inspect = RunCommand(Inspect() + " --json " + plan);
+    ASSERT_EQ(inspect.exit_code, 0) << inspect.err;
+    const nlohmann::json j = nlohmann::json::parse(inspect.out);
+    const bool glm4 = std::string(fixture) == "tiny-glm4";
+    EXPECT_LE(j.at("steps_per_layer").get<int>(), glm4 ? 8 : 6) << fixture;
+    EXPECT_EQ(j.at("total_steps").get<int>(),
+              j.at("steps_per_layer").get<int>() * j.at("layers").get<int>() + j.at("steps_outside_layers").get<int>());
+    EXPECT_GT(j.at("arena_bytes").get<int64_t>(), 0);
+    EXPECT_EQ(j.at("kernels").at("paged_attention").get<int>(), j.at("layers").get<int>());
+    CommandResult text = RunCommand(Inspect() + " " + plan);
+    ASSERT_EQ(text.exit_code, 0) << text.err;
+    EXPECT_NE(text.out.find("norm_qkv_rope_kv_write"), std::string::npos);
+
+    for (const testing::GoldenCase& g : testing::LoadGolden(model)) {
+      const std::string out = Path("out.json");
+      CommandResult r = RunCommand(RunTool() + " --model " + model + " --plan " + plan + " --prompt-ids " +
+                                   Ids(g.input_ids) + " --max-new-tokens " + std::to_string(g.new_tokens.size()) +
+                                   " --output-json " + out);
+      ASSERT_EQ(r.exit_code, 0) << r.err;
+      EXPECT_NE(r.out.find("ms/token"), std::string::npos) << r.out;
+      const nlohmann::json o = nlohmann::json::parse(testing::ReadWhole(out));
+      EXPECT_EQ(o.at("new_tokens").get<std::vector<int32_t>>(), g.new_tokens) << fixture;
+      const auto logits = o.at("logits").get<std::vector<std::vector<float>>>();
+      ASSERT_EQ(logits.size(), g.input_ids.size() + g.new_tokens.size() - 1);
+      for (size_t row = 0; row < logits.size(); ++row) {
+        for (size_t i = 0; i < logits[row].size(); ++i) ASSERT_NEAR(logits[row][i], g.logits[row][i], 1e-3);
+      }
+    }
+  }
+}
+
+TEST_F(Cli, DumpAfterAndDisablePass) {
+  const std::string model = testing::TestDataDir() + "/tiny-glm";
+  CommandResult c = RunCommand(Compile() + " --model " + model + " -o " + Path("p.agplan") + " --dump-after=fuse");
+  ASSERT_EQ(c.exit_code, 0) << c.err;
+  EXPECT_NE(c.out.find("// IR after fuse"), std::string::npos);
+  EXPECT_NE(c.out.find("norm_gate_up_silu("), std::string::npos);
+  c = RunCommand(Compile() + " --model " + model + " -o " + Path("p.agplan") + " --disable-pass=fuse");
+  ASSERT_EQ(c.exit_code, 0) << c.err;
+  CommandResult inspect = RunCommand(Inspect() + " --json " + Path("p.agplan"));
+  const nlohmann::json j = nlohmann::json::parse(inspect.out);
+  EXPECT_FALSE(j.at("kernels").contains("norm_gate_up_silu"));
+  c = RunCommand(Compile() + " --model " + model + " -o " + Path("p.agplan") + " --disable-pass=fusion");
+  EXPECT_EQ(c.exit_code, 1);
+  EXPECT_NE(c.err.find("unknown pass 'fusion'"), std::string::npos) << c.err;
+}
+
+TEST_F(Cli, BadPlansGiveOneLineErrors) {
+  const std::string model = testing::TestDataDir() + "/tiny-glm";
+  const std::string plan = Path("p.agplan");
+  ASSERT_EQ(RunCommand(Compile() + " --model " + model + " -o " + plan).exit_code, 0);
+  const std::string bytes = testing::ReadWhole(plan);
+  struct Case {
+    std::string bytes, expected;
+  };
+  std::string corrupt = bytes;
+  corrupt[bytes.size() - 10] ^= 1;
+  std::string version = bytes;
+  version[8] = 9;
+  const Case cases[] = {{bytes.substr(0, bytes.size() / 2), "truncated"},
+                        {corrupt, "checksum mismatch"},
+                        {version, "version 9"},
+                        {"hello", "not an .agplan file"}};
+  for (const Case& c : cases) {
+    std::ofstream(Path("bad.agplan"), std::ios::binary) << c.bytes;
+    for (const std::string& command :
+         {RunTool() + " --model " + model + " --plan " + Path("bad.agplan") + " --prompt-ids 1,2", Inspect() + " " + Path("bad.agplan")}) {
+      CommandResult r = RunCommand(command);
+      EXPECT_EQ(r.exit_code, 1) << command;
+      EXPECT_FALSE(r.signaled);
+      EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+      EXPECT_NE(r.err.find(c.expected), std::string::npos) << r.err;
+      EXPECT_NE(r.err.find("bad.agplan"), std::string::npos) << "names the file: " << r.err;
+    }
+  }
+  // A plan for another model.
+  ASSERT_EQ(RunCommand(Compile() + " --model " + testing::TestDataDir() + "/tiny-glm4 -o " + Path("g4.agplan")).exit_code, 0);
+  CommandResult r = RunCommand(RunTool() + " --model " + model + " --plan " + Path("g4.agplan") + " --prompt-ids 1,2");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("different model"), std::string::npos) << r.err;
+}
+
+}  // namespace
+}  // namespace ag

@@ -1,0 +1,116 @@
+// Test helper: compile a fixture and run prompts through the engine on the CPU.
+#ifndef AUTOGLM_TESTS_TESTING_ENGINE_RUNNER_H_
+#define AUTOGLM_TESTS_TESTING_ENGINE_RUNNER_H_
+
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "compiler/driver.h"
+#include "models/glm/config.h"
+#include "models/glm/safetensors.h"
+#include "runtime/backend.h"
+#include "runtime/cpu_backend.h"
+#include "runtime/engine.h"
+#include "runtime/weights.h"
+#include "tests/testing/golden.h"
+
+namespace ag::testing {
+
+struct Generation {
+  std::vector<int32_t> tokens;
+  std::vector<std::vector<float>> logits;
+};
+
+// A fixture's model, compiled with `options`, ready to run prompts.
+class FixtureRunner {
+ public:
+  FixtureRunner(const std::string& fixture, const compiler::CompileOptions& options,
+                std::unique_ptr<runtime::Backend> backend = std::make_unique<runtime::CpuBackend>())
+      : dir_(TestDataDir() + "/" + fixture), backend_(std::move(backend)) {
+    absl::StatusOr<glm::ModelConfig> config = glm::LoadModelConfig(dir_);
+    EXPECT_TRUE(config.ok()) << config.status();
+    absl::StatusOr<glm::Checkpoint> ckpt = glm::Checkpoint::Open(dir_);
+    EXPECT_TRUE(ckpt.ok()) << ckpt.status();
+    checkpoint_ = std::make_unique<glm::Checkpoint>(std::move(*ckpt));
+    absl::StatusOr<compiler::CompileResult> compiled = compiler::Compile(*config, options);
+    EXPECT_TRUE(compiled.ok()) << compiled.status();
+    plan_ = compiled->plan;
+  }
+  explicit FixtureRunner(const std::string& fixture, compiler::Plan plan,
+                         std::unique_ptr<runtime::Backend> backend = std::make_unique<runtime::CpuBackend>())
+      : dir_(TestDataDir() + "/" + fixture), backend_(std::move(backend)), plan_(std::move(plan)) {
+    absl::StatusOr<glm::Checkpoint> ckpt = glm::Checkpoint::Open(dir_);
+    EXPECT_TRUE(ckpt.ok()) << ckpt.status();
+    checkpoint_ = std::make_unique<glm::Checkpoint>(std::move(*ckpt));
+  }
+
+  const compiler::Plan& plan() const { return plan_; }
+
+  // Runs the cases as concurrent requests; `stagger` submits request i only
+  // after i engine steps, so steps mix decode tokens with prefill chunks.
+  std::vector<Generation> Run(const std::vector<GoldenCase>& cases, bool stagger = false) {
+    weights_ = std::make_unique<runtime::CheckpointWeights>(*checkpoint_);
+    absl::StatusOr<std::unique_ptr<runtime::Engine>> engine = runtime::Engine::Create(plan_, *backend_, *weights_, {});
+    EXPECT_TRUE(engine.ok()) << engine.status();
+    std::vector<int> ids;
+    size_t submitted = 0;
+    auto submit = [&](const GoldenCase& c) {
+      runtime::Request r;
+      r.prompt = c.input_ids;
+      r.max_new_tokens = static_cast<int64_t>(c.new_tokens.size());
+      r.prompt_logits = r.keep_logits = true;
+      r.stop_on_eos = false;
+      absl::StatusOr<int> id = (*engine)->Submit(r);
+      EXPECT_TRUE(id.ok()) << id.status();
+      ids.push_back(*id);
+    };
+    if (!stagger) {
+      for (const GoldenCase& c : cases) submit(c);
+      submitted = cases.size();
+    }
+    while (submitted < cases.size() || (*engine)->HasWork()) {
+      if (stagger && submitted < cases.size()) submit(cases[submitted++]);
+      absl::StatusOr<std::vector<runtime::TokenEvent>> events = (*engine)->Step();
+      EXPECT_TRUE(events.ok()) << events.status();
+      if (!events.ok()) break;
+      max_step_seqs_ = std::max(max_step_seqs_, (*engine)->last_step().sequences);
+      mixed_steps_ += (*engine)->last_step().prefill_tokens > 0 && (*engine)->last_step().decode_tokens > 0;
+    }
+    std::vector<Generation> out;
+    for (int id : ids) out.push_back({(*engine)->new_tokens(id), (*engine)->logits(id)});
+    return out;
+  }
+
+  int64_t max_step_seqs() const { return max_step_seqs_; }
+  int64_t mixed_steps() const { return mixed_steps_; }
+
+ private:
+  std::string dir_;
+  std::unique_ptr<runtime::Backend> backend_;
+  std::unique_ptr<glm::Checkpoint> checkpoint_;
+  std::unique_ptr<runtime::CheckpointWeights> weights_;
+  compiler::Plan plan_;
+  int64_t max_step_seqs_ = 0;
+  int64_t mixed_steps_ = 0;
+};
+
+inline double MaxAbsDiff(const std::vector<std::vector<float>>& a, const std::vector<std::vector<float>>& b) {
+  double worst = a.size() == b.size() ? 0.0 : INFINITY;
+  for (size_t r = 0; r < a.size() && r < b.size(); ++r) {
+    if (a[r].size() != b[r].size()) return INFINITY;
+    for (size_t i = 0; i < a[r].size(); ++i) worst = std::max(worst, std::fabs(double{a[r][i]} - double{b[r][i]}));
+  }
+  return worst;
+}
+
+// The first `rows` rows of golden logits.
+inline std::vector<std::vector<float>> FirstRows(const std::vector<std::vector<float>>& rows, size_t n) {
+  return std::vector<std::vector<float>>(rows.begin(), rows.begin() + static_cast<std::ptrdiff_t>(std::min(n, rows.size())));
+}
+
+}  // namespace ag::testing
+
+#endif  // AUTOGLM_TESTS_TESTING_ENGINE_RUNNER_H_
