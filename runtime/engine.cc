@@ -54,7 +54,7 @@ int64_t Engine::ReserveTokens(const Sequence& seq) const {
 
 absl::StatusOr<int> Engine::Submit(Request request) {
   const int64_t n = static_cast<int64_t>(request.prompt.size());
-  if (n == 0) return absl::InvalidArgumentError("the prompt is empty");
+  if (n == 0) return absl::InvalidArgumentError("the prompt is empty (give --prompt TEXT or --prompt-ids IDS)");
   for (int64_t i = 0; i < n; ++i) {
     const int32_t id = request.prompt[i];
     if (id < 0 || id >= plan_.model.vocab_size) {

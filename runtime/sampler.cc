@@ -20,10 +20,14 @@ absl::Status SamplingParams::Validate() const {
   if (!(repetition_penalty > 0.0f) || !std::isfinite(repetition_penalty)) {
     return absl::InvalidArgumentError(absl::StrCat("repetition penalty must be > 0, got ", repetition_penalty));
   }
+  if (vocab_limit < 0) return absl::InvalidArgumentError("vocab limit must be >= 0");
   return absl::OkStatus();
 }
 
 int32_t Sampler::Sample(std::vector<float>& logits, const std::vector<int32_t>& history) {
+  if (params_.vocab_limit > 0 && params_.vocab_limit < static_cast<int32_t>(logits.size())) {
+    logits.resize(static_cast<size_t>(params_.vocab_limit));
+  }
   const int32_t n = static_cast<int32_t>(logits.size());
   if (params_.repetition_penalty != 1.0f) {
     absl::flat_hash_set<int32_t> seen(history.begin(), history.end());

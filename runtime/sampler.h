@@ -17,9 +17,12 @@ struct SamplingParams {
   float top_p = 1.0f;               // 1: off
   float repetition_penalty = 1.0f;  // 1: off
   uint64_t seed = 0;
+  // Only ids below this can be chosen (0: any). A model's embedding is often
+  // padded past its tokenizer's vocabulary; text generation must stay inside it.
+  int32_t vocab_limit = 0;
 
-  // Greedy and no penalty: the device's argmax is the answer, no logits needed.
-  bool IsPlainGreedy() const { return IsGreedy() && repetition_penalty == 1.0f; }
+  // Greedy, no penalty, no limit: the device's argmax is the answer, no logits needed.
+  bool IsPlainGreedy() const { return IsGreedy() && repetition_penalty == 1.0f && vocab_limit == 0; }
   bool IsGreedy() const { return temperature == 0.0f || top_k == 1; }
   absl::Status Validate() const;
 };

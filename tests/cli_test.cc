@@ -8,6 +8,7 @@
 
 #include "tests/testing/command.h"
 #include "tests/testing/golden.h"
+#include "tests/testing/vocab.h"
 
 namespace ag {
 namespace {
@@ -131,6 +132,76 @@ TEST_F(Cli, BadPlansGiveOneLineErrors) {
   CommandResult r = RunCommand(RunTool() + " --model " + model + " --plan " + Path("g4.agplan") + " --prompt-ids 1,2");
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_NE(r.err.find("different model"), std::string::npos) << r.err;
+}
+
+}  // namespace
+}  // namespace ag
+
+namespace ag {
+namespace {
+
+TEST_F(Cli, TextPromptsStreamTextAndAgreeWithIds) {
+  // The tiny model with a synthetic tokenizer (ids fit its 300-token vocabulary).
+  const std::string model = Path("model");
+  fs::copy(testing::TestDataDir() + "/tiny-glm", model);
+  for (const auto& entry : fs::directory_iterator(model)) {
+    fs::permissions(entry.path(), fs::perms::owner_read | fs::perms::owner_write);
+  }
+  testing::WriteTiktoken(model + "/tokenizer.model", testing::SyntheticRanks());
+  const std::string tokenize = Tool("AUTOGLM_TOKENIZE", "build/tools/autoglm-tokenize");
+  const std::string prompt = "the thing";
+  CommandResult ids = RunCommand(tokenize + " --tokenizer " + model, &prompt);
+  ASSERT_EQ(ids.exit_code, 0) << ids.err;
+  const std::vector<int32_t> prompt_ids = nlohmann::json::parse(ids.out).get<std::vector<int32_t>>();
+
+  CommandResult text = RunCommand(RunTool() + " --model " + model + " --prompt '" + prompt +
+                                  "' --max-new-tokens 12 --ignore-eos --output-json " + Path("o.json"));
+  ASSERT_EQ(text.exit_code, 0) << text.err;
+  EXPECT_NE(text.err.find("ms/token"), std::string::npos) << text.err;
+  const nlohmann::json o = nlohmann::json::parse(testing::ReadWhole(Path("o.json")));
+  EXPECT_EQ(o.at("new_tokens").size(), 12u);
+  EXPECT_EQ(o.at("logits").size(), prompt_ids.size() + 11) << "the prompt was encoded as autoglm-tokenize does";
+  const std::string decode_input = o.at("new_tokens").dump();
+  CommandResult decoded = RunCommand(tokenize + " --tokenizer " + model + " --decode", &decode_input);
+  ASSERT_EQ(decoded.exit_code, 0) << decoded.err;
+  EXPECT_EQ(text.out, decoded.out + "\n") << "streamed text equals the decoded ids";
+
+  CommandResult chat = RunCommand(RunTool() + " --model " + model + " --prompt hi --chat --max-new-tokens 4 "
+                                  "--temperature 0.8 --top-p 0.9 --top-k 50 --repetition-penalty 1.1 --seed 7");
+  EXPECT_EQ(chat.exit_code, 0) << chat.err;
+  CommandResult again = RunCommand(RunTool() + " --model " + model + " --prompt hi --chat --max-new-tokens 4 "
+                                   "--temperature 0.8 --top-p 0.9 --top-k 50 --repetition-penalty 1.1 --seed 7");
+  EXPECT_EQ(chat.out, again.out) << "same seed, same text";
+  CommandResult bad = RunCommand(RunTool() + " --model " + model + " --prompt hi --temperature -1");
+  EXPECT_EQ(bad.exit_code, 1);
+  EXPECT_NE(bad.err.find("temperature"), std::string::npos) << bad.err;
+  CommandResult no_tokenizer =
+      RunCommand(RunTool() + " --model " + testing::TestDataDir() + "/tiny-glm --prompt hi");
+  EXPECT_EQ(no_tokenizer.exit_code, 1);
+  EXPECT_NE(no_tokenizer.err.find("no tokenizer.model or tokenizer.json"), std::string::npos) << no_tokenizer.err;
+}
+
+TEST_F(Cli, TokenizeChatAndDecode) {
+  const std::string tokenize = Tool("AUTOGLM_TOKENIZE", "build/tools/autoglm-tokenize");
+  testing::WriteTiktoken(Path("tokenizer.model"), testing::SyntheticRanks());
+  const std::string chat = R"([{"role":"user","content":"the"}])";
+  CommandResult r = RunCommand(tokenize + " --tokenizer " + dir_.string() + " --chat", &chat);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const std::vector<int32_t> ids = nlohmann::json::parse(r.out).get<std::vector<int32_t>>();
+  ASSERT_GE(ids.size(), 5u);
+  const int32_t first_special = static_cast<int32_t>(testing::SyntheticRanks().size());
+  EXPECT_EQ(ids[0], first_special + 2) << "[gMASK]";
+  EXPECT_EQ(ids[1], first_special + 4) << "<sop>";
+  EXPECT_EQ(ids[2], first_special + 7) << "<|user|>";
+  EXPECT_EQ(ids.back(), first_special + 8) << "<|assistant|>";
+  const std::string bad = "[1, 2, 99999]";
+  r = RunCommand(tokenize + " --tokenizer " + dir_.string() + " --decode", &bad);
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("99999"), std::string::npos) << r.err;
+  const std::string bad_chat = R"([{"role":"wizard","content":"x"}])";
+  r = RunCommand(tokenize + " --tokenizer " + dir_.string() + " --chat", &bad_chat);
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("wizard"), std::string::npos);
 }
 
 }  // namespace

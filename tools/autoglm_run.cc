@@ -1,13 +1,20 @@
 // autoglm-run: generate from a prompt with a GLM-4 checkpoint.
 //
 //   autoglm-run --model DIR --prompt-ids 5,17,42 --max-new-tokens 16 [--output-json FILE]
+//   autoglm-run --model DIR --prompt "text" [--chat] [--temperature T] [--top-p P] [--top-k K]
+//               [--repetition-penalty R] [--seed S] [--max-new-tokens N]
 //
 // Compiles the model (or loads --plan FILE), prefills the prompt once, then
-// decodes one token per step through the KV cache. Prints the new ids and the
-// time per token; --output-json writes {"new_tokens": [...], "logits": [[...]]}
-// with one logits row per position processed (P + N - 1 rows).
+// decodes one token per step through the KV cache. With --prompt-ids it
+// prints the new ids and the time per token, and --output-json writes
+// {"new_tokens": [...], "logits": [[...]]} with one logits row per position
+// processed (P + N - 1 rows). With --prompt it streams the text to stdout as
+// tokens come and stops at any of the model's end-of-sequence ids; timings
+// go to stderr.
 #include <cstdio>
+#include <algorithm>
 #include <fstream>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -17,8 +24,11 @@
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "ir/status_macros.h"
+#include "models/glm/chat.h"
+#include "models/glm/tokenizer.h"
 #include "runtime/engine.h"
 #include "runtime/weights.h"
 #include "tools/common.h"
@@ -28,6 +38,10 @@ ABSL_FLAG(std::string, config, "", "a config.json, for --random-weights runs wit
 ABSL_FLAG(std::string, plan, "", "a compiled .agplan (default: compile the model now)");
 ABSL_FLAG(std::string, device, "cpu", "cpu or cuda");
 ABSL_FLAG(std::string, prompt_ids, "", "comma-separated prompt token ids");
+ABSL_FLAG(std::string, prompt, "", "prompt text (needs tokenizer.model or tokenizer.json in --model or --tokenizer)");
+ABSL_FLAG(bool, chat, false, "with --prompt: wrap it as a user turn of the GLM-4 chat template");
+ABSL_FLAG(std::string, tokenizer, "", "tokenizer directory (default: --model)");
+ABSL_FLAG(bool, ignore_eos, false, "with --prompt: do not stop at end-of-sequence ids");
 ABSL_FLAG(int64_t, max_new_tokens, 32, "tokens to generate");
 ABSL_FLAG(std::string, output_json, "", "write new tokens and every logits row to this file");
 ABSL_FLAG(bool, stop_on_eos, false,
@@ -64,9 +78,33 @@ absl::Status Run() {
   ASSIGN_OR_RETURN(compiler::Plan plan, PlanForModel(model, absl::GetFlag(FLAGS_plan), options));
 
   runtime::Request request;
-  ASSIGN_OR_RETURN(request.prompt, ParseIdList(absl::GetFlag(FLAGS_prompt_ids)));
+  const std::string prompt_text = absl::GetFlag(FLAGS_prompt);
+  const bool text_mode = !prompt_text.empty();
+  if (text_mode && !absl::GetFlag(FLAGS_prompt_ids).empty()) {
+    return absl::InvalidArgumentError("give only one of --prompt TEXT and --prompt-ids IDS");
+  }
+  std::unique_ptr<glm::Tokenizer> tokenizer;
+  if (text_mode) {
+    std::string dir = absl::GetFlag(FLAGS_tokenizer);
+    if (dir.empty()) dir = absl::GetFlag(FLAGS_model);
+    if (dir.empty()) return absl::InvalidArgumentError("--prompt needs --tokenizer DIR or --model DIR");
+    ASSIGN_OR_RETURN(tokenizer, glm::Tokenizer::Load(dir));
+    if (tokenizer->vocab_size() > plan.model.vocab_size) {
+      return absl::InvalidArgumentError(absl::StrCat("the tokenizer has ", tokenizer->vocab_size(),
+                                                     " tokens, more than the model's vocabulary of ",
+                                                     plan.model.vocab_size));
+    }
+    if (absl::GetFlag(FLAGS_chat)) {
+      ASSIGN_OR_RETURN(request.prompt, glm::EncodeChat(*tokenizer, {{"user", prompt_text}}));
+    } else {
+      request.prompt = tokenizer->Encode(prompt_text);
+    }
+    request.stop_on_eos = !absl::GetFlag(FLAGS_ignore_eos);
+  } else {
+    ASSIGN_OR_RETURN(request.prompt, ParseIdList(absl::GetFlag(FLAGS_prompt_ids)));
+    request.stop_on_eos = absl::GetFlag(FLAGS_stop_on_eos);
+  }
   request.max_new_tokens = absl::GetFlag(FLAGS_max_new_tokens);
-  request.stop_on_eos = absl::GetFlag(FLAGS_stop_on_eos);
   const std::string json_path = absl::GetFlag(FLAGS_output_json);
   request.prompt_logits = request.keep_logits = !json_path.empty();
   request.sampling.temperature = absl::GetFlag(FLAGS_temperature);
@@ -74,6 +112,7 @@ absl::Status Run() {
   request.sampling.top_p = absl::GetFlag(FLAGS_top_p);
   request.sampling.repetition_penalty = absl::GetFlag(FLAGS_repetition_penalty);
   request.sampling.seed = absl::GetFlag(FLAGS_seed);
+  if (text_mode) request.sampling.vocab_limit = tokenizer->vocab_size();
 
   ASSIGN_OR_RETURN(std::unique_ptr<runtime::Backend> backend, MakeBackend(device));
   std::unique_ptr<runtime::WeightSource> weights;
@@ -92,6 +131,9 @@ absl::Status Run() {
 
   double prefill_seconds = 0, decode_seconds = 0;
   int64_t decode_steps = 0;
+  std::optional<glm::StreamDecoder> stream;
+  if (text_mode) stream.emplace(*tokenizer);
+  const std::vector<int64_t>& eos = plan.model.eos_token_ids;
   while (engine->HasWork()) {
     ASSIGN_OR_RETURN(std::vector<runtime::TokenEvent> events, engine->Step());
     const runtime::StepStats& stats = engine->last_step();
@@ -101,14 +143,32 @@ absl::Status Run() {
       decode_seconds += stats.seconds;
       ++decode_steps;
     }
+    if (!stream) continue;
+    for (const runtime::TokenEvent& e : events) {
+      const bool is_eos = std::find(eos.begin(), eos.end(), e.token) != eos.end();
+      if (is_eos && engine->finish_reason(id) == runtime::FinishReason::kEos) continue;  // the stop token is not text
+      ASSIGN_OR_RETURN(std::string text, stream->Next(e.token));
+      std::fwrite(text.data(), 1, text.size(), stdout);
+      std::fflush(stdout);
+    }
   }
   const std::vector<int32_t>& tokens = engine->new_tokens(id);
-  std::printf("new_tokens: [%s]\n", absl::StrJoin(tokens, ", ").c_str());
-  std::printf("finish: %s\n", runtime::FinishReasonName(engine->finish_reason(id)));
-  std::printf("time: prefill %.3f ms for %zu prompt tokens; decode %.3f ms/token over %lld steps (%s backend)\n",
-              prefill_seconds * 1e3, prompt_tokens,
-              decode_steps > 0 ? decode_seconds * 1e3 / static_cast<double>(decode_steps) : 0.0,
-              static_cast<long long>(decode_steps), std::string(backend->name()).c_str());
+  const std::string timing = absl::StrFormat(
+      "time: prefill %.3f ms for %zu prompt tokens; decode %.3f ms/token over %lld steps (%s backend)\n",
+      prefill_seconds * 1e3, prompt_tokens,
+      decode_steps > 0 ? decode_seconds * 1e3 / static_cast<double>(decode_steps) : 0.0,
+      static_cast<long long>(decode_steps), std::string(backend->name()));
+  if (stream) {
+    const std::string rest = stream->Finish();
+    std::fwrite(rest.data(), 1, rest.size(), stdout);
+    std::printf("\n");
+    std::fprintf(stderr, "[%zu tokens, finish: %s] %s", tokens.size(),
+                 runtime::FinishReasonName(engine->finish_reason(id)), timing.c_str());
+  } else {
+    std::printf("new_tokens: [%s]\n", absl::StrJoin(tokens, ", ").c_str());
+    std::printf("finish: %s\n", runtime::FinishReasonName(engine->finish_reason(id)));
+    std::printf("%s", timing.c_str());
+  }
   if (!json_path.empty()) {
     nlohmann::json out;
     out["new_tokens"] = tokens;

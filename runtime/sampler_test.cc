@@ -1,0 +1,143 @@
+#include "runtime/sampler.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+namespace ag::runtime {
+namespace {
+
+// Frequencies of each id over `draws` samples of `logits`.
+std::vector<double> Frequencies(const SamplingParams& params, const std::vector<float>& logits, int draws,
+                                const std::vector<int32_t>& history = {}) {
+  Sampler sampler(params);
+  std::vector<int> counts(logits.size(), 0);
+  for (int i = 0; i < draws; ++i) {
+    std::vector<float> l = logits;
+    ++counts[sampler.Sample(l, history)];
+  }
+  std::vector<double> freq;
+  for (int c : counts) freq.push_back(static_cast<double>(c) / draws);
+  return freq;
+}
+
+std::vector<float> LogProbs(const std::vector<double>& p) {
+  std::vector<float> l;
+  for (double x : p) l.push_back(static_cast<float>(std::log(x)));
+  return l;
+}
+
+// Within 4.5 standard deviations of a binomial proportion: fails by chance about once in 10^5 runs.
+void ExpectClose(const std::vector<double>& got, const std::vector<double>& want, int draws) {
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < got.size(); ++i) {
+    const double sd = std::sqrt(std::max(want[i] * (1 - want[i]), 1e-12) / draws);
+    EXPECT_NEAR(got[i], want[i], 4.5 * sd + 1e-12) << "id " << i;
+  }
+}
+
+const std::vector<double> kProbs = {0.5, 0.3, 0.15, 0.05};
+constexpr int kDraws = 100000;
+
+TEST(Sampler, TemperatureOneDrawsTheDistribution) {
+  SamplingParams p;
+  p.temperature = 1.0f;
+  p.seed = 1;
+  ExpectClose(Frequencies(p, LogProbs(kProbs), kDraws), kProbs, kDraws);
+}
+
+TEST(Sampler, TemperatureSharpensAndFlattens) {
+  for (float t : {0.5f, 2.0f}) {
+    SamplingParams p;
+    p.temperature = t;
+    p.seed = 2;
+    std::vector<double> want;
+    double total = 0;
+    for (double x : kProbs) total += std::pow(x, 1.0 / t);
+    for (double x : kProbs) want.push_back(std::pow(x, 1.0 / t) / total);
+    ExpectClose(Frequencies(p, LogProbs(kProbs), kDraws), want, kDraws);
+  }
+}
+
+TEST(Sampler, TopKAndTopPRenormalise) {
+  SamplingParams k2;
+  k2.temperature = 1.0f;
+  k2.top_k = 2;
+  k2.seed = 3;
+  ExpectClose(Frequencies(k2, LogProbs(kProbs), kDraws), {0.625, 0.375, 0, 0}, kDraws);
+  SamplingParams p;
+  p.temperature = 1.0f;
+  p.top_p = 0.9f;  // 0.5 + 0.3 + 0.15 reaches 0.9
+  p.seed = 4;
+  ExpectClose(Frequencies(p, LogProbs(kProbs), kDraws), {0.5 / 0.95, 0.3 / 0.95, 0.15 / 0.95, 0}, kDraws);
+}
+
+TEST(Sampler, EdgesAreGreedy) {
+  const std::vector<float> logits = LogProbs({0.2, 0.1, 0.6, 0.1});
+  SamplingParams greedy;  // temperature 0
+  EXPECT_EQ(Frequencies(greedy, logits, 100)[2], 1.0);
+  SamplingParams top1;
+  top1.temperature = 1.5f;
+  top1.top_k = 1;
+  EXPECT_EQ(Frequencies(top1, logits, 100)[2], 1.0);
+  SamplingParams tiny_p;
+  tiny_p.temperature = 1.5f;
+  tiny_p.top_p = 1e-6f;
+  EXPECT_EQ(Frequencies(tiny_p, logits, 100)[2], 1.0);
+  SamplingParams cold;
+  cold.temperature = 1e-4f;
+  EXPECT_EQ(Frequencies(cold, logits, 100)[2], 1.0);
+}
+
+TEST(Sampler, RepetitionPenaltyFollowsTransformers) {
+  // Positive logits are divided by the penalty, negative ones multiplied.
+  SamplingParams p;
+  p.repetition_penalty = 2.0f;
+  Sampler sampler(p);
+  std::vector<float> logits = {3.0f, 2.0f, -1.0f};
+  EXPECT_EQ(sampler.Sample(logits, {0}), 1) << "3/2 = 1.5 < 2";
+  EXPECT_EQ(logits[0], 1.5f);
+  std::vector<float> negative = {-1.0f, -1.5f};
+  EXPECT_EQ(sampler.Sample(negative, {0}), 1) << "-1*2 = -2 < -1.5";
+}
+
+TEST(Sampler, SameSeedSameDrawsAndVocabLimit) {
+  SamplingParams p;
+  p.temperature = 1.0f;
+  p.seed = 42;
+  Sampler a(p), b(p);
+  p.seed = 43;
+  Sampler c(p);
+  int same = 0, differ = 0;
+  for (int i = 0; i < 200; ++i) {
+    std::vector<float> la = LogProbs(kProbs), lb = la, lc = la;
+    const int32_t x = a.Sample(la, {}), y = b.Sample(lb, {}), z = c.Sample(lc, {});
+    same += x == y;
+    differ += x != z;
+  }
+  EXPECT_EQ(same, 200);
+  EXPECT_GT(differ, 0);
+  SamplingParams limited;
+  limited.vocab_limit = 2;
+  EXPECT_FALSE(limited.IsPlainGreedy());
+  EXPECT_EQ(Frequencies(limited, LogProbs({0.1, 0.2, 0.7}), 10)[1], 1.0) << "id 2 is past the limit";
+}
+
+TEST(Sampler, ValidatesParameters) {
+  SamplingParams p;
+  EXPECT_TRUE(p.Validate().ok());
+  p.temperature = -1;
+  EXPECT_FALSE(p.Validate().ok());
+  p = {};
+  p.top_p = 0;
+  EXPECT_FALSE(p.Validate().ok());
+  p = {};
+  p.top_k = -3;
+  EXPECT_FALSE(p.Validate().ok());
+  p = {};
+  p.repetition_penalty = 0;
+  EXPECT_FALSE(p.Validate().ok());
+}
+
+}  // namespace
+}  // namespace ag::runtime

@@ -1,0 +1,74 @@
+// autoglm-tokenize: text to GLM-4 token ids and back.
+//
+//   autoglm-tokenize --tokenizer DIR < text.txt            ordinary encoding -> [ids]
+//   autoglm-tokenize --tokenizer DIR --chat < chat.json    [{"role","content"},...] -> chat-template ids
+//   autoglm-tokenize --tokenizer DIR --decode < ids.json   [ids] -> text
+//
+// DIR holds tokenizer.model (tiktoken) or tokenizer.json (HF).
+#include <cstdio>
+#include <iostream>
+#include <sstream>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/strings/str_join.h"
+#include "ir/status_macros.h"
+#include "models/glm/chat.h"
+#include "models/glm/tokenizer.h"
+#include "tools/common.h"
+
+ABSL_FLAG(std::string, tokenizer, "", "directory with tokenizer.model or tokenizer.json");
+ABSL_FLAG(bool, chat, false, "stdin is a JSON array of {role, content}: apply the chat template");
+ABSL_FLAG(bool, decode, false, "stdin is a JSON array of ids: print the text");
+ABSL_FLAG(bool, allow_special, false, "recognise special-token text such as <|user|> in the input");
+
+namespace ag::tools {
+namespace {
+
+absl::Status Run() {
+  const std::string dir = absl::GetFlag(FLAGS_tokenizer);
+  if (dir.empty()) return absl::InvalidArgumentError("--tokenizer DIR is required");
+  ASSIGN_OR_RETURN(std::unique_ptr<glm::Tokenizer> tokenizer, glm::Tokenizer::Load(dir));
+  std::stringstream in;
+  in << std::cin.rdbuf();
+  const std::string input = in.str();
+  if (absl::GetFlag(FLAGS_decode)) {
+    const nlohmann::json j = nlohmann::json::parse(input, nullptr, false);
+    if (j.is_discarded() || !j.is_array()) return absl::InvalidArgumentError("--decode reads a JSON array of ids");
+    std::vector<int32_t> ids;
+    for (const nlohmann::json& id : j) {
+      if (!id.is_number_integer() || id.get<int64_t>() < INT32_MIN || id.get<int64_t>() > INT32_MAX) {
+        return absl::InvalidArgumentError("--decode reads a JSON array of integer ids");
+      }
+      ids.push_back(id.get<int32_t>());
+    }
+    ASSIGN_OR_RETURN(std::string text, tokenizer->Decode(ids));
+    std::fwrite(text.data(), 1, text.size(), stdout);
+    return absl::OkStatus();
+  }
+  std::vector<int32_t> ids;
+  if (absl::GetFlag(FLAGS_chat)) {
+    ASSIGN_OR_RETURN(std::vector<glm::ChatMessage> messages, glm::ParseChatMessages(input));
+    ASSIGN_OR_RETURN(ids, glm::EncodeChat(*tokenizer, messages));
+  } else {
+    ids = tokenizer->Encode(input, absl::GetFlag(FLAGS_allow_special));
+  }
+  std::printf("[%s]\n", absl::StrJoin(ids, ", ").c_str());
+  return absl::OkStatus();
+}
+
+}  // namespace
+}  // namespace ag::tools
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage("GLM-4 text <-> token ids.\n  autoglm-tokenize --tokenizer DIR [--chat|--decode] < input");
+  ag::tools::NormalizeFlagNames(argc, argv);
+  absl::ParseCommandLine(argc, argv);
+  absl::Status status = ag::tools::Run();
+  if (!status.ok()) return ag::tools::ReportError("autoglm-tokenize", status);
+  return 0;
+}
