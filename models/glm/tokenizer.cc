@@ -27,23 +27,32 @@ const SpecialToken kGlm4SpecialTokens[14] = {
 namespace {
 
 absl::StatusOr<std::string> ReadFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
+  std::ifstream in(path, std::ios::binary | std::ios::ate);
   if (!in) return absl::NotFoundError(absl::StrCat(path, ": cannot open"));
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
+  std::string text(static_cast<size_t>(in.tellg()), '\0');
+  in.seekg(0);
+  in.read(text.data(), static_cast<std::streamsize>(text.size()));
+  if (!in) return absl::DataLossError(absl::StrCat(path, ": read failed"));
+  return text;
 }
+
+// The value of each base64 character, -1 for others.
+struct Base64Table {
+  int8_t value[256];
+  constexpr Base64Table() : value() {
+    for (int c = 0; c < 256; ++c) value[c] = -1;
+    for (int c = 'A'; c <= 'Z'; ++c) value[c] = static_cast<int8_t>(c - 'A');
+    for (int c = 'a'; c <= 'z'; ++c) value[c] = static_cast<int8_t>(c - 'a' + 26);
+    for (int c = '0'; c <= '9'; ++c) value[c] = static_cast<int8_t>(c - '0' + 52);
+    value[static_cast<int>('+')] = 62;
+    value[static_cast<int>('/')] = 63;
+  }
+};
+constexpr Base64Table kBase64;
 
 // Standard base64 (RFC 4648) with padding; false on anything else.
 bool DecodeBase64(absl::string_view in, std::string* out) {
-  auto value = [](char c) -> int {
-    if (c >= 'A' && c <= 'Z') return c - 'A';
-    if (c >= 'a' && c <= 'z') return c - 'a' + 26;
-    if (c >= '0' && c <= '9') return c - '0' + 52;
-    if (c == '+') return 62;
-    if (c == '/') return 63;
-    return -1;
-  };
+  auto value = [](char c) -> int { return kBase64.value[static_cast<unsigned char>(c)]; };
   out->clear();
   if (in.empty() || in.size() % 4 != 0) return false;
   for (size_t i = 0; i < in.size(); i += 4) {
@@ -103,8 +112,9 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::Load(const std::string& di
 absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::LoadTiktoken(const std::string& path) {
   ASSIGN_OR_RETURN(std::string text, ReadFile(path));
   std::unique_ptr<Tokenizer> t(new Tokenizer());
-  t->bytes_by_id_.reserve(160000);
-  t->rank_.reserve(160000);
+  const size_t lines = static_cast<size_t>(std::count(text.begin(), text.end(), '\n')) + 1;
+  t->offsets_.reserve(lines + 1);
+  t->bytes_.reserve(text.size() / 2);
   size_t line_start = 0;
   int64_t line_number = 0;
   std::string bytes;
@@ -122,17 +132,14 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::LoadTiktoken(const std::st
         !absl::SimpleAtoi(line.substr(space + 1), &rank)) {
       return absl::InvalidArgumentError(absl::StrCat(path, ": line ", line_number, " is not 'base64 rank'"));
     }
-    if (rank != static_cast<int64_t>(t->bytes_by_id_.size())) {
+    if (rank != t->num_ordinary()) {
       return absl::InvalidArgumentError(absl::StrCat(path, ": line ", line_number, " has rank ", rank, ", expected ",
-                                                     t->bytes_by_id_.size(), " (ranks must be 0, 1, 2, ...)"));
+                                                     t->num_ordinary(), " (ranks must be 0, 1, 2, ...)"));
     }
-    if (!t->rank_.emplace(bytes, static_cast<int32_t>(rank)).second) {
-      return absl::InvalidArgumentError(absl::StrCat(path, ": line ", line_number, " repeats a token"));
-    }
-    t->bytes_by_id_.push_back(bytes);
+    t->AddOrdinary(bytes);
   }
   // GLM-4's special tokens follow the ordinary ones.
-  const int32_t first_special = static_cast<int32_t>(t->bytes_by_id_.size());
+  const int32_t first_special = t->num_ordinary();
   for (int i = 0; i < 14; ++i) {
     t->special_.emplace(kGlm4SpecialTokens[i].text, first_special + i);
     t->special_by_id_.emplace(first_special + i, kGlm4SpecialTokens[i].text);
@@ -155,7 +162,7 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::LoadHfJson(const std::stri
   absl::flat_hash_map<uint32_t, char> to_byte;
   for (uint32_t b = 0; b < 256; ++b) to_byte[to_unicode[b]] = static_cast<char>(b);
   const size_t n = model["vocab"].size();
-  t->bytes_by_id_.assign(n, std::string());
+  std::vector<std::string> by_id(n);
   std::vector<bool> seen(n, false);
   for (const auto& [token, id_json] : model["vocab"].items()) {
     if (!id_json.is_number_unsigned() || id_json.get<uint64_t>() >= n) {
@@ -173,11 +180,9 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::LoadHfJson(const std::stri
       }
       bytes.push_back(it->second);
     }
-    if (!t->rank_.emplace(bytes, static_cast<int32_t>(id)).second) {
-      return fail(absl::StrCat("vocab token ", id, " repeats another token's bytes"));
-    }
-    t->bytes_by_id_[id] = std::move(bytes);
+    by_id[id] = std::move(bytes);
   }
+  for (const std::string& bytes : by_id) t->AddOrdinary(bytes);
   if (j.contains("added_tokens") && j["added_tokens"].is_array()) {
     for (const nlohmann::json& added : j["added_tokens"]) {
       if (!added.is_object() || !added.contains("id") || !added["id"].is_number_unsigned() ||
@@ -187,7 +192,7 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::LoadHfJson(const std::stri
       const int64_t id = added["id"].get<int64_t>();
       const std::string content = added["content"].get<std::string>();
       if (id < static_cast<int64_t>(n)) {
-        if (t->bytes_by_id_[id] == content) continue;  // an ordinary token listed again
+        if (by_id[id] == content) continue;  // an ordinary token listed again
         return fail(absl::StrCat("added token ", id, " collides with the vocabulary"));
       }
       t->special_.emplace(content, static_cast<int32_t>(id));
@@ -199,13 +204,23 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::LoadHfJson(const std::stri
 }
 
 absl::Status Tokenizer::Finish(const std::string& source) {
+  // bytes_ does not change from here on: the map keys are views into it.
+  rank_.reserve(static_cast<size_t>(num_ordinary()));
+  for (int32_t id = 0; id < num_ordinary(); ++id) {
+    auto [it, inserted] = rank_.emplace(Ordinary(id), id);
+    if (!inserted) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(source, ": token ", id, " has the same bytes as token ", it->second));
+    }
+  }
   for (int b = 0; b < 256; ++b) {
-    if (!rank_.contains(std::string(1, static_cast<char>(b)))) {
+    const char byte = static_cast<char>(b);
+    if (!rank_.contains(absl::string_view(&byte, 1))) {
       return absl::InvalidArgumentError(absl::StrCat(source, ": the vocabulary lacks the single byte ", b,
                                                      " (byte-level BPE needs all 256)"));
     }
   }
-  vocab_size_ = static_cast<int32_t>(bytes_by_id_.size());
+  vocab_size_ = num_ordinary();
   for (const auto& [text, id] : special_) {
     vocab_size_ = std::max(vocab_size_, id + 1);
     specials_longest_first_.push_back(text);
@@ -232,8 +247,8 @@ int32_t Tokenizer::SpecialId(absl::string_view text) const {
 }
 
 bool Tokenizer::TokenBytes(int32_t id, std::string* bytes) const {
-  if (id >= 0 && id < static_cast<int32_t>(bytes_by_id_.size())) {
-    *bytes = bytes_by_id_[id];
+  if (id >= 0 && id < num_ordinary()) {
+    *bytes = std::string(Ordinary(id));
     return true;
   }
   auto it = special_by_id_.find(id);

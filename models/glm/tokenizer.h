@@ -44,18 +44,28 @@ class Tokenizer {
   bool IsSpecial(int32_t id) const { return special_by_id_.contains(id); }
   // One past the largest id.
   int32_t vocab_size() const { return vocab_size_; }
-  int32_t num_ordinary() const { return static_cast<int32_t>(bytes_by_id_.size()); }
+  int32_t num_ordinary() const { return static_cast<int32_t>(offsets_.size()) - 1; }
 
  private:
   Tokenizer() = default;
   absl::Status Finish(const std::string& source);
   void EncodeOrdinary(absl::string_view text, std::vector<int32_t>* out) const;
+  // Appends the next ordinary token (ids are 0, 1, 2, ...).
+  void AddOrdinary(absl::string_view bytes) {
+    bytes_.append(bytes.data(), bytes.size());
+    offsets_.push_back(static_cast<uint32_t>(bytes_.size()));
+  }
+  absl::string_view Ordinary(int32_t id) const {
+    return absl::string_view(bytes_).substr(offsets_[id], offsets_[id + 1] - offsets_[id]);
+  }
   void EncodePiece(absl::string_view piece, std::vector<int32_t>* out) const;
   int32_t Rank(absl::string_view bytes) const;
 
   std::unique_ptr<Pretokenizer> pretokenizer_;
-  absl::flat_hash_map<std::string, int32_t> rank_;  // ordinary token bytes -> id
-  std::vector<std::string> bytes_by_id_;            // ordinary ids are 0..n-1
+  // The ordinary tokens' bytes, back to back: token i is bytes_[offsets_[i], offsets_[i+1]).
+  std::string bytes_;
+  std::vector<uint32_t> offsets_ = {0};
+  absl::flat_hash_map<absl::string_view, int32_t> rank_;  // views into bytes_ -> id
   absl::flat_hash_map<std::string, int32_t> special_;
   absl::flat_hash_map<int32_t, std::string> special_by_id_;
   std::vector<std::string> specials_longest_first_;
