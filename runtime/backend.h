@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "compiler/plan.h"
 #include "ir/types.h"
@@ -48,6 +49,9 @@ class Backend {
   // The last step's outputs: logits [R, vocab] as float, greedy tokens [R].
   virtual absl::Status ReadLogits(int64_t rows, std::vector<float>* out) = 0;
   virtual absl::Status ReadNextTokens(int64_t rows, std::vector<int32_t>* out) = 0;
+  // Runs `batch` `warmup` times, then `iterations` times timing each run on
+  // the device's clock; returns the times in milliseconds (for benchmarks).
+  virtual absl::StatusOr<std::vector<double>> TimeExecute(const StepBatch& batch, int warmup, int iterations) = 0;
 };
 
 }  // namespace ag::runtime

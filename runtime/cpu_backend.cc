@@ -1,5 +1,6 @@
 #include "runtime/cpu_backend.h"
 
+#include <chrono>
 #include <cstring>
 
 #include "absl/status/status.h"
@@ -117,6 +118,17 @@ absl::Status CpuBackend::Execute(const StepBatch& batch) {
     }
   }
   return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<double>> CpuBackend::TimeExecute(const StepBatch& batch, int warmup, int iterations) {
+  for (int i = 0; i < warmup; ++i) RETURN_IF_ERROR(Execute(batch));
+  std::vector<double> ms;
+  for (int i = 0; i < iterations; ++i) {
+    const auto start = std::chrono::steady_clock::now();
+    RETURN_IF_ERROR(Execute(batch));
+    ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count());
+  }
+  return ms;
 }
 
 absl::Status CpuBackend::ReadOutput(absl::string_view name, int64_t elements, void* out, size_t element_size) {

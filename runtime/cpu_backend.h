@@ -25,6 +25,7 @@ class CpuBackend : public Backend {
   absl::Status Execute(const StepBatch& batch) override;
   absl::Status ReadLogits(int64_t rows, std::vector<float>* out) override;
   absl::Status ReadNextTokens(int64_t rows, std::vector<int32_t>* out) override;
+  absl::StatusOr<std::vector<double>> TimeExecute(const StepBatch& batch, int warmup, int iterations) override;
 
  private:
   void* ArenaPointer(int64_t byte_offset) { return arena_.data() + byte_offset / element_bytes_; }

@@ -10,7 +10,7 @@
 #include "compiler/plan_file.h"
 #include "ir/status_macros.h"
 #include "runtime/cpu_backend.h"
-#ifdef AUTOGLM_HAVE_CUDA_BACKEND
+#ifdef AUTOGLM_HAVE_CUDA
 #include "runtime/cuda_backend.h"
 #endif
 
@@ -50,7 +50,7 @@ absl::StatusOr<compiler::Plan> PlanForModel(const Model& model, const std::strin
 }
 
 bool HaveCudaBackend() {
-#ifdef AUTOGLM_HAVE_CUDA_BACKEND
+#ifdef AUTOGLM_HAVE_CUDA
   return true;
 #else
   return false;
@@ -60,7 +60,7 @@ bool HaveCudaBackend() {
 absl::StatusOr<std::unique_ptr<runtime::Backend>> MakeBackend(const std::string& device) {
   if (device == "cpu") return std::unique_ptr<runtime::Backend>(new runtime::CpuBackend());
   if (device == "cuda") {
-#ifdef AUTOGLM_HAVE_CUDA_BACKEND
+#ifdef AUTOGLM_HAVE_CUDA
     return runtime::CreateCudaBackend();
 #else
     return absl::UnimplementedError("this build has no CUDA backend (configure with nvcc available)");

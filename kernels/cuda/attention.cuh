@@ -1,0 +1,34 @@
+// Paged attention over the KV cache, for decode tokens and prefill chunks
+// alike (flash-decoding): each block takes one query token, one KV head and
+// one slice of the context, computes all query heads of that KV head's group
+// (the K/V tile is read once for the whole group), keeps an online softmax,
+// and writes a partial result; a second kernel combines the slices.
+// Causal: the query at position p sees keys 0..p of its own sequence.
+#ifndef AUTOGLM_KERNELS_CUDA_ATTENTION_CUH_
+#define AUTOGLM_KERNELS_CUDA_ATTENTION_CUH_
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "kernels/cuda/paged_kv.cuh"
+
+namespace ag::cuda {
+
+struct AttentionShape {
+  int64_t tokens = 0;      // query rows
+  int64_t heads = 0;       // query heads; heads % kv_heads == 0
+  int64_t max_context = 0; // bound on every sequence's context length in this batch: sizes the slices
+};
+
+// Floats of workspace LaunchPagedAttention needs.
+int64_t PagedAttentionWorkspace(const AttentionShape& shape, int64_t head_dim);
+
+// q and out: [tokens, heads * head_dim]; head_dim % 8 == 0, <= 256.
+cudaError_t LaunchPagedAttention(const __nv_bfloat16* q, const AttentionShape& shape, const PagedKv& cache,
+                                 const SeqBatch& seqs, float* workspace, __nv_bfloat16* out, cudaStream_t stream);
+
+}  // namespace ag::cuda
+
+#endif  // AUTOGLM_KERNELS_CUDA_ATTENTION_CUH_

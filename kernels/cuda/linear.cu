@@ -1,0 +1,47 @@
+#include "kernels/cuda/linear_impl.cuh"
+#include "kernels/cuda/norm.cuh"
+
+namespace ag::cuda {
+
+cudaError_t NormRowsInto(const LinearParams& p, cudaStream_t stream) {
+  return LaunchRmsNorm(p.x, p.norm_w, p.m, p.k, p.eps, p.scratch, stream);
+}
+
+namespace {
+
+cudaError_t Dispatch(const LinearParams& p, cudaStream_t stream, bool gemm) {
+  if (p.m == 0 || p.n == 0) return cudaSuccess;
+  if (p.k % 8 != 0) return cudaErrorInvalidValue;
+  const bool pairs = p.epilogue == Epilogue::kSiluMul || p.epilogue == Epilogue::kQkvRope;
+  if (pairs && p.n % 2 != 0) return cudaErrorInvalidValue;
+  if (p.epilogue == Epilogue::kQkvRope) {
+    const QkvRope& r = p.qkv;
+    if (r.head_dim % 2 != 0 || r.rot % 2 != 0 || r.rot > r.head_dim ||
+        p.n != static_cast<int64_t>(r.heads + 2 * r.kv_heads) * r.head_dim) {
+      return cudaErrorInvalidValue;
+    }
+  }
+  switch (p.epilogue) {
+    case Epilogue::kNone:
+      return LaunchLinearFor<Epilogue::kNone>(p, stream, gemm);
+    case Epilogue::kBias:
+      return LaunchLinearFor<Epilogue::kBias>(p, stream, gemm);
+    case Epilogue::kResidual:
+      return LaunchLinearFor<Epilogue::kResidual>(p, stream, gemm);
+    case Epilogue::kSiluMul:
+      return LaunchLinearFor<Epilogue::kSiluMul>(p, stream, gemm);
+    case Epilogue::kQkvRope:
+      return LaunchLinearFor<Epilogue::kQkvRope>(p, stream, gemm);
+  }
+  return cudaErrorInvalidValue;
+}
+
+}  // namespace
+
+cudaError_t LaunchLinear(const LinearParams& p, cudaStream_t stream) {
+  return Dispatch(p, stream, /*gemm=*/p.m > kGemvMaxRows);
+}
+cudaError_t LaunchGemv(const LinearParams& p, cudaStream_t stream) { return Dispatch(p, stream, false); }
+cudaError_t LaunchGemm(const LinearParams& p, cudaStream_t stream) { return Dispatch(p, stream, true); }
+
+}  // namespace ag::cuda

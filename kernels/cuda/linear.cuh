@@ -1,0 +1,69 @@
+// The linear layer, y = x W^T, bf16 storage and fp32 accumulation, with an
+// optional RMSNorm prologue over x and one fused epilogue:
+//
+//   kNone       y = x W^T
+//   kBias       y = x W^T + b
+//   kResidual   y = residual + x W^T                          (y may alias residual)
+//   kSiluMul    y[:, j] = silu(g_j) * u_j, W's rows interleaved (g_0, u_0, g_1, u_1, ...)
+//   kQkvRope    [q | k | v] = x W^T (+ b); rotary on q and k; q -> y, k and v -> the paged KV cache
+//
+// Small M (decode) runs a GEMV that reads every weight byte once with 16-byte
+// streaming loads, x staged in shared memory as fp32; large M (prefill) runs
+// a tensor-core GEMM (mma.sync m16n8k16) with the same epilogues. Inside a
+// fused op everything stays fp32 and only the outputs are rounded to bf16,
+// as the CPU reference kernels do.
+#ifndef AUTOGLM_KERNELS_CUDA_LINEAR_CUH_
+#define AUTOGLM_KERNELS_CUDA_LINEAR_CUH_
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "kernels/cuda/paged_kv.cuh"
+
+namespace ag::cuda {
+
+enum class Epilogue : int { kNone, kBias, kResidual, kSiluMul, kQkvRope };
+
+struct QkvRope {
+  const int32_t* positions = nullptr;  // [m]
+  const int32_t* slots = nullptr;      // [m], < 0: do not write the cache
+  PagedKv cache;
+  int heads = 0, kv_heads = 0, head_dim = 0, rot = 0;
+  float theta = 10000.0f;
+  FreqPrecision freq = FreqPrecision::kF32;
+};
+
+struct LinearParams {
+  const __nv_bfloat16* x = nullptr;       // [m, k]
+  const __nv_bfloat16* norm_w = nullptr;  // [k]: RMSNorm prologue when set
+  float eps = 0.0f;
+  const __nv_bfloat16* w = nullptr;  // [n, k]
+  __nv_bfloat16* y = nullptr;        // [m, n]; kSiluMul [m, n/2]; kQkvRope [m, heads * head_dim]
+  int64_t m = 0, n = 0, k = 0;
+  Epilogue epilogue = Epilogue::kNone;
+  const __nv_bfloat16* bias = nullptr;      // [n]: kBias, optional for kQkvRope
+  const __nv_bfloat16* residual = nullptr;  // [m, n]: kResidual
+  QkvRope qkv;
+  __nv_bfloat16* scratch = nullptr;  // [m, k]: the normalised x on the GEMM path
+};
+
+// Rows of x up to which the GEMV path runs; the GEMM path above.
+inline constexpr int64_t kGemvMaxRows = 64;
+
+// k % 8 == 0; n even for kSiluMul and kQkvRope.
+cudaError_t LaunchLinear(const LinearParams& p, cudaStream_t stream);
+
+// The two paths, for tests and benchmarks that want one of them.
+cudaError_t LaunchGemv(const LinearParams& p, cudaStream_t stream);
+cudaError_t LaunchGemm(const LinearParams& p, cudaStream_t stream);
+
+// Rows of a gate/up weight [2I, k] reordered for kSiluMul: row 2j = gate j, row 2j+1 = up j.
+inline int64_t InterleavedGateUpRow(int64_t row, int64_t inter) {
+  return row < inter ? 2 * row : 2 * (row - inter) + 1;
+}
+
+}  // namespace ag::cuda
+
+#endif  // AUTOGLM_KERNELS_CUDA_LINEAR_CUH_

@@ -1,0 +1,66 @@
+// The paged KV cache as kernels see it, and rotary frequencies.
+//
+// Layout (the same as kernels/ref/ref.h): per layer a K pool and a V pool of
+// num_blocks blocks of block_size tokens; element (block, slot, kv_head, d)
+// of K is k[((block * block_size + slot) * kv_heads + kv_head) * head_dim + d].
+// A token's cache slot is block * block_size + slot; sequence s's j-th token
+// lives in block block_tables[s * max_blocks + j / block_size].
+#ifndef AUTOGLM_KERNELS_CUDA_PAGED_KV_CUH_
+#define AUTOGLM_KERNELS_CUDA_PAGED_KV_CUH_
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cstdint>
+
+namespace ag::cuda {
+
+struct PagedKv {
+  __nv_bfloat16* k = nullptr;
+  __nv_bfloat16* v = nullptr;
+  int64_t block_size = 0;
+  int64_t kv_heads = 0;
+  int64_t head_dim = 0;
+};
+
+// The step's sequences (device pointers): rows [seq_offsets[s], seq_offsets[s+1])
+// of the step's tokens are sequence s's newest tokens; after this step's cache
+// write it holds context_lens[s] tokens.
+struct SeqBatch {
+  const int32_t* seq_offsets = nullptr;   // [num_seqs + 1]
+  const int32_t* context_lens = nullptr;  // [num_seqs]
+  const int32_t* block_tables = nullptr;  // [num_seqs, max_blocks]
+  int64_t num_seqs = 0;
+  int64_t max_blocks = 0;
+};
+
+// Precision of the rotary inverse frequencies (see ModelConfig::rope_freq_dtype).
+enum class FreqPrecision : int { kF32, kBF16, kF16 };
+
+#ifdef __CUDACC__  // device helpers; host code only needs the types above
+
+// inv_freq[i] = 1 / theta^(2i / rot) in fp32, rounded to `precision`: as kernels/ref computes it.
+__device__ __forceinline__ float InvFreq(int i, int rot, float theta, FreqPrecision precision) {
+  const float f = 1.0f / powf(theta, static_cast<float>(2 * i) / static_cast<float>(rot));
+  if (precision == FreqPrecision::kBF16) return __bfloat162float(__float2bfloat16(f));
+  if (precision == FreqPrecision::kF16) return __half2float(__float2half(f));
+  return f;
+}
+
+// Rotates the pair (x0, x1) = channels (2i, 2i+1) of a head at `position`.
+__device__ __forceinline__ void RotatePair(float& x0, float& x1, int i, int rot, int position, float theta,
+                                           FreqPrecision precision) {
+  const float angle = static_cast<float>(position) * InvFreq(i, rot, theta, precision);
+  float s, c;
+  sincosf(angle, &s, &c);
+  const float a = x0 * c - x1 * s;
+  const float b = x1 * c + x0 * s;
+  x0 = a;
+  x1 = b;
+}
+
+#endif  // __CUDACC__
+
+}  // namespace ag::cuda
+
+#endif  // AUTOGLM_KERNELS_CUDA_PAGED_KV_CUH_

@@ -1,0 +1,424 @@
+#include "runtime/cuda_backend.h"
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+#include <nvtx3/nvToolsExt.h>
+
+#include <algorithm>
+#include <cstring>
+#include <map>
+#include <tuple>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "ir/status_macros.h"
+#include "kernels/cuda/attention.cuh"
+#include "kernels/cuda/vocab.cuh"
+#include "kernels/ref/half.h"
+#include "runtime/cuda_step.h"
+#include "runtime/weights.h"
+
+namespace ag::runtime {
+namespace {
+
+// Steps with at most this many tokens are replayed from CUDA graphs (decode).
+constexpr int64_t kGraphMaxTokens = 64;
+
+struct DeviceFree {
+  void operator()(void* p) const { cudaFree(p); }
+};
+struct HostFree {
+  void operator()(void* p) const { cudaFreeHost(p); }
+};
+using DeviceBuffer = std::unique_ptr<void, DeviceFree>;
+using PinnedBuffer = std::unique_ptr<void, HostFree>;
+
+absl::StatusOr<DeviceBuffer> DeviceAlloc(size_t bytes, const char* what) {
+  void* p = nullptr;
+  const cudaError_t e = cudaMalloc(&p, std::max<size_t>(bytes, 256));
+  if (e != cudaSuccess) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("cudaMalloc of ", bytes, " bytes for ", what, ": ", cudaGetErrorString(e)));
+  }
+  return DeviceBuffer(p);
+}
+
+absl::StatusOr<PinnedBuffer> PinnedAlloc(size_t bytes) {
+  void* p = nullptr;
+  CUDA_RETURN_IF_ERROR(cudaMallocHost(&p, std::max<size_t>(bytes, 256)));
+  return PinnedBuffer(p);
+}
+
+int64_t NextPowerOfTwo(int64_t v) {
+  int64_t p = 1;
+  while (p < v) p *= 2;
+  return p;
+}
+
+class CudaBackend : public Backend {
+ public:
+  explicit CudaBackend(const CudaBackendOptions& options) : options_(options) {}
+  ~CudaBackend() override {
+    for (auto& [key, exec] : graphs_) cudaGraphExecDestroy(exec);
+    if (stream_ != nullptr) cudaStreamDestroy(stream_);
+  }
+
+  absl::string_view name() const override { return "cuda"; }
+  absl::Status Load(const compiler::Plan& plan, const WeightSource& weights, int64_t kv_blocks) override;
+  absl::Status Execute(const StepBatch& batch) override;
+  absl::Status ReadLogits(int64_t rows, std::vector<float>* out) override;
+  absl::Status ReadNextTokens(int64_t rows, std::vector<int32_t>* out) override;
+  absl::StatusOr<std::vector<double>> TimeExecute(const StepBatch& batch, int warmup, int iterations) override;
+
+ private:
+  using GraphKey = std::tuple<int64_t, int64_t, int64_t, int64_t>;  // tokens, seqs, logit rows, context bucket
+
+  absl::Status UploadWeight(const compiler::WeightEntry& entry, const WeightSource& source, bool interleave,
+                            void* dst);
+  absl::Status EnsureCapacity(const StepBatch& batch, int64_t context_bucket);
+  absl::Status UploadInputs(const StepBatch& batch);
+  absl::Status LaunchSteps(const StepBatch& batch, int64_t context_bucket, bool nvtx);
+  absl::Status ReadOutput(absl::string_view name, size_t bytes, void* out);
+  void DropGraphs();
+
+  CudaBackendOptions options_;
+  const compiler::Plan* plan_ = nullptr;
+  cudaStream_t stream_ = nullptr;
+  int64_t kv_blocks_ = 0;
+  DeviceBuffer arena_, kv_, inputs_, attention_workspace_, linear_scratch_;
+  std::vector<DeviceBuffer> weights_;
+  PinnedBuffer staging_;  // host side of the inputs, then of the outputs
+  size_t staging_bytes_ = 0, inputs_bytes_ = 0;
+  int64_t input_blocks_capacity_ = -1;  // block-table width the input buffers hold
+  int64_t workspace_floats_ = 0;
+  std::map<std::string, size_t> input_offsets_;  // byte offset of each runtime input in inputs_
+  std::map<GraphKey, cudaGraphExec_t> graphs_;
+  std::map<GraphKey, int> seen_;  // eager runs per key before capture
+  int64_t scratch_k_ = 0;          // widest linear input: sizes the GEMM path's scratch
+};
+
+absl::Status CudaBackend::UploadWeight(const compiler::WeightEntry& entry, const WeightSource& source, bool interleave,
+                                       void* dst) {
+  const int64_t n = entry.NumElements();
+  const int64_t rows = entry.shape[0];
+  const size_t row_bytes = static_cast<size_t>(n / rows) * 2;
+  // The contents, in checkpoint row order, somewhere the copy below can read them.
+  const void* src = nullptr;
+  cudaMemcpyKind kind = cudaMemcpyDeviceToDevice;
+  DeviceBuffer device_tmp;
+  std::vector<uint16_t> host;
+  if (const auto* random = dynamic_cast<const RandomWeights*>(&source)) {
+    float center, half_width;
+    RandomWeights::Distribution(entry, &center, &half_width);
+    void* target = dst;
+    if (interleave) {
+      ASSIGN_OR_RETURN(device_tmp, DeviceAlloc(static_cast<size_t>(n) * 2, entry.name.c_str()));
+      target = device_tmp.get();
+    }
+    CUDA_RETURN_IF_ERROR(cuda::LaunchFillRandom(static_cast<__nv_bfloat16*>(target), n, random->seed(),
+                                                WeightStream(entry.name), center, half_width, stream_));
+    if (!interleave) return absl::OkStatus();
+    src = device_tmp.get();
+  } else {
+    std::vector<float> values(static_cast<size_t>(n));
+    RETURN_IF_ERROR(source.Fill(entry, values.data()));
+    host.resize(values.size());
+    for (size_t i = 0; i < values.size(); ++i) host[i] = FloatToBF16(values[i]);
+    src = host.data();
+    kind = cudaMemcpyHostToDevice;
+  }
+  if (!interleave) {
+    CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(dst, src, static_cast<size_t>(n) * 2, kind, stream_));
+  } else {
+    // Gate rows go to even rows, up rows to odd rows (kernels/cuda/linear.cuh, kSiluMul).
+    const int64_t half = rows / 2;
+    auto* d = static_cast<char*>(dst);
+    const auto* s = static_cast<const char*>(src);
+    CUDA_RETURN_IF_ERROR(cudaMemcpy2DAsync(d, 2 * row_bytes, s, row_bytes, row_bytes, half, kind, stream_));
+    CUDA_RETURN_IF_ERROR(cudaMemcpy2DAsync(d + row_bytes, 2 * row_bytes, s + half * row_bytes, row_bytes, row_bytes,
+                                           half, kind, stream_));
+  }
+  CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));  // the host or temporary source goes out of scope
+  return absl::OkStatus();
+}
+
+absl::Status CudaBackend::Load(const compiler::Plan& plan, const WeightSource& weights, int64_t kv_blocks) {
+  RETURN_IF_ERROR(compiler::ValidatePlan(plan));
+  if (plan.dtype != ir::DType::kBF16) {
+    return absl::InvalidArgumentError(absl::StrCat("the CUDA backend runs bf16 plans; this plan is ",
+                                                   ir::DTypeName(plan.dtype), " (compile with --dtype bf16)"));
+  }
+  if (kv_blocks <= 0) return absl::InvalidArgumentError("the KV cache needs at least one block");
+  CUDA_RETURN_IF_ERROR(cudaSetDevice(options_.device));
+  if (stream_ == nullptr) CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+  DropGraphs();
+  plan_ = &plan;
+  kv_blocks_ = kv_blocks;
+  input_blocks_capacity_ = -1;
+  workspace_floats_ = 0;
+  ASSIGN_OR_RETURN(arena_, DeviceAlloc(static_cast<size_t>(plan.arena_bytes), "the activation arena"));
+  const compiler::KvGeometry& kv = plan.kv;
+  const size_t kv_bytes =
+      static_cast<size_t>(kv.num_layers * 2 * kv_blocks * kv.block_size * kv.kv_heads * kv.head_dim) * 2;
+  ASSIGN_OR_RETURN(kv_, DeviceAlloc(kv_bytes, "the KV cache"));
+  CUDA_RETURN_IF_ERROR(cudaMemsetAsync(kv_.get(), 0, kv_bytes, stream_));
+
+  // Gate/up weights of norm_gate_up_silu are stored with their rows interleaved.
+  std::vector<bool> interleave(plan.weights.size(), false);
+  scratch_k_ = 0;
+  for (const compiler::PlanStep& step : plan.steps) {
+    if (step.kernel == ir::OpId::k_norm_gate_up_silu) interleave[step.operands[2].index] = true;
+    for (const compiler::PlanTensor& t : step.operands) {
+      if (t.kind == compiler::TensorKind::kArena && t.type.rank() == 2 && !t.type.shape[1].is_symbolic()) {
+        scratch_k_ = std::max(scratch_k_, t.type.shape[1].offset());
+      }
+    }
+  }
+  for (const compiler::PlanStep& step : plan.steps) {
+    for (size_t i = 0; i < step.operands.size(); ++i) {
+      const compiler::PlanTensor& t = step.operands[i];
+      const bool as_gate_up = step.kernel == ir::OpId::k_norm_gate_up_silu && i == 2;
+      if (t.kind == compiler::TensorKind::kWeight && interleave[t.index] && !as_gate_up) {
+        return absl::UnimplementedError(absl::StrCat("weight ", plan.weights[t.index].name,
+                                                     " feeds a gate/up projection and another step"));
+      }
+    }
+  }
+  weights_.clear();
+  for (size_t i = 0; i < plan.weights.size(); ++i) {
+    const compiler::WeightEntry& entry = plan.weights[i];
+    ASSIGN_OR_RETURN(DeviceBuffer buffer, DeviceAlloc(static_cast<size_t>(entry.NumElements()) * 2, entry.name.c_str()));
+    RETURN_IF_ERROR(UploadWeight(entry, weights, interleave[i], buffer.get()));
+    weights_.push_back(std::move(buffer));
+  }
+  ASSIGN_OR_RETURN(linear_scratch_,
+                   DeviceAlloc(static_cast<size_t>(plan.max_batch_tokens * std::max<int64_t>(scratch_k_, 1)) * 2,
+                               "the linear scratch"));
+  CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
+  return absl::OkStatus();
+}
+
+void CudaBackend::DropGraphs() {
+  for (auto& [key, exec] : graphs_) cudaGraphExecDestroy(exec);
+  graphs_.clear();
+  seen_.clear();
+}
+
+absl::Status CudaBackend::EnsureCapacity(const StepBatch& batch, int64_t context_bucket) {
+  const compiler::Plan& plan = *plan_;
+  if (batch.max_blocks > input_blocks_capacity_) {
+    // Fixed capacities, so that captured graphs keep valid pointers until a batch outgrows them.
+    const int64_t t = plan.max_batch_tokens, s = plan.max_seqs;
+    const std::pair<const char*, int64_t> sizes[] = {
+        {"tokens", t},       {"positions", t},   {"slot_mapping", t},
+        {"logit_rows", t},   {"seq_offsets", s + 1}, {"context_lens", s},
+        {"block_tables", s * batch.max_blocks}};
+    size_t offset = 0;
+    input_offsets_.clear();
+    for (const auto& [name, count] : sizes) {
+      input_offsets_[name] = offset;
+      offset += (static_cast<size_t>(count) * 4 + 255) / 256 * 256;
+    }
+    inputs_bytes_ = offset;
+    DropGraphs();
+    ASSIGN_OR_RETURN(inputs_, DeviceAlloc(inputs_bytes_, "the step inputs"));
+    const size_t logits_bytes = static_cast<size_t>(plan.max_batch_tokens * plan.model.vocab_size) * 2;
+    staging_bytes_ = std::max(inputs_bytes_, logits_bytes);
+    ASSIGN_OR_RETURN(staging_, PinnedAlloc(staging_bytes_));
+    input_blocks_capacity_ = batch.max_blocks;
+  }
+  // Attention partial results, for the largest head count and width in the plan.
+  int64_t floats = 0;
+  for (const compiler::PlanStep& step : plan.steps) {
+    if (step.kernel != ir::OpId::k_paged_attention && step.kernel != ir::OpId::k_attention) continue;
+    const cuda::AttentionShape shape{plan.max_batch_tokens, *ir::GetInt(step.attrs, "heads"), context_bucket};
+    floats = std::max(floats, cuda::PagedAttentionWorkspace(shape, *ir::GetInt(step.attrs, "head_dim")));
+  }
+  if (floats > workspace_floats_) {
+    DropGraphs();
+    ASSIGN_OR_RETURN(attention_workspace_, DeviceAlloc(static_cast<size_t>(floats) * 4, "the attention workspace"));
+    workspace_floats_ = floats;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CudaBackend::UploadInputs(const StepBatch& batch) {
+  // The previous step's copies out of (or into) the staging buffer must be done before it is rewritten.
+  CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
+  auto* host = static_cast<char*>(staging_.get());
+  for (const auto& [name, offset] : input_offsets_) {
+    const std::vector<int32_t>* values = batch.Input(name);
+    std::memcpy(host + offset, values->data(), values->size() * 4);
+  }
+  CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(inputs_.get(), host, inputs_bytes_, cudaMemcpyHostToDevice, stream_));
+  return absl::OkStatus();
+}
+
+absl::Status CudaBackend::LaunchSteps(const StepBatch& batch, int64_t context_bucket, bool nvtx) {
+  const compiler::Plan& plan = *plan_;
+  const ir::SymbolBindings bindings = batch.Bindings(kv_blocks_);
+  const compiler::KvGeometry& geo = plan.kv;
+  const int64_t layer_bytes = 2 * kv_blocks_ * geo.block_size * geo.kv_heads * geo.head_dim * 2;
+  auto* inputs = static_cast<char*>(inputs_.get());
+  auto input = [&](const char* name) { return reinterpret_cast<const int32_t*>(inputs + input_offsets_[name]); };
+  const cuda::SeqBatch seqs{input("seq_offsets"), input("context_lens"), input("block_tables"), batch.num_seqs,
+                            batch.max_blocks};
+  for (const compiler::PlanStep& step : plan.steps) {
+    CudaStepArgs args;
+    args.step = &step;
+    args.seqs = seqs;
+    args.slot_mapping = input("slot_mapping");
+    args.max_context = context_bucket;
+    args.attention_workspace = static_cast<float*>(attention_workspace_.get());
+    args.linear_scratch = linear_scratch_.get();
+    args.stream = stream_;
+    auto resolve = [&](const compiler::PlanTensor& t) -> absl::StatusOr<CudaTensor> {
+      CudaTensor out;
+      for (const ir::Dim& d : t.type.shape) {
+        ASSIGN_OR_RETURN(int64_t v, d.Resolve(bindings));
+        out.dims.push_back(v);
+      }
+      switch (t.kind) {
+        case compiler::TensorKind::kArena:
+          out.data = static_cast<char*>(arena_.get()) + t.index;
+          break;
+        case compiler::TensorKind::kWeight:
+          out.data = weights_[t.index].get();
+          break;
+        case compiler::TensorKind::kInput:
+          out.data = inputs + input_offsets_[plan.inputs[t.index].name];
+          break;
+        case compiler::TensorKind::kState: {
+          char* layer = static_cast<char*>(kv_.get()) + t.index * layer_bytes;
+          args.kv = {reinterpret_cast<__nv_bfloat16*>(layer), reinterpret_cast<__nv_bfloat16*>(layer + layer_bytes / 2),
+                     geo.block_size, geo.kv_heads, geo.head_dim};
+          out.data = layer;
+          break;
+        }
+      }
+      return out;
+    };
+    for (const compiler::PlanTensor& t : step.operands) {
+      ASSIGN_OR_RETURN(CudaTensor tensor, resolve(t));
+      args.operands.push_back(std::move(tensor));
+    }
+    for (const compiler::PlanTensor& t : step.results) {
+      ASSIGN_OR_RETURN(CudaTensor tensor, resolve(t));
+      args.results.push_back(std::move(tensor));
+    }
+    if (nvtx) nvtxRangePushA(step.name.c_str());
+    const absl::Status launched = GetCudaKernel(step.kernel)(args);
+    if (nvtx) nvtxRangePop();
+    RETURN_IF_ERROR(launched);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CudaBackend::Execute(const StepBatch& batch) {
+  if (plan_ == nullptr) return absl::FailedPreconditionError("Execute before Load");
+  const compiler::Plan& plan = *plan_;
+  if (batch.num_tokens > plan.max_batch_tokens || batch.num_logit_rows > plan.max_batch_tokens ||
+      batch.num_seqs > plan.max_seqs || batch.num_seqs <= 0) {
+    return absl::InvalidArgumentError("batch exceeds the plan's limits");
+  }
+  int64_t longest = 1;
+  for (int32_t len : batch.context_lens) longest = std::max<int64_t>(longest, len);
+  const int64_t bucket = NextPowerOfTwo(std::max<int64_t>(longest, 256));
+  RETURN_IF_ERROR(EnsureCapacity(batch, bucket));
+  RETURN_IF_ERROR(UploadInputs(batch));
+  const bool graph = options_.use_graphs && batch.num_tokens <= kGraphMaxTokens;
+  if (!graph) return LaunchSteps(batch, bucket, /*nvtx=*/true);
+  const GraphKey key{batch.num_tokens, batch.num_seqs, batch.num_logit_rows, bucket};
+  auto it = graphs_.find(key);
+  if (it == graphs_.end()) {
+    // The first run of a shape is eager (kernel attributes get set outside capture); the second captures it.
+    if (seen_[key]++ == 0) return LaunchSteps(batch, bucket, /*nvtx=*/true);
+    cudaGraph_t captured = nullptr;
+    CUDA_RETURN_IF_ERROR(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
+    const absl::Status launched = LaunchSteps(batch, bucket, /*nvtx=*/false);
+    const cudaError_t ended = cudaStreamEndCapture(stream_, &captured);
+    RETURN_IF_ERROR(launched);
+    CUDA_RETURN_IF_ERROR(ended);
+    cudaGraphExec_t exec = nullptr;
+    const cudaError_t instantiated = cudaGraphInstantiate(&exec, captured, 0);
+    cudaGraphDestroy(captured);
+    CUDA_RETURN_IF_ERROR(instantiated);
+    it = graphs_.emplace(key, exec).first;
+  }
+  nvtxRangePushA("decode step (CUDA graph)");
+  const cudaError_t replayed = cudaGraphLaunch(it->second, stream_);
+  nvtxRangePop();
+  CUDA_RETURN_IF_ERROR(replayed);
+  return absl::OkStatus();
+}
+
+absl::Status CudaBackend::ReadOutput(absl::string_view name, size_t bytes, void* out) {
+  if (plan_ == nullptr) return absl::FailedPreconditionError("read before Load");
+  const int index = plan_->FindOutput(name);
+  if (index < 0) return absl::NotFoundError(absl::StrCat("plan has no output ", name));
+  if (bytes > staging_bytes_) return absl::InternalError("output larger than the staging buffer");
+  CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(staging_.get(), static_cast<char*>(arena_.get()) + plan_->outputs[index].index,
+                                       bytes, cudaMemcpyDeviceToHost, stream_));
+  CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
+  std::memcpy(out, staging_.get(), bytes);
+  return absl::OkStatus();
+}
+
+absl::Status CudaBackend::ReadLogits(int64_t rows, std::vector<float>* out) {
+  if (plan_ == nullptr) return absl::FailedPreconditionError("read before Load");
+  const size_t count = static_cast<size_t>(rows * plan_->model.vocab_size);
+  std::vector<uint16_t> bits(count);
+  RETURN_IF_ERROR(ReadOutput("logits", count * 2, bits.data()));
+  out->resize(count);
+  for (size_t i = 0; i < count; ++i) (*out)[i] = BF16ToFloat(bits[i]);
+  return absl::OkStatus();
+}
+
+absl::Status CudaBackend::ReadNextTokens(int64_t rows, std::vector<int32_t>* out) {
+  out->resize(static_cast<size_t>(rows));
+  return ReadOutput("next_tokens", out->size() * 4, out->data());
+}
+
+absl::StatusOr<std::vector<double>> CudaBackend::TimeExecute(const StepBatch& batch, int warmup, int iterations) {
+  for (int i = 0; i < warmup; ++i) RETURN_IF_ERROR(Execute(batch));
+  cudaEvent_t start = nullptr, stop = nullptr;
+  CUDA_RETURN_IF_ERROR(cudaEventCreate(&start));
+  CUDA_RETURN_IF_ERROR(cudaEventCreate(&stop));
+  std::vector<double> ms;
+  absl::Status status = absl::OkStatus();
+  for (int i = 0; i < iterations && status.ok(); ++i) {
+    cudaEventRecord(start, stream_);
+    status = Execute(batch);
+    cudaEventRecord(stop, stream_);
+    const cudaError_t e = cudaEventSynchronize(stop);
+    if (status.ok() && e != cudaSuccess) status = absl::InternalError(cudaGetErrorString(e));
+    float elapsed = 0;
+    cudaEventElapsedTime(&elapsed, start, stop);
+    ms.push_back(elapsed);
+  }
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  RETURN_IF_ERROR(status);
+  return ms;
+}
+
+}  // namespace
+
+bool CudaDeviceAvailable() {
+  int count = 0;
+  return cudaGetDeviceCount(&count) == cudaSuccess && count > 0;
+}
+
+absl::StatusOr<std::unique_ptr<Backend>> CreateCudaBackend(const CudaBackendOptions& options) {
+  int count = 0;
+  const cudaError_t e = cudaGetDeviceCount(&count);
+  if (e != cudaSuccess || count == 0) {
+    return absl::UnavailableError(absl::StrCat("no CUDA device (", cudaGetErrorString(e), ")"));
+  }
+  if (options.device < 0 || options.device >= count) {
+    return absl::InvalidArgumentError(absl::StrCat("CUDA device ", options.device, " does not exist"));
+  }
+  return std::unique_ptr<Backend>(new CudaBackend(options));
+}
+
+}  // namespace ag::runtime

@@ -1,0 +1,31 @@
+// The CUDA backend: runs bf16 plans with the kernels of kernels/cuda.
+//
+// One cudaMalloc'd activation arena per plan, weights uploaded once in bf16
+// (or drawn on the device for RandomWeights), the paged KV pool on the device,
+// every step on one stream, every CUDA call checked into absl::Status. Steps
+// of up to kGraphMaxTokens tokens (decode) are captured as a CUDA graph per
+// (tokens, sequences, logit rows, context bucket) and replayed; others run
+// eagerly, each inside an NVTX range named after its plan step.
+#ifndef AUTOGLM_RUNTIME_CUDA_BACKEND_H_
+#define AUTOGLM_RUNTIME_CUDA_BACKEND_H_
+
+#include <memory>
+
+#include "absl/status/statusor.h"
+#include "runtime/backend.h"
+
+namespace ag::runtime {
+
+// True when a CUDA device is usable (tests skip otherwise).
+bool CudaDeviceAvailable();
+
+struct CudaBackendOptions {
+  bool use_graphs = true;
+  int device = 0;
+};
+
+absl::StatusOr<std::unique_ptr<Backend>> CreateCudaBackend(const CudaBackendOptions& options = {});
+
+}  // namespace ag::runtime
+
+#endif  // AUTOGLM_RUNTIME_CUDA_BACKEND_H_

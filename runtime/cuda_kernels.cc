@@ -1,0 +1,195 @@
+#include <array>
+
+#include "kernels/cuda/attention.cuh"
+#include "kernels/cuda/elementwise.cuh"
+#include "kernels/cuda/embedding.cuh"
+#include "kernels/cuda/linear.cuh"
+#include "kernels/cuda/norm.cuh"
+#include "kernels/cuda/vocab.cuh"
+#include "runtime/cuda_step.h"
+
+namespace ag::runtime {
+
+cuda::FreqPrecision CudaStepArgs::Freq() const {
+  const std::string f = *ir::GetString(step->attrs, "freq_dtype");
+  return f == "bf16" ? cuda::FreqPrecision::kBF16 : f == "f16" ? cuda::FreqPrecision::kF16 : cuda::FreqPrecision::kF32;
+}
+
+namespace {
+
+using A = CudaStepArgs;
+using bf16 = __nv_bfloat16;
+
+absl::Status Check(cudaError_t e, const A& a) {
+  if (e == cudaSuccess) return absl::OkStatus();
+  return absl::InternalError(absl::StrCat("step ", a.step->name, " (", ir::OpName(a.step->kernel),
+                                          "): ", cudaGetErrorString(e)));
+}
+
+const bf16* In(const A& a, size_t i) { return a.operands[i].as<const bf16>(); }
+bf16* Out(const A& a, size_t i = 0) { return a.results[i].as<bf16>(); }
+const bf16* Optional(const A& a, size_t i) { return i < a.operands.size() ? In(a, i) : nullptr; }
+
+cuda::LinearParams Linear(const A& a, const CudaTensor& x, const bf16* norm_w, const CudaTensor& w) {
+  cuda::LinearParams p;
+  p.x = x.as<const bf16>();
+  p.m = x.dim(0);
+  p.k = x.dim(1);
+  p.norm_w = norm_w;
+  p.w = w.as<const bf16>();
+  p.n = w.dim(0);
+  p.y = Out(a);
+  p.scratch = static_cast<bf16*>(a.linear_scratch);
+  if (norm_w != nullptr) p.eps = a.Float("eps");
+  return p;
+}
+
+cuda::AttentionShape Shape(const A& a, int64_t tokens) {
+  return {tokens, a.Int("heads"), a.max_context};
+}
+
+absl::Status Embedding(const A& a) {
+  return Check(cuda::LaunchEmbedding(a.operands[0].as<const int32_t>(), a.operands[0].dim(0), In(a, 1),
+                                     a.operands[1].dim(1), Out(a), a.stream),
+               a);
+}
+absl::Status RmsNorm(const A& a) {
+  const int64_t n = a.operands[0].dims.back();
+  return Check(cuda::LaunchRmsNorm(In(a, 0), In(a, 1), a.operands[0].numel() / n, n, a.Float("eps"), Out(a), a.stream),
+               a);
+}
+absl::Status LinearOp(const A& a) {
+  cuda::LinearParams p = Linear(a, a.operands[0], nullptr, a.operands[1]);
+  p.bias = Optional(a, 2);
+  p.epilogue = p.bias != nullptr ? cuda::Epilogue::kBias : cuda::Epilogue::kNone;
+  return Check(cuda::LaunchLinear(p, a.stream), a);
+}
+absl::Status Rotary(const A& a) {
+  return Check(cuda::LaunchRotary(In(a, 0), a.operands[1].as<const int32_t>(), a.operands[0].dim(0), a.Int("heads"),
+                                  a.Int("head_dim"), a.Int("rot"), a.Float("theta"), a.Freq(), Out(a), a.stream),
+               a);
+}
+absl::Status PagedAttention(const A& a) {
+  return Check(cuda::LaunchPagedAttention(In(a, 0), Shape(a, a.operands[0].dim(0)), a.kv, a.seqs,
+                                          a.attention_workspace, Out(a), a.stream),
+               a);
+}
+absl::Status Attention(const A& a) {
+  absl::Status s = Check(cuda::LaunchKvCacheWrite(In(a, 1), In(a, 2), a.slot_mapping, a.operands[1].dim(0), a.kv,
+                                                  a.stream),
+                         a);
+  if (!s.ok()) return s;
+  return PagedAttention(a);
+}
+absl::Status Add(const A& a) {
+  return Check(cuda::LaunchBinary(cuda::Binary::kAdd, In(a, 0), In(a, 1), a.results[0].numel(), Out(a), a.stream), a);
+}
+absl::Status Mul(const A& a) {
+  return Check(cuda::LaunchBinary(cuda::Binary::kMul, In(a, 0), In(a, 1), a.results[0].numel(), Out(a), a.stream), a);
+}
+absl::Status Silu(const A& a) { return Check(cuda::LaunchSilu(In(a, 0), a.results[0].numel(), Out(a), a.stream), a); }
+absl::Status Slice(const A& a) {
+  const CudaTensor& x = a.operands[0];
+  const int64_t axis = a.Int("axis");
+  int64_t outer = 1, inner = 1;
+  for (int64_t i = 0; i < axis; ++i) outer *= x.dim(static_cast<int>(i));
+  for (size_t i = static_cast<size_t>(axis) + 1; i < x.dims.size(); ++i) inner *= x.dims[i];
+  return Check(cuda::LaunchSliceColumns(In(a, 0), outer, x.dim(static_cast<int>(axis)) * inner, a.Int("start") * inner,
+                                        a.Int("size") * inner, Out(a), a.stream),
+               a);
+}
+absl::Status GatherRows(const A& a) {
+  return Check(cuda::LaunchGatherRows(In(a, 0), a.operands[1].as<const int32_t>(), a.operands[1].dim(0),
+                                      a.operands[0].dim(1), Out(a), a.stream),
+               a);
+}
+absl::Status Argmax(const A& a) {
+  return Check(cuda::LaunchArgmax(In(a, 0), a.operands[0].dim(0), a.operands[0].dim(1),
+                                  a.results[0].as<int32_t>(), a.stream),
+               a);
+}
+absl::Status KvCacheWrite(const A& a) {
+  return Check(cuda::LaunchKvCacheWrite(In(a, 0), In(a, 1), a.operands[2].as<const int32_t>(), a.operands[0].dim(0),
+                                        a.kv, a.stream),
+               a);
+}
+// (x, norm weight, W, positions, slot mapping, kv, bias?) -> q
+absl::Status NormQkvRopeKvWrite(const A& a) {
+  cuda::LinearParams p = Linear(a, a.operands[0], In(a, 1), a.operands[2]);
+  p.epilogue = cuda::Epilogue::kQkvRope;
+  p.bias = Optional(a, 6);
+  cuda::QkvRope& r = p.qkv;
+  r.positions = a.operands[3].as<const int32_t>();
+  r.slots = a.operands[4].as<const int32_t>();
+  r.cache = a.kv;
+  r.heads = static_cast<int>(a.Int("heads"));
+  r.kv_heads = static_cast<int>(a.Int("kv_heads"));
+  r.head_dim = static_cast<int>(a.Int("head_dim"));
+  r.rot = static_cast<int>(a.Int("rot"));
+  r.theta = a.Float("theta");
+  r.freq = a.Freq();
+  return Check(cuda::LaunchLinear(p, a.stream), a);
+}
+// The gate/up weight was uploaded with its rows interleaved (see the backend).
+absl::Status NormGateUpSilu(const A& a) {
+  cuda::LinearParams p = Linear(a, a.operands[0], In(a, 1), a.operands[2]);
+  p.epilogue = cuda::Epilogue::kSiluMul;
+  return Check(cuda::LaunchLinear(p, a.stream), a);
+}
+absl::Status LinearResidual(const A& a) {
+  cuda::LinearParams p = Linear(a, a.operands[0], nullptr, a.operands[1]);
+  p.epilogue = cuda::Epilogue::kResidual;
+  p.residual = In(a, 2);
+  return Check(cuda::LaunchLinear(p, a.stream), a);
+}
+absl::Status RmsNormResidual(const A& a) {
+  const CudaTensor& x = a.operands[0];
+  return Check(cuda::LaunchRmsNormResidual(In(a, 0), In(a, 1), In(a, 2), x.dim(0), x.dim(1), a.Float("eps"), Out(a),
+                                           a.stream),
+               a);
+}
+absl::Status AddRmsNorm(const A& a) {
+  const CudaTensor& x = a.operands[0];
+  return Check(cuda::LaunchAddRmsNorm(In(a, 0), In(a, 1), In(a, 2), x.dim(0), x.dim(1), a.Float("eps"), Out(a, 0),
+                                      Out(a, 1), a.stream),
+               a);
+}
+absl::Status NormLinear(const A& a) {
+  cuda::LinearParams p = Linear(a, a.operands[0], In(a, 1), a.operands[2]);
+  return Check(cuda::LaunchLinear(p, a.stream), a);
+}
+
+struct Row {
+  ir::OpId op;
+  CudaKernel kernel;
+};
+
+using ir::OpId;
+constexpr std::array<Row, ir::kOpCount> kKernels = {{
+    {OpId::k_embedding, Embedding},
+    {OpId::k_rms_norm, RmsNorm},
+    {OpId::k_linear, LinearOp},
+    {OpId::k_rotary, Rotary},
+    {OpId::k_attention, Attention},
+    {OpId::k_add, Add},
+    {OpId::k_mul, Mul},
+    {OpId::k_silu, Silu},
+    {OpId::k_slice, Slice},
+    {OpId::k_gather_rows, GatherRows},
+    {OpId::k_argmax, Argmax},
+    {OpId::k_kv_cache_write, KvCacheWrite},
+    {OpId::k_paged_attention, PagedAttention},
+    {OpId::k_norm_qkv_rope_kv_write, NormQkvRopeKvWrite},
+    {OpId::k_norm_gate_up_silu, NormGateUpSilu},
+    {OpId::k_linear_residual, LinearResidual},
+    {OpId::k_rms_norm_residual, RmsNormResidual},
+    {OpId::k_add_rms_norm, AddRmsNorm},
+    {OpId::k_norm_linear, NormLinear},
+}};
+static_assert(ir::RowsCoverAllOps(kKernels), "every op needs a CUDA kernel, in OpId order");
+
+}  // namespace
+
+CudaKernel GetCudaKernel(ir::OpId op) { return kKernels[static_cast<size_t>(op)].kernel; }
+
+}  // namespace ag::runtime

@@ -1,0 +1,63 @@
+// Adapters from plan steps to the CUDA launchers, one per op, in a table
+// indexed by OpId (a missing row fails to compile). Internal to the CUDA backend.
+#ifndef AUTOGLM_RUNTIME_CUDA_STEP_H_
+#define AUTOGLM_RUNTIME_CUDA_STEP_H_
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "compiler/plan.h"
+#include "kernels/cuda/paged_kv.cuh"
+
+namespace ag::runtime {
+
+#define CUDA_RETURN_IF_ERROR(expr)                                                                   \
+  do {                                                                                               \
+    const cudaError_t ag_cuda_error_ = (expr);                                                       \
+    if (ag_cuda_error_ != cudaSuccess) {                                                             \
+      return absl::InternalError(absl::StrCat(#expr, ": ", cudaGetErrorString(ag_cuda_error_)));     \
+    }                                                                                                \
+  } while (false)
+
+struct CudaTensor {
+  void* data = nullptr;
+  std::vector<int64_t> dims;
+
+  template <typename T>
+  T* as() const {
+    return static_cast<T*>(data);
+  }
+  int64_t dim(int i) const { return dims[static_cast<size_t>(i)]; }
+  int64_t numel() const {
+    int64_t n = 1;
+    for (int64_t d : dims) n *= d;
+    return n;
+  }
+};
+
+struct CudaStepArgs {
+  const compiler::PlanStep* step = nullptr;
+  std::vector<CudaTensor> operands, results;
+  cuda::PagedKv kv;           // the step's KV state, when it has one
+  cuda::SeqBatch seqs;        // device pointers of the step's sequences
+  const int32_t* slot_mapping = nullptr;
+  int64_t max_context = 0;    // bound on the batch's context lengths (attention slicing)
+  float* attention_workspace = nullptr;
+  void* linear_scratch = nullptr;  // [T, max k] bf16, for the GEMM path's norm prologue
+  cudaStream_t stream = nullptr;
+
+  int64_t Int(const char* name) const { return *ir::GetInt(step->attrs, name); }
+  float Float(const char* name) const { return static_cast<float>(*ir::GetFloat(step->attrs, name)); }
+  cuda::FreqPrecision Freq() const;
+};
+
+using CudaKernel = absl::Status (*)(const CudaStepArgs& args);
+CudaKernel GetCudaKernel(ir::OpId op);
+
+}  // namespace ag::runtime
+
+#endif  // AUTOGLM_RUNTIME_CUDA_STEP_H_
