@@ -1,0 +1,135 @@
+// The fixtures end to end on the GPU in bf16, and the GPU against the CPU on
+// the same plan.
+//
+// Tolerances. bf16 keeps 8 significant bits: every stored activation is off
+// by up to 2^-9 relative, and the tiny models' logits (|logit| < 8) pass
+// through 2-3 layers of such roundings. The CPU backend emulating the same
+// bf16 plan lands 1.2-1.8 % (relative L2 norm) from the fp32 golden logits
+// and diverges from golden greedy tokens only where golden's top-1/top-2 gap
+// is under 0.05 (0.043 in tiny-glm's first case). So against golden we
+// demand 3 % relative error on the rows before the first such divergence
+// and equal tokens wherever the gap exceeds 0.05; against the CPU on the same
+// bf16 plan, where only accumulation order differs, 1 %.
+#include <gtest/gtest.h>
+
+#include "runtime/cuda_backend.h"
+#include "tests/gpu/gpu_testing.h"
+#include "tests/testing/engine_runner.h"
+
+namespace ag {
+namespace {
+
+using testing::FixtureRunner;
+using testing::Generation;
+using testing::GoldenCase;
+
+compiler::CompileOptions Bf16Options() {
+  compiler::CompileOptions options;
+  options.build.dtype = ir::DType::kBF16;
+  options.build.max_batch_tokens = 128;
+  return options;
+}
+
+std::unique_ptr<runtime::Backend> Gpu(bool graphs = true) {
+  runtime::CudaBackendOptions options;
+  options.use_graphs = graphs;
+  return std::move(*runtime::CreateCudaBackend(options));
+}
+
+// Flattened logits rows [0, rows).
+std::vector<float> Rows(const std::vector<std::vector<float>>& logits, size_t rows) {
+  std::vector<float> flat;
+  for (size_t r = 0; r < rows && r < logits.size(); ++r) flat.insert(flat.end(), logits[r].begin(), logits[r].end());
+  return flat;
+}
+
+// Number of new tokens equal to `want` before the first difference.
+size_t CommonPrefix(const std::vector<int32_t>& got, const std::vector<int32_t>& want) {
+  size_t i = 0;
+  while (i < got.size() && i < want.size() && got[i] == want[i]) ++i;
+  return i;
+}
+
+void ExpectMatchesGolden(const Generation& got, const GoldenCase& c, double tolerance, const std::string& what) {
+  const size_t p = c.input_ids.size();
+  const size_t same = CommonPrefix(got.tokens, c.new_tokens);
+  if (same < c.new_tokens.size()) {
+    EXPECT_LE(c.top1_top2_gap[p - 1 + same], 0.05) << what << ": token " << same << " differs where golden is sure";
+  }
+  // Rows up to and including the one that chose the first differing token.
+  const size_t rows = p + same;
+  const double err = testing::RelativeError(Rows(got.logits, rows), Rows(c.logits, rows));
+  EXPECT_LE(err, tolerance) << what;
+  std::printf("%s: %zu/%zu tokens as golden, relative logits error %.4f over %zu rows\n", what.c_str(), same,
+              c.new_tokens.size(), err, rows);
+}
+
+class GpuFixtures : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(GpuFixtures, Bf16MatchesGoldenAndTheCpu) {
+  SKIP_WITHOUT_GPU();
+  const std::vector<GoldenCase> cases = testing::LoadGolden(testing::TestDataDir() + "/" + GetParam());
+  FixtureRunner gpu(GetParam(), Bf16Options(), Gpu());
+  FixtureRunner cpu(GetParam(), gpu.plan());  // the same bf16 plan, emulated on the CPU
+  for (size_t i = 0; i < cases.size(); ++i) {
+    const Generation g = gpu.Run({cases[i]})[0];
+    const Generation c = cpu.Run({cases[i]})[0];
+    ExpectMatchesGolden(g, cases[i], 3e-2, std::string(GetParam()) + " case " + std::to_string(i) + " gpu");
+    const size_t same = CommonPrefix(g.tokens, c.tokens);
+    const size_t rows = cases[i].input_ids.size() + same;
+    EXPECT_LE(testing::RelativeError(Rows(g.logits, rows), Rows(c.logits, rows)), 1e-2) << "gpu vs cpu, same plan";
+  }
+}
+
+TEST_P(GpuFixtures, BatchedGraphsAndEagerAgree) {
+  SKIP_WITHOUT_GPU();
+  const std::vector<GoldenCase> once = testing::LoadGolden(testing::TestDataDir() + "/" + GetParam());
+  std::vector<GoldenCase> cases = once;
+  cases.insert(cases.end(), once.begin(), once.end());
+  FixtureRunner graphs(GetParam(), Bf16Options(), Gpu(true));
+  FixtureRunner eager(GetParam(), graphs.plan(), Gpu(false));
+  const std::vector<Generation> a = graphs.Run(cases, /*stagger=*/true);
+  const std::vector<Generation> b = eager.Run(cases, /*stagger=*/true);
+  for (size_t i = 0; i < cases.size(); ++i) {
+    EXPECT_EQ(a[i].tokens, b[i].tokens) << "request " << i;
+    EXPECT_LE(testing::RelativeError(Rows(a[i].logits, 1000), Rows(b[i].logits, 1000)), 1e-6);
+    ExpectMatchesGolden(a[i], cases[i], 3e-2, std::string(GetParam()) + " batched request " + std::to_string(i));
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, GpuFixtures, ::testing::ValuesIn(testing::kFixtures), [](const auto& info) {
+  std::string n = info.param;
+  for (char& ch : n) ch = ch == '-' ? '_' : ch;
+  return n;
+});
+
+TEST(GpuRandomWeights, CpuAndGpuAgreeAtWiderShapes) {
+  SKIP_WITHOUT_GPU();
+  // GLM-4-9B's head geometry (head_dim 128, 16 query heads per KV head) at a small width.
+  const char* text = R"({"model_type":"glm","hidden_size":512,"intermediate_size":1024,"num_hidden_layers":2,
+    "num_attention_heads":16,"num_key_value_heads":1,"head_dim":128,"vocab_size":1000,"max_position_embeddings":512,
+    "dtype":"bfloat16"})";
+  const glm::ModelConfig config = *glm::ParseModelConfig(text, "config.json");
+  compiler::CompileOptions options = Bf16Options();
+  const compiler::Plan plan = compiler::Compile(config, options)->plan;
+  runtime::RandomWeights weights(99);
+  std::vector<std::unique_ptr<runtime::Backend>> backends;
+  backends.push_back(std::make_unique<runtime::CpuBackend>());
+  backends.push_back(Gpu());
+  std::vector<std::vector<std::vector<float>>> logits;
+  for (auto& backend : backends) {
+    absl::StatusOr<std::unique_ptr<runtime::Engine>> engine = runtime::Engine::Create(plan, *backend, weights, {});
+    ASSERT_TRUE(engine.ok()) << engine.status();
+    runtime::Request r;
+    for (int i = 0; i < 70; ++i) r.prompt.push_back((i * 37) % 1000);  // prefill takes the GEMM path (> 64 rows)
+    r.max_new_tokens = 6;
+    r.prompt_logits = r.keep_logits = true;
+    const int id = *(*engine)->Submit(r);
+    while ((*engine)->HasWork()) ASSERT_TRUE((*engine)->Step().ok());
+    logits.push_back((*engine)->logits(id));
+  }
+  EXPECT_LE(testing::RelativeError(Rows(logits[1], 70), Rows(logits[0], 70)), 1e-2) << "the prompt rows";
+}
+
+}  // namespace
+}  // namespace ag

@@ -1,0 +1,368 @@
+// Every CUDA kernel against kernels/ref on odd sizes. Inputs are bf16 values;
+// the reference computes in fp32 from the same values. Tolerances: an output
+// stored in bf16 is within 2^-8 relative of the exact value, accumulation
+// order adds a little: atol 1e-2, rtol 1e-2 unless a case says otherwise.
+#include <gtest/gtest.h>
+
+#include <numeric>
+
+#include "kernels/cuda/attention.cuh"
+#include "kernels/cuda/elementwise.cuh"
+#include "kernels/cuda/embedding.cuh"
+#include "kernels/cuda/linear.cuh"
+#include "kernels/cuda/norm.cuh"
+#include "kernels/cuda/vocab.cuh"
+#include "kernels/ref/ref.h"
+#include "runtime/weights.h"
+#include "tests/gpu/gpu_testing.h"
+
+namespace ag {
+namespace {
+
+using testing::Bf16;
+using testing::Bf16Array;
+using testing::DeviceArray;
+using testing::ExpectClose;
+using testing::RandomBf16;
+
+constexpr float kAtol = 1e-2f, kRtol = 1e-2f;
+
+TEST(GpuKernels, Embedding) {
+  SKIP_WITHOUT_GPU();
+  const int64_t vocab = 31, hidden = 72, tokens = 17;
+  const std::vector<float> table = RandomBf16(vocab * hidden, 1);
+  std::vector<int32_t> ids(tokens);
+  for (int64_t t = 0; t < tokens; ++t) ids[t] = static_cast<int32_t>((t * 7) % vocab);
+  Bf16Array d_table(table), d_out(tokens * hidden);
+  DeviceArray<int32_t> d_ids(ids);
+  ASSERT_CUDA(cuda::LaunchEmbedding(d_ids.get(), tokens, d_table.get(), hidden, d_out.get(), nullptr));
+  std::vector<float> want(tokens * hidden);
+  ref::Embedding(ids.data(), tokens, table.data(), hidden, want.data());
+  ExpectClose(d_out.Download(), want, 0, 0, "embedding");
+}
+
+TEST(GpuKernels, NormFamily) {
+  SKIP_WITHOUT_GPU();
+  for (int64_t rows : {1, 17, 97}) {
+    for (int64_t n : {64, 200, 4096}) {
+      const std::vector<float> x = RandomBf16(rows * n, 2), r = RandomBf16(rows * n, 3), w = RandomBf16(n, 4);
+      Bf16Array dx(x), dr(r), dw(w), out(rows * n), sum(rows * n);
+      std::vector<float> want(rows * n), want_sum(rows * n);
+      ASSERT_CUDA(cuda::LaunchRmsNorm(dx.get(), dw.get(), rows, n, 1e-5f, out.get(), nullptr));
+      ref::RmsNorm(x.data(), w.data(), rows, n, 1e-5f, want.data());
+      ExpectClose(out.Download(), want, kAtol, kRtol, "rms_norm");
+      // In place over the residual.
+      ASSERT_CUDA(cuda::LaunchRmsNormResidual(dx.get(), dw.get(), dr.get(), rows, n, 1e-5f, dr.get(), nullptr));
+      ref::RmsNormResidual(x.data(), w.data(), r.data(), rows, n, 1e-5f, want.data());
+      ExpectClose(dr.Download(), want, kAtol, kRtol, "rms_norm_residual");
+      dr.Upload(r);
+      ASSERT_CUDA(cuda::LaunchAddRmsNorm(dx.get(), dr.get(), dw.get(), rows, n, 1e-5f, sum.get(), out.get(), nullptr));
+      ref::AddRmsNorm(x.data(), r.data(), w.data(), rows, n, 1e-5f, want_sum.data(), want.data());
+      ExpectClose(sum.Download(), want_sum, kAtol, kRtol, "add_rms_norm sum");
+      ExpectClose(out.Download(), want, kAtol, kRtol, "add_rms_norm normed");
+    }
+  }
+}
+
+TEST(GpuKernels, ElementwiseSliceGather) {
+  SKIP_WITHOUT_GPU();
+  const int64_t n = 1001;
+  const std::vector<float> a = RandomBf16(n, 5), b = RandomBf16(n, 6);
+  Bf16Array da(a), db(b), out(n);
+  std::vector<float> want(n);
+  ASSERT_CUDA(cuda::LaunchBinary(cuda::Binary::kAdd, da.get(), db.get(), n, out.get(), nullptr));
+  ref::Add(a.data(), b.data(), n, want.data());
+  ExpectClose(out.Download(), Bf16(want), 0, 0, "add");
+  ASSERT_CUDA(cuda::LaunchBinary(cuda::Binary::kMul, da.get(), db.get(), n, out.get(), nullptr));
+  ref::Mul(a.data(), b.data(), n, want.data());
+  ExpectClose(out.Download(), Bf16(want), 0, 0, "mul");
+  ASSERT_CUDA(cuda::LaunchSilu(da.get(), n, out.get(), nullptr));
+  ref::Silu(a.data(), n, want.data());
+  ExpectClose(out.Download(), want, kAtol, kRtol, "silu");
+
+  const int64_t rows = 17, cols = 97;
+  const std::vector<float> x = RandomBf16(rows * cols, 7);
+  Bf16Array dx(x), sliced(rows * 40), gathered(5 * cols);
+  ASSERT_CUDA(cuda::LaunchSliceColumns(dx.get(), rows, cols, 13, 40, sliced.get(), nullptr));
+  std::vector<float> want_slice(rows * 40);
+  ref::SliceColumns(x.data(), rows, cols, 13, 40, want_slice.data());
+  ExpectClose(sliced.Download(), want_slice, 0, 0, "slice");
+  const std::vector<int32_t> pick = {16, 0, 3, 3, 9};
+  DeviceArray<int32_t> dpick(pick);
+  ASSERT_CUDA(cuda::LaunchGatherRows(dx.get(), dpick.get(), 5, cols, gathered.get(), nullptr));
+  std::vector<float> want_gather(5 * cols);
+  ref::GatherRows(x.data(), pick.data(), 5, cols, want_gather.data());
+  ExpectClose(gathered.Download(), want_gather, 0, 0, "gather_rows");
+}
+
+TEST(GpuKernels, RotaryAndKvCacheWrite) {
+  SKIP_WITHOUT_GPU();
+  const int64_t tokens = 17, heads = 3, head_dim = 16;
+  const std::vector<float> x = RandomBf16(tokens * heads * head_dim, 8);
+  std::vector<int32_t> pos(tokens);
+  for (int64_t t = 0; t < tokens; ++t) pos[t] = static_cast<int32_t>(t * 37 + 5);
+  for (auto [rot, freq] : {std::pair{8, cuda::FreqPrecision::kBF16}, std::pair{16, cuda::FreqPrecision::kF32}}) {
+    Bf16Array dx(x), out(x.size());
+    DeviceArray<int32_t> dpos(pos);
+    ASSERT_CUDA(cuda::LaunchRotary(dx.get(), dpos.get(), tokens, heads, head_dim, rot, 10000.0f, freq, out.get(), nullptr));
+    std::vector<float> want(x.size());
+    ref::Rotary(x.data(), pos.data(), tokens, heads, head_dim, rot, 10000.0f,
+                freq == cuda::FreqPrecision::kBF16 ? ref::FreqPrecision::kBF16 : ref::FreqPrecision::kF32, want.data());
+    ExpectClose(out.Download(), want, kAtol, kRtol, "rotary");
+  }
+  for (int64_t block : {1, 16}) {
+    const int64_t kv_heads = 2, width = kv_heads * head_dim, blocks = 40;
+    const std::vector<float> k = RandomBf16(tokens * width, 9), v = RandomBf16(tokens * width, 10);
+    std::vector<int32_t> slots(tokens);
+    for (int64_t t = 0; t < tokens; ++t) slots[t] = t == 4 ? -1 : static_cast<int32_t>((t * 13) % (blocks * block));
+    Bf16Array dk(k), dv(v), kc(blocks * block * width), vc(blocks * block * width);
+    cudaMemset(kc.get(), 0, kc.size() * 2);
+    cudaMemset(vc.get(), 0, vc.size() * 2);
+    DeviceArray<int32_t> ds(slots);
+    const cuda::PagedKv cache{kc.get(), vc.get(), block, kv_heads, head_dim};
+    ASSERT_CUDA(cuda::LaunchKvCacheWrite(dk.get(), dv.get(), ds.get(), tokens, cache, nullptr));
+    std::vector<float> want_k(kc.size(), 0.0f), want_v(vc.size(), 0.0f);
+    ref::KvCacheWrite(k.data(), v.data(), slots.data(), tokens,
+                      {want_k.data(), want_v.data(), blocks, block, kv_heads, head_dim});
+    ExpectClose(kc.Download(), want_k, 0, 0, "kv write k");
+    ExpectClose(vc.Download(), want_v, 0, 0, "kv write v");
+  }
+}
+
+// ---- linear: every epilogue, with and without the norm prologue, GEMV and GEMM ----
+
+struct LinearCase {
+  int64_t m, n, k;
+  cuda::Epilogue epilogue;
+  bool norm;
+};
+
+void CheckLinear(const LinearCase& c, bool force_gemm) {
+  SCOPED_TRACE(::testing::Message() << "m=" << c.m << " n=" << c.n << " k=" << c.k << " epilogue="
+                                    << static_cast<int>(c.epilogue) << " norm=" << c.norm << " gemm=" << force_gemm);
+  const float scale = 1.0f / std::sqrt(static_cast<float>(c.k));
+  const std::vector<float> x = RandomBf16(c.m * c.k, 11), w = RandomBf16(c.n * c.k, 12, scale),
+                           nw = RandomBf16(c.k, 13), bias = RandomBf16(c.n, 14), res = RandomBf16(c.m * c.n, 15);
+  // The input of the matrix product, as the reference sees it.
+  std::vector<float> h = x;
+  if (c.norm) ref::RmsNorm(x.data(), nw.data(), c.m, c.k, 1e-5f, h.data());
+  std::vector<float> full(c.m * c.n);
+  ref::Linear(h.data(), w.data(), nullptr, c.m, c.k, c.n, full.data());
+
+  std::vector<float> w_device = w;
+  if (c.epilogue == cuda::Epilogue::kSiluMul) {  // rows interleaved as the backend uploads them
+    for (int64_t r = 0; r < c.n; ++r) {
+      std::copy(w.begin() + r * c.k, w.begin() + (r + 1) * c.k,
+                w_device.begin() + cuda::InterleavedGateUpRow(r, c.n / 2) * c.k);
+    }
+  }
+  Bf16Array dx(x), dw(w_device), dnw(nw), db(bias), dr(res), scratch(c.m * c.k);
+  cuda::LinearParams p;
+  p.x = dx.get();
+  p.w = dw.get();
+  p.m = c.m;
+  p.n = c.n;
+  p.k = c.k;
+  p.norm_w = c.norm ? dnw.get() : nullptr;
+  p.eps = 1e-5f;
+  p.epilogue = c.epilogue;
+  p.scratch = scratch.get();
+  auto launch = [&] { return force_gemm ? cuda::LaunchGemm(p, nullptr) : cuda::LaunchGemv(p, nullptr); };
+
+  switch (c.epilogue) {
+    case cuda::Epilogue::kNone:
+    case cuda::Epilogue::kBias: {
+      Bf16Array y(c.m * c.n);
+      p.y = y.get();
+      p.bias = c.epilogue == cuda::Epilogue::kBias ? db.get() : nullptr;
+      ASSERT_CUDA(launch());
+      std::vector<float> want = full;
+      if (p.bias != nullptr) {
+        for (int64_t i = 0; i < c.m * c.n; ++i) want[i] += bias[i % c.n];
+      }
+      ExpectClose(y.Download(), want, kAtol, kRtol, "linear");
+      break;
+    }
+    case cuda::Epilogue::kResidual: {
+      p.y = dr.get();  // in place over the residual
+      p.residual = dr.get();
+      ASSERT_CUDA(launch());
+      std::vector<float> want(c.m * c.n);
+      ref::Add(res.data(), full.data(), c.m * c.n, want.data());
+      ExpectClose(dr.Download(), want, kAtol, kRtol, "linear_residual");
+      break;
+    }
+    case cuda::Epilogue::kSiluMul: {
+      const int64_t inter = c.n / 2;
+      Bf16Array y(c.m * inter);
+      p.y = y.get();
+      ASSERT_CUDA(launch());
+      std::vector<float> gate(c.m * inter), up(c.m * inter), want(c.m * inter);
+      ref::SliceColumns(full.data(), c.m, c.n, 0, inter, gate.data());
+      ref::SliceColumns(full.data(), c.m, c.n, inter, inter, up.data());
+      ref::Silu(gate.data(), c.m * inter, gate.data());
+      ref::Mul(gate.data(), up.data(), c.m * inter, want.data());
+      ExpectClose(y.Download(), want, kAtol, kRtol, "gate_up_silu");
+      break;
+    }
+    case cuda::Epilogue::kQkvRope: {
+      const int heads = 3, kv_heads = 1, head_dim = static_cast<int>(c.n / 5), rot = head_dim / 2;
+      const int64_t q_width = heads * head_dim, kv_width = kv_heads * head_dim, blocks = 64, block = 4;
+      std::vector<int32_t> pos(c.m), slots(c.m);
+      for (int64_t t = 0; t < c.m; ++t) {
+        pos[t] = static_cast<int32_t>(3 * t + 1);
+        slots[t] = t == 1 ? -1 : static_cast<int32_t>((t * 7) % (blocks * block));
+      }
+      DeviceArray<int32_t> dpos(pos), dslots(slots);
+      Bf16Array q(c.m * q_width), kc(blocks * block * kv_width), vc(blocks * block * kv_width);
+      cudaMemset(kc.get(), 0, kc.size() * 2);
+      cudaMemset(vc.get(), 0, vc.size() * 2);
+      p.y = q.get();
+      p.bias = db.get();
+      p.qkv = {dpos.get(), dslots.get(), {kc.get(), vc.get(), block, kv_heads, head_dim}, heads, kv_heads, head_dim,
+               rot, 10000.0f, cuda::FreqPrecision::kBF16};
+      ASSERT_CUDA(launch());
+      std::vector<float> wq(q_width * c.k), wk(kv_width * c.k), wv(kv_width * c.k);
+      std::vector<float> want_q(c.m * q_width), k(c.m * kv_width), v(c.m * kv_width);
+      std::vector<float> want_kc(kc.size(), 0.0f), want_vc(vc.size(), 0.0f);
+      if (c.norm) {
+        ref::NormQkvRope(x.data(), nw.data(), w.data(), bias.data(), pos.data(), c.m, c.k, 1e-5f, heads, kv_heads,
+                         head_dim, rot, 10000.0f, ref::FreqPrecision::kBF16, want_q.data(), k.data(), v.data());
+      } else {
+        std::vector<float> qkv(c.m * c.n);
+        ref::Linear(x.data(), w.data(), bias.data(), c.m, c.k, c.n, qkv.data());
+        ref::SliceColumns(qkv.data(), c.m, c.n, 0, q_width, want_q.data());
+        ref::SliceColumns(qkv.data(), c.m, c.n, q_width, kv_width, k.data());
+        ref::SliceColumns(qkv.data(), c.m, c.n, q_width + kv_width, kv_width, v.data());
+        ref::Rotary(want_q.data(), pos.data(), c.m, heads, head_dim, rot, 10000.0f, ref::FreqPrecision::kBF16,
+                    want_q.data());
+        ref::Rotary(k.data(), pos.data(), c.m, kv_heads, head_dim, rot, 10000.0f, ref::FreqPrecision::kBF16, k.data());
+      }
+      ref::KvCacheWrite(k.data(), v.data(), slots.data(), c.m,
+                        {want_kc.data(), want_vc.data(), blocks, block, kv_heads, head_dim});
+      ExpectClose(q.Download(), want_q, kAtol, kRtol, "qkv q");
+      ExpectClose(kc.Download(), want_kc, kAtol, kRtol, "qkv k cache");
+      ExpectClose(vc.Download(), want_vc, kAtol, kRtol, "qkv v cache");
+      break;
+    }
+  }
+}
+
+TEST(GpuKernels, LinearEveryEpilogueGemvAndGemm) {
+  SKIP_WITHOUT_GPU();
+  const cuda::Epilogue epilogues[] = {cuda::Epilogue::kNone, cuda::Epilogue::kBias, cuda::Epilogue::kResidual,
+                                      cuda::Epilogue::kSiluMul, cuda::Epilogue::kQkvRope};
+  for (cuda::Epilogue e : epilogues) {
+    for (bool norm : {false, true}) {
+      for (int64_t m : {1, 3, 17, 64, 97}) {
+        for (int64_t k : {64, 200, 4104}) {
+          // n: 80 (q+2kv = 5 heads of 16), 160 for the pairs; 97 (odd) for the plain epilogues.
+          const bool pairs = e == cuda::Epilogue::kSiluMul || e == cuda::Epilogue::kQkvRope;
+          for (int64_t n : pairs ? std::vector<int64_t>{80, 160} : std::vector<int64_t>{97, 160}) {
+            if (m <= cuda::kGemvMaxRows) CheckLinear({m, n, k, e, norm}, /*force_gemm=*/false);
+            CheckLinear({m, n, k, e, norm}, /*force_gemm=*/true);
+          }
+        }
+      }
+    }
+  }
+}
+
+// ---- paged attention: GQA groups that are not powers of two, block sizes 1 and 16,
+// contexts crossing block edges, one batch mixing prefill chunks and decode tokens ----
+
+void CheckAttention(int64_t heads, int64_t kv_heads, int64_t head_dim, int64_t block) {
+  SCOPED_TRACE(::testing::Message() << "heads=" << heads << " kv=" << kv_heads << " d=" << head_dim
+                                    << " block=" << block);
+  // Sequence 0: a 5-token prompt (prefill). 1: one decode token at context 37. 2: a 3-token chunk at context 20.
+  const std::vector<int32_t> new_tokens = {5, 1, 3}, context = {5, 37, 20};
+  const int64_t seqs = 3, max_blocks = (37 + block - 1) / block, pool_blocks = seqs * max_blocks + 3;
+  std::vector<int32_t> offsets = {0}, tables(seqs * max_blocks, 0);
+  for (int64_t s = 0; s < seqs; ++s) offsets.push_back(offsets.back() + new_tokens[s]);
+  // Blocks handed out in a scrambled order.
+  std::vector<int32_t> order(pool_blocks);
+  std::iota(order.begin(), order.end(), 0);
+  std::shuffle(order.begin(), order.end(), std::mt19937(16));
+  int next = 0;
+  for (int64_t s = 0; s < seqs; ++s) {
+    for (int64_t b = 0; b < (context[s] + block - 1) / block; ++b) tables[s * max_blocks + b] = order[next++];
+  }
+  const int64_t tokens = offsets.back(), width = kv_heads * head_dim;
+  const std::vector<float> kc = RandomBf16(pool_blocks * block * width, 17),
+                           vc = RandomBf16(pool_blocks * block * width, 18),
+                           q = RandomBf16(tokens * heads * head_dim, 19);
+  Bf16Array dk(kc), dv(vc), dq(q), out(tokens * heads * head_dim);
+  DeviceArray<int32_t> doff(offsets), dctx(context), dtab(tables);
+  const cuda::PagedKv cache{dk.get(), dv.get(), block, kv_heads, head_dim};
+  const cuda::SeqBatch batch{doff.get(), dctx.get(), dtab.get(), seqs, max_blocks};
+  for (int64_t bound : {37, 4096}) {  // one slice, and many slices (most of them empty)
+    const cuda::AttentionShape shape{tokens, heads, bound};
+    DeviceArray<float> workspace(static_cast<size_t>(cuda::PagedAttentionWorkspace(shape, head_dim)));
+    ASSERT_CUDA(cuda::LaunchPagedAttention(dq.get(), shape, cache, batch, workspace.get(), out.get(), nullptr));
+    std::vector<float> want(out.size());
+    std::vector<float> k_copy = kc, v_copy = vc;
+    ref::PagedAttention(q.data(), heads, {k_copy.data(), v_copy.data(), pool_blocks, block, kv_heads, head_dim},
+                        {offsets.data(), context.data(), tables.data(), seqs, max_blocks}, want.data());
+    ExpectClose(out.Download(), want, kAtol, kRtol, "paged attention");
+  }
+}
+
+TEST(GpuKernels, PagedAttention) {
+  SKIP_WITHOUT_GPU();
+  for (int64_t block : {1, 16}) {
+    CheckAttention(6, 2, 16, block);    // groups of 3
+    CheckAttention(12, 4, 32, block);   // groups of 3
+    CheckAttention(32, 2, 128, block);  // GLM-4-9B's geometry
+    CheckAttention(5, 5, 64, block);    // no grouping
+  }
+}
+
+TEST(GpuKernels, ArgmaxAndSampling) {
+  SKIP_WITHOUT_GPU();
+  const int64_t rows = 17, vocab = 1003;
+  std::vector<float> logits = RandomBf16(rows * vocab, 20);
+  logits[5 * vocab + 7] = logits[5 * vocab + 900] = 50.0f;  // a tie: the lower index wins
+  Bf16Array dl(logits);
+  DeviceArray<int32_t> out(rows);
+  ASSERT_CUDA(cuda::LaunchArgmax(dl.get(), rows, vocab, out.get(), nullptr));
+  std::vector<int32_t> want(rows);
+  ref::Argmax(logits.data(), rows, vocab, want.data());
+  EXPECT_EQ(out.Download(), want);
+
+  // Inverse-CDF sampling over 4 tokens with probabilities .1 .2 .3 .4 at temperature 1.
+  const std::vector<float> probs = {0.1f, 0.2f, 0.3f, 0.4f};
+  const std::vector<float> uniforms = {0.05f, 0.15f, 0.45f, 0.95f, 0.61f};
+  const std::vector<int32_t> expected = {0, 1, 2, 3, 3};
+  std::vector<float> rows_logits;
+  for (size_t r = 0; r < uniforms.size(); ++r) {
+    for (float p : probs) rows_logits.push_back(std::log(p));
+  }
+  Bf16Array drows(rows_logits);
+  DeviceArray<float> du(uniforms);
+  DeviceArray<int32_t> picked(uniforms.size());
+  ASSERT_CUDA(cuda::LaunchSampleTemperature(drows.get(), static_cast<int64_t>(uniforms.size()), 4, 4, 1.0f, du.get(),
+                                            picked.get(), nullptr));
+  EXPECT_EQ(picked.Download(), expected);
+  // A vocabulary limit keeps ids at or past it out.
+  ASSERT_CUDA(cuda::LaunchSampleTemperature(drows.get(), static_cast<int64_t>(uniforms.size()), 4, 2, 1.0f, du.get(),
+                                            picked.get(), nullptr));
+  for (int32_t id : picked.Download()) EXPECT_LT(id, 2);
+}
+
+TEST(GpuKernels, RandomWeightsMatchTheHostGenerator) {
+  SKIP_WITHOUT_GPU();
+  compiler::WeightEntry entry;
+  entry.name = "model.layers.3.mlp.down_proj.weight";
+  entry.shape = {97, 136};
+  float center, half_width;
+  runtime::RandomWeights::Distribution(entry, &center, &half_width);
+  Bf16Array device(entry.NumElements());
+  ASSERT_CUDA(cuda::LaunchFillRandom(device.get(), entry.NumElements(), 1234, runtime::WeightStream(entry.name), center,
+                                     half_width, nullptr));
+  std::vector<float> host(entry.NumElements());
+  ASSERT_TRUE(runtime::RandomWeights(1234).Fill(entry, host.data()).ok());
+  ExpectClose(device.Download(), Bf16(host), 0, 0, "random weights");
+}
+
+}  // namespace
+}  // namespace ag
