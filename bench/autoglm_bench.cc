@@ -1,0 +1,182 @@
+// autoglm-bench: end-to-end step times for a model config with random weights.
+//
+//   autoglm-bench [--config FILE] [--device cuda|cpu] [--prompt-len 512] [--context 512]
+//                 [--batches 1,8,32] [--iterations 50] [--json FILE]
+//
+// Default config: GLM-4-9B (../shared/GLM_SPEC.md). Reports the time to first
+// token for one prompt (one prefill step) and the median decode step at each
+// batch size, timed on the device's clock over many steps after warm-up, each
+// beside its floor: the bytes a decode step must read (every weight but the
+// embedding table, plus the KV cache) at 4.45 TB/s, or the FLOPs of a prefill
+// at 790 TFLOP/s.
+#include <algorithm>
+#include <cstdio>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_format.h"
+#include "compiler/driver.h"
+#include "ir/status_macros.h"
+#include "runtime/weights.h"
+#include "tools/common.h"
+
+ABSL_FLAG(std::string, config, "", "config.json (default: GLM-4-9B)");
+ABSL_FLAG(std::string, device, "cuda", "cuda or cpu");
+ABSL_FLAG(int64_t, prompt_len, 512, "prompt tokens for the time to first token");
+ABSL_FLAG(int64_t, context, 512, "tokens already cached when a decode step runs");
+ABSL_FLAG(std::vector<std::string>, batches, std::vector<std::string>({"1", "8", "32"}), "decode batch sizes");
+ABSL_FLAG(int32_t, iterations, 50, "timed steps per measurement");
+ABSL_FLAG(int32_t, warmup, 5, "untimed steps first");
+ABSL_FLAG(std::string, json, "", "also write the results here");
+ABSL_FLAG(uint64_t, seed, 1, "random weight seed");
+
+namespace ag::tools {
+namespace {
+
+constexpr double kBandwidth = 4.45e12;  // bytes/s read, measured on the H200
+constexpr double kTensorRate = 790e12;  // bf16 FLOP/s, measured
+
+constexpr char kGlm4_9B[] = R"({"model_type":"glm","hidden_size":4096,"intermediate_size":13696,
+  "num_hidden_layers":40,"num_attention_heads":32,"num_key_value_heads":2,"head_dim":128,"vocab_size":151552,
+  "rms_norm_eps":1.5625e-07,"attention_bias":true,"max_position_embeddings":131072,"partial_rotary_factor":0.5,
+  "rope_theta":10000.0,"tie_word_embeddings":false,"eos_token_id":[151329,151336,151338],"dtype":"bfloat16"})";
+
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0.0 : v[v.size() / 2];
+}
+
+// A step where sequence s (blocks [s * per_seq, ...)) processes tokens [first, first + count).
+void AddSequence(runtime::StepBatch& b, int64_t s, int64_t first, int64_t count, int64_t per_seq, int64_t block,
+                 int64_t vocab, bool logits_for_all) {
+  if (b.seq_offsets.empty()) b.seq_offsets.push_back(0);
+  for (int64_t i = 0; i < count; ++i) {
+    const int64_t pos = first + i;
+    b.tokens.push_back(static_cast<int32_t>((pos * 7919 + s * 104729) % vocab));
+    b.positions.push_back(static_cast<int32_t>(pos));
+    b.slot_mapping.push_back(static_cast<int32_t>((s * per_seq + pos / block) * block + pos % block));
+    if (logits_for_all || i == count - 1) b.logit_rows.push_back(static_cast<int32_t>(b.num_tokens + i));
+  }
+  b.num_tokens += count;
+  b.num_logit_rows = static_cast<int64_t>(b.logit_rows.size());
+  b.seq_offsets.push_back(static_cast<int32_t>(b.num_tokens));
+  b.context_lens.push_back(static_cast<int32_t>(first + count));
+  for (int64_t j = 0; j < b.max_blocks; ++j) b.block_tables.push_back(static_cast<int32_t>(s * per_seq + j));
+  ++b.num_seqs;
+}
+
+absl::Status Run() {
+  glm::ModelConfig config;
+  const std::string config_file = absl::GetFlag(FLAGS_config);
+  if (config_file.empty()) {
+    ASSIGN_OR_RETURN(config, glm::ParseModelConfig(kGlm4_9B, "GLM-4-9B (built in)"));
+  } else {
+    ASSIGN_OR_RETURN(config, glm::LoadModelConfig(config_file));
+  }
+  const std::string device = absl::GetFlag(FLAGS_device);
+  const int64_t prompt = absl::GetFlag(FLAGS_prompt_len), context = absl::GetFlag(FLAGS_context);
+  std::vector<int64_t> batches;
+  for (const std::string& b : absl::GetFlag(FLAGS_batches)) {
+    int64_t v = 0;
+    if (!absl::SimpleAtoi(b, &v) || v <= 0) return absl::InvalidArgumentError("--batches takes positive integers");
+    batches.push_back(v);
+  }
+  const int64_t max_batch = *std::max_element(batches.begin(), batches.end());
+  if (prompt <= 0 || context < 2 || prompt > config.max_position_embeddings || context > config.max_position_embeddings) {
+    return absl::InvalidArgumentError("--prompt-len and --context must fit the model's context");
+  }
+
+  compiler::CompileOptions options;
+  options.build.dtype = device == "cuda" ? ir::DType::kBF16 : ir::DType::kF32;
+  options.build.max_batch_tokens = std::max<int64_t>({prompt, max_batch, 64});
+  options.build.max_seqs = max_batch;
+  ASSIGN_OR_RETURN(compiler::CompileResult compiled, compiler::Compile(config, options));
+  const compiler::Plan& plan = compiled.plan;
+  ASSIGN_OR_RETURN(std::unique_ptr<runtime::Backend> backend, MakeBackend(device));
+  const int64_t block = plan.kv.block_size;
+  const int64_t per_seq = (std::max(prompt, context) + block) / block;
+  runtime::RandomWeights weights(absl::GetFlag(FLAGS_seed));
+  RETURN_IF_ERROR(backend->Load(plan, weights, per_seq * max_batch));
+
+  // Bytes a decode step must read: every weight except the embedding table, plus the KV cache.
+  int64_t weight_bytes = 0;
+  for (const compiler::WeightEntry& w : plan.weights) {
+    if (w.name != "model.embed_tokens.weight" || config.tie_word_embeddings) {
+      weight_bytes += w.NumElements() * ir::DTypeSize(w.dtype);
+    }
+  }
+  const int iterations = absl::GetFlag(FLAGS_iterations), warmup = absl::GetFlag(FLAGS_warmup);
+  nlohmann::json results;
+  results["device"] = device;
+  results["layers"] = config.num_layers;
+  results["hidden"] = config.hidden_size;
+  results["weight_bytes_per_step"] = weight_bytes;
+  std::printf("%-28s %12s %12s %10s\n", "measurement", "median ms", "floor ms", "floor/ms");
+
+  // Time to first token: one prefill step of the whole prompt.
+  {
+    runtime::StepBatch b;
+    b.max_blocks = per_seq;
+    AddSequence(b, 0, 0, prompt, per_seq, block, config.vocab_size, false);
+    ASSIGN_OR_RETURN(std::vector<double> ms, backend->TimeExecute(b, warmup, std::max(5, iterations / 5)));
+    const double median = Median(ms);
+    const double flops = 2.0 * static_cast<double>(weight_bytes / ir::DTypeSize(plan.dtype)) * static_cast<double>(prompt);
+    const double floor = flops / kTensorRate * 1e3;
+    std::printf("%-28s %12.3f %12.3f %10.3f\n", absl::StrFormat("ttft prompt=%d", prompt).c_str(), median, floor,
+                floor / median);
+    results["ttft"] = {{"prompt", prompt}, {"median_ms", median}, {"floor_ms", floor}, {"flops", flops}};
+  }
+  // Decode steps at each batch size, after caching `context - 1` tokens per sequence.
+  for (int64_t batch : batches) {
+    for (int64_t s = 0; s < batch; ++s) {
+      for (int64_t first = 0; first < context - 1; first += plan.max_batch_tokens) {
+        runtime::StepBatch fill;
+        fill.max_blocks = per_seq;
+        AddSequence(fill, s, first, std::min(plan.max_batch_tokens, context - 1 - first), per_seq, block,
+                    config.vocab_size, false);
+        RETURN_IF_ERROR(backend->Execute(fill));
+      }
+    }
+    runtime::StepBatch b;
+    b.max_blocks = per_seq;
+    for (int64_t s = 0; s < batch; ++s) AddSequence(b, s, context - 1, 1, per_seq, block, config.vocab_size, true);
+    ASSIGN_OR_RETURN(std::vector<double> ms, backend->TimeExecute(b, warmup, iterations));
+    const double median = Median(ms);
+    const int64_t kv_bytes = batch * context * plan.kv.BytesPerToken();
+    const double floor = static_cast<double>(weight_bytes + kv_bytes) / kBandwidth * 1e3;
+    std::printf("%-28s %12.3f %12.3f %10.3f\n",
+                absl::StrFormat("decode batch=%d ctx=%d", batch, context).c_str(), median, floor, floor / median);
+    results["decode"].push_back({{"batch", batch},
+                                 {"context", context},
+                                 {"median_ms", median},
+                                 {"floor_ms", floor},
+                                 {"bytes", weight_bytes + kv_bytes},
+                                 {"tokens_per_s", 1e3 * static_cast<double>(batch) / median}});
+  }
+  const std::string json_path = absl::GetFlag(FLAGS_json);
+  if (!json_path.empty()) {
+    std::ofstream out(json_path);
+    out << results.dump(1) << "\n";
+    if (!out) return absl::InternalError(json_path + ": write failed");
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+}  // namespace ag::tools
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage("time GLM-4 steps with random weights.\n  autoglm-bench [--config FILE] [--device cuda]");
+  ag::tools::NormalizeFlagNames(argc, argv);
+  absl::ParseCommandLine(argc, argv);
+  absl::Status status = ag::tools::Run();
+  if (!status.ok()) return ag::tools::ReportError("autoglm-bench", status);
+  return 0;
+}
