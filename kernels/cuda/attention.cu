@@ -196,9 +196,9 @@ cudaError_t LaunchPagedAttention(const bf16* q, const AttentionShape& shape, con
   p.partial_ml = workspace + shape.tokens * shape.heads * geo.slices * D;
   const size_t smem =
       sizeof(float) * static_cast<size_t>(2 * group * D + 2 * kTile * (D + 1) + group * kTile + 3 * group);
+  if (smem > 200 * 1024) return cudaErrorInvalidValue;
   if (smem > 48 * 1024) {
-    const cudaError_t e =
-        cudaFuncSetAttribute(SliceKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
+    const cudaError_t e = AllowLargeSharedMemory<SliceKernel>();
     if (e != cudaSuccess) return e;
   }
   const dim3 grid(static_cast<unsigned>(geo.slices), static_cast<unsigned>(cache.kv_heads),

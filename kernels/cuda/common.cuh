@@ -69,6 +69,16 @@ __device__ __forceinline__ float BlockSum(float v, float* scratch) {
 
 inline int CeilDiv(int64_t a, int64_t b) { return static_cast<int>((a + b - 1) / b); }
 
+// Lets kernel `kKernel` take more than 48 KB of dynamic shared memory. Done
+// once per kernel, so that launches captured into CUDA graphs make no
+// attribute calls.
+template <auto kKernel>
+cudaError_t AllowLargeSharedMemory() {
+  static const cudaError_t result =
+      cudaFuncSetAttribute(kKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, 200 * 1024);
+  return result;
+}
+
 }  // namespace ag::cuda
 
 #endif  // AUTOGLM_KERNELS_CUDA_COMMON_CUH_

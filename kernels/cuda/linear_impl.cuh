@@ -176,8 +176,7 @@ cudaError_t LaunchGemvTile(const LinearParams& p, cudaStream_t stream) {
   const int64_t kc = std::min<int64_t>(kc_max, (p.k + 255) / 256 * 256);
   const size_t smem = sizeof(float) * static_cast<size_t>(kMT * kc);
   if (smem > 48 * 1024) {
-    const cudaError_t e = cudaFuncSetAttribute(GemvKernel<kMT, kE>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                               static_cast<int>(sizeof(float) * kGemvSmemFloats));
+    const cudaError_t e = AllowLargeSharedMemory<GemvKernel<kMT, kE>>();
     if (e != cudaSuccess) return e;
   }
   const int64_t pairs = (p.n + 1) / 2;

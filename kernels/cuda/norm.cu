@@ -65,9 +65,9 @@ cudaError_t Launch(const bf16* x, const bf16* other, const bf16* w, int64_t rows
   if (rows == 0) return cudaSuccess;
   if (n % 8 != 0) return cudaErrorInvalidValue;
   const size_t smem = static_cast<size_t>(n) * sizeof(float);
+  if (smem > 200 * 1024) return cudaErrorInvalidValue;
   if (smem > 48 * 1024) {
-    const cudaError_t e =
-        cudaFuncSetAttribute(RmsNormKernel<kKind>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
+    const cudaError_t e = AllowLargeSharedMemory<RmsNormKernel<kKind>>();
     if (e != cudaSuccess) return e;
   }
   RmsNormKernel<kKind><<<static_cast<unsigned>(rows), kThreads, smem, stream>>>(x, other, w, n, eps, out, out2);

@@ -15,8 +15,12 @@
 
 namespace ag::testing {
 
-#define SKIP_WITHOUT_GPU() \
-  if (!runtime::CudaDeviceAvailable()) GTEST_SKIP() << "no CUDA device"
+// Skips without a device, unless AUTOGLM_REQUIRE_GPU is set (tools/gpu-check): then it fails.
+#define SKIP_WITHOUT_GPU()                                                        \
+  if (!runtime::CudaDeviceAvailable()) {                                          \
+    if (std::getenv("AUTOGLM_REQUIRE_GPU") != nullptr) FAIL() << "no CUDA device"; \
+    GTEST_SKIP() << "no CUDA device";                                             \
+  }
 
 #define ASSERT_CUDA(expr) ASSERT_EQ((expr), cudaSuccess) << cudaGetErrorString(cudaGetLastError())
 
