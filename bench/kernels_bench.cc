@@ -37,8 +37,22 @@ bf16* RandomDevice(int64_t n, uint64_t seed, float half_width) {
   return p;
 }
 
-// Enough copies of a buffer of `bytes` that cycling through them misses L2.
-int CopiesFor(int64_t bytes) { return static_cast<int>(std::max<int64_t>(1, (180LL << 20) / std::max<int64_t>(bytes, 1) + 1)); }
+// Random copies of an n x k weight, enough (over 180 MB together) that cycling through them misses the 60 MB L2.
+class RotatingWeights {
+ public:
+  RotatingWeights(int64_t n, int64_t k) {
+    const int64_t bytes = n * k * 2;
+    const int copies = static_cast<int>(std::max<int64_t>(1, (180LL << 20) / bytes + 1));
+    for (int c = 0; c < copies; ++c) copies_.push_back(RandomDevice(n * k, 10 + c, 0.02f));
+  }
+  ~RotatingWeights() {
+    for (bf16* w : copies_) cudaFree(w);
+  }
+  const bf16* operator[](int i) const { return copies_[static_cast<size_t>(i) % copies_.size()]; }
+
+ private:
+  std::vector<bf16*> copies_;
+};
 
 // Times `launch(i)` kLaunches times per iteration with events; sets manual time.
 template <typename F>
@@ -90,9 +104,7 @@ void BM_Linear(benchmark::State& state) {
   if (!HaveGpu()) return state.SkipWithError("no GPU");
   const Shape& s = kShapes[state.range(0)];
   const int64_t m = state.range(1);
-  const int copies = CopiesFor(s.n * s.k * 2);
-  std::vector<bf16*> weights;
-  for (int c = 0; c < copies; ++c) weights.push_back(RandomDevice(s.n * s.k, 10 + c, 0.02f));
+  const RotatingWeights weights(s.n, s.k);
   bf16* x = RandomDevice(m * s.k, 1, 1.0f);
   bf16* norm = RandomDevice(s.k, 2, 1.0f);
   bf16* bias = RandomDevice(s.n, 3, 0.1f);
@@ -127,14 +139,13 @@ void BM_Linear(benchmark::State& state) {
     p.qkv = {pos, slots, {kc, vc, 16, 2, 128}, 32, 2, 128, 64, 10000.0f, ag::cuda::FreqPrecision::kBF16};
   }
   TimeLaunches(state, [&](int i) {
-    p.w = weights[i % copies];
+    p.w = weights[i];
     ag::cuda::LaunchLinear(p, nullptr);
   });
   const double flops = 2.0 * m * s.n * s.k;
   ReportBytes(state, static_cast<double>(s.n * s.k * 2 + m * s.k * 2 + m * s.n * 2), flops);
   state.counters["TFLOP/s"] = benchmark::Counter(flops * 1e-12, benchmark::Counter::kIsIterationInvariantRate);
   state.SetLabel(s.name);
-  for (bf16* w : weights) cudaFree(w);
   for (void* q : {static_cast<void*>(x), static_cast<void*>(norm), static_cast<void*>(bias), static_cast<void*>(y),
                   static_cast<void*>(scratch), static_cast<void*>(kc), static_cast<void*>(vc), static_cast<void*>(pos),
                   static_cast<void*>(slots)}) {
@@ -167,16 +178,14 @@ void BM_Cublas(benchmark::State& state) {
   if (cublas.gemm == nullptr) return state.SkipWithError("cuBLAS not found");
   const Shape& s = kShapes[state.range(0)];
   const int64_t m = state.range(1);
-  const int copies = CopiesFor(s.n * s.k * 2);
-  std::vector<bf16*> weights;
-  for (int c = 0; c < copies; ++c) weights.push_back(RandomDevice(s.n * s.k, 10 + c, 0.02f));
+  const RotatingWeights weights(s.n, s.k);
   bf16* x = RandomDevice(m * s.k, 1, 1.0f);
   bf16* y = RandomDevice(m * s.n, 4, 1.0f);
   const float alpha = 1.0f, beta = 0.0f;
   TimeLaunches(state, [&](int i) {
     // Row-major y[m, n] = x[m, k] W[n, k]^T is column-major y^T = W x^T.
     cublas.gemm(cublas.handle, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(s.n), static_cast<int>(m),
-                static_cast<int>(s.k), &alpha, weights[i % copies], CUDA_R_16BF, static_cast<int>(s.k), x, CUDA_R_16BF,
+                static_cast<int>(s.k), &alpha, weights[i], CUDA_R_16BF, static_cast<int>(s.k), x, CUDA_R_16BF,
                 static_cast<int>(s.k), &beta, y, CUDA_R_16BF, static_cast<int>(s.n), CUBLAS_COMPUTE_32F,
                 CUBLAS_GEMM_DEFAULT);
   });
@@ -184,7 +193,6 @@ void BM_Cublas(benchmark::State& state) {
   state.counters["TFLOP/s"] =
       benchmark::Counter(2.0 * m * s.n * s.k * 1e-12, benchmark::Counter::kIsIterationInvariantRate);
   state.SetLabel(std::string("cublas ") + s.name);
-  for (bf16* w : weights) cudaFree(w);
   cudaFree(x);
   cudaFree(y);
 }
@@ -218,7 +226,7 @@ void BM_DecodeAttention(benchmark::State& state) {
   cudaMemcpy(dtab, tables.data(), tables.size() * 4, cudaMemcpyHostToDevice);
   const ag::cuda::AttentionShape shape{seqs, heads, context};
   float* workspace = nullptr;
-  cudaMalloc(&workspace, ag::cuda::PagedAttentionWorkspace(shape, d) * 4);
+  cudaMalloc(&workspace, ag::cuda::PagedAttentionWorkspace(shape, kv_heads, d) * 4);
   const ag::cuda::PagedKv cache{kc, vc, block, kv_heads, d};
   const ag::cuda::SeqBatch batch{doff, dlen, dtab, seqs, blocks_per_seq};
   TimeLaunches(state, [&](int) { ag::cuda::LaunchPagedAttention(q, shape, cache, batch, workspace, out, nullptr); });

@@ -8,22 +8,11 @@
 
 #include "compiler/plan.h"
 #include "kernels/ref/ref.h"
+#include "runtime/tensor_view.h"
 
 namespace ag::runtime {
 
-struct CpuTensor {
-  void* data = nullptr;
-  std::vector<int64_t> dims;  // resolved for this step
-
-  float* f() const { return static_cast<float*>(data); }
-  int32_t* i() const { return static_cast<int32_t*>(data); }
-  int64_t dim(int i) const { return dims[static_cast<size_t>(i)]; }
-  int64_t numel() const {
-    int64_t n = 1;
-    for (int64_t d : dims) n *= d;
-    return n;
-  }
-};
+using CpuTensor = TensorView;
 
 struct CpuStepArgs {
   const compiler::PlanStep* step = nullptr;

@@ -232,7 +232,8 @@ absl::Status CudaBackend::EnsureCapacity(const StepBatch& batch, int64_t context
   for (const compiler::PlanStep& step : plan.steps) {
     if (step.kernel != ir::OpId::k_paged_attention && step.kernel != ir::OpId::k_attention) continue;
     const cuda::AttentionShape shape{plan.max_batch_tokens, *ir::GetInt(step.attrs, "heads"), context_bucket};
-    floats = std::max(floats, cuda::PagedAttentionWorkspace(shape, *ir::GetInt(step.attrs, "head_dim")));
+    floats = std::max(floats, cuda::PagedAttentionWorkspace(shape, *ir::GetInt(step.attrs, "kv_heads"),
+                                                            *ir::GetInt(step.attrs, "head_dim")));
   }
   if (floats > workspace_floats_) {
     DropGraphs();

@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "compiler/plan.h"
 #include "kernels/cuda/paged_kv.cuh"
+#include "runtime/tensor_view.h"
 
 namespace ag::runtime {
 
@@ -23,21 +24,7 @@ namespace ag::runtime {
     }                                                                                                \
   } while (false)
 
-struct CudaTensor {
-  void* data = nullptr;
-  std::vector<int64_t> dims;
-
-  template <typename T>
-  T* as() const {
-    return static_cast<T*>(data);
-  }
-  int64_t dim(int i) const { return dims[static_cast<size_t>(i)]; }
-  int64_t numel() const {
-    int64_t n = 1;
-    for (int64_t d : dims) n *= d;
-    return n;
-  }
-};
+using CudaTensor = TensorView;
 
 struct CudaStepArgs {
   const compiler::PlanStep* step = nullptr;

@@ -1,3 +1,4 @@
+#include <algorithm>
 #include <cfloat>
 
 #include "kernels/cuda/attention.cuh"
@@ -7,18 +8,23 @@ namespace ag::cuda {
 namespace {
 
 constexpr int kThreads = 128;
-constexpr int kTile = 16;        // keys per shared-memory tile
-constexpr int kMinSlice = 256;   // keys per context slice, at least
-constexpr int kMaxSlices = 16;   // slices per (token, KV head), at most
+constexpr int kTile = 16;          // keys per shared-memory tile
+constexpr int kMinSliceKeys = 32;  // keys per context slice, at least
+constexpr int kMaxSlices = 64;     // slices per (token, KV head), at most
+constexpr int kTargetBlocks = 264; // two blocks per multiprocessor of an H200
 
 struct Geometry {
   int slices;
   int slice_keys;
 };
 
-Geometry SliceContext(int64_t max_context) {
+// Few query rows (decode) split the context into many slices so that the GPU
+// fills; many rows (prefill) need no split.
+Geometry SliceContext(int64_t tokens, int64_t kv_heads, int64_t max_context) {
   const int64_t ctx = std::max<int64_t>(max_context, 1);
-  int64_t keys = std::max<int64_t>(kMinSlice, (ctx + kMaxSlices - 1) / kMaxSlices);
+  const int64_t rows = std::max<int64_t>(tokens * kv_heads, 1);
+  const int64_t wanted = std::clamp<int64_t>((kTargetBlocks + rows - 1) / rows, 1, kMaxSlices);
+  int64_t keys = std::max<int64_t>(kMinSliceKeys, (ctx + wanted - 1) / wanted);
   keys = (keys + kTile - 1) / kTile * kTile;
   return {static_cast<int>((ctx + keys - 1) / keys), static_cast<int>(keys)};
 }
@@ -62,6 +68,8 @@ __global__ void __launch_bounds__(kThreads) SliceKernel(Params p) {
   float* ms = acc + G * D;
   float* ls = ms + G;
   float* corr = ls + G;
+  AllowNextKernel();
+  WaitForPreviousKernel();
 
   const int slice = blockIdx.x, g = blockIdx.y;
   const int64_t t = blockIdx.z;
@@ -151,6 +159,8 @@ __global__ void __launch_bounds__(kThreads) SliceKernel(Params p) {
 // grid (heads, tokens): out = sum_s acc_s e^(m_s - M) / sum_s l_s e^(m_s - M).
 __global__ void __launch_bounds__(kThreads) CombineKernel(const float* partial_acc, const float* partial_ml, int heads,
                                                           int slices, int head_dim, bf16* out) {
+  AllowNextKernel();
+  WaitForPreviousKernel();
   const int h = blockIdx.x;
   const int64_t t = blockIdx.y;
   const float* ml = partial_ml + (t * heads + h) * slices * 2;
@@ -168,9 +178,13 @@ __global__ void __launch_bounds__(kThreads) CombineKernel(const float* partial_a
 
 }  // namespace
 
-int64_t PagedAttentionWorkspace(const AttentionShape& shape, int64_t head_dim) {
-  const Geometry geo = SliceContext(shape.max_context);
-  return shape.tokens * shape.heads * geo.slices * (head_dim + 2);
+int64_t PagedAttentionWorkspace(const AttentionShape& shape, int64_t kv_heads, int64_t head_dim) {
+  // The most any row count up to shape.tokens needs: fewer rows may use more slices.
+  int64_t most = 0;
+  for (int64_t t = 1; t <= shape.tokens; ++t) {
+    most = std::max<int64_t>(most, t * SliceContext(t, kv_heads, shape.max_context).slices);
+  }
+  return most * shape.heads * (head_dim + 2);
 }
 
 cudaError_t LaunchPagedAttention(const bf16* q, const AttentionShape& shape, const PagedKv& cache,
@@ -180,7 +194,7 @@ cudaError_t LaunchPagedAttention(const bf16* q, const AttentionShape& shape, con
   if (D % 8 != 0 || D > 256 || cache.kv_heads <= 0 || shape.heads % cache.kv_heads != 0 || seqs.num_seqs <= 0) {
     return cudaErrorInvalidValue;
   }
-  const Geometry geo = SliceContext(shape.max_context);
+  const Geometry geo = SliceContext(shape.tokens, cache.kv_heads, shape.max_context);
   const int group = static_cast<int>(shape.heads / cache.kv_heads);
   Params p;
   p.q = q;
@@ -203,12 +217,10 @@ cudaError_t LaunchPagedAttention(const bf16* q, const AttentionShape& shape, con
   }
   const dim3 grid(static_cast<unsigned>(geo.slices), static_cast<unsigned>(cache.kv_heads),
                   static_cast<unsigned>(shape.tokens));
-  SliceKernel<<<grid, kThreads, smem, stream>>>(p);
-  cudaError_t e = cudaGetLastError();
+  const cudaError_t e = LaunchKernel(SliceKernel, grid, dim3(kThreads), smem, stream, p);
   if (e != cudaSuccess) return e;
-  CombineKernel<<<dim3(static_cast<unsigned>(shape.heads), static_cast<unsigned>(shape.tokens)), kThreads, 0, stream>>>(
-      p.partial_acc, p.partial_ml, p.heads, geo.slices, p.head_dim, out);
-  return cudaGetLastError();
+  return LaunchKernel(CombineKernel, dim3(static_cast<unsigned>(shape.heads), static_cast<unsigned>(shape.tokens)),
+                      dim3(kThreads), 0, stream, p.partial_acc, p.partial_ml, p.heads, geo.slices, p.head_dim, out);
 }
 
 }  // namespace ag::cuda

@@ -22,8 +22,8 @@ struct AttentionShape {
   int64_t max_context = 0; // bound on every sequence's context length in this batch: sizes the slices
 };
 
-// Floats of workspace LaunchPagedAttention needs.
-int64_t PagedAttentionWorkspace(const AttentionShape& shape, int64_t head_dim);
+// Floats of workspace LaunchPagedAttention needs for up to shape.tokens rows.
+int64_t PagedAttentionWorkspace(const AttentionShape& shape, int64_t kv_heads, int64_t head_dim);
 
 // q and out: [tokens, heads * head_dim]; head_dim % 8 == 0, <= 256.
 cudaError_t LaunchPagedAttention(const __nv_bfloat16* q, const AttentionShape& shape, const PagedKv& cache,

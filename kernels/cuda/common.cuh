@@ -7,6 +7,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <utility>
 
 namespace ag::cuda {
 
@@ -68,6 +69,52 @@ __device__ __forceinline__ float BlockSum(float v, float* scratch) {
 }
 
 inline int CeilDiv(int64_t a, int64_t b) { return static_cast<int>((a + b - 1) / b); }
+
+// ---- programmatic dependent launch (Hopper) ----
+//
+// Kernels are launched with cudaLaunchAttributeProgrammaticStreamSerialization,
+// so the next kernel of a step may start while this one finishes. Every kernel
+// opens with AllowNextKernel() (the next kernel's blocks may launch once all
+// of this kernel's blocks have started) and then, before touching any
+// activation, WaitForPreviousKernel() (which returns once the previous
+// kernel has completed and its writes are visible). Between the two a kernel
+// may only read weights: the GEMV prefetches its first weight bytes into L2
+// there, overlapping the previous kernel's tail. Inside CUDA graphs too.
+
+__device__ __forceinline__ void AllowNextKernel() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void WaitForPreviousKernel() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void PrefetchL2(const void* p) {
+  asm volatile("prefetch.global.L2 [%0];\n" ::"l"(p));
+}
+
+// False when AUTOGLM_PDL=0 (kernels then launch plainly, one after the other).
+bool ProgrammaticLaunch();
+
+// Launches `kernel` with programmatic stream serialization (when enabled).
+template <typename... Params, typename... Args>
+cudaError_t LaunchKernel(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
+                         Args&&... args) {
+  cudaLaunchAttribute attribute[1];
+  attribute[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attribute[0].val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchConfig_t config = {};
+  config.gridDim = grid;
+  config.blockDim = block;
+  config.dynamicSmemBytes = smem;
+  config.stream = stream;
+  config.attrs = attribute;
+  config.numAttrs = ProgrammaticLaunch() ? 1 : 0;
+  const cudaError_t e = cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...);
+  return e != cudaSuccess ? e : cudaGetLastError();
+}
 
 // Lets kernel `kKernel` take more than 48 KB of dynamic shared memory. Done
 // once per kernel, so that launches captured into CUDA graphs make no

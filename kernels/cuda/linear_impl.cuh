@@ -98,6 +98,15 @@ __global__ void __launch_bounds__(kGemvThreads) GemvKernel(LinearParams p) {
   const int64_t kc_max = (kGemvSmemFloats / kMT) / 256 * 256;
   const bf16* w0 = p.w + (active ? n0 : 0) * p.k;
   const bf16* w1 = p.w + (has1 ? n0 + 1 : 0) * p.k;
+  AllowNextKernel();
+  // Weights do not depend on the previous kernel: start pulling the first of them into L2 while it finishes.
+  if (active) {
+    for (int64_t i = lane * 64; i < min(p.k, int64_t{1024}); i += 32 * 64) {
+      PrefetchL2(w0 + i);
+      if (has1) PrefetchL2(w1 + i);
+    }
+  }
+  WaitForPreviousKernel();
 
   for (int64_t m0 = 0; m0 < p.m; m0 += kMT) {
     const int rows = static_cast<int>(min(static_cast<int64_t>(kMT), p.m - m0));
@@ -181,8 +190,7 @@ cudaError_t LaunchGemvTile(const LinearParams& p, cudaStream_t stream) {
   }
   const int64_t pairs = (p.n + 1) / 2;
   const unsigned blocks = static_cast<unsigned>((pairs + kGemvWarps - 1) / kGemvWarps);
-  GemvKernel<kMT, kE><<<blocks, kGemvThreads, smem, stream>>>(p);
-  return cudaGetLastError();
+  return LaunchKernel(GemvKernel<kMT, kE>, dim3(blocks), dim3(kGemvThreads), smem, stream, p);
 }
 
 template <Epilogue kE>
@@ -234,6 +242,8 @@ __global__ void __launch_bounds__(kGemmThreads) GemmKernel(LinearParams p, const
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   const int warp_m = (warp / 4) * 64, warp_n = (warp % 4) * 32;
   const int64_t block_m = static_cast<int64_t>(blockIdx.y) * kBM, block_n = static_cast<int64_t>(blockIdx.x) * kBN;
+  AllowNextKernel();
+  WaitForPreviousKernel();
 
   // Each thread copies two 16-byte pieces of A and two of B per stage.
   auto load_stage = [&](int stage, int64_t k0) {
@@ -312,8 +322,7 @@ cudaError_t LaunchGemmFor(const LinearParams& p, cudaStream_t stream) {
     a = p.scratch;
   }
   const dim3 grid(static_cast<unsigned>((p.n + kBN - 1) / kBN), static_cast<unsigned>((p.m + kBM - 1) / kBM));
-  GemmKernel<kE><<<grid, kGemmThreads, 0, stream>>>(p, a);
-  return cudaGetLastError();
+  return LaunchKernel(GemmKernel<kE>, grid, dim3(kGemmThreads), 0, stream, p, a);
 }
 
 // Both paths for one epilogue; defined in linear_<epilogue>.cu.

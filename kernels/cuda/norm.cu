@@ -17,6 +17,8 @@ template <NormKind kKind>
 __global__ void __launch_bounds__(kThreads) RmsNormKernel(const bf16* x, const bf16* other, const bf16* __restrict__ w,
                                                           int64_t n, float eps, bf16* out, bf16* out2) {
   extern __shared__ float row[];  // n floats: the value normalised
+  AllowNextKernel();
+  WaitForPreviousKernel();
   __shared__ float scratch[kWarps];
   const int64_t r = blockIdx.x;
   const bf16* xr = x + r * n;
@@ -70,8 +72,8 @@ cudaError_t Launch(const bf16* x, const bf16* other, const bf16* w, int64_t rows
     const cudaError_t e = AllowLargeSharedMemory<RmsNormKernel<kKind>>();
     if (e != cudaSuccess) return e;
   }
-  RmsNormKernel<kKind><<<static_cast<unsigned>(rows), kThreads, smem, stream>>>(x, other, w, n, eps, out, out2);
-  return cudaGetLastError();
+  return LaunchKernel(RmsNormKernel<kKind>, dim3(static_cast<unsigned>(rows)), dim3(kThreads), smem, stream, x, other, w,
+                      n, eps, out, out2);
 }
 
 }  // namespace

@@ -1,10 +1,6 @@
-// The paged KV cache as kernels see it, and rotary frequencies.
-//
-// Layout (the same as kernels/ref/ref.h): per layer a K pool and a V pool of
-// num_blocks blocks of block_size tokens; element (block, slot, kv_head, d)
-// of K is k[((block * block_size + slot) * kv_heads + kv_head) * head_dim + d].
-// A token's cache slot is block * block_size + slot; sequence s's j-th token
-// lives in block block_tables[s * max_blocks + j / block_size].
+// The paged KV cache as kernels see it, and rotary frequencies. The layout
+// and the sequence metadata are those of kernels/ref/ref.h (KvCache,
+// SeqBatch), with bf16 storage.
 #ifndef AUTOGLM_KERNELS_CUDA_PAGED_KV_CUH_
 #define AUTOGLM_KERNELS_CUDA_PAGED_KV_CUH_
 
@@ -23,9 +19,7 @@ struct PagedKv {
   int64_t head_dim = 0;
 };
 
-// The step's sequences (device pointers): rows [seq_offsets[s], seq_offsets[s+1])
-// of the step's tokens are sequence s's newest tokens; after this step's cache
-// write it holds context_lens[s] tokens.
+// The step's sequences, device pointers (see ref::SeqBatch).
 struct SeqBatch {
   const int32_t* seq_offsets = nullptr;   // [num_seqs + 1]
   const int32_t* context_lens = nullptr;  // [num_seqs]

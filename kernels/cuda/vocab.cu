@@ -30,6 +30,8 @@ __device__ __forceinline__ Best WarpBest(Best v) {
 __global__ void __launch_bounds__(kThreads) ArgmaxKernel(const bf16* __restrict__ logits, int64_t vocab,
                                                          int32_t* __restrict__ out) {
   __shared__ Best partial[kWarps];
+  AllowNextKernel();
+  WaitForPreviousKernel();
   const bf16* row = logits + blockIdx.x * vocab;
   Best best{-FLT_MAX, INT32_MAX};
   for (int64_t i = threadIdx.x; i < vocab; i += kThreads) {
@@ -52,6 +54,8 @@ __global__ void __launch_bounds__(kThreads) SampleKernel(const bf16* __restrict_
                                                          int32_t* __restrict__ out) {
   __shared__ float scratch[kWarps];
   __shared__ float chunk_mass[kThreads];
+  AllowNextKernel();
+  WaitForPreviousKernel();
   const bf16* row = logits + blockIdx.x * vocab;
   const int64_t chunk = (limit + kThreads - 1) / kThreads;
   const int64_t begin = threadIdx.x * chunk, end = min(limit, begin + chunk);
@@ -91,6 +95,8 @@ __device__ __forceinline__ uint64_t SplitMix64(uint64_t x) {
 }
 
 __global__ void FillRandomKernel(bf16* out, int64_t n, uint64_t key, float center, float half_width) {
+  AllowNextKernel();
+  WaitForPreviousKernel();
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x) {
     const uint64_t bits = SplitMix64(key + static_cast<uint64_t>(i));
     const float u = static_cast<float>(bits >> 40) * (1.0f / 16777216.0f);
@@ -110,17 +116,15 @@ uint64_t SplitMix64Host(uint64_t x) {
 
 cudaError_t LaunchArgmax(const bf16* logits, int64_t rows, int64_t vocab, int32_t* out, cudaStream_t stream) {
   if (rows == 0) return cudaSuccess;
-  ArgmaxKernel<<<static_cast<unsigned>(rows), kThreads, 0, stream>>>(logits, vocab, out);
-  return cudaGetLastError();
+  return LaunchKernel(ArgmaxKernel, dim3(static_cast<unsigned>(rows)), dim3(kThreads), 0, stream, logits, vocab, out);
 }
 
 cudaError_t LaunchSampleTemperature(const bf16* logits, int64_t rows, int64_t vocab, int64_t vocab_limit,
                                     float temperature, const float* uniforms, int32_t* out, cudaStream_t stream) {
   if (rows == 0) return cudaSuccess;
   if (!(temperature > 0.0f) || vocab_limit <= 0 || vocab_limit > vocab) return cudaErrorInvalidValue;
-  SampleKernel<<<static_cast<unsigned>(rows), kThreads, 0, stream>>>(logits, vocab, vocab_limit, 1.0f / temperature,
-                                                                     uniforms, out);
-  return cudaGetLastError();
+  return LaunchKernel(SampleKernel, dim3(static_cast<unsigned>(rows)), dim3(kThreads), 0, stream, logits, vocab,
+                      vocab_limit, 1.0f / temperature, uniforms, out);
 }
 
 cudaError_t LaunchFillRandom(bf16* out, int64_t n, uint64_t seed, uint64_t stream_id, float center, float half_width,
@@ -128,8 +132,7 @@ cudaError_t LaunchFillRandom(bf16* out, int64_t n, uint64_t seed, uint64_t strea
   if (n == 0) return cudaSuccess;
   const uint64_t key = SplitMix64Host(seed ^ stream_id);  // as RandomUniform: SplitMix64(SplitMix64(seed ^ stream) + i)
   const unsigned blocks = static_cast<unsigned>(std::min<int64_t>((n + 255) / 256, 132 * 32));
-  FillRandomKernel<<<blocks, 256, 0, stream>>>(out, n, key, center, half_width);
-  return cudaGetLastError();
+  return LaunchKernel(FillRandomKernel, dim3(blocks), dim3(256), 0, stream, out, n, key, center, half_width);
 }
 
 }  // namespace ag::cuda

@@ -297,7 +297,7 @@ void CheckAttention(int64_t heads, int64_t kv_heads, int64_t head_dim, int64_t b
   const cuda::SeqBatch batch{doff.get(), dctx.get(), dtab.get(), seqs, max_blocks};
   for (int64_t bound : {37, 4096}) {  // one slice, and many slices (most of them empty)
     const cuda::AttentionShape shape{tokens, heads, bound};
-    DeviceArray<float> workspace(static_cast<size_t>(cuda::PagedAttentionWorkspace(shape, head_dim)));
+    DeviceArray<float> workspace(static_cast<size_t>(cuda::PagedAttentionWorkspace(shape, kv_heads, head_dim)));
     ASSERT_CUDA(cuda::LaunchPagedAttention(dq.get(), shape, cache, batch, workspace.get(), out.get(), nullptr));
     std::vector<float> want(out.size());
     std::vector<float> k_copy = kc, v_copy = vc;
