@@ -96,10 +96,10 @@ absl::Status ParseHf(const Fields& f, ModelConfig& c) {
   ASSIGN_OR_RETURN(c.intermediate_size, f.PositiveInt("intermediate_size"));
   ASSIGN_OR_RETURN(c.num_layers, f.PositiveInt("num_hidden_layers"));
   ASSIGN_OR_RETURN(c.num_heads, f.PositiveInt("num_attention_heads"));
-  ASSIGN_OR_RETURN(c.num_kv_heads, f.PositiveInt("num_key_value_heads", c.num_heads));
-  ASSIGN_OR_RETURN(c.head_dim, f.PositiveInt("head_dim", c.hidden_size / c.num_heads));
+  // Defaults are transformers' GlmConfig / Glm4Config defaults (2 KV heads, head_dim 128, ...).
+  ASSIGN_OR_RETURN(c.num_kv_heads, f.PositiveInt("num_key_value_heads", 2));
+  ASSIGN_OR_RETURN(c.head_dim, f.PositiveInt("head_dim", 128));
   ASSIGN_OR_RETURN(c.vocab_size, f.PositiveInt("vocab_size"));
-  // Defaults are transformers' GlmConfig / Glm4Config defaults.
   ASSIGN_OR_RETURN(c.rms_norm_eps, f.Number("rms_norm_eps", 1.5625e-07));
   ASSIGN_OR_RETURN(c.attention_bias, f.Bool("attention_bias", true));
   ASSIGN_OR_RETURN(c.max_position_embeddings,
@@ -195,6 +195,12 @@ absl::StatusOr<ModelConfig> ParseModelConfig(absl::string_view json_text, absl::
   }
   RETURN_IF_ERROR(c.layout == Layout::kChatGlm ? ParseChatGlm(f, c) : ParseHf(f, c));
   ASSIGN_OR_RETURN(c.eos_token_ids, f.IntOrList("eos_token_id"));
+  if (!f.Has("eos_token_id") && c.layout != Layout::kChatGlm) {
+    // transformers' default for glm / glm4: GLM-4's three end-of-sequence ids.
+    for (int64_t id : {151329, 151336, 151338}) {
+      if (id < c.vocab_size) c.eos_token_ids.push_back(id);
+    }
+  }
   // transformers >= 5 writes "dtype", older versions "torch_dtype".
   ASSIGN_OR_RETURN(std::string dtype, f.String("dtype", ""));
   if (dtype.empty()) {

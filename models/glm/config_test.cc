@@ -52,7 +52,8 @@ TEST(Config, Glm4Fixture) {
 
 TEST(Config, RopeParametersAtTopLevelOrNested) {
   const char* top = R"({"model_type":"glm","hidden_size":64,"intermediate_size":8,"num_hidden_layers":1,
-    "num_attention_heads":4,"vocab_size":10,"rope_theta":500.0,"partial_rotary_factor":1.0})";
+    "num_attention_heads":4,"num_key_value_heads":4,"head_dim":16,"vocab_size":10,"rope_theta":500.0,
+    "partial_rotary_factor":1.0})";
   absl::StatusOr<ModelConfig> c = ParseModelConfig(top, "config.json");
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_EQ(c->rope_theta, 500.0);
@@ -62,7 +63,8 @@ TEST(Config, RopeParametersAtTopLevelOrNested) {
   c = ParseModelConfig(nested, "config.json");
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_EQ(c->rope_theta, 70000.0);
-  EXPECT_EQ(c->rotary_dim, 8) << "partial_rotary_factor defaults to 0.5";
+  EXPECT_EQ(c->rotary_dim, 64) << "head_dim defaults to 128, partial_rotary_factor to 0.5";
+  EXPECT_EQ(c->num_kv_heads, 2) << "transformers' default";
 }
 
 TEST(Config, ChatGlmRopeRatioAndTiedEmbeddings) {
@@ -119,6 +121,33 @@ TEST(Config, MissingFileNamesThePath) {
   absl::StatusOr<ModelConfig> c = LoadModelConfig("/nonexistent/model");
   ASSERT_FALSE(c.ok());
   EXPECT_NE(c.status().message().find("/nonexistent/model/config.json"), std::string::npos) << c.status();
+}
+
+}  // namespace
+}  // namespace ag::glm
+
+namespace ag::glm {
+namespace {
+
+TEST(Config, EosDefaultsToGlm4sThreeIds) {
+  const char* text = R"({"model_type":"glm4","hidden_size":64,"intermediate_size":8,"num_hidden_layers":1,
+    "num_attention_heads":4,"vocab_size":151552})";
+  absl::StatusOr<ModelConfig> c = ParseModelConfig(text, "config.json");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->eos_token_ids, (std::vector<int64_t>{151329, 151336, 151338}));
+  EXPECT_EQ(c->rope_freq_dtype, "f32");
+}
+
+TEST(Config, CheckpointDtypeSetsTheRotaryFrequencyPrecision) {
+  for (auto [key, value, want] : {std::tuple{"dtype", "bfloat16", "bf16"}, std::tuple{"torch_dtype", "float16", "f16"},
+                                  std::tuple{"torch_dtype", "float32", "f32"}}) {
+    const std::string text = std::string(R"({"model_type":"glm","hidden_size":64,"intermediate_size":8,)") +
+                             R"("num_hidden_layers":1,"num_attention_heads":4,"vocab_size":10,")" + key + "\":\"" +
+                             value + "\"}";
+    absl::StatusOr<ModelConfig> c = ParseModelConfig(text, "config.json");
+    ASSERT_TRUE(c.ok()) << c.status();
+    EXPECT_EQ(c->rope_freq_dtype, want) << key << "=" << value;
+  }
 }
 
 }  // namespace

@@ -9,13 +9,15 @@
 
 #include <nlohmann/json.hpp>
 
+#include "kernels/ref/half.h"
+
 namespace ag::testing {
 
 struct FakeTensor {
   std::string name;
   std::string dtype = "F32";
   std::vector<int64_t> shape;
-  std::vector<float> values;  // written as F32, or truncated to the top 16 bits for BF16
+  std::vector<float> values;  // written as F32, or rounded to BF16 / F16
 };
 
 inline int64_t DTypeBytes(const std::string& dtype) { return dtype == "F32" ? 4 : 2; }
@@ -31,8 +33,8 @@ inline nlohmann::json HeaderFor(const std::vector<FakeTensor>& tensors, std::str
       if (t.dtype == "F32") {
         data->append(reinterpret_cast<const char*>(&bits), 4);
       } else {
-        const uint16_t top = static_cast<uint16_t>(bits >> 16);
-        data->append(reinterpret_cast<const char*>(&top), 2);
+        const uint16_t half = t.dtype == "F16" ? FloatToHalf(v) : FloatToBF16(v);
+        data->append(reinterpret_cast<const char*>(&half), 2);
       }
     }
     header[t.name] = {{"dtype", t.dtype}, {"shape", t.shape}, {"data_offsets", {begin, data->size()}}};
