@@ -168,11 +168,11 @@ absl::Status CudaBackend::Load(const compiler::Plan& plan, const WeightSource& w
   scratch_k_ = 0;
   for (const compiler::PlanStep& step : plan.steps) {
     if (step.kernel == ir::OpId::k_norm_gate_up_silu) interleave[step.operands[2].index] = true;
-    for (const compiler::PlanTensor& t : step.operands) {
-      if (t.kind == compiler::TensorKind::kArena && t.type.rank() == 2 && !t.type.shape[1].is_symbolic()) {
-        scratch_k_ = std::max(scratch_k_, t.type.shape[1].offset());
-      }
-    }
+    // The GEMM path normalises x into the scratch for the linear ops with a norm prologue.
+    const bool norm_prologue = step.kernel == ir::OpId::k_norm_gate_up_silu ||
+                               step.kernel == ir::OpId::k_norm_qkv_rope_kv_write ||
+                               step.kernel == ir::OpId::k_norm_linear;
+    if (norm_prologue) scratch_k_ = std::max(scratch_k_, step.operands[0].type.shape[1].offset());
   }
   for (const compiler::PlanStep& step : plan.steps) {
     for (size_t i = 0; i < step.operands.size(); ++i) {
