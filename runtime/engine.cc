@@ -101,23 +101,19 @@ void Engine::Finish(Sequence& seq, FinishReason reason) {
   seq.table.ReleaseAll(*pool_);
 }
 
-absl::StatusOr<std::vector<TokenEvent>> Engine::Step() {
-  RETURN_IF_ERROR(Admit());
-  std::vector<TokenEvent> events;
-  if (running_.empty()) return events;
-
-  // Decode tokens first (latency), then prefill chunks in arrival order.
+// Decode tokens first (latency), then prefill chunks in arrival order, within the token budget.
+std::vector<Engine::Slice> Engine::Schedule(StepStats& stats) {
   std::vector<Slice> slices;
   int64_t budget = plan_.max_batch_tokens;
   StepBatch& b = batch_;
   b = StepBatch{};
   b.max_blocks = max_blocks_per_seq_;
-  StepStats stats;
-  for (int pass = 0; pass < 2; ++pass) {
+  b.seq_offsets.push_back(0);
+  for (const bool prefill : {false, true}) {
     for (Sequence* seq : running_) {
-      if (seq->prefilling() != (pass == 1) || budget == 0) continue;
+      if (seq->prefilling() != prefill || budget == 0) continue;
       const int64_t prompt = static_cast<int64_t>(seq->request.prompt.size());
-      const int64_t n = seq->prefilling() ? std::min(prompt - seq->cached, budget) : 1;
+      const int64_t n = prefill ? std::min(prompt - seq->cached, budget) : 1;
       const bool completes = seq->cached + n >= prompt;  // the step ends at the last known token
       Slice s{seq, b.num_tokens, n, b.num_logit_rows, 0, completes};
       for (int64_t i = 0; i < n; ++i) {
@@ -125,83 +121,94 @@ absl::StatusOr<std::vector<TokenEvent>> Engine::Step() {
         b.tokens.push_back(pos < prompt ? seq->request.prompt[pos] : seq->generated[pos - prompt]);
         b.positions.push_back(static_cast<int32_t>(pos));
         b.slot_mapping.push_back(seq->table.Slot(pos));
-      }
-      const bool all_rows = seq->prefilling() && seq->request.prompt_logits;
-      for (int64_t i = 0; i < n; ++i) {
-        if (all_rows || (completes && i == n - 1)) {
+        if ((prefill && seq->request.prompt_logits) || (completes && i == n - 1)) {
           b.logit_rows.push_back(static_cast<int32_t>(b.num_tokens + i));
           ++s.logits;
         }
       }
+      b.num_tokens += n;
       b.seq_offsets.push_back(static_cast<int32_t>(b.num_tokens));
       b.context_lens.push_back(static_cast<int32_t>(seq->cached + n));
       std::vector<int32_t> row = seq->table.blocks();
       row.resize(static_cast<size_t>(max_blocks_per_seq_), 0);
       b.block_tables.insert(b.block_tables.end(), row.begin(), row.end());
-      b.num_tokens += n;
       b.num_logit_rows += s.logits;
       ++b.num_seqs;
       budget -= n;
-      (seq->prefilling() ? stats.prefill_tokens : stats.decode_tokens) += n;
+      (prefill ? stats.prefill_tokens : stats.decode_tokens) += n;
       slices.push_back(s);
     }
   }
-  b.seq_offsets.push_back(static_cast<int32_t>(b.num_tokens));
   stats.sequences = b.num_seqs;
+  return slices;
+}
 
+// Moves a sequence past its part of the step: keeps the logits rows it asked
+// for, picks its next token when the step ended at its last known token, and
+// finishes it on eos, length or context.
+std::optional<TokenEvent> Engine::Advance(const Slice& s) {
+  Sequence& seq = *s.seq;
+  const bool was_prefill = seq.prefilling();
+  seq.cached += s.rows;
+  const int64_t vocab = plan_.model.vocab_size;
+  auto row = [&](int64_t r) {
+    const float* p = logits_buffer_.data() + (s.first_logit + r) * vocab;
+    return std::vector<float>(p, p + vocab);
+  };
+  const bool keep_prompt = was_prefill && seq.request.prompt_logits;
+  // Prompt rows, but the one that chooses the first new token (kept below with the token).
+  if (keep_prompt) {
+    for (int64_t r = 0; r < s.logits - (s.emits_token ? 1 : 0); ++r) seq.logits.push_back(row(r));
+  }
+  if (!s.emits_token) return std::nullopt;
+  int32_t token;
+  std::vector<float> chosen;
+  if (seq.sampler.has_value() || seq.request.keep_logits || keep_prompt) chosen = row(s.logits - 1);
+  if (seq.sampler.has_value()) {
+    std::vector<int32_t> history = seq.request.prompt;
+    history.insert(history.end(), seq.generated.begin(), seq.generated.end());
+    std::vector<float> scratch = chosen;
+    token = seq.sampler->Sample(scratch, history);
+  } else {
+    token = next_buffer_[s.first_logit + s.logits - 1];
+  }
+  if (seq.request.keep_logits || keep_prompt) seq.logits.push_back(std::move(chosen));
+  seq.generated.push_back(token);
+  const std::vector<int64_t>& eos = plan_.model.eos_token_ids;
+  if (seq.request.stop_on_eos && std::find(eos.begin(), eos.end(), token) != eos.end()) {
+    Finish(seq, FinishReason::kEos);
+  } else if (static_cast<int64_t>(seq.generated.size()) >= seq.request.max_new_tokens) {
+    Finish(seq, FinishReason::kLength);
+  } else if (seq.length() >= max_context_) {
+    Finish(seq, FinishReason::kContext);
+  }
+  return TokenEvent{seq.id, token, seq.finish != FinishReason::kNone};
+}
+
+absl::StatusOr<std::vector<TokenEvent>> Engine::Step() {
+  RETURN_IF_ERROR(Admit());
+  std::vector<TokenEvent> events;
+  if (running_.empty()) return events;
+  StepStats stats;
+  const std::vector<Slice> slices = Schedule(stats);
+
+  // Logits come back only when someone needs them; greedy tokens come from the device's argmax.
   bool need_logits = false, need_next = false;
   for (const Slice& s : slices) {
-    const Request& r = s.seq->request;
     if (s.logits == 0) continue;
+    const Request& r = s.seq->request;
     need_logits = need_logits || r.prompt_logits || r.keep_logits || s.seq->sampler.has_value();
     need_next = need_next || (s.emits_token && !s.seq->sampler.has_value());
   }
   const auto start = std::chrono::steady_clock::now();
-  RETURN_IF_ERROR(backend_.Execute(b));
-  if (need_logits) RETURN_IF_ERROR(backend_.ReadLogits(b.num_logit_rows, &logits_buffer_));
-  if (need_next) RETURN_IF_ERROR(backend_.ReadNextTokens(b.num_logit_rows, &next_buffer_));
+  RETURN_IF_ERROR(backend_.Execute(batch_));
+  if (need_logits) RETURN_IF_ERROR(backend_.ReadLogits(batch_.num_logit_rows, &logits_buffer_));
+  if (need_next) RETURN_IF_ERROR(backend_.ReadNextTokens(batch_.num_logit_rows, &next_buffer_));
   stats.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   last_step_ = stats;
 
-  const int64_t vocab = plan_.model.vocab_size;
   for (const Slice& s : slices) {
-    Sequence& seq = *s.seq;
-    const bool was_prefill = seq.prefilling();
-    seq.cached += s.rows;
-    auto row = [&](int64_t r) {
-      const float* p = logits_buffer_.data() + (s.first_logit + r) * vocab;
-      return std::vector<float>(p, p + vocab);
-    };
-    // Prompt rows (all but the one that chooses the first new token, which is kept below).
-    if (was_prefill && seq.request.prompt_logits) {
-      for (int64_t r = 0; r < s.logits - (s.emits_token ? 1 : 0); ++r) seq.logits.push_back(row(r));
-    }
-    if (!s.emits_token) continue;
-    const int64_t last = s.first_logit + s.logits - 1;
-    int32_t token;
-    std::vector<float> chosen_row;
-    if (seq.sampler.has_value() || seq.request.keep_logits || seq.request.prompt_logits) chosen_row = row(s.logits - 1);
-    if (seq.sampler.has_value()) {
-      std::vector<int32_t> history = seq.request.prompt;
-      history.insert(history.end(), seq.generated.begin(), seq.generated.end());
-      std::vector<float> scratch = chosen_row;
-      token = seq.sampler->Sample(scratch, history);
-    } else {
-      token = next_buffer_[last];
-    }
-    if (seq.request.keep_logits || (was_prefill && seq.request.prompt_logits)) seq.logits.push_back(chosen_row);
-    seq.generated.push_back(token);
-    const bool eos = seq.request.stop_on_eos && std::find(plan_.model.eos_token_ids.begin(),
-                                                          plan_.model.eos_token_ids.end(),
-                                                          token) != plan_.model.eos_token_ids.end();
-    if (eos) {
-      Finish(seq, FinishReason::kEos);
-    } else if (static_cast<int64_t>(seq.generated.size()) >= seq.request.max_new_tokens) {
-      Finish(seq, FinishReason::kLength);
-    } else if (seq.length() >= max_context_) {
-      Finish(seq, FinishReason::kContext);
-    }
-    events.push_back({seq.id, token, seq.finish != FinishReason::kNone});
+    if (std::optional<TokenEvent> e = Advance(s)) events.push_back(*e);
   }
   running_.erase(std::remove_if(running_.begin(), running_.end(),
                                 [](const Sequence* s) { return s->finish != FinishReason::kNone; }),

@@ -97,6 +97,8 @@ class Engine {
 
   Engine(const compiler::Plan& plan, Backend& backend) : plan_(plan), backend_(backend) {}
   absl::Status Admit();
+  std::vector<Slice> Schedule(StepStats& stats);  // fills batch_
+  std::optional<TokenEvent> Advance(const Slice& slice);
   void Finish(Sequence& seq, FinishReason reason);
   int64_t ReserveTokens(const Sequence& seq) const;
 
