@@ -8,17 +8,13 @@
 #include "compiler/driver.h"
 #include "compiler/summary.h"
 #include "models/glm/config.h"
+#include "tests/testing/golden.h"
 
 namespace ag::compiler {
 namespace {
 
-std::string DataDir() {
-  const char* dir = std::getenv("AUTOGLM_TEST_DATA");
-  return dir != nullptr ? dir : "tests/data";
-}
-
 Plan TinyPlan(const char* fixture = "tiny-glm") {
-  absl::StatusOr<glm::ModelConfig> config = glm::LoadModelConfig(DataDir() + "/" + fixture);
+  absl::StatusOr<glm::ModelConfig> config = glm::LoadModelConfig(testing::TestDataDir() + "/" + fixture);
   EXPECT_TRUE(config.ok()) << config.status();
   absl::StatusOr<CompileResult> compiled = Compile(*config, {});
   EXPECT_TRUE(compiled.ok()) << compiled.status();

@@ -7,14 +7,10 @@
 #include "ir/text.h"
 #include "ir/verifier.h"
 #include "models/glm/weight_map.h"
+#include "tests/testing/golden.h"
 
 namespace ag::glm {
 namespace {
-
-std::string DataDir() {
-  const char* dir = std::getenv("AUTOGLM_TEST_DATA");
-  return dir != nullptr ? dir : "tests/data";
-}
 
 ModelConfig Glm4_9B() {
   const char* text = R"({"model_type":"glm","hidden_size":4096,"intermediate_size":13696,"num_hidden_layers":40,
@@ -31,7 +27,7 @@ int CountOps(const ir::Graph& g, ir::OpId op) {
 
 TEST(Builder, FixturesBuildVerifyAndRoundTrip) {
   for (const char* name : {"tiny-glm", "tiny-glm4", "tiny-chatglm"}) {
-    absl::StatusOr<ModelConfig> c = LoadModelConfig(DataDir() + "/" + name);
+    absl::StatusOr<ModelConfig> c = LoadModelConfig(testing::TestDataDir() + "/" + name);
     ASSERT_TRUE(c.ok()) << c.status();
     absl::StatusOr<ir::Graph> g = BuildGlmGraph(*c, {});
     ASSERT_TRUE(g.ok()) << g.status();
@@ -76,7 +72,7 @@ TEST(Builder, RotaryAttributesFollowTheConfig) {
 }
 
 TEST(WeightMap, ChatGlmSlicesTheFusedQkv) {
-  absl::StatusOr<ModelConfig> c = LoadModelConfig(DataDir() + "/tiny-chatglm");
+  absl::StatusOr<ModelConfig> c = LoadModelConfig(testing::TestDataDir() + "/tiny-chatglm");
   ASSERT_TRUE(c.ok());
   absl::StatusOr<WeightSource> k = MapWeight(*c, "model.layers.1.self_attn.k_proj.weight");
   ASSERT_TRUE(k.ok()) << k.status();
@@ -100,7 +96,7 @@ TEST(WeightMap, TiedEmbeddingsShareTheTable) {
 
 TEST(WeightMap, FixtureCheckpointsHaveEveryParameter) {
   for (const char* name : {"tiny-glm", "tiny-glm4", "tiny-chatglm"}) {
-    const std::string dir = DataDir() + "/" + name;
+    const std::string dir = testing::TestDataDir() + "/" + name;
     absl::StatusOr<ModelConfig> c = LoadModelConfig(dir);
     absl::StatusOr<Checkpoint> ckpt = Checkpoint::Open(dir);
     ASSERT_TRUE(c.ok() && ckpt.ok()) << ckpt.status();

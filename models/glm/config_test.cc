@@ -4,17 +4,13 @@
 
 #include <cstdlib>
 #include <string>
+#include "tests/testing/golden.h"
 
 namespace ag::glm {
 namespace {
 
-std::string DataDir() {
-  const char* dir = std::getenv("AUTOGLM_TEST_DATA");
-  return dir != nullptr ? dir : "tests/data";
-}
-
 TEST(Config, HfGlmFixture) {
-  absl::StatusOr<ModelConfig> c = LoadModelConfig(DataDir() + "/tiny-glm");
+  absl::StatusOr<ModelConfig> c = LoadModelConfig(testing::TestDataDir() + "/tiny-glm");
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_EQ(c->layout, Layout::kGlm);
   EXPECT_EQ(c->hidden_size, 64);
@@ -27,8 +23,8 @@ TEST(Config, HfGlmFixture) {
 }
 
 TEST(Config, ChatGlmFixtureMatchesGlm) {
-  absl::StatusOr<ModelConfig> a = LoadModelConfig(DataDir() + "/tiny-glm");
-  absl::StatusOr<ModelConfig> b = LoadModelConfig(DataDir() + "/tiny-chatglm");
+  absl::StatusOr<ModelConfig> a = LoadModelConfig(testing::TestDataDir() + "/tiny-glm");
+  absl::StatusOr<ModelConfig> b = LoadModelConfig(testing::TestDataDir() + "/tiny-chatglm");
   ASSERT_TRUE(a.ok() && b.ok()) << b.status();
   EXPECT_EQ(b->layout, Layout::kChatGlm);
   EXPECT_EQ(a->hidden_size, b->hidden_size);
@@ -43,7 +39,7 @@ TEST(Config, ChatGlmFixtureMatchesGlm) {
 }
 
 TEST(Config, Glm4Fixture) {
-  absl::StatusOr<ModelConfig> c = LoadModelConfig(DataDir() + "/tiny-glm4");
+  absl::StatusOr<ModelConfig> c = LoadModelConfig(testing::TestDataDir() + "/tiny-glm4");
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_EQ(c->layout, Layout::kGlm4);
   EXPECT_EQ(c->num_layers, 3);
@@ -83,7 +79,7 @@ struct BadConfig {
   const char* expect;  // substring of the error
 };
 
-class BadConfigTest : public testing::TestWithParam<BadConfig> {};
+class BadConfigTest : public ::testing::TestWithParam<BadConfig> {};
 
 TEST_P(BadConfigTest, OneLineErrorNamingTheField) {
   absl::StatusOr<ModelConfig> c = ParseModelConfig(GetParam().json, "dir/config.json");
@@ -98,7 +94,7 @@ constexpr char kBase[] = R"("hidden_size":64,"intermediate_size":8,"num_hidden_l
 
 INSTANTIATE_TEST_SUITE_P(
     Config, BadConfigTest,
-    testing::Values(BadConfig{"{", "not valid JSON"}, BadConfig{"[1]", "JSON object"},
+    ::testing::Values(BadConfig{"{", "not valid JSON"}, BadConfig{"[1]", "JSON object"},
                     BadConfig{R"({"hidden_size":64})", "model_type"},
                     BadConfig{R"({"model_type":"llama","hidden_size":64})", "'llama'"},
                     BadConfig{R"({"model_type":"glm","intermediate_size":8})", "hidden_size"},

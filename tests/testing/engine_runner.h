@@ -57,6 +57,7 @@ class FixtureRunner {
     EXPECT_TRUE(engine.ok()) << engine.status();
     std::vector<int> ids;
     size_t submitted = 0;
+    steps_ = 0;
     auto submit = [&](const GoldenCase& c) {
       runtime::Request r;
       r.prompt = c.input_ids;
@@ -76,6 +77,7 @@ class FixtureRunner {
       absl::StatusOr<std::vector<runtime::TokenEvent>> events = (*engine)->Step();
       EXPECT_TRUE(events.ok()) << events.status();
       if (!events.ok()) break;
+      ++steps_;
       max_step_seqs_ = std::max(max_step_seqs_, (*engine)->last_step().sequences);
       mixed_steps_ += (*engine)->last_step().prefill_tokens > 0 && (*engine)->last_step().decode_tokens > 0;
     }
@@ -85,6 +87,7 @@ class FixtureRunner {
   }
 
   int64_t max_step_seqs() const { return max_step_seqs_; }
+  int64_t steps() const { return steps_; }  // engine steps of the last Run
   int64_t mixed_steps() const { return mixed_steps_; }
 
  private:
@@ -95,6 +98,7 @@ class FixtureRunner {
   compiler::Plan plan_;
   int64_t max_step_seqs_ = 0;
   int64_t mixed_steps_ = 0;
+  int64_t steps_ = 0;
 };
 
 inline double MaxAbsDiff(const std::vector<std::vector<float>>& a, const std::vector<std::vector<float>>& b) {
