@@ -2,11 +2,11 @@
 
 #include <cstring>
 #include <fstream>
-#include <sstream>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "ir/status_macros.h"
+#include "models/glm/read_file.h"
 
 namespace ag::compiler {
 namespace {
@@ -385,11 +385,8 @@ absl::Status WritePlanFile(const Plan& plan, const std::string& path) {
 }
 
 absl::StatusOr<Plan> ReadPlanFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::NotFoundError(absl::StrCat(path, ": cannot open"));
-  std::stringstream buffer;
-  buffer << in.rdbuf();
-  return DeserializePlan(buffer.str(), path);
+  ASSIGN_OR_RETURN(const std::string bytes, glm::ReadWholeFile(path));
+  return DeserializePlan(bytes, path);
 }
 
 }  // namespace ag::compiler

@@ -3,13 +3,13 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
-#include <sstream>
 
 #include <nlohmann/json.hpp>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "ir/status_macros.h"
+#include "models/glm/read_file.h"
 
 namespace ag::glm {
 namespace {
@@ -242,19 +242,14 @@ absl::StatusOr<ModelConfig> LoadModelConfig(const std::string& path) {
   std::error_code ec;
   const bool is_dir = !fs::is_regular_file(path, ec);
   const std::string file = is_dir ? (fs::path(path) / "config.json").string() : path;
-  std::ifstream in(file, std::ios::binary);
-  if (!in) return absl::NotFoundError(absl::StrCat(file, ": cannot open (missing config.json?)"));
-  std::stringstream text;
-  text << in.rdbuf();
-  ASSIGN_OR_RETURN(ModelConfig config, ParseModelConfig(text.str(), file));
+  absl::StatusOr<std::string> text = ReadWholeFile(file);
+  if (!text.ok()) return absl::NotFoundError(absl::StrCat(file, ": cannot open (missing config.json?)"));
+  ASSIGN_OR_RETURN(ModelConfig config, ParseModelConfig(*text, file));
   // generation_config.json may list more end-of-sequence ids than config.json.
   if (is_dir) {
     const std::string gen_file = (fs::path(path) / "generation_config.json").string();
-    std::ifstream gen(gen_file, std::ios::binary);
-    if (gen) {
-      std::stringstream gen_text;
-      gen_text << gen.rdbuf();
-      const std::string s = gen_text.str();
+    if (fs::exists(gen_file, ec)) {
+      ASSIGN_OR_RETURN(const std::string s, ReadWholeFile(gen_file));
       const json root = json::parse(s.begin(), s.end(), nullptr, false);
       if (root.is_discarded() || !root.is_object()) {
         return absl::InvalidArgumentError(absl::StrCat(gen_file, ": not a valid JSON object"));

@@ -8,7 +8,6 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
-#include <sstream>
 
 #include <nlohmann/json.hpp>
 
@@ -16,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "kernels/ref/half.h"
 #include "ir/status_macros.h"
+#include "models/glm/read_file.h"
 
 namespace ag::glm {
 namespace {
@@ -145,10 +145,7 @@ absl::StatusOr<Checkpoint> Checkpoint::Open(const std::string& dir) {
   std::vector<std::string> shard_names;
   absl::flat_hash_map<std::string, std::string> expected_file;  // tensor -> shard, from the index
   if (fs::exists(index_path, ec)) {
-    std::ifstream in(index_path, std::ios::binary);
-    std::stringstream text;
-    text << in.rdbuf();
-    const std::string s = text.str();
+    ASSIGN_OR_RETURN(const std::string s, ReadWholeFile(index_path.string()));
     const json index = json::parse(s.begin(), s.end(), nullptr, false);
     if (index.is_discarded() || !index.is_object() || !index.contains("weight_map") ||
         !index["weight_map"].is_object()) {

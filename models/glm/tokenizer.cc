@@ -5,7 +5,6 @@
 #include <filesystem>
 #include <fstream>
 #include <queue>
-#include <sstream>
 
 #include <nlohmann/json.hpp>
 
@@ -14,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "ir/status_macros.h"
 #include "models/glm/bpe.h"
+#include "models/glm/read_file.h"
 
 namespace ag::glm {
 
@@ -25,16 +25,6 @@ const SpecialToken kGlm4SpecialTokens[14] = {
 };
 
 namespace {
-
-absl::StatusOr<std::string> ReadFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary | std::ios::ate);
-  if (!in) return absl::NotFoundError(absl::StrCat(path, ": cannot open"));
-  std::string text(static_cast<size_t>(in.tellg()), '\0');
-  in.seekg(0);
-  in.read(text.data(), static_cast<std::streamsize>(text.size()));
-  if (!in) return absl::DataLossError(absl::StrCat(path, ": read failed"));
-  return text;
-}
 
 // The value of each base64 character, -1 for others.
 struct Base64Table {
@@ -110,7 +100,7 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::Load(const std::string& di
 }
 
 absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::LoadTiktoken(const std::string& path) {
-  ASSIGN_OR_RETURN(std::string text, ReadFile(path));
+  ASSIGN_OR_RETURN(std::string text, ReadWholeFile(path));
   std::unique_ptr<Tokenizer> t(new Tokenizer());
   const size_t lines = static_cast<size_t>(std::count(text.begin(), text.end(), '\n')) + 1;
   t->offsets_.reserve(lines + 1);
@@ -149,7 +139,7 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::LoadTiktoken(const std::st
 }
 
 absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::LoadHfJson(const std::string& path) {
-  ASSIGN_OR_RETURN(std::string text, ReadFile(path));
+  ASSIGN_OR_RETURN(std::string text, ReadWholeFile(path));
   const nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
   auto fail = [&](absl::string_view what) { return absl::InvalidArgumentError(absl::StrCat(path, ": ", what)); };
   if (j.is_discarded() || !j.is_object()) return fail("not valid JSON");
