@@ -39,14 +39,8 @@ void Add(const A& a) { ref::Add(a.operands[0].f(), a.operands[1].f(), a.results[
 void Mul(const A& a) { ref::Mul(a.operands[0].f(), a.operands[1].f(), a.results[0].numel(), a.results[0].f()); }
 void Silu(const A& a) { ref::Silu(a.operands[0].f(), a.results[0].numel(), a.results[0].f()); }
 void Slice(const A& a) {
-  // Slices along `axis`: outer rows of contiguous [size * inner] chunks.
-  const CpuTensor& x = a.operands[0];
-  const int64_t axis = a.Int("axis");
-  int64_t outer = 1, inner = 1;
-  for (int64_t i = 0; i < axis; ++i) outer *= x.dim(static_cast<int>(i));
-  for (size_t i = static_cast<size_t>(axis) + 1; i < x.dims.size(); ++i) inner *= x.dims[i];
-  ref::SliceColumns(x.f(), outer, x.dim(static_cast<int>(axis)) * inner, a.Int("start") * inner, a.Int("size") * inner,
-                    a.results[0].f());
+  const ColumnSlice s = AsColumnSlice(a.operands[0], a.Int("axis"), a.Int("start"), a.Int("size"));
+  ref::SliceColumns(a.operands[0].f(), s.rows, s.cols, s.start, s.size, a.results[0].f());
 }
 void GatherRows(const A& a) {
   ref::GatherRows(a.operands[0].f(), a.operands[1].i(), a.operands[1].dim(0), a.operands[0].dim(1), a.results[0].f());

@@ -89,14 +89,8 @@ absl::Status Mul(const A& a) {
 }
 absl::Status Silu(const A& a) { return Check(cuda::LaunchSilu(In(a, 0), a.results[0].numel(), Out(a), a.stream), a); }
 absl::Status Slice(const A& a) {
-  const CudaTensor& x = a.operands[0];
-  const int64_t axis = a.Int("axis");
-  int64_t outer = 1, inner = 1;
-  for (int64_t i = 0; i < axis; ++i) outer *= x.dim(static_cast<int>(i));
-  for (size_t i = static_cast<size_t>(axis) + 1; i < x.dims.size(); ++i) inner *= x.dims[i];
-  return Check(cuda::LaunchSliceColumns(In(a, 0), outer, x.dim(static_cast<int>(axis)) * inner, a.Int("start") * inner,
-                                        a.Int("size") * inner, Out(a), a.stream),
-               a);
+  const ColumnSlice s = AsColumnSlice(a.operands[0], a.Int("axis"), a.Int("start"), a.Int("size"));
+  return Check(cuda::LaunchSliceColumns(In(a, 0), s.rows, s.cols, s.start, s.size, Out(a), a.stream), a);
 }
 absl::Status GatherRows(const A& a) {
   return Check(cuda::LaunchGatherRows(In(a, 0), a.operands[1].as<const int32_t>(), a.operands[1].dim(0),
