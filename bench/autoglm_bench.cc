@@ -174,8 +174,7 @@ absl::Status Run() {
 
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage("time GLM-4 steps with random weights.\n  autoglm-bench [--config FILE] [--device cuda]");
-  ag::tools::NormalizeFlagNames(argc, argv);
-  absl::ParseCommandLine(argc, argv);
+  ag::tools::ParseFlagsOrExit(argc, argv, "autoglm-bench");
   absl::Status status = ag::tools::Run();
   if (!status.ok()) return ag::tools::ReportError("autoglm-bench", status);
   return 0;

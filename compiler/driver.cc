@@ -1,7 +1,10 @@
 #include "compiler/driver.h"
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "compiler/lower.h"
 #include "ir/status_macros.h"
 #include "models/glm/weight_map.h"
@@ -14,6 +17,18 @@ std::vector<std::string> StandardPassNames() {
 }
 
 absl::StatusOr<CompileResult> Compile(const glm::ModelConfig& config, const CompileOptions& options) {
+  const glm::BuildOptions& b = options.build;
+  struct Limit {
+    const char* flag;
+    int64_t value, max;
+  };
+  for (const Limit& l : {Limit{"--max-batch-tokens", b.max_batch_tokens, kMaxBatchTokens},
+                         Limit{"--max-seqs", b.max_seqs, kMaxSeqs},
+                         Limit{"--kv-block-size", b.kv_block_size, kMaxKvBlockSize}}) {
+    if (l.value <= 0 || l.value > l.max) {
+      return absl::InvalidArgumentError(absl::StrCat(l.flag, " must be in [1, ", l.max, "], got ", l.value));
+    }
+  }
   ASSIGN_OR_RETURN(ir::Graph graph, glm::BuildGlmGraph(config, options.build));
   passes::StandardPassOptions pass_options;
   pass_options.kv_block_size = options.build.kv_block_size;
@@ -36,12 +51,40 @@ absl::Status CheckPlanAgainstModel(const Plan& plan, const glm::ModelConfig& con
         m.hidden_size, ", vocab ", m.vocab_size, ") than the checkpoint (", glm::LayoutName(config.layout), ", ",
         config.num_layers, " layers, hidden ", config.hidden_size, ", vocab ", config.vocab_size, ")"));
   }
+  // Same shapes are not enough: eps, rope, positions and eos ids change the answer too.
+  const std::string fingerprint = glm::ConfigFingerprint(config);
+  if (m.config != fingerprint) {
+    const std::vector<absl::string_view> planned = absl::StrSplit(m.config, '\n');
+    const std::vector<absl::string_view> actual = absl::StrSplit(fingerprint, '\n');
+    size_t i = 0;
+    while (i < planned.size() && i < actual.size() && planned[i] == actual[i]) ++i;
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the plan was compiled from a different config: plan has '", i < planned.size() ? planned[i] : "",
+        "', the model has '", i < actual.size() ? actual[i] : "", "' (recompile the plan)"));
+  }
   if (checkpoint == nullptr) return absl::OkStatus();
+  absl::flat_hash_set<absl::string_view> used;
   for (const WeightEntry& w : plan.weights) {
     for (const WeightPiece& p : w.pieces) {
       glm::WeightSource src{p.tensor, p.tensor_shape, p.row_begin, p.row_end};
       RETURN_IF_ERROR(glm::FindSourceTensor(*checkpoint, src).status());
+      used.insert(p.tensor);
     }
+  }
+  // A tensor the plan never reads means the config and the checkpoint disagree
+  // (fewer layers, untied head, ...): running anyway would silently give
+  // another model's answers. Rotary inverse-frequency buffers are recomputed, so they may be left.
+  int unused = 0;
+  std::string first;
+  for (const std::string& name : checkpoint->Names()) {
+    if (used.contains(name) || absl::EndsWith(name, ".inv_freq")) continue;
+    if (unused++ == 0) first = name;
+  }
+  if (unused > 0) {
+    return absl::InvalidArgumentError(absl::StrCat(checkpoint->dir(), ": tensor '", first, "'",
+                                                   unused > 1 ? absl::StrCat(" and ", unused - 1, " more") : "",
+                                                   " not used by a ", m.layout, " model of ", m.num_layers,
+                                                   " layers (does config.json match the checkpoint?)"));
   }
   return absl::OkStatus();
 }

@@ -28,7 +28,7 @@ absl::StatusOr<Plan> LowerToPlan(const ir::Graph& graph, const glm::ModelConfig&
                                  const glm::BuildOptions& options, std::vector<std::string> passes) {
   Plan plan;
   plan.model = {std::string(glm::LayoutName(config.layout)), config.vocab_size, config.hidden_size, config.num_layers,
-                config.max_position_embeddings, config.eos_token_ids};
+                config.max_position_embeddings, config.eos_token_ids, glm::ConfigFingerprint(config)};
   plan.dtype = options.dtype;
   plan.max_batch_tokens = options.max_batch_tokens;
   plan.max_seqs = options.max_seqs;

@@ -5,7 +5,9 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "ir/checked_math.h"
 #include "ir/status_macros.h"
+#include "models/glm/config.h"
 
 namespace ag::compiler {
 namespace {
@@ -30,9 +32,8 @@ absl::StatusOr<ir::TensorType> RuntimeInputType(absl::string_view name) {
 }
 
 int64_t WeightEntry::NumElements() const {
-  int64_t n = 1;
-  for (int64_t d : shape) n *= d;
-  return n;
+  // ValidatePlan bounds the product, so this never saturates on a valid plan.
+  return ir::CheckedProduct(shape).value_or(ir::kMaxSize);
 }
 
 int Plan::FindInput(absl::string_view name) const {
@@ -56,21 +57,27 @@ ir::SymbolBindings Plan::MaxBindings() const {
 absl::Status ValidatePlan(const Plan& plan) {
   if (plan.version != kPlanVersion) return Invalid("version ", plan.version, ", expected ", kPlanVersion);
   if (!ir::IsFloat(plan.dtype)) return Invalid("model dtype must be a float type");
-  if (plan.max_batch_tokens <= 0 || plan.max_seqs <= 0) return Invalid("batch limits must be positive");
-  if (plan.max_batch_tokens > (1 << 24) || plan.max_seqs > (1 << 20)) return Invalid("batch limits are implausible");
-  if (plan.arena_bytes < 0 || plan.arena_bytes % kArenaAlignment != 0) {
-    return Invalid("arena size ", plan.arena_bytes, " is not a multiple of ", kArenaAlignment);
+  if (plan.max_batch_tokens <= 0 || plan.max_seqs <= 0 || plan.max_batch_tokens > kMaxBatchTokens ||
+      plan.max_seqs > kMaxSeqs) {
+    return Invalid("batch limits (", plan.max_batch_tokens, " tokens, ", plan.max_seqs, " sequences) outside [1, ",
+                   kMaxBatchTokens, "] and [1, ", kMaxSeqs, "]");
+  }
+  if (plan.arena_bytes < 0 || plan.arena_bytes > kMaxArenaBytes || plan.arena_bytes % kArenaAlignment != 0) {
+    return Invalid("arena size ", plan.arena_bytes, " is not a multiple of ", kArenaAlignment, " in [0, ",
+                   kMaxArenaBytes, "]");
   }
   const ModelInfo& m = plan.model;
-  if (m.vocab_size <= 0 || m.hidden_size <= 0 || m.num_layers <= 0 || m.max_position_embeddings <= 0) {
-    return Invalid("model dimensions must be positive");
+  if (m.vocab_size <= 0 || m.hidden_size <= 0 || m.num_layers <= 0 || m.max_position_embeddings <= 0 ||
+      m.vocab_size > glm::kMaxVocabSize || m.hidden_size > glm::kMaxHiddenSize || m.num_layers > glm::kMaxLayers ||
+      m.max_position_embeddings > glm::kMaxPositions) {
+    return Invalid("model dimensions must be positive and within the config limits");
   }
   for (int64_t id : m.eos_token_ids) {
     if (id < 0 || id >= m.vocab_size) return Invalid("eos id ", id, " outside the vocabulary");
   }
   const KvGeometry& kv = plan.kv;
-  if (kv.num_layers != m.num_layers || kv.block_size <= 0 || kv.kv_heads <= 0 || kv.head_dim <= 0 ||
-      kv.dtype != plan.dtype) {
+  if (kv.num_layers != m.num_layers || kv.block_size <= 0 || kv.block_size > kMaxKvBlockSize || kv.kv_heads <= 0 ||
+      kv.kv_heads > glm::kMaxHeads || kv.head_dim <= 0 || kv.head_dim > glm::kMaxHeadDim || kv.dtype != plan.dtype) {
     return Invalid("KV-cache geometry does not match the model");
   }
 
@@ -91,12 +98,13 @@ absl::Status ValidatePlan(const Plan& plan) {
     if (w.dtype != plan.dtype) return Invalid("weight ", w.name, " has a different dtype than the model");
     if (w.shape.empty() || w.pieces.empty()) return Invalid("weight ", w.name, " needs a shape and sources");
     for (int64_t d : w.shape) {
-      if (d <= 0 || d > (int64_t{1} << 32)) return Invalid("weight ", w.name, " has a bad dimension");
+      if (d <= 0) return Invalid("weight ", w.name, " has a bad dimension");
     }
+    if (!ir::CheckedProduct(w.shape)) return Invalid("weight ", w.name, " is implausibly large");
     int64_t rows = 0;
     for (const WeightPiece& p : w.pieces) {
       if (p.tensor_shape.size() != w.shape.size() || p.row_begin < 0 || p.row_end <= p.row_begin ||
-          p.row_end > p.tensor_shape[0]) {
+          p.row_end > p.tensor_shape[0] || p.row_end - p.row_begin > w.shape[0] - rows) {
         return Invalid("weight ", w.name, ": bad slice of ", p.tensor);
       }
       for (size_t i = 1; i < w.shape.size(); ++i) {
@@ -112,8 +120,9 @@ absl::Status ValidatePlan(const Plan& plan) {
   std::map<int64_t, std::vector<ir::TensorType>> written;
   auto check_arena = [&](const PlanTensor& t, const std::string& where) -> absl::Status {
     ASSIGN_OR_RETURN(int64_t bytes, t.type.ByteSize(bounds));
-    if (t.index < 0 || t.index % kArenaAlignment != 0 || t.index + bytes > plan.arena_bytes) {
-      return Invalid(where, ": arena buffer [", t.index, ", ", t.index + bytes, ") outside the arena of ",
+    if (t.index < 0 || t.index % kArenaAlignment != 0 || t.index > plan.arena_bytes ||
+        bytes > plan.arena_bytes - t.index) {
+      return Invalid(where, ": arena buffer of ", bytes, " bytes at ", t.index, " outside the arena of ",
                      plan.arena_bytes, " bytes");
     }
     return absl::OkStatus();

@@ -15,8 +15,14 @@
 
 namespace ag::compiler {
 
-inline constexpr uint32_t kPlanVersion = 1;
+// 2: ModelInfo.config, the fingerprint of the config the plan was compiled from.
+inline constexpr uint32_t kPlanVersion = 2;
 inline constexpr int64_t kArenaAlignment = 256;
+// Bounds a plan must keep; the compiler refuses options beyond them.
+inline constexpr int64_t kMaxArenaBytes = int64_t{1} << 40;
+inline constexpr int64_t kMaxBatchTokens = int64_t{1} << 20;
+inline constexpr int64_t kMaxSeqs = int64_t{1} << 16;
+inline constexpr int64_t kMaxKvBlockSize = int64_t{1} << 12;
 
 // The step's runtime inputs. Every plan declares the ones it reads; the
 // runtime fills them all. Types: tokens, positions, slot_mapping i32[T];
@@ -84,6 +90,9 @@ struct ModelInfo {
   int64_t num_layers = 0;
   int64_t max_position_embeddings = 0;
   std::vector<int64_t> eos_token_ids;
+  // "key=value" lines of every config value the plan depends on
+  // (glm::ConfigFingerprint); a plan runs only with a model whose config gives the same.
+  std::string config;
 };
 
 struct Plan {

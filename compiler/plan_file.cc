@@ -220,6 +220,7 @@ std::string SerializePlan(const Plan& plan) {
   w.I64(m.num_layers);
   w.I64(m.max_position_embeddings);
   w.Ints(m.eos_token_ids);
+  w.Str(m.config);
   w.U8(static_cast<uint8_t>(plan.dtype));
   w.I64(plan.max_batch_tokens);
   w.I64(plan.max_seqs);
@@ -311,6 +312,7 @@ absl::StatusOr<Plan> DeserializePlan(absl::string_view bytes, absl::string_view 
   m.num_layers = r.I64();
   m.max_position_embeddings = r.I64();
   m.eos_token_ids = r.Ints();
+  m.config = r.Str();
   const uint8_t dtype = r.U8();
   if (dtype >= ir::kDTypeCount) r.Fail("unknown dtype code");
   plan.dtype = static_cast<ir::DType>(r.ok() ? dtype : 0);

@@ -2,6 +2,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "ir/checked_math.h"
 #include "ir/status_macros.h"
 
 namespace ag::ir {
@@ -58,12 +59,21 @@ struct AttentionDims {
   int64_t heads, kv_heads, head_dim;
 };
 
+// Head counts and head sizes are at most this (real models: tens of heads of
+// 64-256), so products like heads * head_dim cannot overflow.
+constexpr int64_t kMaxHeadAttr = int64_t{1} << 16;
+
+absl::StatusOr<int64_t> GetHeadAttr(const Attrs& attrs, absl::string_view name) {
+  ASSIGN_OR_RETURN(int64_t v, GetInt(attrs, name));
+  if (v <= 0 || v > kMaxHeadAttr) return Errf(name, " must be in [1, ", kMaxHeadAttr, "], got ", v);
+  return v;
+}
+
 absl::StatusOr<AttentionDims> CheckHeads(const Attrs& attrs) {
   AttentionDims d;
-  ASSIGN_OR_RETURN(d.heads, GetInt(attrs, "heads"));
-  ASSIGN_OR_RETURN(d.kv_heads, GetInt(attrs, "kv_heads"));
-  ASSIGN_OR_RETURN(d.head_dim, GetInt(attrs, "head_dim"));
-  if (d.heads <= 0 || d.kv_heads <= 0 || d.head_dim <= 0) return Err("heads, kv_heads and head_dim must be positive");
+  ASSIGN_OR_RETURN(d.heads, GetHeadAttr(attrs, "heads"));
+  ASSIGN_OR_RETURN(d.kv_heads, GetHeadAttr(attrs, "kv_heads"));
+  ASSIGN_OR_RETURN(d.head_dim, GetHeadAttr(attrs, "head_dim"));
   if (d.heads % d.kv_heads != 0) return Errf("heads (", d.heads, ") must be a multiple of kv_heads (", d.kv_heads, ")");
   return d;
 }
@@ -135,8 +145,8 @@ absl::StatusOr<Types> InferLinear(Operands o, const Attrs&) {
 }
 
 absl::StatusOr<Types> InferRotary(Operands o, const Attrs& a) {
-  ASSIGN_OR_RETURN(int64_t heads, GetInt(a, "heads"));
-  ASSIGN_OR_RETURN(int64_t head_dim, GetInt(a, "head_dim"));
+  ASSIGN_OR_RETURN(int64_t heads, GetHeadAttr(a, "heads"));
+  ASSIGN_OR_RETURN(int64_t head_dim, GetHeadAttr(a, "head_dim"));
   RETURN_IF_ERROR(CheckRotaryAttrs(a, head_dim));
   RETURN_IF_ERROR(ExpectFloat(o[0], "input"));
   RETURN_IF_ERROR(ExpectRank(o[0], 2, "input"));
@@ -177,8 +187,8 @@ absl::StatusOr<Types> InferSlice(Operands o, const Attrs& a) {
   if (axis < 0 || axis >= o[0].rank()) return Errf("axis ", axis, " out of range for ", o[0].ToString());
   const Dim& dim = o[0].shape[axis];
   if (dim.is_symbolic()) return Err("slice along a symbolic dimension");
-  if (start < 0 || size <= 0 || start + size > dim.offset()) {
-    return Errf("slice [", start, ", ", start + size, ") out of range for dimension ", dim.offset());
+  if (start < 0 || size <= 0 || start > dim.offset() || size > dim.offset() - start) {
+    return Errf("slice of ", size, " at ", start, " out of range for dimension ", dim.offset());
   }
   TensorType r = o[0];
   r.shape[axis] = Dim(size);

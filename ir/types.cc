@@ -5,6 +5,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "ir/checked_math.h"
 
 namespace ag::ir {
 namespace {
@@ -50,7 +51,11 @@ absl::StatusOr<int64_t> Dim::Resolve(const SymbolBindings& bindings) const {
   if (it == bindings.end()) {
     return absl::InvalidArgumentError(absl::StrCat("unbound dimension symbol '", symbol_, "'"));
   }
-  return it->second + offset_;
+  int64_t value = 0;
+  if (__builtin_add_overflow(it->second, offset_, &value) || value < -kMaxSize || value > kMaxSize) {
+    return absl::InvalidArgumentError(absl::StrCat("dimension ", ToString(), " is out of range"));
+  }
+  return value;
 }
 
 std::string Dim::ToString() const {
@@ -73,7 +78,9 @@ absl::StatusOr<int64_t> TensorType::NumElements(const SymbolBindings& bindings) 
     absl::StatusOr<int64_t> v = d.Resolve(bindings);
     if (!v.ok()) return v.status();
     if (*v < 0) return absl::InvalidArgumentError(absl::StrCat("negative dimension in ", ToString()));
-    n *= *v;
+    std::optional<int64_t> product = CheckedMul(n, *v);
+    if (!product) return absl::InvalidArgumentError(absl::StrCat(ToString(), " has too many elements"));
+    n = *product;
   }
   return n;
 }
@@ -81,7 +88,9 @@ absl::StatusOr<int64_t> TensorType::NumElements(const SymbolBindings& bindings) 
 absl::StatusOr<int64_t> TensorType::ByteSize(const SymbolBindings& bindings) const {
   absl::StatusOr<int64_t> n = NumElements(bindings);
   if (!n.ok()) return n.status();
-  return *n * DTypeSize(dtype);
+  std::optional<int64_t> bytes = CheckedMul(*n, DTypeSize(dtype));
+  if (!bytes) return absl::InvalidArgumentError(absl::StrCat(ToString(), " is too large"));
+  return *bytes;
 }
 
 }  // namespace ag::ir

@@ -8,6 +8,7 @@
 #include "kernels/ref/half.h"
 #include "ir/status_macros.h"
 #include "runtime/cpu_kernels.h"
+#include "runtime/memory_check.h"
 
 namespace ag::runtime {
 namespace {
@@ -25,6 +26,9 @@ absl::Status CpuBackend::Load(const compiler::Plan& plan, const WeightSource& we
                                                  ir::DTypeName(plan.dtype)));
   }
   if (kv_blocks <= 0) return absl::InvalidArgumentError("the KV cache needs at least one block");
+  // Everything is held as float, whatever the plan's dtype.
+  const StorageLayout layout{4, 4, 4, ir::DTypeSize(plan.dtype)};
+  RETURN_IF_ERROR(CheckPlanFits(plan, kv_blocks, layout, 0, HostMemoryAvailable(), "host memory"));
   plan_ = &plan;
   element_bytes_ = ir::DTypeSize(plan.dtype);
   kv_blocks_ = kv_blocks;

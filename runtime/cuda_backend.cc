@@ -16,6 +16,7 @@
 #include "kernels/cuda/vocab.cuh"
 #include "kernels/ref/half.h"
 #include "runtime/cuda_step.h"
+#include "runtime/memory_check.h"
 #include "runtime/weights.h"
 
 namespace ag::runtime {
@@ -150,6 +151,13 @@ absl::Status CudaBackend::Load(const compiler::Plan& plan, const WeightSource& w
   }
   if (kv_blocks <= 0) return absl::InvalidArgumentError("the KV cache needs at least one block");
   CUDA_RETURN_IF_ERROR(cudaSetDevice(options_.device));
+  size_t free_bytes = 0, total_bytes = 0;
+  CUDA_RETURN_IF_ERROR(cudaMemGetInfo(&free_bytes, &total_bytes));
+  // bf16 weights, arena and KV cache; the extra covers the linear scratch and the
+  // attention workspace, sized later (at most a few hundred MB at 4096 batch tokens).
+  const int64_t extra = plan.max_batch_tokens * plan.model.hidden_size * 16 + (int64_t{256} << 20);
+  RETURN_IF_ERROR(CheckPlanFits(plan, kv_blocks, StorageLayout{2, 2, 1, 1}, extra, static_cast<int64_t>(free_bytes),
+                                absl::StrCat("GPU memory on device ", options_.device)));
   if (stream_ == nullptr) CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
   DropGraphs();
   plan_ = &plan;

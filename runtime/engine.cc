@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <limits>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
@@ -39,17 +40,24 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const compiler::Plan& pla
     const int64_t budget = (int64_t{1} << 30) / plan.kv.BytesPerToken();
     tokens = std::max(std::min(plan.max_seqs * engine->max_context_, budget), engine->max_context_);
   }
+  // Slots are int32 (block * block_size + offset) on every backend.
+  const int64_t max_tokens = std::numeric_limits<int32_t>::max() / block * block;
+  if (tokens > max_tokens) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("a KV cache of ", tokens, " tokens is more than the ", max_tokens, " tokens slots can address"));
+  }
   const int64_t blocks = (tokens + block - 1) / block;
-  if (blocks > (int64_t{1} << 31) / block) return absl::InvalidArgumentError("KV cache too large");
-  engine->pool_ = std::make_unique<BlockPool>(static_cast<int32_t>(blocks));
+  // The backend checks that everything fits before it allocates; the pool comes after.
   RETURN_IF_ERROR(backend.Load(plan, weights, blocks));
+  engine->pool_ = std::make_unique<BlockPool>(static_cast<int32_t>(blocks));
   return engine;
 }
 
 int64_t Engine::ReserveTokens(const Sequence& seq) const {
-  // Every position that is fed back gets a slot: the prompt and all new tokens but the last.
-  return std::min<int64_t>(static_cast<int64_t>(seq.request.prompt.size()) + seq.request.max_new_tokens - 1,
-                           max_context_);
+  // Every position that is fed back gets a slot: the prompt and all new tokens
+  // but the last, never past the context (clamped first: max_new_tokens may be huge).
+  const int64_t prompt = static_cast<int64_t>(seq.request.prompt.size());
+  return std::min(prompt + std::min(seq.request.max_new_tokens - 1, max_context_), max_context_);
 }
 
 absl::StatusOr<int> Engine::Submit(Request request) {

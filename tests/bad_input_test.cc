@@ -11,58 +11,14 @@
 
 #include <nlohmann/json.hpp>
 
+#include "tests/testing/bad_input.h"
 #include "tests/testing/command.h"
-#include "tests/testing/golden.h"
-#include "tests/testing/safetensors_writer.h"
 
 namespace ag {
 namespace {
 
 namespace fs = std::filesystem;
-
-class BadInput : public ::testing::Test {
- protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() /
-           ("autoglm_bad_" + std::string(::testing::UnitTest::GetInstance()->current_test_info()->name()));
-    fs::remove_all(dir_);
-    fs::copy(testing::TestDataDir() + "/tiny-glm", dir_);
-    for (const auto& entry : fs::directory_iterator(dir_)) {
-      fs::permissions(entry.path(), fs::perms::owner_read | fs::perms::owner_write);
-    }
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-
-  std::string Path(const std::string& name) const { return (dir_ / name).string(); }
-
-  // Runs autoglm-run on the copied model and checks the failure shape.
-  void ExpectError(const std::string& args, const std::string& expected) {
-    const testing::CommandResult r = testing::RunCommand(testing::Tool("AUTOGLM_RUN", "build/tools/autoglm-run") +
-                                                         " --model " + dir_.string() + " " + args);
-    EXPECT_FALSE(r.signaled) << "crashed: " << r.err;
-    EXPECT_EQ(r.exit_code, 1) << r.err;
-    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << "one line: " << r.err;
-    EXPECT_NE(r.err.find(expected), std::string::npos) << "expected '" << expected << "' in: " << r.err;
-  }
-  void ExpectModelError(const std::string& expected) { ExpectError("--prompt-ids 1,2,3 --max-new-tokens 2", expected); }
-
-  // The fixture's safetensors header and data, for rewriting.
-  void ReadWeights(nlohmann::json* header, std::string* data) {
-    std::ifstream in(Path("model.safetensors"), std::ios::binary);
-    std::stringstream s;
-    s << in.rdbuf();
-    const std::string bytes = s.str();
-    uint64_t len = 0;
-    for (int i = 0; i < 8; ++i) len |= static_cast<uint64_t>(static_cast<unsigned char>(bytes[i])) << (8 * i);
-    *header = nlohmann::json::parse(bytes.substr(8, len));
-    *data = bytes.substr(8 + len);
-  }
-  void WriteWeights(const nlohmann::json& header, const std::string& data, int64_t declared_len = -1) {
-    ag::testing::WriteRaw(Path("model.safetensors"), header.dump(), data, declared_len);
-  }
-
-  fs::path dir_;
-};
+using testing::BadInput;
 
 TEST_F(BadInput, TheUntouchedCopyWorks) {
   const testing::CommandResult r = testing::RunCommand(testing::Tool("AUTOGLM_RUN", "build/tools/autoglm-run") +
@@ -97,6 +53,8 @@ TEST_F(BadInput, MissingTensor) {
   nlohmann::json header;
   std::string data;
   ReadWeights(&header, &data);
+  // Renamed, so that the data section stays covered and only the name is missing.
+  header["model.layers.1.mlp.down_proj.renamed"] = header["model.layers.1.mlp.down_proj.weight"];
   header.erase("model.layers.1.mlp.down_proj.weight");
   WriteWeights(header, data);
   ExpectModelError("'model.layers.1.mlp.down_proj.weight' is missing");

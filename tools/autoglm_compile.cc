@@ -86,8 +86,7 @@ absl::Status Run() {
 
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage("compile a GLM-4 model to a plan.\n  autoglm-compile --model DIR -o FILE.agplan");
-  ag::tools::NormalizeFlagNames(argc, argv);
-  absl::ParseCommandLine(argc, argv);
+  ag::tools::ParseFlagsOrExit(argc, argv, "autoglm-compile");
   absl::Status status = ag::tools::Run();
   if (!status.ok()) return ag::tools::ReportError("autoglm-compile", status);
   return 0;

@@ -83,12 +83,11 @@ absl::Status Run(const std::string& path) {
 
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage("print a plan.\n  autoglm-inspect FILE.agplan [--json]");
-  ag::tools::NormalizeFlagNames(argc, argv);
-  std::vector<char*> args = absl::ParseCommandLine(argc, argv);
-  if (args.size() != 2) {
+  const std::vector<std::string> args = ag::tools::ParseFlagsOrExit(argc, argv, "autoglm-inspect", 1);
+  if (args.size() != 1) {
     return ag::tools::ReportError("autoglm-inspect", absl::InvalidArgumentError("usage: autoglm-inspect FILE.agplan [--json]"));
   }
-  absl::Status status = ag::tools::Run(args[1]);
+  absl::Status status = ag::tools::Run(args[0]);
   if (!status.ok()) return ag::tools::ReportError("autoglm-inspect", status);
   return 0;
 }

@@ -188,8 +188,7 @@ int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "generate with a GLM-4 model.\n  autoglm-run --model DIR --prompt-ids 5,17,42 --max-new-tokens 16 "
       "[--output-json FILE]");
-  ag::tools::NormalizeFlagNames(argc, argv);
-  absl::ParseCommandLine(argc, argv);
+  ag::tools::ParseFlagsOrExit(argc, argv, "autoglm-run");
   absl::Status status = ag::tools::Run();
   if (!status.ok()) return ag::tools::ReportError("autoglm-run", status);
   return 0;

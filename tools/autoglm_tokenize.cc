@@ -66,8 +66,7 @@ absl::Status Run() {
 
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage("GLM-4 text <-> token ids.\n  autoglm-tokenize --tokenizer DIR [--chat|--decode] < input");
-  ag::tools::NormalizeFlagNames(argc, argv);
-  absl::ParseCommandLine(argc, argv);
+  ag::tools::ParseFlagsOrExit(argc, argv, "autoglm-tokenize");
   absl::Status status = ag::tools::Run();
   if (!status.ok()) return ag::tools::ReportError("autoglm-tokenize", status);
   return 0;

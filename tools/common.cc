@@ -1,10 +1,16 @@
 #include "tools/common.h"
 
 #include <cstdio>
+#include <cstdlib>
 
+#include "absl/flags/commandlineflag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/reflection.h"
 #include "absl/status/status.h"
 #include "absl/strings/numbers.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "compiler/plan_file.h"
@@ -97,12 +103,91 @@ void NormalizeFlagNames(int argc, char** argv) {
   }
 }
 
-int ReportError(const char* tool, const absl::Status& status) {
-  std::string message(status.message());
-  for (char& c : message) {
-    if (c == '\n') c = ' ';
+absl::Status CheckCommandLine(int argc, char** argv, int max_positional) {
+  int positional = 0;
+  bool flags_ended = false;
+  for (int i = 1; i < argc; ++i) {
+    const absl::string_view arg = argv[i];
+    if (flags_ended || arg.size() < 2 || arg[0] != '-') {
+      if (++positional > max_positional) {
+        return absl::InvalidArgumentError(absl::StrCat("unexpected argument '", arg, "'"));
+      }
+      continue;
+    }
+    if (arg == "--") {
+      flags_ended = true;
+      continue;
+    }
+    absl::string_view body = absl::StripPrefix(absl::StripPrefix(arg, "-"), "-");
+    const size_t eq = body.find('=');
+    const absl::string_view name = body.substr(0, eq);
+    absl::CommandLineFlag* flag = absl::FindCommandLineFlag(name);
+    if (flag == nullptr && absl::StartsWith(name, "no") && eq == absl::string_view::npos) {
+      absl::CommandLineFlag* negated = absl::FindCommandLineFlag(name.substr(2));
+      if (negated != nullptr && negated->IsOfType<bool>()) continue;
+    }
+    if (flag == nullptr) return absl::InvalidArgumentError(absl::StrCat("unknown flag '--", name, "'"));
+    std::string value;
+    if (eq != absl::string_view::npos) {
+      value = std::string(body.substr(eq + 1));
+    } else if (flag->IsOfType<bool>()) {
+      continue;
+    } else if (i + 1 < argc) {
+      value = argv[++i];
+    } else {
+      return absl::InvalidArgumentError(absl::StrCat("flag '--", name, "' needs a value"));
+    }
+    std::string error;
+    if (!flag->ParseFrom(value, &error)) {
+      return absl::InvalidArgumentError(absl::StrCat("flag '--", name, "': bad value '", value, "'"));
+    }
   }
-  std::fprintf(stderr, "%s: error: %s\n", tool, message.c_str());
+  return absl::OkStatus();
+}
+
+std::vector<std::string> ParseFlagsOrExit(int argc, char** argv, const char* tool, int max_positional) {
+  NormalizeFlagNames(argc, argv);
+  absl::Status ok = CheckCommandLine(argc, argv, max_positional);
+  if (!ok.ok()) std::exit(ReportError(tool, ok));
+  std::vector<char*> rest = absl::ParseCommandLine(argc, argv);
+  return std::vector<std::string>(rest.begin() + 1, rest.end());
+}
+
+std::string EscapeForTerminal(absl::string_view text) {
+  std::string out;
+  out.reserve(text.size());
+  auto escape = [&out](unsigned char c) { absl::StrAppend(&out, absl::StrFormat("\\x%02x", c)); };
+  for (size_t i = 0; i < text.size();) {
+    const auto c = static_cast<unsigned char>(text[i]);
+    if (c >= 0x20 && c < 0x7f) {
+      out.push_back(static_cast<char>(c));
+      ++i;
+      continue;
+    }
+    // A whole, shortest-form UTF-8 sequence that is not a C1 control prints as itself.
+    const int n = c >= 0xC2 && c <= 0xDF ? 2 : c >= 0xE0 && c <= 0xEF ? 3 : c >= 0xF0 && c <= 0xF4 ? 4 : 0;
+    bool valid = n > 0 && i + n <= text.size();
+    uint32_t cp = n == 2 ? c & 0x1F : n == 3 ? c & 0x0F : c & 0x07;
+    for (int k = 1; valid && k < n; ++k) {
+      const auto cc = static_cast<unsigned char>(text[i + k]);
+      valid = (cc & 0xC0) == 0x80;
+      cp = (cp << 6) | (cc & 0x3F);
+    }
+    valid = valid && cp >= 0xA0 && !(n == 3 && cp < 0x800) && !(n == 4 && (cp < 0x10000 || cp > 0x10FFFF)) &&
+            !(cp >= 0xD800 && cp <= 0xDFFF);
+    if (valid) {
+      out.append(text.data() + i, static_cast<size_t>(n));
+      i += static_cast<size_t>(n);
+    } else {
+      escape(c);
+      ++i;
+    }
+  }
+  return out;
+}
+
+int ReportError(const char* tool, const absl::Status& status) {
+  std::fprintf(stderr, "%s: error: %s\n", tool, EscapeForTerminal(status.message()).c_str());
   return 1;
 }
 

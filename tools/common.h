@@ -44,7 +44,21 @@ absl::StatusOr<std::vector<int32_t>> ParseIdList(const std::string& text);
 // Abseil's underscores: rewrites each "--a-b[=v]" argument in place.
 void NormalizeFlagNames(int argc, char** argv);
 
-// Prints "TOOL: error: MESSAGE" on one line to stderr and returns 1.
+// Checks the command line before Abseil parses it, so that a bad command
+// line is one error line naming the first bad argument: an unknown flag, a
+// flag without its value, a value that does not parse, or a positional
+// argument past `max_positional`. Returns that error, or OK.
+absl::Status CheckCommandLine(int argc, char** argv, int max_positional);
+
+// NormalizeFlagNames, CheckCommandLine (on failure: ReportError and exit 1),
+// then absl::ParseCommandLine. Returns the positional arguments.
+std::vector<std::string> ParseFlagsOrExit(int argc, char** argv, const char* tool, int max_positional = 0);
+
+// `text` with every byte that could drive a terminal (C0 and C1 controls,
+// DEL, invalid UTF-8) written as \xNN, so hostile names print as text.
+std::string EscapeForTerminal(absl::string_view text);
+
+// Prints "TOOL: error: MESSAGE" on one line to stderr (escaped) and returns 1.
 int ReportError(const char* tool, const absl::Status& status);
 
 }  // namespace ag::tools

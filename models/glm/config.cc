@@ -8,6 +8,8 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "ir/status_macros.h"
 #include "models/glm/read_file.h"
 
@@ -33,13 +35,15 @@ class Fields {
     if (!v.is_number_integer()) return Error(key, "must be an integer");
     return v.get<int64_t>();
   }
-  absl::StatusOr<int64_t> PositiveInt(const char* key) const {
+  // A size in [1, max].
+  absl::StatusOr<int64_t> Size(const char* key, int64_t max) const {
     ASSIGN_OR_RETURN(int64_t v, Int(key));
     if (v <= 0) return Error(key, absl::StrCat("must be positive, got ", v));
+    if (v > max) return Error(key, absl::StrCat("is ", v, ", more than this engine supports (", max, ")"));
     return v;
   }
-  absl::StatusOr<int64_t> PositiveInt(const char* key, int64_t fallback) const {
-    return Has(key) ? PositiveInt(key) : fallback;
+  absl::StatusOr<int64_t> Size(const char* key, int64_t max, int64_t fallback) const {
+    return Has(key) ? Size(key, max) : fallback;
   }
   absl::StatusOr<double> Number(const char* key, double fallback) const {
     if (!Has(key)) return fallback;
@@ -92,18 +96,18 @@ class Fields {
 };
 
 absl::Status ParseHf(const Fields& f, ModelConfig& c) {
-  ASSIGN_OR_RETURN(c.hidden_size, f.PositiveInt("hidden_size"));
-  ASSIGN_OR_RETURN(c.intermediate_size, f.PositiveInt("intermediate_size"));
-  ASSIGN_OR_RETURN(c.num_layers, f.PositiveInt("num_hidden_layers"));
-  ASSIGN_OR_RETURN(c.num_heads, f.PositiveInt("num_attention_heads"));
+  ASSIGN_OR_RETURN(c.hidden_size, f.Size("hidden_size", kMaxHiddenSize));
+  ASSIGN_OR_RETURN(c.intermediate_size, f.Size("intermediate_size", kMaxIntermediateSize));
+  ASSIGN_OR_RETURN(c.num_layers, f.Size("num_hidden_layers", kMaxLayers));
+  ASSIGN_OR_RETURN(c.num_heads, f.Size("num_attention_heads", kMaxHeads));
   // Defaults are transformers' GlmConfig / Glm4Config defaults (2 KV heads, head_dim 128, ...).
-  ASSIGN_OR_RETURN(c.num_kv_heads, f.PositiveInt("num_key_value_heads", 2));
-  ASSIGN_OR_RETURN(c.head_dim, f.PositiveInt("head_dim", 128));
-  ASSIGN_OR_RETURN(c.vocab_size, f.PositiveInt("vocab_size"));
+  ASSIGN_OR_RETURN(c.num_kv_heads, f.Size("num_key_value_heads", kMaxHeads, 2));
+  ASSIGN_OR_RETURN(c.head_dim, f.Size("head_dim", kMaxHeadDim, 128));
+  ASSIGN_OR_RETURN(c.vocab_size, f.Size("vocab_size", kMaxVocabSize));
   ASSIGN_OR_RETURN(c.rms_norm_eps, f.Number("rms_norm_eps", 1.5625e-07));
   ASSIGN_OR_RETURN(c.attention_bias, f.Bool("attention_bias", true));
   ASSIGN_OR_RETURN(c.max_position_embeddings,
-                   f.PositiveInt("max_position_embeddings", c.layout == Layout::kGlm4 ? 32768 : 131072));
+                   f.Size("max_position_embeddings", kMaxPositions, c.layout == Layout::kGlm4 ? 32768 : 131072));
   ASSIGN_OR_RETURN(c.tie_word_embeddings, f.Bool("tie_word_embeddings", false));
   ASSIGN_OR_RETURN(std::string act, f.String("hidden_act", "silu"));
   if (act != "silu") return f.Error("hidden_act", absl::StrCat("'", act, "' is not supported (silu only)"));
@@ -125,20 +129,20 @@ absl::Status ParseHf(const Fields& f, ModelConfig& c) {
 }
 
 absl::Status ParseChatGlm(const Fields& f, ModelConfig& c) {
-  ASSIGN_OR_RETURN(c.hidden_size, f.PositiveInt("hidden_size"));
-  ASSIGN_OR_RETURN(c.intermediate_size, f.PositiveInt("ffn_hidden_size"));
-  ASSIGN_OR_RETURN(c.num_layers, f.PositiveInt("num_layers"));
-  ASSIGN_OR_RETURN(c.num_heads, f.PositiveInt("num_attention_heads"));
+  ASSIGN_OR_RETURN(c.hidden_size, f.Size("hidden_size", kMaxHiddenSize));
+  ASSIGN_OR_RETURN(c.intermediate_size, f.Size("ffn_hidden_size", kMaxIntermediateSize));
+  ASSIGN_OR_RETURN(c.num_layers, f.Size("num_layers", kMaxLayers));
+  ASSIGN_OR_RETURN(c.num_heads, f.Size("num_attention_heads", kMaxHeads));
   ASSIGN_OR_RETURN(bool mqa, f.Bool("multi_query_attention", false));
   c.num_kv_heads = c.num_heads;
   if (mqa) {
-    ASSIGN_OR_RETURN(c.num_kv_heads, f.PositiveInt("multi_query_group_num"));
+    ASSIGN_OR_RETURN(c.num_kv_heads, f.Size("multi_query_group_num", kMaxHeads));
   }
-  ASSIGN_OR_RETURN(c.head_dim, f.PositiveInt("kv_channels", c.hidden_size / c.num_heads));
-  ASSIGN_OR_RETURN(c.vocab_size, f.PositiveInt("padded_vocab_size"));
+  ASSIGN_OR_RETURN(c.head_dim, f.Size("kv_channels", kMaxHeadDim, c.hidden_size / c.num_heads));
+  ASSIGN_OR_RETURN(c.vocab_size, f.Size("padded_vocab_size", kMaxVocabSize));
   ASSIGN_OR_RETURN(c.rms_norm_eps, f.Number("layernorm_epsilon", 1e-5));
   ASSIGN_OR_RETURN(c.attention_bias, f.Bool("add_qkv_bias", false));
-  ASSIGN_OR_RETURN(c.max_position_embeddings, f.PositiveInt("seq_length", 2048));
+  ASSIGN_OR_RETURN(c.max_position_embeddings, f.Size("seq_length", kMaxPositions, 2048));
   ASSIGN_OR_RETURN(c.tie_word_embeddings, f.Bool("tie_word_embeddings", false));
   ASSIGN_OR_RETURN(double rope_ratio, f.Number("rope_ratio", 1.0));
   c.rope_theta = 10000.0 * rope_ratio;
@@ -173,6 +177,19 @@ int64_t ModelConfig::NumParameters() const {
   const int64_t norms = hidden_size * (layout == Layout::kGlm4 ? 4 : 2);
   const int64_t embed = vocab_size * hidden_size;
   return num_layers * (attn + mlp + norms) + embed * (tie_word_embeddings ? 1 : 2) + hidden_size;
+}
+
+std::string ConfigFingerprint(const ModelConfig& c) {
+  // %.17g round-trips a double exactly, so any change of eps or theta shows.
+  return absl::StrCat("layout=", LayoutName(c.layout), "\nhidden_size=", c.hidden_size,
+                      "\nintermediate_size=", c.intermediate_size, "\nnum_layers=", c.num_layers,
+                      "\nnum_heads=", c.num_heads, "\nnum_kv_heads=", c.num_kv_heads, "\nhead_dim=", c.head_dim,
+                      "\nvocab_size=", c.vocab_size, "\nrms_norm_eps=", absl::StrFormat("%.17g", c.rms_norm_eps),
+                      "\nattention_bias=", c.attention_bias, "\nmax_position_embeddings=", c.max_position_embeddings,
+                      "\ntie_word_embeddings=", c.tie_word_embeddings,
+                      "\nrope_theta=", absl::StrFormat("%.17g", c.rope_theta), "\nrotary_dim=", c.rotary_dim,
+                      "\nrope_freq_dtype=", c.rope_freq_dtype, "\neos_token_ids=", absl::StrJoin(c.eos_token_ids, ","),
+                      "\n");
 }
 
 absl::StatusOr<ModelConfig> ParseModelConfig(absl::string_view json_text, absl::string_view source) {

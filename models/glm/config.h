@@ -14,6 +14,17 @@
 namespace ag::glm {
 
 enum class Layout { kGlm, kGlm4, kChatGlm };
+
+// Upper bounds on a config's sizes: far above any GLM model (GLM-4-9B: hidden
+// 4096, FFN 13696, 40 layers, 32 heads of 128, 151552 tokens, 131072
+// positions), low enough that no size derived from them overflows an int64.
+inline constexpr int64_t kMaxHiddenSize = int64_t{1} << 16;
+inline constexpr int64_t kMaxIntermediateSize = int64_t{1} << 20;
+inline constexpr int64_t kMaxLayers = int64_t{1} << 10;
+inline constexpr int64_t kMaxHeads = int64_t{1} << 10;
+inline constexpr int64_t kMaxHeadDim = int64_t{1} << 10;
+inline constexpr int64_t kMaxVocabSize = int64_t{1} << 24;
+inline constexpr int64_t kMaxPositions = int64_t{1} << 24;
 absl::string_view LayoutName(Layout layout);
 
 struct ModelConfig {
@@ -45,6 +56,10 @@ struct ModelConfig {
   // Parameter count, everything included.
   int64_t NumParameters() const;
 };
+
+// Every value a compiled plan depends on, as "key=value" lines in a fixed
+// order: plans record it, and a plan runs only with a config that gives the same.
+std::string ConfigFingerprint(const ModelConfig& config);
 
 // Parses config.json text; `source` names the file in error messages.
 absl::StatusOr<ModelConfig> ParseModelConfig(absl::string_view json_text, absl::string_view source);

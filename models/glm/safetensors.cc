@@ -126,11 +126,25 @@ absl::Status SafetensorsFile::ParseHeader() {
     tensors_.emplace(name, std::move(view));
     ranges.push_back({static_cast<int64_t>(b), static_cast<int64_t>(e), name});
   }
-  std::sort(ranges.begin(), ranges.end(), [](const Range& a, const Range& b) { return a.begin < b.begin; });
-  for (size_t i = 1; i < ranges.size(); ++i) {
-    if (ranges[i].begin < ranges[i - 1].end) {
+  // The tensors must cover the data section exactly, as the format requires:
+  // a gap or an overlap means a wrong header length or corrupt offsets, and
+  // reading on would give every tensor shifted bytes.
+  std::sort(ranges.begin(), ranges.end(),
+            [](const Range& a, const Range& b) { return a.begin < b.begin || (a.begin == b.begin && a.end < b.end); });
+  int64_t covered = 0;
+  for (size_t i = 0; i < ranges.size(); ++i) {
+    if (ranges[i].begin < covered) {
       return fail(absl::StrCat("tensors '", ranges[i - 1].name, "' and '", ranges[i].name, "' overlap"));
     }
+    if (ranges[i].begin > covered) {
+      return fail(absl::StrCat("bytes [", covered, ", ", ranges[i].begin, ") of the data section before tensor '",
+                               ranges[i].name, "' belong to no tensor (wrong header length or offsets?)"));
+    }
+    covered = ranges[i].end;
+  }
+  if (covered != data_size) {
+    return fail(absl::StrCat("the tensors cover ", covered, " of the ", data_size,
+                             " data bytes (wrong header length or truncated file?)"));
   }
   return absl::OkStatus();
 }
@@ -157,7 +171,11 @@ absl::StatusOr<Checkpoint> Checkpoint::Open(const std::string& dir) {
                                                        "' must be a file name"));
       }
       const std::string name = file.get<std::string>();
-      if (name.empty() || name.find('/') != std::string::npos || name == "." || name == "..") {
+      const bool control = std::any_of(name.begin(), name.end(), [](char c) {
+        return static_cast<unsigned char>(c) < 0x20 || c == 0x7f;
+      });
+      if (name.empty() || control || name.find('/') != std::string::npos || name.find('\\') != std::string::npos ||
+          name == "." || name == "..") {
         return absl::InvalidArgumentError(
             absl::StrCat(index_path.string(), ": shard name '", name, "' must be a plain file name"));
       }

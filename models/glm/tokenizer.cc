@@ -26,6 +26,10 @@ const SpecialToken kGlm4SpecialTokens[14] = {
 
 namespace {
 
+// Token ids are int32 and the model's vocabulary is at most 2^24 (kMaxVocabSize):
+// a larger id cannot be a real token.
+constexpr int64_t kMaxTokenId = int64_t{1} << 24;
+
 // The value of each base64 character, -1 for others.
 struct Base64Table {
   int8_t value[256];
@@ -122,6 +126,9 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::LoadTiktoken(const std::st
         !absl::SimpleAtoi(line.substr(space + 1), &rank)) {
       return absl::InvalidArgumentError(absl::StrCat(path, ": line ", line_number, " is not 'base64 rank'"));
     }
+    if (t->num_ordinary() >= kMaxTokenId) {
+      return absl::InvalidArgumentError(absl::StrCat(path, ": more than ", kMaxTokenId, " tokens"));
+    }
     if (rank != t->num_ordinary()) {
       return absl::InvalidArgumentError(absl::StrCat(path, ": line ", line_number, " has rank ", rank, ", expected ",
                                                      t->num_ordinary(), " (ranks must be 0, 1, 2, ...)"));
@@ -152,6 +159,7 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::LoadHfJson(const std::stri
   absl::flat_hash_map<uint32_t, char> to_byte;
   for (uint32_t b = 0; b < 256; ++b) to_byte[to_unicode[b]] = static_cast<char>(b);
   const size_t n = model["vocab"].size();
+  if (n > static_cast<size_t>(kMaxTokenId)) return fail("'model.vocab' has too many tokens");
   std::vector<std::string> by_id(n);
   std::vector<bool> seen(n, false);
   for (const auto& [token, id_json] : model["vocab"].items()) {
@@ -179,14 +187,20 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::LoadHfJson(const std::stri
           !added.contains("content") || !added["content"].is_string()) {
         return fail("added_tokens entries need an 'id' and a 'content'");
       }
-      const int64_t id = added["id"].get<int64_t>();
+      const uint64_t id = added["id"].get<uint64_t>();
       const std::string content = added["content"].get<std::string>();
-      if (id < static_cast<int64_t>(n)) {
+      if (content.empty()) return fail(absl::StrCat("added token ", id, " has empty content"));
+      if (id < n) {
         if (by_id[id] == content) continue;  // an ordinary token listed again
         return fail(absl::StrCat("added token ", id, " collides with the vocabulary"));
       }
-      t->special_.emplace(content, static_cast<int32_t>(id));
-      t->special_by_id_.emplace(static_cast<int32_t>(id), content);
+      if (id >= static_cast<uint64_t>(kMaxTokenId)) {
+        return fail(absl::StrCat("added token id ", id, " is too large (ids must be below ", kMaxTokenId, ")"));
+      }
+      const auto id32 = static_cast<int32_t>(id);
+      if (!t->special_.emplace(content, id32).second || !t->special_by_id_.emplace(id32, content).second) {
+        return fail(absl::StrCat("added token ", id, " repeats another added token's id or content"));
+      }
     }
   }
   RETURN_IF_ERROR(t->Finish(path));
@@ -269,20 +283,33 @@ void Tokenizer::EncodeOrdinary(absl::string_view text, std::vector<int32_t>* out
 std::vector<int32_t> Tokenizer::Encode(absl::string_view text, bool allow_special) const {
   std::vector<int32_t> out;
   out.reserve(text.size() / 3 + 1);
-  while (allow_special && !text.empty()) {
-    size_t best = absl::string_view::npos;
-    const std::string* found = nullptr;
-    for (const std::string& s : specials_longest_first_) {  // the earliest; at one position the longest
-      const size_t at = text.find(s);
-      if (at != absl::string_view::npos && (best == absl::string_view::npos || at < best)) {
-        best = at;
-        found = &s;
+  if (allow_special && !specials_longest_first_.empty()) {
+    // Each special token's next occurrence at or after `pos`, searched again
+    // only once `pos` has passed it: every search starts past the previous
+    // one's start, so the whole scan is linear in the text per special token.
+    const size_t count = specials_longest_first_.size();
+    std::vector<size_t> next(count, 0);
+    std::vector<bool> stale(count, true);
+    size_t pos = 0;
+    while (pos < text.size()) {
+      size_t best = absl::string_view::npos;
+      size_t found = count;
+      for (size_t k = 0; k < count; ++k) {  // the earliest; at one position the longest (listed first)
+        if (stale[k] || (next[k] != absl::string_view::npos && next[k] < pos)) {
+          next[k] = text.find(specials_longest_first_[k], pos);
+          stale[k] = false;
+        }
+        if (next[k] != absl::string_view::npos && (best == absl::string_view::npos || next[k] < best)) {
+          best = next[k];
+          found = k;
+        }
       }
+      if (found == count) break;
+      EncodeOrdinary(text.substr(pos, best - pos), &out);
+      out.push_back(special_.at(specials_longest_first_[found]));
+      pos = best + specials_longest_first_[found].size();
     }
-    if (found == nullptr) break;
-    EncodeOrdinary(text.substr(0, best), &out);
-    out.push_back(special_.at(*found));
-    text.remove_prefix(best + found->size());
+    text.remove_prefix(std::min(pos, text.size()));
   }
   EncodeOrdinary(text, &out);
   return out;

@@ -1,0 +1,206 @@
+// Regression tests for what fuzzing found (issue 11): hostile sizes, input
+// that used to be accepted and silently changed the answer, and error lines
+// that echoed terminal control characters. Every case goes through the real
+// command-line tools.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "tests/testing/bad_input.h"
+#include "tests/testing/command.h"
+
+namespace ag {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+using testing::CommandResult;
+using testing::ExpectOneLineError;
+using testing::RunCommand;
+using testing::RunTool;
+using testing::Tool;
+
+std::string CompileTool() { return Tool("AUTOGLM_COMPILE", "build/tools/autoglm-compile"); }
+
+class Hostile : public testing::BadInput {
+ protected:
+  json Config() {
+    std::ifstream in(Path("config.json"));
+    return json::parse(in);
+  }
+  void WriteConfig(const json& config, const std::string& name = "config.json") {
+    std::ofstream(Path(name)) << config.dump();
+  }
+  // autoglm-run on --config FILE with random weights.
+  CommandResult RunRandom(const std::string& config_file, const std::string& args = "--prompt-ids 1") {
+    return RunCommand(RunTool() + " --config " + config_file + " --random-weights 1 " + args);
+  }
+};
+
+TEST_F(Hostile, HugeMaxNewTokensRunsToTheEndOfTheContext) {
+  const CommandResult r =
+      RunCommand(RunTool() + " --model " + dir_.string() + " --prompt-ids 1,2,3 --max-new-tokens 9223372036854775807");
+  EXPECT_FALSE(r.signaled) << r.err;
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("finish: context"), std::string::npos) << r.out;
+}
+
+TEST_F(Hostile, AbsurdSizesFromFlagsAreOneLineErrors) {
+  ExpectError("--prompt-ids 1 --kv-cache-tokens 2147483648", "slots can address");
+  ExpectError("--prompt-ids 1 --kv-cache-tokens 2000000000", "tokens would fit");
+  ExpectError("--prompt-ids 1 --max-batch-tokens 16777216", "--max-batch-tokens must be in [1, 1048576]");
+  ExpectError("--prompt-ids 1 --kv-block-size 2147483648", "--kv-block-size must be in [1, 4096]");
+  ExpectError("--prompt-ids 1 --max-seqs -3", "--max-seqs must be in");
+}
+
+TEST_F(Hostile, ConfigSizesAreBounded) {
+  const struct {
+    const char* field;
+    int64_t value;
+  } cases[] = {{"num_hidden_layers", int64_t{1} << 31}, {"hidden_size", 1000000000}, {"head_dim", int64_t{1} << 40},
+               {"vocab_size", int64_t{1} << 40},        {"intermediate_size", int64_t{1} << 50},
+               {"num_attention_heads", int64_t{1} << 33}, {"max_position_embeddings", 1000000000}};
+  const json good = Config();
+  for (const auto& c : cases) {
+    json config = good;
+    config[c.field] = c.value;
+    WriteConfig(config);
+    ExpectModelError(std::string("field '") + c.field + "' is " + std::to_string(c.value) + ", more than");
+    ExpectOneLineError(RunRandom(Path("config.json")), c.field);
+    ExpectOneLineError(RunCommand(CompileTool() + " --config " + Path("config.json") + " -o " + Path("x.agplan")),
+                       c.field);
+    EXPECT_FALSE(fs::exists(Path("x.agplan")));
+  }
+}
+
+TEST_F(Hostile, ChatGlmSeqLengthIsBounded) {
+  std::ifstream in(testing::TestDataDir() + "/tiny-chatglm/config.json");
+  json config = json::parse(in);
+  config["seq_length"] = 1000000000;
+  WriteConfig(config, "chatglm.json");
+  ExpectOneLineError(RunRandom(Path("chatglm.json")), "field 'seq_length' is 1000000000, more than");
+}
+
+TEST_F(Hostile, DefaultKvCacheThatCannotFitSaysWhatWould) {
+  // Within the config limits, but the default KV cache (one full-length
+  // sequence: 2^24 tokens of 64 KiB) would not fit in memory.
+  json config = Config();
+  config["max_position_embeddings"] = 1 << 24;
+  config["num_key_value_heads"] = 4;
+  config["num_attention_heads"] = 4;
+  config["head_dim"] = 1024;
+  WriteConfig(config);
+  ExpectOneLineError(RunRandom(Path("config.json")), "tokens would fit");
+}
+
+TEST_F(Hostile, CheckpointTensorsTheConfigDoesNotUseAreAnError) {
+  json config = Config();
+  config["num_hidden_layers"] = 1;
+  WriteConfig(config);
+  ExpectModelError("tensor 'model.layers.1.");
+  ExpectModelError("not used by a glm model of 1 layers");
+}
+
+TEST_F(Hostile, APlanFromADifferentConfigDoesNotRun) {
+  const fs::path other = dir_.string() + "_other";
+  const struct {
+    const char* field;
+    json value;
+    const char* expected;
+  } cases[] = {{"rms_norm_eps", 1e-6, "rms_norm_eps"},
+               {"max_position_embeddings", 1024, "max_position_embeddings=1024"},
+               {"eos_token_id", json::array({1, 2}), "eos_token_ids=1,2"}};
+  for (const auto& c : cases) {
+    fs::remove_all(other);
+    fs::copy(dir_, other);
+    json config = Config();
+    config[c.field] = c.value;
+    std::ofstream(other / "config.json") << config.dump();
+    const CommandResult compiled =
+        RunCommand(CompileTool() + " --model " + other.string() + " -o " + Path("other.agplan"));
+    ASSERT_EQ(compiled.exit_code, 0) << compiled.err;
+    ExpectError("--plan " + Path("other.agplan") + " --prompt-ids 1,2", c.expected);
+  }
+  // rope_theta lives in rope_parameters.
+  fs::remove_all(other);
+  fs::copy(dir_, other);
+  json config = Config();
+  config["rope_parameters"]["rope_theta"] = 500000.0;
+  std::ofstream(other / "config.json") << config.dump();
+  ASSERT_EQ(RunCommand(CompileTool() + " --model " + other.string() + " -o " + Path("other.agplan")).exit_code, 0);
+  ExpectError("--plan " + Path("other.agplan") + " --prompt-ids 1,2", "rope_theta=500000");
+  fs::remove_all(other);
+}
+
+TEST_F(Hostile, HeaderLengthOneShortIsNotReadShifted) {
+  // A padded header whose length prefix is one byte short still parses as
+  // JSON, but the data section then starts one byte early.
+  json header;
+  std::string data;
+  ReadWeights(&header, &data);
+  const std::string text = header.dump();
+  testing::WriteRaw(Path("model.safetensors"), text + "  ", data, static_cast<int64_t>(text.size()) + 1);
+  ExpectModelError("data bytes");
+}
+
+TEST_F(Hostile, TensorsMustCoverTheDataSection) {
+  json header;
+  std::string data;
+  ReadWeights(&header, &data);
+  WriteWeights(header, data + std::string(16, '\0'));  // 16 bytes no tensor owns
+  ExpectModelError("cover");
+}
+
+TEST_F(Hostile, ShardNamesWithControlCharactersAreRejected) {
+  json header;
+  std::string data;
+  ReadWeights(&header, &data);
+  json index;
+  for (const auto& [name, entry] : header.items()) {
+    if (name != "__metadata__") index["weight_map"][name] = "model.safetensors";
+  }
+  index["weight_map"]["model.norm.weight"] = std::string("model.safe\0tensors", 18);
+  std::ofstream(Path("model.safetensors.index.json")) << index.dump();
+  ExpectModelError("must be a plain file name");
+  ExpectModelError("model.safe\\x00tensors");
+}
+
+TEST_F(Hostile, StrayArgumentsAndBadFlagsAreOneLine) {
+  ExpectError("--prompt-ids 1 extra", "unexpected argument 'extra'");
+  ExpectError("--prompt-ids 1 --bogus-one --bogus-two", "unknown flag '--bogus_one'");
+  ExpectError("--prompt-ids 1 --max-new-tokens abc --temperature x", "flag '--max_new_tokens': bad value 'abc'");
+  ExpectError("--prompt-ids", "flag '--prompt_ids' needs a value");
+  ExpectOneLineError(RunCommand(Tool("AUTOGLM_INSPECT", "build/tools/autoglm-inspect") + " a.agplan b.agplan"),
+                     "unexpected argument 'b.agplan'");
+}
+
+TEST_F(Hostile, ControlCharactersInErrorsAreEscaped) {
+  json config = Config();
+  config["model_type"] = "\x1b[2J\rglm\x7f";
+  WriteConfig(config);
+  const CommandResult r = RunCommand(RunTool() + " --model " + dir_.string() + " --prompt-ids 1");
+  ExpectOneLineError(r, "'\\x1b[2J\\x0dglm\\x7f' is not a GLM-4 layout");
+  EXPECT_EQ(r.err.find('\x1b'), std::string::npos);
+  EXPECT_EQ(r.err.find('\r'), std::string::npos);
+  SetUp();  // a fresh copy of the model
+
+  const CommandResult prompt = RunCommand(RunTool() + " --model " + dir_.string() + " --prompt-ids \"$(printf '1,\\033[1m')\"");
+  ExpectOneLineError(prompt, "'\\x1b[1m' is not a token id");
+
+  // A hostile tensor name, reported through an overlap.
+  json header;
+  std::string data;
+  ReadWeights(&header, &data);
+  header["evil\r\x1b]0;title\x07"] = header["model.norm.weight"];
+  WriteWeights(header, data);
+  const CommandResult tensor = RunCommand(RunTool() + " --model " + dir_.string() + " --prompt-ids 1");
+  ExpectOneLineError(tensor, "evil\\x0d\\x1b]0;title\\x07");
+  EXPECT_EQ(tensor.err.find('\x07'), std::string::npos);
+}
+
+}  // namespace
+}  // namespace ag
