@@ -102,6 +102,49 @@ TEST(PlanValidation, CatchesInconsistentPlans) {
   EXPECT_NE(ValidatePlan(p).message().find("unknown runtime input"), std::string::npos);
 }
 
+// Regressions (fuzzing): numbers that wrapped int64 arithmetic let plans
+// through that then read or wrote out of bounds. Each must be rejected by
+// validation, and by the file reader behind a correct checksum.
+TEST(PlanValidation, RejectsSizesThatWouldOverflow) {
+  const Plan good = TinyPlan();
+  auto expect_rejected = [](const Plan& p, const char* what) {
+    EXPECT_FALSE(ValidatePlan(p).ok()) << what;
+    EXPECT_FALSE(DeserializePlan(SerializePlan(p), "x.agplan").ok()) << what;
+  };
+  Plan p = good;
+  p.steps[1].results[0].index = (int64_t{1} << 63) - 256;  // wrapped index + bytes
+  expect_rejected(p, "arena offset 2^63-256");
+  p = good;
+  for (PlanStep& step : p.steps) {
+    if (step.attrs.contains("heads")) step.attrs["heads"] = int64_t{4} + (int64_t{1} << 62);  // heads*head_dim wrapped
+  }
+  expect_rejected(p, "heads 4 + 2^62");
+  p = good;
+  p.arena_bytes = int64_t{1} << 62;
+  expect_rejected(p, "arena of 2^62 bytes");
+  p = good;
+  p.weights[0].shape = {int64_t{1} << 32, int64_t{1} << 32};
+  expect_rejected(p, "weight of 2^64 elements");
+  p = good;
+  p.kv.block_size = int64_t{1} << 40;
+  expect_rejected(p, "KV block of 2^40 tokens");
+  p = good;
+  p.model.max_position_embeddings = int64_t{1} << 40;
+  expect_rejected(p, "2^40 positions");
+}
+
+TEST(PlanValidation, ConfigFingerprintMustMatchTheModel) {
+  absl::StatusOr<glm::ModelConfig> config = glm::LoadModelConfig(testing::TestDataDir() + "/tiny-glm");
+  ASSERT_TRUE(config.ok());
+  const Plan plan = TinyPlan();
+  EXPECT_TRUE(CheckPlanAgainstModel(plan, *config, nullptr).ok());
+  glm::ModelConfig other = *config;
+  other.rope_theta = 500000;
+  const absl::Status s = CheckPlanAgainstModel(plan, other, nullptr);
+  EXPECT_NE(s.message().find("plan has 'rope_theta=10000', the model has 'rope_theta=500000'"), std::string::npos)
+      << s;
+}
+
 TEST(Summary, LaunchesPerLayerAfterFusion) {
   EXPECT_EQ(Summarize(TinyPlan("tiny-glm")).steps_per_layer, 5);
   EXPECT_EQ(Summarize(TinyPlan("tiny-glm4")).steps_per_layer, 7);

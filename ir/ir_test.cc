@@ -50,6 +50,19 @@ TEST(Types, DimsAndSizes) {
   EXPECT_EQ(DTypeSize(DType::kI32), 4);
 }
 
+TEST(Types, SizesThatWouldOverflowAreErrors) {
+  const TensorType huge{DType::kF32, {Dim(int64_t{1} << 40), Dim(int64_t{1} << 30)}};
+  EXPECT_FALSE(huge.NumElements({}).ok());
+  const TensorType wraps{DType::kF32, {Dim(int64_t{1} << 62), Dim(4)}};  // 2^64 wrapped to 0 before
+  EXPECT_FALSE(wraps.NumElements({}).ok());
+  EXPECT_FALSE(wraps.ByteSize({}).ok());
+  const TensorType bytes{DType::kF32, {Dim(int64_t{1} << 47)}};  // elements fit, bytes do not
+  EXPECT_TRUE(bytes.NumElements({}).ok());
+  EXPECT_FALSE(bytes.ByteSize({}).ok());
+  const TensorType symbolic{DType::kF32, {Dim::Sym("T", INT64_MAX)}};
+  EXPECT_FALSE(symbolic.NumElements({{"T", 5}}).ok());
+}
+
 TEST(Attrs, PrintFloatsSoTheyParseBackAsFloats) {
   EXPECT_EQ(AttrValueToString(AttrValue(10000.0)), "10000.0");
   EXPECT_EQ(AttrValueToString(AttrValue(1e-05)), "1e-05");

@@ -2,8 +2,12 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <filesystem>
+#include <fstream>
 #include <random>
+
+#include <nlohmann/json.hpp>
 
 #include "models/glm/bpe.h"
 #include "models/glm/chat.h"
@@ -252,6 +256,50 @@ TEST(Tokenizer, BadFilesGiveErrorsNamingThem) {
   t = Tokenizer::Load(dir.path());
   ASSERT_FALSE(t.ok());
   EXPECT_NE(t.status().message().find("no tokenizer.model or tokenizer.json"), std::string::npos);
+}
+
+// Regression (fuzzing): hostile added_tokens ids and contents in tokenizer.json.
+TEST(Tokenizer, HostileAddedTokensAreRejected) {
+  TempDir dir;
+  const std::string path = dir.File("tokenizer.json");
+  testing::WriteHfTokenizerJson(path, testing::SyntheticRanks(), SpecialTexts());
+  nlohmann::json good;
+  std::ifstream(path) >> good;
+  const struct {
+    nlohmann::json id;
+    std::string content, expected;
+  } cases[] = {
+      {uint64_t{1} << 63, "<a>", "too large"},               // read by_id[-1] before
+      {(uint64_t{1} << 31) - 1, "<b>", "too large"},         // overflowed in Finish
+      {(uint64_t{1} << 32) + 7, "<c>", "too large"},         // truncated to int32 before
+      {good["model"]["vocab"].size() + 20, "", "empty content"},  // Encode(allow_special) looped forever
+  };
+  for (const auto& c : cases) {
+    nlohmann::json j = good;
+    j["added_tokens"].push_back({{"id", c.id}, {"content", c.content}});
+    std::ofstream(path) << j.dump();
+    absl::StatusOr<std::unique_ptr<Tokenizer>> t = Tokenizer::LoadHfJson(path);
+    ASSERT_FALSE(t.ok()) << c.id;
+    EXPECT_NE(t.status().message().find(c.expected), std::string::npos) << t.status();
+  }
+}
+
+// Regression (fuzzing): 16,000 special tokens took 11.5 s, quadratic in the
+// text. 64,000 would take minutes that way; linear, it is milliseconds.
+TEST(Tokenizer, EncodingManySpecialTokensIsLinear) {
+  TempDir dir;
+  testing::WriteTiktoken(dir.File("tokenizer.model"), testing::SyntheticRanks());
+  absl::StatusOr<std::unique_ptr<Tokenizer>> t = Tokenizer::Load(dir.path());
+  ASSERT_TRUE(t.ok()) << t.status();
+  std::string text;
+  for (int i = 0; i < 64000; ++i) text += i % 1000 == 999 ? "<|user|>x<|system" : "<|user|>";
+  const auto start = std::chrono::steady_clock::now();
+  const std::vector<int32_t> ids = (*t)->Encode(text, true);
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const int32_t user = (*t)->SpecialId("<|user|>");
+  EXPECT_EQ(std::count(ids.begin(), ids.end(), user), 64000);
+  EXPECT_EQ(*(*t)->Decode(ids), text);
+  EXPECT_LT(seconds, 5.0) << "quadratic again?";
 }
 
 TEST(Chat, RejectsUnknownRolesAndMalformedInput) {
