@@ -269,14 +269,18 @@ std::string SerializePlan(const Plan& plan) {
     w.Tensor(plan.outputs[i]);
   }
 
+  return SealPlanPayload(w.bytes());
+}
+
+std::string SealPlanPayload(absl::string_view payload) {
   std::string file(kMagic, sizeof(kMagic));
-  const uint32_t version = plan.version, reserved = 0;
-  const uint64_t size = w.bytes().size(), checksum = Fnv1a64(w.bytes());
+  const uint32_t version = kPlanVersion, reserved = 0;
+  const uint64_t size = payload.size(), checksum = Fnv1a64(payload);
   file.append(reinterpret_cast<const char*>(&version), 4);
   file.append(reinterpret_cast<const char*>(&reserved), 4);
   file.append(reinterpret_cast<const char*>(&size), 8);
   file.append(reinterpret_cast<const char*>(&checksum), 8);
-  file += w.bytes();
+  file.append(payload.data(), payload.size());
   return file;
 }
 

@@ -21,6 +21,9 @@
 namespace ag::compiler {
 
 std::string SerializePlan(const Plan& plan);
+// A whole file from a payload: magic, this build's version, size, checksum.
+// For tools that edit payloads (fuzzers, tests of hostile plans).
+std::string SealPlanPayload(absl::string_view payload);
 // `source` names the file in errors.
 absl::StatusOr<Plan> DeserializePlan(absl::string_view bytes, absl::string_view source);
 

@@ -22,15 +22,7 @@ Plan TinyPlan(const char* fixture = "tiny-glm") {
 }
 
 // Rewrites the checksum so that a deliberately edited payload passes the integrity check.
-std::string Reseal(std::string file) {
-  uint64_t h = 0xcbf29ce484222325ull;
-  for (size_t i = 32; i < file.size(); ++i) {
-    h ^= static_cast<unsigned char>(file[i]);
-    h *= 0x100000001b3ull;
-  }
-  std::memcpy(file.data() + 24, &h, 8);
-  return file;
-}
+std::string Reseal(const std::string& file) { return SealPlanPayload(absl::string_view(file).substr(32)); }
 
 std::string ErrorOf(const std::string& bytes) {
   absl::StatusOr<Plan> p = DeserializePlan(bytes, "x.agplan");

@@ -1,0 +1,104 @@
+#!/usr/bin/env python3
+"""Writes the fuzz targets' regression corpora (tests/fuzz/corpus/TARGET/*):
+the hostile inputs of issue 11, each one a file. Run from the repository root
+after a build (the plan cases start from a plan that build/tools/autoglm-compile
+writes). Crashes that fuzzing finds are added to the corpora by hand."""
+import json, os, struct, subprocess, tempfile
+
+ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "corpus")
+TINY = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "data", "tiny-glm")
+
+
+def put(target, name, data):
+    os.makedirs(os.path.join(ROOT, target), exist_ok=True)
+    with open(os.path.join(ROOT, target, name), "wb") as f:
+        f.write(data if isinstance(data, bytes) else data.encode())
+
+
+def safetensors_cases():
+    # Two small tensors, well formed, then broken one way each.
+    header = {"model.norm.weight": {"dtype": "F32", "shape": [4], "data_offsets": [0, 16]},
+              "lm_head.weight": {"dtype": "BF16", "shape": [2, 4], "data_offsets": [16, 32]}}
+    data = struct.pack("<4f", 1.0, 2.0, 3.0, 4.0) + bytes(range(16))
+    text = json.dumps(header).encode()
+    # Length one short of a padded header: parses, but every tensor would be read one byte shifted.
+    put("safetensors", "header-length-one-short", struct.pack("<Q", len(text) + 1) + text + b"  " + data)
+    put("safetensors", "bytes-no-tensor-owns", struct.pack("<Q", len(text)) + text + data + b"\0" * 16)
+    evil = dict(header)
+    evil["evil\r\x1b]0;t\x07"] = header["model.norm.weight"]
+    text = json.dumps(evil).encode()
+    put("safetensors", "control-characters-in-a-name", struct.pack("<Q", len(text)) + text + data)
+    put("safetensors", "header-length-minus-one", struct.pack("<q", -1) + text + data)
+
+
+def index_cases():
+    names = {"model.norm.weight": "model.safe\0tensors"}
+    put("index", "nul-in-shard-name", json.dumps({"weight_map": names}))
+    put("index", "escape-in-shard-name", json.dumps({"weight_map": {"x": "\x1b[2J.safetensors"}}))
+    put("index", "path-in-shard-name", json.dumps({"weight_map": {"x": "../model.safetensors"}}))
+
+
+def config_cases():
+    base = json.load(open(os.path.join(TINY, "config.json")))
+    for field, value in [("num_hidden_layers", 2**31), ("hidden_size", 10**9), ("head_dim", 2**40),
+                         ("vocab_size", 2**40), ("intermediate_size", 2**50), ("num_attention_heads", 2**33),
+                         ("max_position_embeddings", 10**9), ("model_type", "\x1b[31mglm")]:
+        c = dict(base)
+        c[field] = value
+        put("config", field, json.dumps(c))
+    chatglm = json.load(open(os.path.join(TINY, "..", "tiny-chatglm", "config.json")))
+    chatglm["seq_length"] = 10**9
+    put("config", "chatglm-seq-length", json.dumps(chatglm))
+
+
+def plan_cases():
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "p.agplan")
+        subprocess.run(["build/tools/autoglm-compile", "--model", TINY, "-o", path], check=True,
+                       stdout=subprocess.DEVNULL)
+        payload = open(path, "rb").read()[32:]
+    pos = 4 + struct.unpack("<I", payload[:4])[0] + 32          # layout, four dims
+    pos += 4 + 8 * struct.unpack("<I", payload[pos:pos + 4])[0]  # eos ids
+    pos += 4 + struct.unpack("<I", payload[pos:pos + 4])[0]      # config fingerprint
+    arena_at = pos + 1 + 16                                     # dtype, batch limits
+    put("plan", "arena-2-pow-62", payload[:arena_at] + struct.pack("<q", 2**62) + payload[arena_at + 8:])
+    key = struct.pack("<I", 5) + b"heads" + b"\0"
+    edited = bytearray(payload)
+    at = edited.find(key)
+    while at >= 0:
+        edited[at + len(key):at + len(key) + 8] = struct.pack("<q", 4 + 2**62)
+        at = edited.find(key, at + 1)
+    put("plan", "heads-4-plus-2-pow-62", bytes(edited))
+
+
+def tokenizer_cases():
+    # The byte-level vocabulary of 256 single bytes, as tokenizer.json spells it.
+    spell, nxt = {}, 256
+    for b in range(256):
+        printable = 33 <= b <= 126 or 161 <= b <= 172 or 174 <= b <= 255
+        spell[b] = chr(b if printable else nxt)
+        nxt += 0 if printable else 1
+    vocab = {spell[b]: b for b in range(256)}
+    for name, added in [("id-2-pow-63", {"id": 2**63, "content": "<a>"}),
+                        ("id-2-pow-31-minus-1", {"id": 2**31 - 1, "content": "<b>"}),
+                        ("id-2-pow-32", {"id": 2**32 + 7, "content": "<c>"}),
+                        ("empty-content", {"id": 300, "content": ""})]:
+        put("tokenizer_json", name, json.dumps({"model": {"type": "BPE", "vocab": vocab, "merges": []},
+                                                "added_tokens": [added]}))
+    put("tiktoken", "rank-out-of-order", "IQ== 0\nIg== 5\n")
+    put("tiktoken", "not-base64", "IQ== 0\n!!!! 1\n")
+
+
+def chat_cases():
+    put("chat", "many-special-tokens", json.dumps([{"role": "user", "content": "<|user|>" * 2000}]))
+    put("chat", "unknown-role", json.dumps([{"role": "\x1b[2Jroot", "content": "x"}]))
+    put("chat", "special-text-in-prompt", "<|user|>" * 4000 + "<|system")
+
+
+if __name__ == "__main__":
+    safetensors_cases()
+    index_cases()
+    config_cases()
+    plan_cases()
+    tokenizer_cases()
+    chat_cases()

@@ -1,0 +1,64 @@
+#!/usr/bin/env python3
+"""Writes valid seed inputs for every fuzz target into DIR/TARGET/, from the
+fixtures: the fuzzers start from inputs that load, so mutations reach deep.
+Usage: make_seeds.py DIR AUTOGLM_COMPILE"""
+import json, os, struct, subprocess, sys
+
+DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "data")
+FIXTURES = ["tiny-glm", "tiny-glm4", "tiny-chatglm"]
+
+
+def put(out, target, name, data):
+    os.makedirs(os.path.join(out, target), exist_ok=True)
+    with open(os.path.join(out, target, name), "wb") as f:
+        f.write(data if isinstance(data, bytes) else data.encode())
+
+
+def byte_alphabet():
+    spell, nxt = {}, 256
+    for b in range(256):
+        printable = 33 <= b <= 126 or 161 <= b <= 172 or 174 <= b <= 255
+        spell[b] = chr(b if printable else nxt)
+        nxt += 0 if printable else 1
+    return spell
+
+
+def main(out, compile_tool):
+    small = {"model.norm.weight": {"dtype": "F32", "shape": [4], "data_offsets": [0, 16]},
+             "lm_head.weight": {"dtype": "BF16", "shape": [2, 4], "data_offsets": [16, 32]},
+             "__metadata__": {"format": "pt"}}
+    text = json.dumps(small).encode()
+    put(out, "safetensors", "small", struct.pack("<Q", len(text)) + text + struct.pack("<4f", 1, 2, 3, 4) + bytes(16))
+    for fixture in FIXTURES:
+        blob = open(os.path.join(DATA, fixture, "model.safetensors"), "rb").read()
+        n = struct.unpack("<Q", blob[:8])[0]
+        header = json.loads(blob[8:8 + n])
+        names = sorted(k for k in header if k != "__metadata__")
+        if fixture == "tiny-glm":  # the index target's shards are copies of this file
+            shards = {k: "model-0000%d-of-00002.safetensors" % (1 + i % 2) for i, k in enumerate(names)}
+            put(out, "index", "two-shards", json.dumps({"metadata": {"total_size": len(blob) - 8 - n},
+                                                       "weight_map": shards}))
+        put(out, "config", fixture, open(os.path.join(DATA, fixture, "config.json"), "rb").read())
+        plan = os.path.join(out, fixture + ".agplan")
+        subprocess.run([compile_tool, "--model", os.path.join(DATA, fixture), "-o", plan, "--max-batch-tokens", "8",
+                        "--max-seqs", "2"], check=True, stdout=subprocess.DEVNULL)
+        put(out, "plan", fixture, open(plan, "rb").read()[32:])
+        os.remove(plan)
+    spell = byte_alphabet()
+    merges = ["th", "he", "the", " t", " the", "in", "ing", "ab", "bc", "abc"]
+    tiktoken = [bytes([b]) for b in range(256)] + [m.encode() for m in merges]
+    import base64
+    put(out, "tiktoken", "small", "".join("%s %d\n" % (base64.b64encode(t).decode(), i) for i, t in enumerate(tiktoken)))
+    vocab = {"".join(spell[c] for c in t): i for i, t in enumerate(tiktoken)}
+    added = [{"id": len(tiktoken) + i, "content": c, "special": True}
+             for i, c in enumerate(["<|endoftext|>", "[gMASK]", "<sop>", "<|system|>", "<|user|>", "<|assistant|>"])]
+    put(out, "tokenizer_json", "small", json.dumps({"model": {"type": "BPE", "vocab": vocab, "merges": []},
+                                                    "added_tokens": added}))
+    put(out, "chat", "turns", json.dumps([{"role": "system", "content": "be brief"},
+                                          {"role": "user", "content": "hello <|user|> \u4f60\u597d"},
+                                          {"role": "assistant", "content": "hi"}]))
+    put(out, "chat", "text", "the <|user|> thing\n\n  123 \xff")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], sys.argv[2])
