@@ -104,7 +104,7 @@ TEST(PlanValidation, RejectsSizesThatWouldOverflow) {
     EXPECT_FALSE(DeserializePlan(SerializePlan(p), "x.agplan").ok()) << what;
   };
   Plan p = good;
-  p.steps[1].results[0].index = (int64_t{1} << 63) - 256;  // wrapped index + bytes
+  p.steps[1].results[0].index = INT64_MAX - 255;  // 2^63 - 256: index + bytes wrapped
   expect_rejected(p, "arena offset 2^63-256");
   p = good;
   for (PlanStep& step : p.steps) {

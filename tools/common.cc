@@ -121,6 +121,11 @@ absl::Status CheckCommandLine(int argc, char** argv, int max_positional) {
     absl::string_view body = absl::StripPrefix(absl::StripPrefix(arg, "-"), "-");
     const size_t eq = body.find('=');
     const absl::string_view name = body.substr(0, eq);
+    // Abseil's usage flags are not registered flags; ParseCommandLine handles them.
+    for (absl::string_view usage : {"help", "helpfull", "helpshort", "helppackage", "version", "only_check_args",
+                                    "helpon", "helpmatch"}) {
+      if (name == usage) return absl::OkStatus();
+    }
     absl::CommandLineFlag* flag = absl::FindCommandLineFlag(name);
     if (flag == nullptr && absl::StartsWith(name, "no") && eq == absl::string_view::npos) {
       absl::CommandLineFlag* negated = absl::FindCommandLineFlag(name.substr(2));
