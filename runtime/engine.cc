@@ -7,6 +7,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "ir/status_macros.h"
+#include "runtime/memory_check.h"
 
 namespace ag::runtime {
 
@@ -27,6 +28,10 @@ const char* FinishReasonName(FinishReason reason) {
 absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const compiler::Plan& plan, Backend& backend,
                                                        const WeightSource& weights, const EngineOptions& options) {
   std::unique_ptr<Engine> engine(new Engine(plan, backend));
+  if (options.max_context < 0 || options.kv_cache_tokens < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("max context (", options.max_context, ") and KV-cache tokens (",
+                                                   options.kv_cache_tokens, ") must not be negative (0: default)"));
+  }
   const int64_t model_max = plan.model.max_position_embeddings;
   engine->max_context_ = options.max_context > 0 ? options.max_context : model_max;
   if (engine->max_context_ > model_max) {
@@ -77,6 +82,15 @@ absl::StatusOr<int> Engine::Submit(Request request) {
   }
   if (request.max_new_tokens < 1) return absl::InvalidArgumentError("max new tokens must be at least 1");
   RETURN_IF_ERROR(request.sampling.Validate());
+  if (request.prompt_logits || request.keep_logits) {
+    // Kept logits rows are host memory too: one vocabulary-wide float row per position.
+    const int64_t rows = n + std::min(request.max_new_tokens, max_context_);
+    const int64_t bytes = rows * plan_.model.vocab_size * 4;
+    if (bytes > HostMemoryAvailable()) {
+      return absl::ResourceExhaustedError(absl::StrCat("keeping the logits of ", rows, " positions needs ", bytes,
+                                                       " bytes of host memory, more than is available"));
+    }
+  }
   auto seq = std::make_unique<Sequence>(plan_.kv.block_size);
   seq->id = static_cast<int>(seqs_.size());
   seq->request = std::move(request);

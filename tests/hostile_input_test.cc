@@ -55,6 +55,7 @@ TEST_F(Hostile, AbsurdSizesFromFlagsAreOneLineErrors) {
   ExpectError("--prompt-ids 1 --max-batch-tokens 16777216", "--max-batch-tokens must be in [1, 1048576]");
   ExpectError("--prompt-ids 1 --kv-block-size 2147483648", "--kv-block-size must be in [1, 4096]");
   ExpectError("--prompt-ids 1 --max-seqs -3", "--max-seqs must be in");
+  ExpectError("--prompt-ids 1 --max-context -5", "must not be negative");
 }
 
 TEST_F(Hostile, ConfigSizesAreBounded) {
@@ -167,6 +168,20 @@ TEST_F(Hostile, ShardNamesWithControlCharactersAreRejected) {
   std::ofstream(Path("model.safetensors.index.json")) << index.dump();
   ExpectModelError("must be a plain file name");
   ExpectModelError("model.safe\\x00tensors");
+}
+
+// Found after fuzzing, by hand: a directory where a file belongs was read as a
+// file of size -1 and aborted with std::bad_alloc.
+TEST_F(Hostile, DirectoriesWhereFilesBelong) {
+  fs::create_directories(Path("plan.agplan"));
+  ExpectError("--plan " + Path("plan.agplan") + " --prompt-ids 1", "plan.agplan: not a regular file");
+  ExpectOneLineError(RunCommand(Tool("AUTOGLM_INSPECT", "build/tools/autoglm-inspect") + " " + dir_.string()),
+                     "not a regular file");
+  fs::create_directories(Path("tok/tokenizer.model"));
+  ExpectError("--prompt hi --tokenizer " + Path("tok"), "tokenizer.model: not a regular file");
+  fs::remove(Path("config.json"));
+  fs::create_directories(Path("config.json"));
+  ExpectModelError("config.json: not a regular file");
 }
 
 TEST_F(Hostile, StrayArgumentsAndBadFlagsAreOneLine) {

@@ -260,7 +260,10 @@ absl::StatusOr<ModelConfig> LoadModelConfig(const std::string& path) {
   const bool is_dir = !fs::is_regular_file(path, ec);
   const std::string file = is_dir ? (fs::path(path) / "config.json").string() : path;
   absl::StatusOr<std::string> text = ReadWholeFile(file);
-  if (!text.ok()) return absl::NotFoundError(absl::StrCat(file, ": cannot open (missing config.json?)"));
+  if (absl::IsNotFound(text.status())) {
+    return absl::NotFoundError(absl::StrCat(file, ": cannot open (missing config.json?)"));
+  }
+  if (!text.ok()) return text.status();
   ASSIGN_OR_RETURN(ModelConfig config, ParseModelConfig(*text, file));
   // generation_config.json may list more end-of-sequence ids than config.json.
   if (is_dir) {
