@@ -5,6 +5,8 @@ after a build (the plan cases start from a plan that build/tools/autoglm-compile
 writes). Crashes that fuzzing finds are added to the corpora by hand."""
 import json, os, struct, subprocess, tempfile
 
+from make_seeds import byte_alphabet
+
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "corpus")
 TINY = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "data", "tiny-glm")
 
@@ -73,11 +75,7 @@ def plan_cases():
 
 def tokenizer_cases():
     # The byte-level vocabulary of 256 single bytes, as tokenizer.json spells it.
-    spell, nxt = {}, 256
-    for b in range(256):
-        printable = 33 <= b <= 126 or 161 <= b <= 172 or 174 <= b <= 255
-        spell[b] = chr(b if printable else nxt)
-        nxt += 0 if printable else 1
+    spell = byte_alphabet()
     vocab = {spell[b]: b for b in range(256)}
     for name, added in [("id-2-pow-63", {"id": 2**63, "content": "<a>"}),
                         ("id-2-pow-31-minus-1", {"id": 2**31 - 1, "content": "<b>"}),

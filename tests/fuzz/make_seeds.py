@@ -15,6 +15,7 @@ def put(out, target, name, data):
 
 
 def byte_alphabet():
+    """GPT-2's byte-level alphabet: byte -> the character tokenizer.json spells it with."""
     spell, nxt = {}, 256
     for b in range(256):
         printable = 33 <= b <= 126 or 161 <= b <= 172 or 174 <= b <= 255
