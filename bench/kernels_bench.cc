@@ -24,6 +24,7 @@ using bf16 = __nv_bfloat16;
 constexpr double kBandwidth = 4.45e12;  // bytes/s, measured (../shared/DEVICE.md)
 constexpr double kTensorRate = 790e12;  // bf16 FLOP/s, measured
 constexpr int kLaunches = 20;           // per timed batch
+constexpr int kIterations = 10;         // batches per case: 200 launches, well under a second for the largest
 
 bool HaveGpu() {
   int n = 0;
@@ -54,34 +55,45 @@ class RotatingWeights {
   std::vector<bf16*> copies_;
 };
 
-// Times `launch(i)` kLaunches times per iteration with events; sets manual time.
+// Times `launch(i)` kLaunches times per iteration with CUDA events. The
+// recorded (manual) time is the whole batch's, so Google Benchmark's time
+// budget and the fixed iteration count (kIterations) bound the wall time;
+// "us" is the time of one launch. The first failing launch (a bad status, or
+// an error the device reports) skips the case with that error: no garbage rows.
 template <typename F>
-void TimeLaunches(benchmark::State& state, F launch) {
+void TimeLaunches(benchmark::State& state, F launch, double bytes_per_launch, double flops_per_launch = 0) {
   cudaEvent_t start, stop;
   cudaEventCreate(&start);
   cudaEventCreate(&stop);
-  for (int i = 0; i < 3; ++i) launch(i);  // warm-up
+  cudaError_t error = cudaSuccess;
+  for (int i = 0; i < 3 && error == cudaSuccess; ++i) error = launch(i);  // warm-up
+  if (error == cudaSuccess) error = cudaDeviceSynchronize();
   int round = 0;
+  double total_ms = 0;
   for (auto _ : state) {
+    if (error != cudaSuccess) break;
     cudaEventRecord(start);
-    for (int i = 0; i < kLaunches; ++i) launch(round * kLaunches + i);
+    for (int i = 0; i < kLaunches && error == cudaSuccess; ++i) error = launch(round * kLaunches + i);
     cudaEventRecord(stop);
-    cudaEventSynchronize(stop);
+    if (error == cudaSuccess) error = cudaEventSynchronize(stop);
     float ms = 0;
     cudaEventElapsedTime(&ms, start, stop);
-    state.SetIterationTime(ms / 1e3 / kLaunches);
+    state.SetIterationTime(ms / 1e3);
+    total_ms += ms;
     ++round;
   }
-  const cudaError_t e = cudaGetLastError();
-  if (e != cudaSuccess) state.SkipWithError(cudaGetErrorString(e));
+  if (error == cudaSuccess) error = cudaGetLastError();
   cudaEventDestroy(start);
   cudaEventDestroy(stop);
-}
-
-// Rates, and the floor: the slower of streaming the bytes and doing the FLOPs at the ceilings.
-void ReportBytes(benchmark::State& state, double bytes, double flops = 0) {
-  state.counters["GB/s"] = benchmark::Counter(bytes * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
-  state.counters["floor_us"] = std::max(bytes / kBandwidth, flops / kTensorRate) * 1e6;
+  if (error != cudaSuccess || round == 0) {
+    return state.SkipWithError(error != cudaSuccess ? cudaGetErrorString(error) : "no iteration ran");
+  }
+  // The rates and the floor: the slower of streaming the bytes and doing the FLOPs at the ceilings.
+  const double us = total_ms * 1e3 / (round * kLaunches);
+  state.counters["us"] = us;
+  state.counters["GB/s"] = bytes_per_launch / (us * 1e-6) * 1e-9;
+  if (flops_per_launch > 0) state.counters["TFLOP/s"] = flops_per_launch / (us * 1e-6) * 1e-12;
+  state.counters["floor_us"] = std::max(bytes_per_launch / kBandwidth, flops_per_launch / kTensorRate) * 1e6;
 }
 
 struct Shape {
@@ -138,13 +150,13 @@ void BM_Linear(benchmark::State& state) {
     p.bias = bias;
     p.qkv = {pos, slots, {kc, vc, 16, 2, 128}, 32, 2, 128, 64, 10000.0f, ag::cuda::FreqPrecision::kBF16};
   }
-  TimeLaunches(state, [&](int i) {
-    p.w = weights[i];
-    ag::cuda::LaunchLinear(p, nullptr);
-  });
-  const double flops = 2.0 * m * s.n * s.k;
-  ReportBytes(state, static_cast<double>(s.n * s.k * 2 + m * s.k * 2 + m * s.n * 2), flops);
-  state.counters["TFLOP/s"] = benchmark::Counter(flops * 1e-12, benchmark::Counter::kIsIterationInvariantRate);
+  TimeLaunches(
+      state,
+      [&](int i) {
+        p.w = weights[i];
+        return ag::cuda::LaunchLinear(p, nullptr);
+      },
+      static_cast<double>(s.n * s.k * 2 + m * s.k * 2 + m * s.n * 2), 2.0 * m * s.n * s.k);
   state.SetLabel(s.name);
   for (void* q : {static_cast<void*>(x), static_cast<void*>(norm), static_cast<void*>(bias), static_cast<void*>(y),
                   static_cast<void*>(scratch), static_cast<void*>(kc), static_cast<void*>(vc), static_cast<void*>(pos),
@@ -182,16 +194,18 @@ void BM_Cublas(benchmark::State& state) {
   bf16* x = RandomDevice(m * s.k, 1, 1.0f);
   bf16* y = RandomDevice(m * s.n, 4, 1.0f);
   const float alpha = 1.0f, beta = 0.0f;
-  TimeLaunches(state, [&](int i) {
-    // Row-major y[m, n] = x[m, k] W[n, k]^T is column-major y^T = W x^T.
-    cublas.gemm(cublas.handle, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(s.n), static_cast<int>(m),
-                static_cast<int>(s.k), &alpha, weights[i], CUDA_R_16BF, static_cast<int>(s.k), x, CUDA_R_16BF,
-                static_cast<int>(s.k), &beta, y, CUDA_R_16BF, static_cast<int>(s.n), CUBLAS_COMPUTE_32F,
-                CUBLAS_GEMM_DEFAULT);
-  });
-  ReportBytes(state, static_cast<double>(s.n * s.k * 2 + m * s.k * 2 + m * s.n * 2), 2.0 * m * s.n * s.k);
-  state.counters["TFLOP/s"] =
-      benchmark::Counter(2.0 * m * s.n * s.k * 1e-12, benchmark::Counter::kIsIterationInvariantRate);
+  TimeLaunches(
+      state,
+      [&](int i) {
+        // Row-major y[m, n] = x[m, k] W[n, k]^T is column-major y^T = W x^T.
+        const cublasStatus_t st = cublas.gemm(
+            cublas.handle, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(s.n), static_cast<int>(m),
+            static_cast<int>(s.k), &alpha, weights[i], CUDA_R_16BF, static_cast<int>(s.k), x, CUDA_R_16BF,
+            static_cast<int>(s.k), &beta, y, CUDA_R_16BF, static_cast<int>(s.n), CUBLAS_COMPUTE_32F,
+            CUBLAS_GEMM_DEFAULT);
+        return st == CUBLAS_STATUS_SUCCESS ? cudaPeekAtLastError() : cudaErrorUnknown;
+      },
+      static_cast<double>(s.n * s.k * 2 + m * s.k * 2 + m * s.n * 2), 2.0 * m * s.n * s.k);
   state.SetLabel(std::string("cublas ") + s.name);
   cudaFree(x);
   cudaFree(y);
@@ -202,8 +216,8 @@ void LinearArgs(benchmark::internal::Benchmark* b) {
     for (int m : {1, 8, 32, 512}) b->Args({shape, m});
   }
 }
-BENCHMARK(BM_Linear)->Apply(LinearArgs)->UseManualTime()->Unit(benchmark::kMicrosecond);
-BENCHMARK(BM_Cublas)->Apply(LinearArgs)->UseManualTime()->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_Linear)->Apply(LinearArgs)->UseManualTime()->Iterations(kIterations)->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_Cublas)->Apply(LinearArgs)->UseManualTime()->Iterations(kIterations)->Unit(benchmark::kMicrosecond);
 
 // Decode attention at GLM-4-9B's geometry: one token per sequence against `context` cached tokens.
 void BM_DecodeAttention(benchmark::State& state) {
@@ -229,8 +243,9 @@ void BM_DecodeAttention(benchmark::State& state) {
   cudaMalloc(&workspace, ag::cuda::PagedAttentionWorkspace(shape, kv_heads, d) * 4);
   const ag::cuda::PagedKv cache{kc, vc, block, kv_heads, d};
   const ag::cuda::SeqBatch batch{doff, dlen, dtab, seqs, blocks_per_seq};
-  TimeLaunches(state, [&](int) { ag::cuda::LaunchPagedAttention(q, shape, cache, batch, workspace, out, nullptr); });
-  ReportBytes(state, static_cast<double>(seqs * context * kv_heads * d * 2 * 2));
+  TimeLaunches(
+      state, [&](int) { return ag::cuda::LaunchPagedAttention(q, shape, cache, batch, workspace, out, nullptr); },
+      static_cast<double>(seqs * context * kv_heads * d * 2 * 2));
   for (void* p : {static_cast<void*>(kc), static_cast<void*>(vc), static_cast<void*>(q), static_cast<void*>(out),
                   static_cast<void*>(doff), static_cast<void*>(dlen), static_cast<void*>(dtab),
                   static_cast<void*>(workspace)}) {
@@ -244,6 +259,7 @@ BENCHMARK(BM_DecodeAttention)
     ->Args({8, 4096})
     ->Args({32, 512})
     ->UseManualTime()
+    ->Iterations(kIterations)
     ->Unit(benchmark::kMicrosecond);
 
 void BM_RmsNormResidual(benchmark::State& state) {
@@ -252,13 +268,14 @@ void BM_RmsNormResidual(benchmark::State& state) {
   bf16* x = RandomDevice(rows * n, 1, 1.0f);
   bf16* r = RandomDevice(rows * n, 2, 1.0f);
   bf16* w = RandomDevice(n, 3, 1.0f);
-  TimeLaunches(state, [&](int) { ag::cuda::LaunchRmsNormResidual(x, w, r, rows, n, 1e-5f, r, nullptr); });
-  ReportBytes(state, static_cast<double>(rows * n * 2 * 3));
+  TimeLaunches(
+      state, [&](int) { return ag::cuda::LaunchRmsNormResidual(x, w, r, rows, n, 1e-5f, r, nullptr); },
+      static_cast<double>(rows * n * 2 * 3));
   cudaFree(x);
   cudaFree(r);
   cudaFree(w);
 }
-BENCHMARK(BM_RmsNormResidual)->Arg(1)->Arg(512)->UseManualTime()->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_RmsNormResidual)->Arg(1)->Arg(512)->UseManualTime()->Iterations(kIterations)->Unit(benchmark::kMicrosecond);
 
 void BM_Argmax(benchmark::State& state) {
   if (!HaveGpu()) return state.SkipWithError("no GPU");
@@ -266,12 +283,13 @@ void BM_Argmax(benchmark::State& state) {
   bf16* logits = RandomDevice(rows * vocab, 1, 3.0f);
   int32_t* out = nullptr;
   cudaMalloc(&out, rows * 4);
-  TimeLaunches(state, [&](int) { ag::cuda::LaunchArgmax(logits, rows, vocab, out, nullptr); });
-  ReportBytes(state, static_cast<double>(rows * vocab * 2));
+  TimeLaunches(
+      state, [&](int) { return ag::cuda::LaunchArgmax(logits, rows, vocab, out, nullptr); },
+      static_cast<double>(rows * vocab * 2));
   cudaFree(logits);
   cudaFree(out);
 }
-BENCHMARK(BM_Argmax)->Arg(1)->Arg(32)->UseManualTime()->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_Argmax)->Arg(1)->Arg(32)->UseManualTime()->Iterations(kIterations)->Unit(benchmark::kMicrosecond);
 
 }  // namespace
 

@@ -61,6 +61,9 @@ class CudaBackend : public Backend {
   explicit CudaBackend(const CudaBackendOptions& options) : options_(options) {}
   ~CudaBackend() override {
     for (auto& [key, exec] : graphs_) cudaGraphExecDestroy(exec);
+    for (cudaEvent_t e : input_copied_) {
+      if (e != nullptr) cudaEventDestroy(e);
+    }
     if (stream_ != nullptr) cudaStreamDestroy(stream_);
   }
 
@@ -72,7 +75,8 @@ class CudaBackend : public Backend {
   absl::StatusOr<std::vector<double>> TimeExecute(const StepBatch& batch, int warmup, int iterations) override;
 
  private:
-  using GraphKey = std::tuple<int64_t, int64_t, int64_t, int64_t>;  // tokens, seqs, logit rows, context bucket
+  // tokens, seqs, logit rows, context bucket, block-table width: everything a captured step bakes in.
+  using GraphKey = std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t>;
 
   absl::Status UploadWeight(const compiler::WeightEntry& entry, const WeightSource& source, bool interleave,
                             void* dst);
@@ -88,7 +92,13 @@ class CudaBackend : public Backend {
   int64_t kv_blocks_ = 0;
   DeviceBuffer arena_, kv_, inputs_, attention_workspace_, linear_scratch_;
   std::vector<DeviceBuffer> weights_;
-  PinnedBuffer staging_;  // host side of the inputs, then of the outputs
+  // Host side of the inputs, two halves used in turn: a step fills one while
+  // the previous step's copy may still read the other, so no step waits for
+  // the device. input_copied_[i] marks the end of the last copy out of half i.
+  PinnedBuffer input_staging_[2];
+  cudaEvent_t input_copied_[2] = {nullptr, nullptr};
+  int input_half_ = 0;
+  PinnedBuffer output_staging_;  // host side of the outputs
   size_t staging_bytes_ = 0, inputs_bytes_ = 0;
   int64_t input_blocks_capacity_ = -1;  // block-table width the input buffers hold
   int64_t workspace_floats_ = 0;
@@ -159,6 +169,9 @@ absl::Status CudaBackend::Load(const compiler::Plan& plan, const WeightSource& w
   RETURN_IF_ERROR(CheckPlanFits(plan, kv_blocks, StorageLayout{2, 2, 1, 1}, extra, static_cast<int64_t>(free_bytes),
                                 absl::StrCat("GPU memory on device ", options_.device)));
   if (stream_ == nullptr) CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+  for (cudaEvent_t& e : input_copied_) {
+    if (e == nullptr) CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+  }
   DropGraphs();
   plan_ = &plan;
   kv_blocks_ = kv_blocks;
@@ -230,9 +243,12 @@ absl::Status CudaBackend::EnsureCapacity(const StepBatch& batch, int64_t context
     inputs_bytes_ = offset;
     DropGraphs();
     ASSIGN_OR_RETURN(inputs_, DeviceAlloc(inputs_bytes_, "the step inputs"));
-    const size_t logits_bytes = static_cast<size_t>(plan.max_batch_tokens * plan.model.vocab_size) * 2;
-    staging_bytes_ = std::max(inputs_bytes_, logits_bytes);
-    ASSIGN_OR_RETURN(staging_, PinnedAlloc(staging_bytes_));
+    for (cudaEvent_t e : input_copied_) CUDA_RETURN_IF_ERROR(cudaEventSynchronize(e));  // old halves idle
+    for (PinnedBuffer& half : input_staging_) {
+      ASSIGN_OR_RETURN(half, PinnedAlloc(inputs_bytes_));
+    }
+    staging_bytes_ = static_cast<size_t>(plan.max_batch_tokens * plan.model.vocab_size) * 2;
+    ASSIGN_OR_RETURN(output_staging_, PinnedAlloc(staging_bytes_));
     input_blocks_capacity_ = batch.max_blocks;
   }
   // Attention partial results, for the largest head count and width in the plan.
@@ -252,14 +268,18 @@ absl::Status CudaBackend::EnsureCapacity(const StepBatch& batch, int64_t context
 }
 
 absl::Status CudaBackend::UploadInputs(const StepBatch& batch) {
-  // The previous step's copies out of (or into) the staging buffer must be done before it is rewritten.
-  CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
-  auto* host = static_cast<char*>(staging_.get());
+  // Only the copy that last read this half (two steps ago) must be done; the stream keeps running.
+  const int half = input_half_;
+  input_half_ ^= 1;
+  CUDA_RETURN_IF_ERROR(cudaEventSynchronize(input_copied_[half]));
+  auto* host = static_cast<char*>(input_staging_[half].get());
   for (const auto& [name, offset] : input_offsets_) {
     const std::vector<int32_t>* values = batch.Input(name);
     std::memcpy(host + offset, values->data(), values->size() * 4);
   }
+  // Stream order puts this copy after the previous step's kernels, which read inputs_.
   CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(inputs_.get(), host, inputs_bytes_, cudaMemcpyHostToDevice, stream_));
+  CUDA_RETURN_IF_ERROR(cudaEventRecord(input_copied_[half], stream_));
   return absl::OkStatus();
 }
 
@@ -337,7 +357,7 @@ absl::Status CudaBackend::Execute(const StepBatch& batch) {
   RETURN_IF_ERROR(UploadInputs(batch));
   const bool graph = options_.use_graphs && batch.num_tokens <= kGraphMaxTokens;
   if (!graph) return LaunchSteps(batch, bucket, /*nvtx=*/true);
-  const GraphKey key{batch.num_tokens, batch.num_seqs, batch.num_logit_rows, bucket};
+  const GraphKey key{batch.num_tokens, batch.num_seqs, batch.num_logit_rows, bucket, batch.max_blocks};
   auto it = graphs_.find(key);
   if (it == graphs_.end()) {
     // The first run of a shape is eager (kernel attributes get set outside capture); the second captures it.
@@ -346,11 +366,12 @@ absl::Status CudaBackend::Execute(const StepBatch& batch) {
     CUDA_RETURN_IF_ERROR(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
     const absl::Status launched = LaunchSteps(batch, bucket, /*nvtx=*/false);
     const cudaError_t ended = cudaStreamEndCapture(stream_, &captured);
+    cudaGraphExec_t exec = nullptr;
+    cudaError_t instantiated = cudaErrorUnknown;
+    if (launched.ok() && ended == cudaSuccess) instantiated = cudaGraphInstantiate(&exec, captured, 0);
+    if (captured != nullptr) cudaGraphDestroy(captured);  // also when a launch in the capture failed
     RETURN_IF_ERROR(launched);
     CUDA_RETURN_IF_ERROR(ended);
-    cudaGraphExec_t exec = nullptr;
-    const cudaError_t instantiated = cudaGraphInstantiate(&exec, captured, 0);
-    cudaGraphDestroy(captured);
     CUDA_RETURN_IF_ERROR(instantiated);
     it = graphs_.emplace(key, exec).first;
   }
@@ -366,10 +387,11 @@ absl::Status CudaBackend::ReadOutput(absl::string_view name, size_t bytes, void*
   const int index = plan_->FindOutput(name);
   if (index < 0) return absl::NotFoundError(absl::StrCat("plan has no output ", name));
   if (bytes > staging_bytes_) return absl::InternalError("output larger than the staging buffer");
-  CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(staging_.get(), static_cast<char*>(arena_.get()) + plan_->outputs[index].index,
-                                       bytes, cudaMemcpyDeviceToHost, stream_));
+  CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(output_staging_.get(),
+                                       static_cast<char*>(arena_.get()) + plan_->outputs[index].index, bytes,
+                                       cudaMemcpyDeviceToHost, stream_));
   CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
-  std::memcpy(out, staging_.get(), bytes);
+  std::memcpy(out, output_staging_.get(), bytes);
   return absl::OkStatus();
 }
 

@@ -18,7 +18,13 @@ struct alignas(16) Bf16x8 {
   __nv_bfloat162 h[4];
 };
 
-__device__ __forceinline__ Bf16x8 Load8(const bf16* p) { return *reinterpret_cast<const Bf16x8*>(p); }
+// Through int4, so that the compiler emits one ld.global.v4 (a struct copy of
+// Bf16x8 became four ld.global.v2.u16). `p` must be 16-byte aligned.
+__device__ __forceinline__ Bf16x8 Load8(const bf16* p) {
+  Bf16x8 v;
+  *reinterpret_cast<int4*>(&v) = *reinterpret_cast<const int4*>(p);
+  return v;
+}
 // A streaming load that does not allocate in L1 (weights are read once per step).
 __device__ __forceinline__ Bf16x8 LoadStream8(const bf16* p) {
   Bf16x8 v;
@@ -26,7 +32,9 @@ __device__ __forceinline__ Bf16x8 LoadStream8(const bf16* p) {
   *reinterpret_cast<int4*>(&v) = raw;
   return v;
 }
-__device__ __forceinline__ void Store8(bf16* p, const Bf16x8& v) { *reinterpret_cast<Bf16x8*>(p) = v; }
+__device__ __forceinline__ void Store8(bf16* p, const Bf16x8& v) {
+  *reinterpret_cast<int4*>(p) = *reinterpret_cast<const int4*>(&v);
+}
 
 __device__ __forceinline__ void ToFloat8(const Bf16x8& v, float* f) {
 #pragma unroll
@@ -113,7 +121,8 @@ cudaError_t LaunchKernel(void (*kernel)(Params...), dim3 grid, dim3 block, size_
   config.attrs = attribute;
   config.numAttrs = ProgrammaticLaunch() ? 1 : 0;
   const cudaError_t e = cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...);
-  return e != cudaSuccess ? e : cudaGetLastError();
+  // Peek, not get: the error stays visible to later checks (a benchmark's, a step's).
+  return e != cudaSuccess ? e : cudaPeekAtLastError();
 }
 
 // Lets kernel `kKernel` take more than 48 KB of dynamic shared memory. Done

@@ -27,23 +27,40 @@ __device__ __forceinline__ Best WarpBest(Best v) {
   return v;
 }
 
+// As ref::Argmax: the largest value, the lowest index on ties; NaNs never win,
+// but a NaN at index 0 (where the reference starts) makes the answer 0, and so
+// does a row of only NaN and -inf.
 __global__ void __launch_bounds__(kThreads) ArgmaxKernel(const bf16* __restrict__ logits, int64_t vocab,
                                                          int32_t* __restrict__ out) {
   __shared__ Best partial[kWarps];
   AllowNextKernel();
   WaitForPreviousKernel();
   const bf16* row = logits + blockIdx.x * vocab;
-  Best best{-FLT_MAX, INT32_MAX};
-  for (int64_t i = threadIdx.x; i < vocab; i += kThreads) {
+  Best best{-INFINITY, INT32_MAX};
+  int64_t scalar_from = 0;
+  if (vocab % 8 == 0 && reinterpret_cast<uintptr_t>(row) % 16 == 0) {
+    // 16-byte loads; each thread takes eight consecutive values per round.
+    for (int64_t i = threadIdx.x * 8; i < vocab; i += kThreads * 8) {
+      float f[8];
+      ToFloat8(Load8(row + i), f);
+#pragma unroll
+      for (int j = 0; j < 8; ++j) best = Better(best, Best{f[j], static_cast<int32_t>(i + j)});
+    }
+    scalar_from = vocab;
+  }
+  for (int64_t i = scalar_from + threadIdx.x; i < vocab; i += kThreads) {
     best = Better(best, Best{__bfloat162float(row[i]), static_cast<int32_t>(i)});
   }
   best = WarpBest(best);
   if (threadIdx.x % 32 == 0) partial[threadIdx.x / 32] = best;
   __syncthreads();
   if (threadIdx.x < 32) {
-    best = threadIdx.x < kWarps ? partial[threadIdx.x] : Best{-FLT_MAX, INT32_MAX};
+    best = threadIdx.x < kWarps ? partial[threadIdx.x] : Best{-INFINITY, INT32_MAX};
     best = WarpBest(best);
-    if (threadIdx.x == 0) out[blockIdx.x] = best.index;
+    if (threadIdx.x == 0) {
+      const bool first_is_nan = isnan(__bfloat162float(row[0]));
+      out[blockIdx.x] = first_is_nan || best.index == INT32_MAX ? 0 : best.index;
+    }
   }
 }
 

@@ -4,6 +4,7 @@
 // order adds a little: atol 1e-2, rtol 1e-2 unless a case says otherwise.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <numeric>
 
 #include "kernels/cuda/attention.cuh"
@@ -328,6 +329,23 @@ TEST(GpuKernels, ArgmaxAndSampling) {
   std::vector<int32_t> want(rows);
   ref::Argmax(logits.data(), rows, vocab, want.data());
   EXPECT_EQ(out.Download(), want);
+
+  // The reference's rules at the edges, on the vectorised path (vocab % 8 == 0) and the scalar one.
+  for (const int64_t v : {int64_t{1024}, int64_t{1003}}) {
+    const float nan = std::nanf(""), inf = INFINITY;
+    std::vector<float> edge(4 * v, -inf);                    // row 0: all -inf -> 0
+    for (int64_t i = 0; i < v; ++i) edge[v + i] = nan;      // row 1: all NaN -> 0
+    edge[2 * v] = nan;                                       // row 2: NaN first, then a max -> 0
+    edge[2 * v + 9] = 5.0f;
+    for (int64_t i = 0; i < v; ++i) edge[3 * v + i] = i % 3 == 1 ? nan : -1.0f;  // row 3: NaNs skipped
+    edge[3 * v + v - 1] = 2.0f;
+    Bf16Array de(edge);
+    DeviceArray<int32_t> eout(4);
+    ASSERT_CUDA(cuda::LaunchArgmax(de.get(), 4, v, eout.get(), nullptr));
+    std::vector<int32_t> ewant(4);
+    ref::Argmax(edge.data(), 4, v, ewant.data());
+    EXPECT_EQ(eout.Download(), ewant) << "vocab " << v;
+  }
 
   // Inverse-CDF sampling over 4 tokens with probabilities .1 .2 .3 .4 at temperature 1.
   const std::vector<float> probs = {0.1f, 0.2f, 0.3f, 0.4f};
