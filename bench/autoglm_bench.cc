@@ -2,6 +2,7 @@
 //
 //   autoglm-bench [--config FILE] [--device cuda|cpu] [--prompt-len 512] [--context 512]
 //                 [--batches 1,8,32] [--iterations 50] [--json FILE]
+//   autoglm-bench --profile [--profile-batch B] [--context C] [--json FILE]
 //
 // Default config: GLM-4-9B (../shared/GLM_SPEC.md). Reports the time to first
 // token for one prompt (one prefill step) and the median decode step at each
@@ -23,6 +24,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_format.h"
 #include "compiler/driver.h"
+#include "compiler/roofline.h"
 #include "ir/status_macros.h"
 #include "runtime/weights.h"
 #include "tools/common.h"
@@ -36,6 +38,10 @@ ABSL_FLAG(int32_t, iterations, 50, "timed steps per measurement");
 ABSL_FLAG(int32_t, warmup, 5, "untimed steps first");
 ABSL_FLAG(std::string, json, "", "also write the results here");
 ABSL_FLAG(uint64_t, seed, 1, "random weight seed");
+ABSL_FLAG(bool, profile, false,
+          "instead: time every plan step of one decode step (--profile-batch sequences at --context) beside its "
+          "floor; --json writes the table's data");
+ABSL_FLAG(int64_t, profile_batch, 1, "with --profile: sequences in the step");
 
 namespace ag::tools {
 namespace {
@@ -72,6 +78,59 @@ void AddSequence(runtime::StepBatch& b, int64_t s, int64_t first, int64_t count,
   ++b.num_seqs;
 }
 
+// Caches `context - 1` tokens for sequences [0, batch), in steps of the plan's size.
+absl::Status FillContexts(runtime::Backend& backend, const compiler::Plan& plan, int64_t batch, int64_t context,
+                          int64_t per_seq) {
+  for (int64_t s = 0; s < batch; ++s) {
+    for (int64_t first = 0; first < context - 1; first += plan.max_batch_tokens) {
+      runtime::StepBatch fill;
+      fill.max_blocks = per_seq;
+      AddSequence(fill, s, first, std::min(plan.max_batch_tokens, context - 1 - first), per_seq, plan.kv.block_size,
+                  plan.model.vocab_size, false);
+      RETURN_IF_ERROR(backend.Execute(fill));
+    }
+  }
+  return absl::OkStatus();
+}
+
+// One decode step: each of `batch` sequences adds its token at position context - 1.
+runtime::StepBatch DecodeStep(const compiler::Plan& plan, int64_t batch, int64_t context, int64_t per_seq) {
+  runtime::StepBatch b;
+  b.max_blocks = per_seq;
+  for (int64_t s = 0; s < batch; ++s) {
+    AddSequence(b, s, context - 1, 1, per_seq, plan.kv.block_size, plan.model.vocab_size, true);
+  }
+  return b;
+}
+
+// --profile: the median time of every plan step over `iterations` eager
+// steps, beside the step's floor (compiler/roofline.h).
+absl::Status Profile(runtime::Backend& backend, const compiler::Plan& plan, int64_t batch, int64_t context,
+                     int64_t per_seq) {
+  RETURN_IF_ERROR(FillContexts(backend, plan, batch, context, per_seq));
+  const runtime::StepBatch step = DecodeStep(plan, batch, context, per_seq);
+  RETURN_IF_ERROR(backend.Execute(step));  // warm-up: first-use costs stay out of the profile
+  const int iterations = std::max(1, absl::GetFlag(FLAGS_iterations) / 5);
+  std::vector<std::vector<double>> samples(plan.steps.size());
+  for (int i = 0; i < iterations; ++i) {
+    ASSIGN_OR_RETURN(std::vector<double> us, backend.ProfileExecute(step));
+    for (size_t k = 0; k < us.size() && k < samples.size(); ++k) samples[k].push_back(us[k]);
+  }
+  std::vector<double> median;
+  for (const std::vector<double>& v : samples) median.push_back(Median(v));
+  ASSIGN_OR_RETURN(const compiler::Roofline r, compiler::PlanRoofline(plan, {batch, 1, context}));
+  std::printf("profile: decode, %lld sequences, context %lld, %s backend, median of %d eager steps\n%s",
+              static_cast<long long>(batch), static_cast<long long>(context), std::string(backend.name()).c_str(),
+              iterations, compiler::FormatRoofline(r, &median).c_str());
+  const std::string json_path = absl::GetFlag(FLAGS_json);
+  if (!json_path.empty()) {
+    std::ofstream out(json_path);
+    out << compiler::RooflineJson(r, &median) << "\n";
+    if (!out) return absl::InternalError(json_path + ": write failed");
+  }
+  return absl::OkStatus();
+}
+
 absl::Status Run() {
   glm::ModelConfig config;
   const std::string config_file = absl::GetFlag(FLAGS_config);
@@ -88,6 +147,9 @@ absl::Status Run() {
     if (!absl::SimpleAtoi(b, &v) || v <= 0) return absl::InvalidArgumentError("--batches takes positive integers");
     batches.push_back(v);
   }
+  const bool profile = absl::GetFlag(FLAGS_profile);
+  if (profile) batches = {absl::GetFlag(FLAGS_profile_batch)};
+  if (batches.front() <= 0) return absl::InvalidArgumentError("--profile-batch must be positive");
   const int64_t max_batch = *std::max_element(batches.begin(), batches.end());
   if (prompt <= 0 || context < 2 || prompt > config.max_position_embeddings || context > config.max_position_embeddings) {
     return absl::InvalidArgumentError("--prompt-len and --context must fit the model's context");
@@ -104,6 +166,7 @@ absl::Status Run() {
   const int64_t per_seq = (std::max(prompt, context) + block) / block;
   runtime::RandomWeights weights(absl::GetFlag(FLAGS_seed));
   RETURN_IF_ERROR(backend->Load(plan, weights, per_seq * max_batch));
+  if (profile) return Profile(*backend, plan, max_batch, context, per_seq);
 
   // Bytes a decode step must read: every weight except the embedding table, plus the KV cache.
   int64_t weight_bytes = 0;
@@ -135,18 +198,8 @@ absl::Status Run() {
   }
   // Decode steps at each batch size, after caching `context - 1` tokens per sequence.
   for (int64_t batch : batches) {
-    for (int64_t s = 0; s < batch; ++s) {
-      for (int64_t first = 0; first < context - 1; first += plan.max_batch_tokens) {
-        runtime::StepBatch fill;
-        fill.max_blocks = per_seq;
-        AddSequence(fill, s, first, std::min(plan.max_batch_tokens, context - 1 - first), per_seq, block,
-                    config.vocab_size, false);
-        RETURN_IF_ERROR(backend->Execute(fill));
-      }
-    }
-    runtime::StepBatch b;
-    b.max_blocks = per_seq;
-    for (int64_t s = 0; s < batch; ++s) AddSequence(b, s, context - 1, 1, per_seq, block, config.vocab_size, true);
+    RETURN_IF_ERROR(FillContexts(*backend, plan, batch, context, per_seq));
+    const runtime::StepBatch b = DecodeStep(plan, batch, context, per_seq);
     ASSIGN_OR_RETURN(std::vector<double> ms, backend->TimeExecute(b, warmup, iterations));
     const double median = Median(ms);
     const int64_t kv_bytes = batch * context * plan.kv.BytesPerToken();

@@ -31,6 +31,37 @@ absl::StatusOr<ir::TensorType> RuntimeInputType(absl::string_view name) {
   return absl::InvalidArgumentError(absl::StrCat("unknown runtime input '", name, "'"));
 }
 
+namespace {
+
+// The runtime input an index operand must be. Types alone cannot tell
+// %tokens from %slot_mapping (both i32[T]), and kernels index memory with
+// these values: a plan that wired token ids in as slots wrote past the KV cache.
+struct IndexOperand {
+  ir::OpId op;
+  int operand;
+  const char* input;
+};
+constexpr IndexOperand kIndexOperands[] = {
+    {ir::OpId::k_embedding, 0, "tokens"},
+    {ir::OpId::k_rotary, 1, "positions"},
+    {ir::OpId::k_gather_rows, 1, "logit_rows"},
+    {ir::OpId::k_kv_cache_write, 2, "slot_mapping"},
+    {ir::OpId::k_paged_attention, 2, "seq_offsets"},
+    {ir::OpId::k_paged_attention, 3, "block_tables"},
+    {ir::OpId::k_paged_attention, 4, "context_lens"},
+    {ir::OpId::k_norm_qkv_rope_kv_write, 3, "positions"},
+    {ir::OpId::k_norm_qkv_rope_kv_write, 4, "slot_mapping"},
+};
+
+const char* RequiredInput(ir::OpId op, int operand) {
+  for (const IndexOperand& r : kIndexOperands) {
+    if (r.op == op && r.operand == operand) return r.input;
+  }
+  return nullptr;
+}
+
+}  // namespace
+
 int64_t WeightEntry::NumElements() const {
   // ValidatePlan bounds the product, so this never saturates on a valid plan.
   return ir::CheckedProduct(shape).value_or(ir::kMaxSize);
@@ -172,6 +203,11 @@ absl::Status ValidatePlan(const Plan& plan) {
       RETURN_IF_ERROR(check_ref(t, where));
       if ((t.kind == TensorKind::kState) != (static_cast<int>(j) == info.state_operand)) {
         return Invalid(where, ": operand ", j, " has the wrong kind");
+      }
+      if (const char* input = RequiredInput(step.kernel, static_cast<int>(j))) {
+        if (t.kind != TensorKind::kInput || plan.inputs[t.index].name != input) {
+          return Invalid(where, ": operand ", j, " must be the runtime input %", input);
+        }
       }
       operand_types.push_back(t.type);
     }

@@ -125,6 +125,29 @@ TEST(PlanValidation, RejectsSizesThatWouldOverflow) {
   expect_rejected(p, "2^40 positions");
 }
 
+// Found by fuzzing: %tokens wired in as the slot mapping (both i32[T]) passed
+// validation, and the KV write then indexed the cache with token ids.
+TEST(PlanValidation, IndexOperandsMustBeTheirRuntimeInputs) {
+  const Plan good = TinyPlan();
+  int tokens = good.FindInput("tokens"), positions = good.FindInput("positions");
+  ASSERT_GE(tokens, 0);
+  ASSERT_GE(positions, 0);
+  int checked = 0;
+  for (size_t i = 0; i < good.steps.size(); ++i) {
+    for (size_t j = 0; j < good.steps[i].operands.size(); ++j) {
+      const PlanTensor& t = good.steps[i].operands[j];
+      if (t.kind != TensorKind::kInput || !(t.type == good.inputs[tokens].type)) continue;
+      Plan p = good;
+      // Another input of the same type: tokens for anything else, positions for tokens.
+      p.steps[i].operands[j].index = good.inputs[t.index].name == "tokens" ? positions : tokens;
+      const absl::Status s = ValidatePlan(p);
+      EXPECT_NE(s.message().find("must be the runtime input %"), std::string::npos) << s;
+      ++checked;
+    }
+  }
+  EXPECT_GE(checked, 5);  // embedding, and positions and slot mapping of each layer
+}
+
 TEST(PlanValidation, ConfigFingerprintMustMatchTheModel) {
   absl::StatusOr<glm::ModelConfig> config = glm::LoadModelConfig(testing::TestDataDir() + "/tiny-glm");
   ASSERT_TRUE(config.ok());

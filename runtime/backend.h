@@ -52,6 +52,10 @@ class Backend {
   // Runs `batch` `warmup` times, then `iterations` times timing each run on
   // the device's clock; returns the times in milliseconds (for benchmarks).
   virtual absl::StatusOr<std::vector<double>> TimeExecute(const StepBatch& batch, int warmup, int iterations) = 0;
+  // Runs `batch` once, eagerly, timing every plan step on the device's clock
+  // (CUDA events between steps, which also stops kernels overlapping);
+  // returns microseconds per step, in plan order (for profiles).
+  virtual absl::StatusOr<std::vector<double>> ProfileExecute(const StepBatch& batch) = 0;
 };
 
 }  // namespace ag::runtime

@@ -46,7 +46,15 @@ absl::Status CpuBackend::Load(const compiler::Plan& plan, const WeightSource& we
   return absl::OkStatus();
 }
 
-absl::Status CpuBackend::Execute(const StepBatch& batch) {
+absl::Status CpuBackend::Execute(const StepBatch& batch) { return Run(batch, nullptr); }
+
+absl::StatusOr<std::vector<double>> CpuBackend::ProfileExecute(const StepBatch& batch) {
+  std::vector<double> us;
+  RETURN_IF_ERROR(Run(batch, &us));
+  return us;
+}
+
+absl::Status CpuBackend::Run(const StepBatch& batch, std::vector<double>* step_us) {
   if (plan_ == nullptr) return absl::FailedPreconditionError("Execute before Load");
   const compiler::Plan& plan = *plan_;
   if (batch.num_tokens > plan.max_batch_tokens || batch.num_logit_rows > plan.max_batch_tokens ||
@@ -89,7 +97,9 @@ absl::Status CpuBackend::Execute(const StepBatch& batch) {
     return out;
   };
 
+  if (step_us != nullptr) step_us->clear();
   for (const compiler::PlanStep& step : plan.steps) {
+    const auto start = std::chrono::steady_clock::now();
     CpuStepArgs args;
     args.step = &step;
     args.seqs = seqs;
@@ -108,17 +118,21 @@ absl::Status CpuBackend::Execute(const StepBatch& batch) {
       args.results.push_back(std::move(tensor));
     }
     GetCpuKernel(step.kernel)(args);
-    if (!bf16) continue;
-    // bf16 storage: round what the step stored.
-    for (size_t i = 0; i < step.results.size(); ++i) {
-      if (ir::IsFloat(step.results[i].type.dtype)) RoundAllToBF16(args.results[i].f(), args.results[i].numel());
-    }
-    if (state_layer >= 0 && ir::GetOpInfo(step.kernel).Has(ir::kSideEffect)) {
-      const int64_t width = geo.kv_heads * geo.head_dim;
-      for (int64_t t = 0; t < batch.num_tokens; ++t) {
-        if (batch.slot_mapping[t] < 0) continue;
-        for (float* p : {args.kv.k, args.kv.v}) RoundAllToBF16(p + batch.slot_mapping[t] * width, width);
+    if (bf16) {
+      // bf16 storage: round what the step stored.
+      for (size_t i = 0; i < step.results.size(); ++i) {
+        if (ir::IsFloat(step.results[i].type.dtype)) RoundAllToBF16(args.results[i].f(), args.results[i].numel());
       }
+      if (state_layer >= 0 && ir::GetOpInfo(step.kernel).Has(ir::kSideEffect)) {
+        const int64_t width = geo.kv_heads * geo.head_dim;
+        for (int64_t t = 0; t < batch.num_tokens; ++t) {
+          if (batch.slot_mapping[t] < 0) continue;
+          for (float* p : {args.kv.k, args.kv.v}) RoundAllToBF16(p + batch.slot_mapping[t] * width, width);
+        }
+      }
+    }
+    if (step_us != nullptr) {
+      step_us->push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count());
     }
   }
   return absl::OkStatus();

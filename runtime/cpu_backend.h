@@ -26,8 +26,11 @@ class CpuBackend : public Backend {
   absl::Status ReadLogits(int64_t rows, std::vector<float>* out) override;
   absl::Status ReadNextTokens(int64_t rows, std::vector<int32_t>* out) override;
   absl::StatusOr<std::vector<double>> TimeExecute(const StepBatch& batch, int warmup, int iterations) override;
+  absl::StatusOr<std::vector<double>> ProfileExecute(const StepBatch& batch) override;
 
  private:
+  // Execute; with `step_us`, also the time of each step.
+  absl::Status Run(const StepBatch& batch, std::vector<double>* step_us);
   void* ArenaPointer(int64_t byte_offset) { return arena_.data() + byte_offset / element_bytes_; }
   absl::Status ReadOutput(absl::string_view name, int64_t elements, void* out, size_t element_size);
 

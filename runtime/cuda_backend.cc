@@ -73,6 +73,7 @@ class CudaBackend : public Backend {
   absl::Status ReadLogits(int64_t rows, std::vector<float>* out) override;
   absl::Status ReadNextTokens(int64_t rows, std::vector<int32_t>* out) override;
   absl::StatusOr<std::vector<double>> TimeExecute(const StepBatch& batch, int warmup, int iterations) override;
+  absl::StatusOr<std::vector<double>> ProfileExecute(const StepBatch& batch) override;
 
  private:
   // tokens, seqs, logit rows, context bucket, block-table width: everything a captured step bakes in.
@@ -82,7 +83,10 @@ class CudaBackend : public Backend {
                             void* dst);
   absl::Status EnsureCapacity(const StepBatch& batch, int64_t context_bucket);
   absl::Status UploadInputs(const StepBatch& batch);
-  absl::Status LaunchSteps(const StepBatch& batch, int64_t context_bucket, bool nvtx);
+  // With `events` (one more than the plan has steps), records events[i] before step i and the last after all.
+  absl::Status LaunchSteps(const StepBatch& batch, int64_t context_bucket, bool nvtx,
+                           const std::vector<cudaEvent_t>* events = nullptr);
+  absl::StatusOr<int64_t> PrepareStep(const StepBatch& batch);  // checks, capacity, inputs; returns the context bucket
   absl::Status ReadOutput(absl::string_view name, size_t bytes, void* out);
   void DropGraphs();
 
@@ -283,7 +287,8 @@ absl::Status CudaBackend::UploadInputs(const StepBatch& batch) {
   return absl::OkStatus();
 }
 
-absl::Status CudaBackend::LaunchSteps(const StepBatch& batch, int64_t context_bucket, bool nvtx) {
+absl::Status CudaBackend::LaunchSteps(const StepBatch& batch, int64_t context_bucket, bool nvtx,
+                                      const std::vector<cudaEvent_t>* events) {
   const compiler::Plan& plan = *plan_;
   const ir::SymbolBindings bindings = batch.Bindings(kv_blocks_);
   const compiler::KvGeometry& geo = plan.kv;
@@ -292,7 +297,9 @@ absl::Status CudaBackend::LaunchSteps(const StepBatch& batch, int64_t context_bu
   auto input = [&](const char* name) { return reinterpret_cast<const int32_t*>(inputs + input_offsets_[name]); };
   const cuda::SeqBatch seqs{input("seq_offsets"), input("context_lens"), input("block_tables"), batch.num_seqs,
                             batch.max_blocks};
-  for (const compiler::PlanStep& step : plan.steps) {
+  for (size_t i = 0; i < plan.steps.size(); ++i) {
+    const compiler::PlanStep& step = plan.steps[i];
+    if (events != nullptr) CUDA_RETURN_IF_ERROR(cudaEventRecord((*events)[i], stream_));
     CudaStepArgs args;
     args.step = &step;
     args.seqs = seqs;
@@ -340,10 +347,11 @@ absl::Status CudaBackend::LaunchSteps(const StepBatch& batch, int64_t context_bu
     if (nvtx) nvtxRangePop();
     RETURN_IF_ERROR(launched);
   }
+  if (events != nullptr) CUDA_RETURN_IF_ERROR(cudaEventRecord(events->back(), stream_));
   return absl::OkStatus();
 }
 
-absl::Status CudaBackend::Execute(const StepBatch& batch) {
+absl::StatusOr<int64_t> CudaBackend::PrepareStep(const StepBatch& batch) {
   if (plan_ == nullptr) return absl::FailedPreconditionError("Execute before Load");
   const compiler::Plan& plan = *plan_;
   if (batch.num_tokens > plan.max_batch_tokens || batch.num_logit_rows > plan.max_batch_tokens ||
@@ -355,6 +363,38 @@ absl::Status CudaBackend::Execute(const StepBatch& batch) {
   const int64_t bucket = NextPowerOfTwo(std::max<int64_t>(longest, 256));
   RETURN_IF_ERROR(EnsureCapacity(batch, bucket));
   RETURN_IF_ERROR(UploadInputs(batch));
+  return bucket;
+}
+
+absl::StatusOr<std::vector<double>> CudaBackend::ProfileExecute(const StepBatch& batch) {
+  ASSIGN_OR_RETURN(const int64_t bucket, PrepareStep(batch));
+  std::vector<cudaEvent_t> events(plan_->steps.size() + 1, nullptr);
+  absl::Status status = absl::OkStatus();
+  for (cudaEvent_t& e : events) {
+    const cudaError_t created = cudaEventCreate(&e);
+    if (created != cudaSuccess && status.ok()) status = absl::InternalError(cudaGetErrorString(created));
+  }
+  if (status.ok()) status = LaunchSteps(batch, bucket, /*nvtx=*/true, &events);
+  std::vector<double> us;
+  if (status.ok()) {
+    const cudaError_t done = cudaEventSynchronize(events.back());
+    if (done != cudaSuccess) status = absl::InternalError(cudaGetErrorString(done));
+  }
+  for (size_t i = 0; status.ok() && i + 1 < events.size(); ++i) {
+    float ms = 0;
+    const cudaError_t e = cudaEventElapsedTime(&ms, events[i], events[i + 1]);
+    if (e != cudaSuccess) status = absl::InternalError(cudaGetErrorString(e));
+    us.push_back(ms * 1e3);
+  }
+  for (cudaEvent_t e : events) {
+    if (e != nullptr) cudaEventDestroy(e);
+  }
+  RETURN_IF_ERROR(status);
+  return us;
+}
+
+absl::Status CudaBackend::Execute(const StepBatch& batch) {
+  ASSIGN_OR_RETURN(const int64_t bucket, PrepareStep(batch));
   const bool graph = options_.use_graphs && batch.num_tokens <= kGraphMaxTokens;
   if (!graph) return LaunchSteps(batch, bucket, /*nvtx=*/true);
   const GraphKey key{batch.num_tokens, batch.num_seqs, batch.num_logit_rows, bucket, batch.max_blocks};

@@ -1,10 +1,13 @@
 // autoglm-inspect: print a plan file.
 //
 //   autoglm-inspect FILE.agplan [--json]
+//   autoglm-inspect FILE.agplan --roofline [--batch B] [--context C] [--tokens-per-seq N] [--json]
 //
 // The text form lists the plan's inputs, weights and steps in order (the
 // names an Nsight timeline shows). --json prints counts:
 // {"steps_per_layer", "total_steps", "arena_bytes", "kernels": {name: count}, ...}.
+// --roofline prints, per step, the bytes and FLOPs of one step of that shape
+// and its floor time on the H200 (no GPU needed).
 #include <cstdio>
 #include <string>
 
@@ -15,11 +18,16 @@
 #include "absl/flags/usage.h"
 #include "absl/strings/str_join.h"
 #include "compiler/plan_file.h"
+#include "compiler/roofline.h"
 #include "compiler/summary.h"
 #include "ir/status_macros.h"
 #include "tools/common.h"
 
 ABSL_FLAG(bool, json, false, "print counts as JSON");
+ABSL_FLAG(bool, roofline, false, "print each step's bytes, FLOPs and floor time at --batch / --context");
+ABSL_FLAG(int64_t, batch, 1, "with --roofline: sequences in the step");
+ABSL_FLAG(int64_t, context, 512, "with --roofline: tokens in each sequence's KV cache after the step");
+ABSL_FLAG(int64_t, tokens_per_seq, 1, "with --roofline: new tokens per sequence (1: decode; more: prefill)");
 
 namespace ag::tools {
 namespace {
@@ -27,6 +35,19 @@ namespace {
 absl::Status Run(const std::string& path) {
   ASSIGN_OR_RETURN(compiler::Plan plan, compiler::ReadPlanFile(path));
   const compiler::PlanSummary s = compiler::Summarize(plan);
+  if (absl::GetFlag(FLAGS_roofline)) {
+    const compiler::StepShape shape{absl::GetFlag(FLAGS_batch), absl::GetFlag(FLAGS_tokens_per_seq),
+                                    absl::GetFlag(FLAGS_context)};
+    ASSIGN_OR_RETURN(const compiler::Roofline r, compiler::PlanRoofline(plan, shape));
+    if (absl::GetFlag(FLAGS_json)) {
+      std::printf("%s\n", compiler::RooflineJson(r).c_str());
+    } else {
+      std::printf("roofline: %lld sequences x %lld tokens, context %lld; 4.45 TB/s, 790 TFLOP/s\n%s",
+                  static_cast<long long>(shape.seqs), static_cast<long long>(shape.tokens_per_seq),
+                  static_cast<long long>(shape.context), compiler::FormatRoofline(r).c_str());
+    }
+    return absl::OkStatus();
+  }
   if (absl::GetFlag(FLAGS_json)) {
     nlohmann::json j;
     j["steps_per_layer"] = s.steps_per_layer;
