@@ -99,6 +99,32 @@ TEST_F(Cli, DumpAfterAndDisablePass) {
   EXPECT_NE(c.err.find("unknown pass 'fusion'"), std::string::npos) << c.err;
 }
 
+TEST_F(Cli, RooflinePerStep) {
+  const std::string model = testing::TestDataDir() + "/tiny-glm4";
+  ASSERT_EQ(RunCommand(Compile() + " --model " + model + " -o " + Path("p.agplan")).exit_code, 0);
+  CommandResult r = RunCommand(Inspect() + " " + Path("p.agplan") + " --roofline --batch 3 --context 40 --json");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const nlohmann::json j = nlohmann::json::parse(r.out);
+  const nlohmann::json counts = nlohmann::json::parse(RunCommand(Inspect() + " --json " + Path("p.agplan")).out);
+  ASSERT_EQ(j.at("steps").size(), counts.at("total_steps").get<size_t>());
+  double floor = 0, bytes = 0;
+  for (const nlohmann::json& step : j.at("steps")) {
+    floor += step.at("floor_us").get<double>();
+    bytes += step.at("bytes").get<double>();
+    EXPECT_FALSE(step.at("name").get<std::string>().empty());
+  }
+  EXPECT_NEAR(floor, j.at("floor_us").get<double>(), 1e-9 * floor);
+  // Every weight but the embedding table is read once, whatever the batch.
+  EXPECT_GT(bytes, counts.at("weight_bytes").get<double>() - 300 * 64 * 4);
+  CommandResult text = RunCommand(Inspect() + " " + Path("p.agplan") + " --roofline --batch 3 --context 40");
+  ASSERT_EQ(text.exit_code, 0) << text.err;
+  EXPECT_NE(text.out.find("paged_attention"), std::string::npos);
+  EXPECT_NE(text.out.find("total"), std::string::npos);
+  CommandResult bad = RunCommand(Inspect() + " " + Path("p.agplan") + " --roofline --batch 100000");
+  EXPECT_EQ(bad.exit_code, 1);
+  EXPECT_NE(bad.err.find("exceed the plan's"), std::string::npos) << bad.err;
+}
+
 TEST_F(Cli, BadPlansGiveOneLineErrors) {
   const std::string model = testing::TestDataDir() + "/tiny-glm";
   const std::string plan = Path("p.agplan");
