@@ -1,0 +1,108 @@
+#!/usr/bin/env python3
+"""The static gate on the CUDA kernels, from the build's ptxas reports (ptxas -v
+output, one file per .cu): prints registers, shared memory, spills and resident
+blocks per SM (sm_90: 64 K registers, 228 KB shared memory, 2048 threads, 32
+blocks) for every kernel, and fails when a kernel spills (beyond the known
+debts listed below, each of which must still be there) or a hot kernel falls
+below the occupancy stated for it.
+
+Usage: kernel_resources.py REPORT..."""
+import re
+import subprocess
+import sys
+
+# (name pattern, threads per block, dynamic shared memory at GLM-4-9B decode
+# shapes, least resident blocks per SM we state for it; 0 = not hot).
+KERNELS = [
+    (r"GemvKernel<1,", 128, 4 * 13696, 4),    # decode GEMVs; x staged as fp32 (down_proj: K = 13696)
+    (r"GemvKernel<4,", 128, 4 * 4 * 4096, 3),
+    (r"GemvKernel<16,", 128, 4 * 16384, 3),
+    (r"GemmKernel<", 256, 0, 1),               # prefill; two blocks wanted (issue 10, defect 7)
+    (r"SliceKernel\(", 128, 4 * (2 * 16 * 128 + 2 * 16 * 129 + 16 * 16 + 3 * 16), 4),  # decode attention
+    (r"CombineKernel\(", 128, 0, 8),
+    (r"RmsNormKernel<", 256, 4 * 4096, 4),
+    (r"ArgmaxKernel\(", 1024, 0, 1),
+    (r"SampleKernel\(", 1024, 0, 1),
+    (r"EmbeddingKernel\(", 128, 0, 8),
+    (r"", 256, 0, 0),                          # elementwise and the rest: 256 threads, not hot
+]
+
+# Spills that are known and owed (issue 10, defect 7): they must shrink, never grow.
+# Epilogue 0 is kNone, 3 kSiluMul (kernels/cuda/linear.cuh); the values are spill stores + loads.
+KNOWN_SPILLS = {
+    "GemmKernel<(Epilogue)0>": 24,  # 8 bytes stored, 16 loaded
+    "GemmKernel<(Epilogue)3>": 24,
+}
+
+SM_REGS, SM_SMEM, SM_THREADS, SM_BLOCKS, SMEM_RESERVED = 65536, 233472, 2048, 32, 1024
+
+
+def demangle(names):
+    out = subprocess.run(["c++filt"], input="\n".join(names), capture_output=True, text=True).stdout.split("\n")
+    return [re.sub(r"ag::cuda::|\(anonymous namespace\)::", "", n) for n in out[:len(names)]]
+
+
+def short_name(name):
+    """'void GemmKernel<(Epilogue)0>(LinearParams, ...)' -> 'GemmKernel<(Epilogue)0>'."""
+    name = re.sub(r"^void ", "", name)
+    depth = 0
+    for i in range(len(name) - 1, -1, -1):
+        depth += {")": 1, "(": -1}.get(name[i], 0)
+        if depth == 0 and name[i] == "(":
+            return name[:i]
+    return name
+
+
+def parse(path):
+    text = open(path).read()
+    entries = []
+    for block in re.split(r"ptxas info\s+: Compiling entry function ", text)[1:]:
+        name = re.match(r"'(\S+)'", block).group(1)
+        spill = re.search(r"(\d+) bytes spill stores, (\d+) bytes spill loads", block)
+        used = re.search(r"Used (\d+) registers", block)
+        smem = re.search(r"(\d+) bytes smem", block)
+        entries.append((name, int(used.group(1)), int(smem.group(1)) if smem else 0,
+                        int(spill.group(1)) + int(spill.group(2))))
+    return entries
+
+
+def blocks_per_sm(regs, threads, smem):
+    warps = (threads + 31) // 32
+    regs_per_warp = (regs * 32 + 255) // 256 * 256
+    by_regs = SM_REGS // (regs_per_warp * warps) if regs else SM_BLOCKS
+    by_smem = SM_SMEM // (smem + SMEM_RESERVED)
+    return min(by_regs, by_smem, SM_THREADS // threads, SM_BLOCKS)
+
+
+def main(reports):
+    entries = [e for r in reports for e in parse(r)]
+    if not entries:
+        print("no kernels in the ptxas reports")
+        return 1
+    names = demangle([e[0] for e in entries])
+    failures = []
+    seen_spills = {}
+    print(f"{'kernel':64} {'regs':>4} {'smem':>7} {'spill':>5} {'blocks/SM':>9} {'stated':>6}")
+    for (_, regs, static_smem, spill), name in sorted(zip(entries, names), key=lambda x: x[1]):
+        short = short_name(name)
+        pattern, threads, dynamic, stated = next(k for k in KERNELS if re.search(k[0], name))
+        blocks = blocks_per_sm(regs, threads, static_smem + dynamic)
+        print(f"{short[:64]:64} {regs:>4} {static_smem + dynamic:>7} {spill:>5} {blocks:>9} {stated:>6}")
+        if spill:
+            seen_spills[short] = max(seen_spills.get(short, 0), spill)
+            if spill > KNOWN_SPILLS.get(short, 0):
+                failures.append(f"{short} spills {spill} bytes")
+        if blocks < stated:
+            failures.append(f"{short}: {blocks} blocks per SM, below the stated {stated}")
+    for known, limit in KNOWN_SPILLS.items():
+        if known not in seen_spills:
+            failures.append(f"{known} no longer spills: remove it from KNOWN_SPILLS (and turn ptxas "
+                            "--warning-as-error on in meson.build)")
+    for f in failures:
+        print("FAIL:", f)
+    print(f"{len(entries)} kernels, {len(failures)} failures")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
