@@ -58,11 +58,11 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const compiler::Plan& pla
   return engine;
 }
 
-int64_t Engine::ReserveTokens(const Sequence& seq) const {
+int64_t Engine::MaxTokens(const Request& r) const {
   // Every position that is fed back gets a slot: the prompt and all new tokens
   // but the last, never past the context (clamped first: max_new_tokens may be huge).
-  const int64_t prompt = static_cast<int64_t>(seq.request.prompt.size());
-  return std::min(prompt + std::min(seq.request.max_new_tokens - 1, max_context_), max_context_);
+  const int64_t prompt = static_cast<int64_t>(r.prompt.size());
+  return std::min(prompt + std::min(r.max_new_tokens - 1, max_context_), max_context_);
 }
 
 absl::StatusOr<int> Engine::Submit(Request request) {
@@ -95,7 +95,8 @@ absl::StatusOr<int> Engine::Submit(Request request) {
   seq->id = static_cast<int>(seqs_.size());
   seq->request = std::move(request);
   if (!seq->request.sampling.IsPlainGreedy()) seq->sampler.emplace(seq->request.sampling);
-  const int64_t blocks = (ReserveTokens(*seq) + plan_.kv.block_size - 1) / plan_.kv.block_size;
+  seq->logits_from = seq->request.prompt_logits ? 0 : n - 1;
+  const int64_t blocks = BlocksFor(MaxTokens(seq->request));
   if (blocks > pool_->num_blocks()) {
     return absl::ResourceExhaustedError(absl::StrCat("the request needs ", blocks, " KV-cache blocks but the cache has ",
                                                      pool_->num_blocks(), "; raise the KV-cache size"));
@@ -105,17 +106,15 @@ absl::StatusOr<int> Engine::Submit(Request request) {
   return seqs_.back()->id;
 }
 
-absl::Status Engine::Admit() {
+void Engine::Admit() {
+  // In arrival order (a preempted sequence is back at the head), while the
+  // cache has room for everything the sequence already knows.
   while (!waiting_.empty() && static_cast<int64_t>(running_.size()) < plan_.max_seqs) {
     Sequence* seq = waiting_.front();
-    if (!seq->table.Reserve(*pool_, ReserveTokens(*seq)).ok()) break;  // wait for blocks to come back
+    if (BlocksFor(seq->length()) > pool_->num_free()) break;
     waiting_.pop_front();
     running_.push_back(seq);
   }
-  if (running_.empty() && !waiting_.empty()) {
-    return absl::InternalError("no request can be admitted although the KV cache is empty");
-  }
-  return absl::OkStatus();
 }
 
 void Engine::Finish(Sequence& seq, FinishReason reason) {
@@ -123,29 +122,67 @@ void Engine::Finish(Sequence& seq, FinishReason reason) {
   seq.table.ReleaseAll(*pool_);
 }
 
-// Decode tokens first (latency), then prefill chunks in arrival order, within the token budget.
-std::vector<Engine::Slice> Engine::Schedule(StepStats& stats) {
-  std::vector<Slice> slices;
+void Engine::Preempt(Sequence& seq) {
+  seq.table.ReleaseAll(*pool_);
+  seq.cached = 0;  // recomputed from its prompt and the tokens it has when it runs again
+  waiting_.push_front(&seq);
+  ++preemptions_;
+}
+
+absl::StatusOr<std::vector<int64_t>> Engine::PlanStep() {
+  std::vector<int64_t> tokens(running_.size(), 0);
   int64_t budget = plan_.max_batch_tokens;
+  for (const bool decode : {true, false}) {
+    for (size_t i = 0; i < running_.size(); ++i) {
+      Sequence* seq = running_[i];
+      if ((seq->pending() == 1) != decode || budget == 0 || tokens[i] > 0) continue;
+      const int64_t n = std::min(seq->pending(), budget);
+      bool preempted_self = false;
+      while (!seq->table.Reserve(*pool_, seq->cached + n).ok()) {
+        // The cache is full: the newest running sequence gives its blocks back.
+        Sequence* victim = running_.back();
+        budget += tokens.back();
+        running_.pop_back();
+        tokens.pop_back();
+        Preempt(*victim);
+        if (victim == seq) {
+          preempted_self = true;
+          break;
+        }
+      }
+      if (preempted_self) break;  // it was the newest: nothing after it runs
+      tokens[i] = n;
+      budget -= n;
+    }
+  }
+  if (running_.empty() && !waiting_.empty() && BlocksFor(waiting_.front()->length()) > pool_->num_blocks()) {
+    return absl::InternalError("a waiting request needs more KV-cache blocks than the cache has");
+  }
+  return tokens;
+}
+
+// Decode tokens first (latency), then prefill chunks in arrival order, as PlanStep sized them.
+std::vector<Engine::Slice> Engine::Schedule(const std::vector<int64_t>& tokens, StepStats& stats) {
+  std::vector<Slice> slices;
   StepBatch& b = batch_;
   b = StepBatch{};
   b.max_blocks = max_blocks_per_seq_;
   b.seq_offsets.push_back(0);
-  for (const bool prefill : {false, true}) {
-    for (Sequence* seq : running_) {
-      if (seq->prefilling() != prefill || budget == 0) continue;
-      const int64_t prompt = static_cast<int64_t>(seq->request.prompt.size());
-      const int64_t n = prefill ? std::min(prompt - seq->cached, budget) : 1;
-      const bool completes = seq->cached + n >= prompt;  // the step ends at the last known token
-      Slice s{seq, b.num_tokens, n, b.num_logit_rows, 0, completes};
-      for (int64_t i = 0; i < n; ++i) {
-        const int64_t pos = seq->cached + i;
-        b.tokens.push_back(pos < prompt ? seq->request.prompt[pos] : seq->generated[pos - prompt]);
+  for (const bool decode : {true, false}) {
+    for (size_t i = 0; i < running_.size(); ++i) {
+      Sequence* seq = running_[i];
+      const int64_t n = tokens[i];
+      if (n == 0 || (seq->pending() == 1) != decode) continue;
+      const bool completes = seq->cached + n == seq->length();  // the step ends at the last known token
+      Slice s{seq, b.num_tokens, n, b.num_logit_rows, {}, completes};
+      for (int64_t k = 0; k < n; ++k) {
+        const int64_t pos = seq->cached + k;
+        b.tokens.push_back(seq->token(pos));
         b.positions.push_back(static_cast<int32_t>(pos));
         b.slot_mapping.push_back(seq->table.Slot(pos));
-        if ((prefill && seq->request.prompt_logits) || (completes && i == n - 1)) {
-          b.logit_rows.push_back(static_cast<int32_t>(b.num_tokens + i));
-          ++s.logits;
+        if ((pos >= seq->logits_from && seq->KeepsLogits(pos)) || (completes && k == n - 1)) {
+          b.logit_rows.push_back(static_cast<int32_t>(b.num_tokens + k));
+          s.logit_positions.push_back(pos);
         }
       }
       b.num_tokens += n;
@@ -154,11 +191,10 @@ std::vector<Engine::Slice> Engine::Schedule(StepStats& stats) {
       std::vector<int32_t> row = seq->table.blocks();
       row.resize(static_cast<size_t>(max_blocks_per_seq_), 0);
       b.block_tables.insert(b.block_tables.end(), row.begin(), row.end());
-      b.num_logit_rows += s.logits;
+      b.num_logit_rows += static_cast<int64_t>(s.logit_positions.size());
       ++b.num_seqs;
-      budget -= n;
-      (prefill ? stats.prefill_tokens : stats.decode_tokens) += n;
-      slices.push_back(s);
+      (n > 1 || seq->cached < seq->prompt_size() ? stats.prefill_tokens : stats.decode_tokens) += n;
+      slices.push_back(std::move(s));
     }
   }
   stats.sequences = b.num_seqs;
@@ -170,31 +206,29 @@ std::vector<Engine::Slice> Engine::Schedule(StepStats& stats) {
 // finishes it on eos, length or context.
 std::optional<TokenEvent> Engine::Advance(const Slice& s) {
   Sequence& seq = *s.seq;
-  const bool was_prefill = seq.prefilling();
-  seq.cached += s.rows;
   const int64_t vocab = plan_.model.vocab_size;
-  auto row = [&](int64_t r) {
-    const float* p = logits_buffer_.data() + (s.first_logit + r) * vocab;
+  auto row = [&](size_t r) {
+    const float* p = logits_buffer_.data() + (s.first_logit + static_cast<int64_t>(r)) * vocab;
     return std::vector<float>(p, p + vocab);
   };
-  const bool keep_prompt = was_prefill && seq.request.prompt_logits;
-  // Prompt rows, but the one that chooses the first new token (kept below with the token).
-  if (keep_prompt) {
-    for (int64_t r = 0; r < s.logits - (s.emits_token ? 1 : 0); ++r) seq.logits.push_back(row(r));
+  // Rows asked for and not kept before (a recompute after preemption passes over those).
+  for (size_t r = 0; r < s.logit_positions.size(); ++r) {
+    const int64_t pos = s.logit_positions[r];
+    if (pos >= seq.logits_from && seq.KeepsLogits(pos)) seq.logits.push_back(row(r));
   }
+  seq.cached += s.rows;
+  seq.logits_from = std::max(seq.logits_from, seq.cached);
   if (!s.emits_token) return std::nullopt;
+  const size_t last = s.logit_positions.size() - 1;
   int32_t token;
-  std::vector<float> chosen;
-  if (seq.sampler.has_value() || seq.request.keep_logits || keep_prompt) chosen = row(s.logits - 1);
   if (seq.sampler.has_value()) {
     std::vector<int32_t> history = seq.request.prompt;
     history.insert(history.end(), seq.generated.begin(), seq.generated.end());
-    std::vector<float> scratch = chosen;
+    std::vector<float> scratch = row(last);
     token = seq.sampler->Sample(scratch, history);
   } else {
-    token = next_buffer_[s.first_logit + s.logits - 1];
+    token = next_buffer_[s.first_logit + static_cast<int64_t>(last)];
   }
-  if (seq.request.keep_logits || keep_prompt) seq.logits.push_back(std::move(chosen));
   seq.generated.push_back(token);
   const std::vector<int64_t>& eos = plan_.model.eos_token_ids;
   if (seq.request.stop_on_eos && std::find(eos.begin(), eos.end(), token) != eos.end()) {
@@ -208,16 +242,17 @@ std::optional<TokenEvent> Engine::Advance(const Slice& s) {
 }
 
 absl::StatusOr<std::vector<TokenEvent>> Engine::Step() {
-  RETURN_IF_ERROR(Admit());
+  Admit();
   std::vector<TokenEvent> events;
+  ASSIGN_OR_RETURN(const std::vector<int64_t> tokens, PlanStep());
   if (running_.empty()) return events;
   StepStats stats;
-  const std::vector<Slice> slices = Schedule(stats);
+  const std::vector<Slice> slices = Schedule(tokens, stats);
 
   // Logits come back only when someone needs them; greedy tokens come from the device's argmax.
   bool need_logits = false, need_next = false;
   for (const Slice& s : slices) {
-    if (s.logits == 0) continue;
+    if (s.logit_positions.empty()) continue;
     const Request& r = s.seq->request;
     need_logits = need_logits || r.prompt_logits || r.keep_logits || s.seq->sampler.has_value();
     need_next = need_next || (s.emits_token && !s.seq->sampler.has_value());

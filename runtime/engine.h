@@ -1,8 +1,11 @@
 // The engine: requests in, tokens out. It schedules requests into batched
 // steps (continuous batching: decode tokens of running sequences first, then
 // prefill chunks of new ones, within the plan's token and sequence limits),
-// keeps each sequence's KV-cache blocks, runs the plan on a backend and
-// picks the next tokens.
+// gives each sequence KV-cache blocks as it grows, runs the plan on a backend
+// and picks the next tokens. When the cache runs out, the newest running
+// sequence is preempted: its blocks are freed and it waits at the head of the
+// queue, to be recomputed (prompt and tokens so far) when blocks come back —
+// with the same tokens and logits it would have had.
 #ifndef AUTOGLM_RUNTIME_ENGINE_H_
 #define AUTOGLM_RUNTIME_ENGINE_H_
 
@@ -71,6 +74,10 @@ class Engine {
   const StepStats& last_step() const { return last_step_; }
   int64_t max_context() const { return max_context_; }
   int64_t kv_blocks() const { return pool_->num_blocks(); }
+  int64_t kv_blocks_free() const { return pool_->num_free(); }
+  int64_t num_running() const { return static_cast<int64_t>(running_.size()); }
+  int64_t num_waiting() const { return static_cast<int64_t>(waiting_.size()); }
+  int64_t preemptions() const { return preemptions_; }
 
  private:
   struct Sequence {
@@ -78,29 +85,47 @@ class Engine {
     Request request;
     std::vector<int32_t> generated;
     std::vector<std::vector<float>> logits;
-    int64_t cached = 0;  // tokens whose K/V are in the cache
+    int64_t cached = 0;       // tokens whose K/V are in the cache
+    int64_t logits_from = 0;  // positions below this have had their logits row kept (or passed over)
     BlockTable table;
     std::optional<Sampler> sampler;
     FinishReason finish = FinishReason::kNone;
 
     explicit Sequence(int64_t block_size) : table(block_size) {}
-    int64_t length() const { return static_cast<int64_t>(request.prompt.size() + generated.size()); }
-    bool prefilling() const { return cached < static_cast<int64_t>(request.prompt.size()); }
+    int64_t prompt_size() const { return static_cast<int64_t>(request.prompt.size()); }
+    int64_t length() const { return prompt_size() + static_cast<int64_t>(generated.size()); }
+    // Tokens known but not yet in the cache: 1 when decoding; more in a prefill or a recompute.
+    int64_t pending() const { return length() - cached; }
+    int32_t token(int64_t pos) const {
+      return pos < prompt_size() ? request.prompt[pos] : generated[pos - prompt_size()];
+    }
+    // Whether the caller asked for the logits row at `pos` (the one predicting pos + 1).
+    bool KeepsLogits(int64_t pos) const {
+      return (request.prompt_logits && pos < prompt_size()) || (request.keep_logits && pos >= prompt_size() - 1);
+    }
   };
   // One sequence's part of a step.
   struct Slice {
     Sequence* seq;
-    int64_t first_row, rows;     // rows of the step's tokens
-    int64_t first_logit, logits;  // rows of the step's logits
-    bool emits_token;            // its last logits row chooses a new token
+    int64_t first_row, rows;              // rows of the step's tokens
+    int64_t first_logit;                  // its first row of the step's logits
+    std::vector<int64_t> logit_positions;  // the positions those logits rows are for
+    bool emits_token;                     // its last row is the last known token: it chooses the next
   };
 
   Engine(const compiler::Plan& plan, Backend& backend) : plan_(plan), backend_(backend) {}
-  absl::Status Admit();
-  std::vector<Slice> Schedule(StepStats& stats);  // fills batch_
+  void Admit();
+  // Tokens each running sequence processes this step (decode first, then
+  // prefill chunks, within the token budget), with blocks reserved for them,
+  // preempting the newest sequences when the cache is full.
+  absl::StatusOr<std::vector<int64_t>> PlanStep();
+  std::vector<Slice> Schedule(const std::vector<int64_t>& tokens, StepStats& stats);  // fills batch_
   std::optional<TokenEvent> Advance(const Slice& slice);
   void Finish(Sequence& seq, FinishReason reason);
-  int64_t ReserveTokens(const Sequence& seq) const;
+  void Preempt(Sequence& seq);
+  int64_t BlocksFor(int64_t tokens) const { return (tokens + plan_.kv.block_size - 1) / plan_.kv.block_size; }
+  // The most cache a request can need: the prompt and all new tokens but the last, within the context.
+  int64_t MaxTokens(const Request& r) const;
 
   const compiler::Plan& plan_;
   Backend& backend_;
@@ -114,6 +139,7 @@ class Engine {
   std::vector<float> logits_buffer_;
   std::vector<int32_t> next_buffer_;
   StepStats last_step_;
+  int64_t preemptions_ = 0;
 };
 
 }  // namespace ag::runtime

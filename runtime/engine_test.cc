@@ -77,9 +77,9 @@ TEST_F(EngineTest, StopsAtTheContextLimit) {
   EXPECT_EQ(engine->finish_reason(id), FinishReason::kContext);
 }
 
-TEST_F(EngineTest, RequestsWaitForKvBlocksAndStillMatch) {
+TEST_F(EngineTest, RequestsShareAFullCacheAndStillMatch) {
   EngineOptions options;
-  options.kv_cache_tokens = 24;  // six blocks of 4: one request of 7 + 15 tokens at a time
+  options.kv_cache_tokens = 24;  // six blocks of 4: one request of 7 + 15 tokens fills it
   std::unique_ptr<Engine> engine = MakeEngine(options);
   EXPECT_EQ(engine->kv_blocks(), 6);
   Request r;
@@ -93,6 +93,64 @@ TEST_F(EngineTest, RequestsWaitForKvBlocksAndStillMatch) {
   absl::StatusOr<int> too_big = engine->Submit(r);
   ASSERT_FALSE(too_big.ok());
   EXPECT_NE(too_big.status().message().find("KV-cache blocks"), std::string::npos) << too_big.status();
+}
+
+// Blocks come as sequences grow; when the cache runs out the newest running
+// sequence is preempted and later recomputed, with the tokens and logits it
+// would have had alone.
+TEST_F(EngineTest, PreemptedSequencesAreRecomputedExactly) {
+  Request r;
+  r.prompt = kPrompt;
+  r.max_new_tokens = 16;
+  r.prompt_logits = r.keep_logits = true;
+  std::unique_ptr<Engine> solo_engine = MakeEngine();
+  const int solo = *solo_engine->Submit(r);
+  Drain(*solo_engine);
+  ASSERT_EQ(solo_engine->preemptions(), 0);
+  const std::vector<std::vector<float>>& want = solo_engine->logits(solo);
+  ASSERT_EQ(want.size(), kPrompt.size() + kGreedy.size() - 1);
+
+  EngineOptions options;
+  options.kv_cache_tokens = 24;  // six blocks of 4; each request grows to 22 tokens (6 blocks)
+  std::unique_ptr<Engine> engine = MakeEngine(options);
+  std::vector<int> ids;
+  for (int i = 0; i < 4; ++i) ids.push_back(*engine->Submit(r));
+  int64_t most_running = 0;
+  while (engine->HasWork()) {
+    ASSERT_TRUE(engine->Step().ok());
+    most_running = std::max(most_running, engine->num_running());
+    ASSERT_GE(engine->kv_blocks_free(), 0);
+  }
+  EXPECT_GT(engine->preemptions(), 0);
+  EXPECT_GE(most_running, 2);  // they ran together, not one after another
+  EXPECT_EQ(engine->kv_blocks_free(), engine->kv_blocks());  // every block came back
+  for (int id : ids) {
+    EXPECT_EQ(engine->new_tokens(id), kGreedy);
+    const std::vector<std::vector<float>>& got = engine->logits(id);
+    ASSERT_EQ(got.size(), want.size());
+    for (size_t row = 0; row < want.size(); ++row) {
+      for (size_t i = 0; i < want[row].size(); ++i) ASSERT_NEAR(got[row][i], want[row][i], 1e-5) << row;
+    }
+  }
+}
+
+TEST_F(EngineTest, SampledSequencesSurvivePreemption) {
+  Request r;
+  r.prompt = kPrompt;
+  r.max_new_tokens = 16;
+  r.sampling.temperature = 0.8f;
+  r.sampling.seed = 5;
+  std::unique_ptr<Engine> solo_engine = MakeEngine();
+  const int solo = *solo_engine->Submit(r);
+  Drain(*solo_engine);
+  EngineOptions options;
+  options.kv_cache_tokens = 24;
+  std::unique_ptr<Engine> engine = MakeEngine(options);
+  std::vector<int> ids;
+  for (int i = 0; i < 3; ++i) ids.push_back(*engine->Submit(r));
+  Drain(*engine);
+  EXPECT_GT(engine->preemptions(), 0);
+  for (int id : ids) EXPECT_EQ(engine->new_tokens(id), solo_engine->new_tokens(solo));
 }
 
 TEST_F(EngineTest, SamplingIsReproducible) {
