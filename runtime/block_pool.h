@@ -4,12 +4,21 @@
 // counts and an O(1) free list; a block table per sequence that maps token
 // positions to cache slots; the scheduler above decides who gets blocks.
 // Reference counts let sequences share prefix blocks.
+//
+// The prefix cache: a full block can be registered under the hash of its
+// tokens and of every token before it (PrefixHash). Released to zero
+// references, a registered block is not freed but kept, least recently used
+// first in line to be taken when the free list is empty; until then a
+// sequence whose prefix hashes the same finds it (Lookup) and skips computing it.
 #ifndef AUTOGLM_RUNTIME_BLOCK_POOL_H_
 #define AUTOGLM_RUNTIME_BLOCK_POOL_H_
 
 #include <cstdint>
+#include <list>
+#include <span>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 
 namespace ag::runtime {
@@ -19,20 +28,42 @@ class BlockPool {
   explicit BlockPool(int32_t num_blocks);
 
   int32_t num_blocks() const { return static_cast<int32_t>(refcounts_.size()); }
-  int32_t num_free() const { return static_cast<int32_t>(free_.size()); }
+  // Blocks Allocate can hand out: free ones and cached ones nobody holds.
+  int32_t num_free() const { return static_cast<int32_t>(free_.size() + unused_.size()); }
+  int32_t num_cached() const { return static_cast<int32_t>(by_hash_.size()); }
   int32_t refcount(int32_t block) const { return refcounts_[block]; }
 
-  // A free block with reference count 1, or ResourceExhausted.
+  // A block with reference count 1: a free one, else the least recently used
+  // cached one nobody holds (dropped from the cache); or ResourceExhausted.
   absl::StatusOr<int32_t> Allocate();
   // Another holder of an allocated block.
   void Retain(int32_t block);
-  // Drops one reference; the block is free again at zero.
+  // Drops one reference; at zero the block is free again, or kept if cached.
   void Release(int32_t block);
 
+  // Makes a held, full block findable under `hash`, which covers `tokens`
+  // (its own). A hash already cached keeps its first block.
+  void Register(int32_t block, uint64_t hash, std::span<const int32_t> tokens);
+  // The cached block under `hash` whose tokens are `tokens`, with a new
+  // reference for the caller; -1 when there is none.
+  int32_t Lookup(uint64_t hash, std::span<const int32_t> tokens);
+
  private:
+  struct Cached {
+    int32_t block;
+    std::vector<int32_t> tokens;  // compared on a hit: a hash collision never gives wrong K/V
+  };
   std::vector<int32_t> refcounts_;
   std::vector<int32_t> free_;  // a stack of free block ids
+  absl::flat_hash_map<uint64_t, Cached> by_hash_;
+  std::vector<uint64_t> hash_of_;  // per block, when registered
+  std::vector<bool> registered_;
+  std::list<int32_t> unused_;  // registered blocks at zero references, least recently used first
+  std::vector<std::list<int32_t>::iterator> unused_at_;
 };
+
+// The hash of a block of `tokens` after a prefix whose hash is `parent` (0 for the first block).
+uint64_t PrefixHash(uint64_t parent, std::span<const int32_t> tokens);
 
 class BlockTable {
  public:
@@ -42,6 +73,8 @@ class BlockTable {
   // beyond what was held before.
   absl::Status Reserve(BlockPool& pool, int64_t tokens);
   void ReleaseAll(BlockPool& pool);
+  // Appends a block the caller already holds a reference to (a prefix-cache hit).
+  void Append(int32_t block) { blocks_.push_back(block); }
 
   int64_t capacity() const { return static_cast<int64_t>(blocks_.size()) * block_size_; }
   const std::vector<int32_t>& blocks() const { return blocks_; }

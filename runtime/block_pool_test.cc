@@ -45,5 +45,34 @@ TEST(BlockTable, ReservesSlotsAndGivesBackOnFailure) {
   EXPECT_EQ(a.capacity(), 0);
 }
 
+TEST(BlockPool, PrefixCacheKeepsFindsAndEvictsLeastRecentlyUsed) {
+  BlockPool pool(3);
+  const std::vector<int32_t> t1 = {1, 2}, t2 = {3, 4}, t3 = {5, 6};
+  const uint64_t h1 = PrefixHash(0, t1), h2 = PrefixHash(h1, t2), h3 = PrefixHash(0, t3);
+  EXPECT_NE(PrefixHash(0, t2), h2) << "the same block after another prefix hashes apart";
+  const int32_t a = *pool.Allocate(), b = *pool.Allocate();
+  pool.Register(a, h1, t1);
+  pool.Register(b, h2, t2);
+  pool.Release(a);
+  pool.Release(b);
+  EXPECT_EQ(pool.num_free(), 3) << "cached blocks nobody holds can be handed out";
+  EXPECT_EQ(pool.num_cached(), 2);
+  EXPECT_EQ(pool.Lookup(h1, t1), a);  // found, and held again
+  EXPECT_EQ(pool.refcount(a), 1);
+  EXPECT_EQ(pool.Lookup(h1, t3), -1) << "same hash, other tokens: a collision never matches";
+  pool.Release(a);  // now a is the most recently used
+  const int32_t c = *pool.Allocate();  // the free block first
+  EXPECT_NE(c, a);
+  EXPECT_NE(c, b);
+  const int32_t evicted = *pool.Allocate();  // then the least recently used cached block: b
+  EXPECT_EQ(evicted, b);
+  EXPECT_EQ(pool.Lookup(h2, t2), -1);
+  EXPECT_EQ(pool.Lookup(h1, t1), a);
+  pool.Register(c, h3, t3);
+  pool.Register(c, h3, t3);  // twice is once
+  EXPECT_EQ(pool.num_cached(), 2);
+  EXPECT_FALSE(pool.Allocate().ok());
+}
+
 }  // namespace
 }  // namespace ag::runtime

@@ -27,7 +27,7 @@ const char* FinishReasonName(FinishReason reason) {
 
 absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const compiler::Plan& plan, Backend& backend,
                                                        const WeightSource& weights, const EngineOptions& options) {
-  std::unique_ptr<Engine> engine(new Engine(plan, backend));
+  std::unique_ptr<Engine> engine(new Engine(plan, backend, options));
   if (options.max_context < 0 || options.kv_cache_tokens < 0) {
     return absl::InvalidArgumentError(absl::StrCat("max context (", options.max_context, ") and KV-cache tokens (",
                                                    options.kv_cache_tokens, ") must not be negative (0: default)"));
@@ -114,6 +114,39 @@ void Engine::Admit() {
     if (BlocksFor(seq->length()) > pool_->num_free()) break;
     waiting_.pop_front();
     running_.push_back(seq);
+    if (options_.prefix_caching && !seq->request.prompt_logits) LookupPrefix(*seq);
+  }
+}
+
+std::vector<int32_t> Engine::BlockTokens(const Sequence& seq, size_t block) const {
+  const int64_t size = plan_.kv.block_size, first = static_cast<int64_t>(block) * size;
+  std::vector<int32_t> tokens(static_cast<size_t>(size));
+  for (int64_t k = 0; k < size; ++k) tokens[k] = seq.token(first + k);
+  return tokens;
+}
+
+void Engine::LookupPrefix(Sequence& seq) {
+  // Whole blocks before the last known token, which is always computed: its logits choose the next one.
+  const size_t usable = static_cast<size_t>((seq.length() - 1) / plan_.kv.block_size);
+  prefix_queries_ += seq.length();
+  for (size_t i = seq.block_hashes.size(); i < usable; ++i) {
+    const std::vector<int32_t> tokens = BlockTokens(seq, i);
+    const uint64_t hash = PrefixHash(i == 0 ? 0 : seq.block_hashes[i - 1], tokens);
+    const int32_t block = pool_->Lookup(hash, tokens);
+    if (block < 0) break;
+    seq.table.Append(block);
+    seq.block_hashes.push_back(hash);
+    seq.cached += plan_.kv.block_size;
+    prefix_hits_ += plan_.kv.block_size;
+  }
+}
+
+void Engine::RegisterFullBlocks(Sequence& seq) {
+  for (size_t i = seq.block_hashes.size(); i < static_cast<size_t>(seq.cached / plan_.kv.block_size); ++i) {
+    const std::vector<int32_t> tokens = BlockTokens(seq, i);
+    const uint64_t hash = PrefixHash(i == 0 ? 0 : seq.block_hashes[i - 1], tokens);
+    pool_->Register(seq.table.blocks()[i], hash, tokens);
+    seq.block_hashes.push_back(hash);
   }
 }
 
@@ -124,6 +157,7 @@ void Engine::Finish(Sequence& seq, FinishReason reason) {
 
 void Engine::Preempt(Sequence& seq) {
   seq.table.ReleaseAll(*pool_);
+  seq.block_hashes.clear();
   seq.cached = 0;  // recomputed from its prompt and the tokens it has when it runs again
   waiting_.push_front(&seq);
   ++preemptions_;
@@ -218,6 +252,7 @@ std::optional<TokenEvent> Engine::Advance(const Slice& s) {
   }
   seq.cached += s.rows;
   seq.logits_from = std::max(seq.logits_from, seq.cached);
+  if (options_.prefix_caching) RegisterFullBlocks(seq);
   if (!s.emits_token) return std::nullopt;
   const size_t last = s.logit_positions.size() - 1;
   int32_t token;

@@ -26,6 +26,9 @@ namespace ag::runtime {
 struct EngineOptions {
   int64_t max_context = 0;      // 0: the model's max_position_embeddings
   int64_t kv_cache_tokens = 0;  // KV-pool capacity in tokens; 0: a default (see Engine::Create)
+  // Reuse the K/V of full blocks whose prefix another request computed
+  // (requests that want prompt logits always compute their whole prompt).
+  bool prefix_caching = true;
 };
 
 struct Request {
@@ -78,6 +81,9 @@ class Engine {
   int64_t num_running() const { return static_cast<int64_t>(running_.size()); }
   int64_t num_waiting() const { return static_cast<int64_t>(waiting_.size()); }
   int64_t preemptions() const { return preemptions_; }
+  // Known tokens of admitted sequences looked up in the prefix cache, and those found there.
+  int64_t prefix_cache_queries() const { return prefix_queries_; }
+  int64_t prefix_cache_hits() const { return prefix_hits_; }
 
  private:
   struct Sequence {
@@ -88,6 +94,7 @@ class Engine {
     int64_t cached = 0;       // tokens whose K/V are in the cache
     int64_t logits_from = 0;  // positions below this have had their logits row kept (or passed over)
     BlockTable table;
+    std::vector<uint64_t> block_hashes;  // PrefixHash of each full block at the head of the table
     std::optional<Sampler> sampler;
     FinishReason finish = FinishReason::kNone;
 
@@ -113,7 +120,8 @@ class Engine {
     bool emits_token;                     // its last row is the last known token: it chooses the next
   };
 
-  Engine(const compiler::Plan& plan, Backend& backend) : plan_(plan), backend_(backend) {}
+  Engine(const compiler::Plan& plan, Backend& backend, const EngineOptions& options)
+      : plan_(plan), backend_(backend), options_(options) {}
   void Admit();
   // Tokens each running sequence processes this step (decode first, then
   // prefill chunks, within the token budget), with blocks reserved for them,
@@ -123,12 +131,17 @@ class Engine {
   std::optional<TokenEvent> Advance(const Slice& slice);
   void Finish(Sequence& seq, FinishReason reason);
   void Preempt(Sequence& seq);
+  // Prefix cache: takes the cached blocks that match the sequence's head; registers its newly full blocks.
+  void LookupPrefix(Sequence& seq);
+  void RegisterFullBlocks(Sequence& seq);
+  std::vector<int32_t> BlockTokens(const Sequence& seq, size_t block) const;
   int64_t BlocksFor(int64_t tokens) const { return (tokens + plan_.kv.block_size - 1) / plan_.kv.block_size; }
   // The most cache a request can need: the prompt and all new tokens but the last, within the context.
   int64_t MaxTokens(const Request& r) const;
 
   const compiler::Plan& plan_;
   Backend& backend_;
+  EngineOptions options_;
   int64_t max_context_ = 0;
   int64_t max_blocks_per_seq_ = 0;
   std::unique_ptr<BlockPool> pool_;
@@ -140,6 +153,7 @@ class Engine {
   std::vector<int32_t> next_buffer_;
   StepStats last_step_;
   int64_t preemptions_ = 0;
+  int64_t prefix_queries_ = 0, prefix_hits_ = 0;
 };
 
 }  // namespace ag::runtime

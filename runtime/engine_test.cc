@@ -41,6 +41,7 @@ class EngineTest : public ::testing::Test {
   }
 
   glm::ModelConfig config_;
+  std::vector<std::unique_ptr<Engine>> engines_;
   std::unique_ptr<glm::Checkpoint> checkpoint_;
   std::unique_ptr<CheckpointWeights> weights_;
   compiler::Plan plan_;
@@ -151,6 +152,76 @@ TEST_F(EngineTest, SampledSequencesSurvivePreemption) {
   Drain(*engine);
   EXPECT_GT(engine->preemptions(), 0);
   for (int id : ids) EXPECT_EQ(engine->new_tokens(id), solo_engine->new_tokens(solo));
+}
+
+// A request whose prompt starts with blocks another request computed prefills
+// only the rest, with the same tokens and logits.
+TEST_F(EngineTest, PrefixCacheSkipsTheSharedPrefix) {
+  std::vector<int32_t> prompt = kPrompt;  // 15 tokens: three full blocks of 4 before the last token
+  prompt.insert(prompt.end(), kGreedy.begin(), kGreedy.begin() + 8);
+  Request r;
+  r.prompt = prompt;
+  r.max_new_tokens = 8;
+  r.keep_logits = true;
+  std::unique_ptr<Engine> engine = MakeEngine();
+  const int first = *engine->Submit(r);
+  Drain(*engine);
+  EXPECT_EQ(engine->prefix_cache_hits(), 0);
+  const int second = *engine->Submit(r);
+  int64_t prefilled = 0;
+  while (engine->HasWork()) {
+    ASSERT_TRUE(engine->Step().ok());
+    prefilled += engine->last_step().prefill_tokens;
+  }
+  EXPECT_EQ(engine->prefix_cache_hits(), 12);
+  EXPECT_EQ(prefilled, 3);  // the rest of the prompt only
+  EXPECT_EQ(engine->new_tokens(second), engine->new_tokens(first));
+  EXPECT_EQ(std::vector<int32_t>(engine->new_tokens(first).begin(), engine->new_tokens(first).end()),
+            std::vector<int32_t>(kGreedy.begin() + 8, kGreedy.end()));
+  ASSERT_EQ(engine->logits(second).size(), engine->logits(first).size());
+  for (size_t row = 0; row < engine->logits(first).size(); ++row) {
+    for (size_t i = 0; i < engine->logits(first)[row].size(); ++i) {
+      ASSERT_NEAR(engine->logits(second)[row][i], engine->logits(first)[row][i], 1e-5);
+    }
+  }
+}
+
+// Many requests with shared and unshared prefixes under KV pressure: the
+// prefix cache and preemption together change no token.
+TEST_F(EngineTest, PrefixCacheAndPreemptionChangeNoToken) {
+  std::vector<Request> requests;
+  for (int i = 0; i < 8; ++i) {
+    Request r;
+    r.prompt = kPrompt;
+    if (i % 2 == 1) r.prompt.insert(r.prompt.end(), kGreedy.begin(), kGreedy.begin() + 4 + i);
+    if (i % 3 == 2) r.prompt[0] = 7;  // a different first block: no sharing
+    r.max_new_tokens = 6 + i;
+    requests.push_back(r);
+  }
+  auto run = [&](bool caching, int64_t cache_tokens, Engine** out) {
+    EngineOptions options;
+    options.prefix_caching = caching;
+    options.kv_cache_tokens = cache_tokens;
+    engines_.push_back(MakeEngine(options));
+    *out = engines_.back().get();
+    std::vector<int> ids;
+    for (const Request& r : requests) {  // arriving one step apart, so later ones find earlier prefixes
+      ids.push_back(*(*out)->Submit(r));
+      EXPECT_TRUE((*out)->Step().ok());
+    }
+    Drain(**out);
+    std::vector<std::vector<int32_t>> tokens;
+    for (int id : ids) tokens.push_back((*out)->new_tokens(id));
+    return tokens;
+  };
+  Engine *plain = nullptr, *cached = nullptr, *squeezed = nullptr;
+  const auto want = run(false, 0, &plain);
+  EXPECT_EQ(run(true, 0, &cached), want);
+  EXPECT_GT(cached->prefix_cache_hits(), 0);
+  EXPECT_EQ(run(true, 40, &squeezed), want);
+  EXPECT_GT(squeezed->preemptions(), 0);
+  EXPECT_GT(squeezed->prefix_cache_hits(), 0);
+  EXPECT_EQ(squeezed->kv_blocks_free(), squeezed->kv_blocks());
 }
 
 TEST_F(EngineTest, SamplingIsReproducible) {
