@@ -53,6 +53,7 @@ ABSL_FLAG(int64_t, max_seqs, 16, "when compiling: sequences per step");
 ABSL_FLAG(int64_t, kv_block_size, 16, "when compiling: tokens per KV-cache block");
 ABSL_FLAG(int64_t, max_context, 0, "maximum sequence length (default: the model's max_position_embeddings)");
 ABSL_FLAG(int64_t, kv_cache_tokens, 0, "KV-cache capacity in tokens (default: see --help)");
+ABSL_FLAG(bool, prefix_caching, true, "reuse cached K/V of full blocks with the same prefix (--noprefix-caching: off)");
 ABSL_FLAG(float, temperature, 0.0f, "sampling temperature; 0 is greedy");
 ABSL_FLAG(int32_t, top_k, 0, "sample among the k most likely tokens; 0 is off");
 ABSL_FLAG(float, top_p, 1.0f, "sample among the most likely tokens holding this much probability");
@@ -124,6 +125,7 @@ absl::Status Run() {
   runtime::EngineOptions engine_options;
   engine_options.max_context = absl::GetFlag(FLAGS_max_context);
   engine_options.kv_cache_tokens = absl::GetFlag(FLAGS_kv_cache_tokens);
+  engine_options.prefix_caching = absl::GetFlag(FLAGS_prefix_caching);
   ASSIGN_OR_RETURN(std::unique_ptr<runtime::Engine> engine,
                    runtime::Engine::Create(plan, *backend, *weights, engine_options));
   const size_t prompt_tokens = request.prompt.size();
