@@ -118,20 +118,20 @@ void Engine::Admit() {
   }
 }
 
-std::vector<int32_t> Engine::BlockTokens(const Sequence& seq, size_t block) const {
+uint64_t Engine::BlockHash(const Sequence& seq, size_t block, std::vector<int32_t>* tokens) const {
   const int64_t size = plan_.kv.block_size, first = static_cast<int64_t>(block) * size;
-  std::vector<int32_t> tokens(static_cast<size_t>(size));
-  for (int64_t k = 0; k < size; ++k) tokens[k] = seq.token(first + k);
-  return tokens;
+  tokens->resize(static_cast<size_t>(size));
+  for (int64_t k = 0; k < size; ++k) (*tokens)[k] = seq.token(first + k);
+  return PrefixHash(block == 0 ? 0 : seq.block_hashes[block - 1], *tokens);
 }
 
 void Engine::LookupPrefix(Sequence& seq) {
   // Whole blocks before the last known token, which is always computed: its logits choose the next one.
   const size_t usable = static_cast<size_t>((seq.length() - 1) / plan_.kv.block_size);
   prefix_queries_ += seq.length();
+  std::vector<int32_t> tokens;
   for (size_t i = seq.block_hashes.size(); i < usable; ++i) {
-    const std::vector<int32_t> tokens = BlockTokens(seq, i);
-    const uint64_t hash = PrefixHash(i == 0 ? 0 : seq.block_hashes[i - 1], tokens);
+    const uint64_t hash = BlockHash(seq, i, &tokens);
     const int32_t block = pool_->Lookup(hash, tokens);
     if (block < 0) break;
     seq.table.Append(block);
@@ -142,9 +142,9 @@ void Engine::LookupPrefix(Sequence& seq) {
 }
 
 void Engine::RegisterFullBlocks(Sequence& seq) {
+  std::vector<int32_t> tokens;
   for (size_t i = seq.block_hashes.size(); i < static_cast<size_t>(seq.cached / plan_.kv.block_size); ++i) {
-    const std::vector<int32_t> tokens = BlockTokens(seq, i);
-    const uint64_t hash = PrefixHash(i == 0 ? 0 : seq.block_hashes[i - 1], tokens);
+    const uint64_t hash = BlockHash(seq, i, &tokens);
     pool_->Register(seq.table.blocks()[i], hash, tokens);
     seq.block_hashes.push_back(hash);
   }

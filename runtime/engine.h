@@ -134,7 +134,8 @@ class Engine {
   // Prefix cache: takes the cached blocks that match the sequence's head; registers its newly full blocks.
   void LookupPrefix(Sequence& seq);
   void RegisterFullBlocks(Sequence& seq);
-  std::vector<int32_t> BlockTokens(const Sequence& seq, size_t block) const;
+  // PrefixHash of the sequence's block `block` (whose predecessors' hashes it has); its tokens in `tokens`.
+  uint64_t BlockHash(const Sequence& seq, size_t block, std::vector<int32_t>* tokens) const;
   int64_t BlocksFor(int64_t tokens) const { return (tokens + plan_.kv.block_size - 1) / plan_.kv.block_size; }
   // The most cache a request can need: the prompt and all new tokens but the last, within the context.
   int64_t MaxTokens(const Request& r) const;
