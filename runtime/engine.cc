@@ -21,6 +21,10 @@ const char* FinishReasonName(FinishReason reason) {
       return "eos";
     case FinishReason::kContext:
       return "context";
+    case FinishReason::kStop:
+      return "stop";
+    case FinishReason::kCancelled:
+      return "cancelled";
   }
   return "?";
 }
@@ -92,7 +96,7 @@ absl::StatusOr<int> Engine::Submit(Request request) {
     }
   }
   auto seq = std::make_unique<Sequence>(plan_.kv.block_size);
-  seq->id = static_cast<int>(seqs_.size());
+  seq->id = next_id_++;
   seq->request = std::move(request);
   if (!seq->request.sampling.IsPlainGreedy()) seq->sampler.emplace(seq->request.sampling);
   seq->logits_from = seq->request.prompt_logits ? 0 : n - 1;
@@ -101,9 +105,31 @@ absl::StatusOr<int> Engine::Submit(Request request) {
     return absl::ResourceExhaustedError(absl::StrCat("the request needs ", blocks, " KV-cache blocks but the cache has ",
                                                      pool_->num_blocks(), "; raise the KV-cache size"));
   }
+  const int id = seq->id;
   waiting_.push_back(seq.get());
-  seqs_.push_back(std::move(seq));
-  return seqs_.back()->id;
+  seqs_.emplace(id, std::move(seq));
+  return id;
+}
+
+absl::Status Engine::Cancel(int id) {
+  auto it = seqs_.find(id);
+  if (it == seqs_.end()) return absl::NotFoundError(absl::StrCat("no request ", id));
+  Sequence* seq = it->second.get();
+  if (seq->finish != FinishReason::kNone) return absl::OkStatus();
+  waiting_.erase(std::remove(waiting_.begin(), waiting_.end(), seq), waiting_.end());
+  running_.erase(std::remove(running_.begin(), running_.end(), seq), running_.end());
+  Finish(*seq, FinishReason::kCancelled);
+  return absl::OkStatus();
+}
+
+absl::Status Engine::Release(int id) {
+  auto it = seqs_.find(id);
+  if (it == seqs_.end()) return absl::NotFoundError(absl::StrCat("no request ", id));
+  if (it->second->finish == FinishReason::kNone) {
+    return absl::FailedPreconditionError(absl::StrCat("request ", id, " is still running (cancel it first)"));
+  }
+  seqs_.erase(it);
+  return absl::OkStatus();
 }
 
 void Engine::Admit() {
@@ -266,8 +292,11 @@ std::optional<TokenEvent> Engine::Advance(const Slice& s) {
   }
   seq.generated.push_back(token);
   const std::vector<int64_t>& eos = plan_.model.eos_token_ids;
+  const std::vector<int32_t>& stop = seq.request.stop_ids;
   if (seq.request.stop_on_eos && std::find(eos.begin(), eos.end(), token) != eos.end()) {
     Finish(seq, FinishReason::kEos);
+  } else if (std::find(stop.begin(), stop.end(), token) != stop.end()) {
+    Finish(seq, FinishReason::kStop);
   } else if (static_cast<int64_t>(seq.generated.size()) >= seq.request.max_new_tokens) {
     Finish(seq, FinishReason::kLength);
   } else if (seq.length() >= max_context_) {

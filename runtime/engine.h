@@ -15,6 +15,7 @@
 #include <optional>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "compiler/plan.h"
 #include "runtime/backend.h"
@@ -37,10 +38,11 @@ struct Request {
   bool prompt_logits = false;  // keep the logits row of every prompt position
   bool keep_logits = false;    // keep the logits row that chose each new token
   bool stop_on_eos = true;     // finish on any of the model's end-of-sequence ids
+  std::vector<int32_t> stop_ids;  // finish on any of these too (the id is kept as the last new token)
   SamplingParams sampling;
 };
 
-enum class FinishReason { kNone, kLength, kEos, kContext };
+enum class FinishReason { kNone, kLength, kEos, kContext, kStop, kCancelled };
 const char* FinishReasonName(FinishReason reason);
 
 struct TokenEvent {
@@ -70,10 +72,18 @@ class Engine {
   // Runs one batched step; returns the tokens it produced.
   absl::StatusOr<std::vector<TokenEvent>> Step();
 
-  const std::vector<int32_t>& new_tokens(int id) const { return seqs_[id]->generated; }
+  // A request's results, until Release(id). `id` must be one Submit returned.
+  const std::vector<int32_t>& new_tokens(int id) const { return seqs_.at(id)->generated; }
   // Rows kept for the request: prompt rows first (if asked), then one per new token (if asked).
-  const std::vector<std::vector<float>>& logits(int id) const { return seqs_[id]->logits; }
-  FinishReason finish_reason(int id) const { return seqs_[id]->finish; }
+  const std::vector<std::vector<float>>& logits(int id) const { return seqs_.at(id)->logits; }
+  FinishReason finish_reason(int id) const { return seqs_.at(id)->finish; }
+  // Ends a request now (a client that went away): its blocks are free for the next step.
+  absl::Status Cancel(int id);
+  // Forgets a finished request and its results, so that a long-running
+  // engine's memory stays flat however many requests it serves.
+  absl::Status Release(int id);
+  // Requests submitted and not yet released.
+  int64_t num_requests() const { return static_cast<int64_t>(seqs_.size()); }
   const StepStats& last_step() const { return last_step_; }
   int64_t max_context() const { return max_context_; }
   int64_t kv_blocks() const { return pool_->num_blocks(); }
@@ -146,7 +156,8 @@ class Engine {
   int64_t max_context_ = 0;
   int64_t max_blocks_per_seq_ = 0;
   std::unique_ptr<BlockPool> pool_;
-  std::vector<std::unique_ptr<Sequence>> seqs_;
+  absl::flat_hash_map<int, std::unique_ptr<Sequence>> seqs_;
+  int next_id_ = 0;
   std::deque<Sequence*> waiting_;
   std::vector<Sequence*> running_;
   StepBatch batch_;

@@ -224,6 +224,57 @@ TEST_F(EngineTest, PrefixCacheAndPreemptionChangeNoToken) {
   EXPECT_EQ(squeezed->kv_blocks_free(), squeezed->kv_blocks());
 }
 
+TEST_F(EngineTest, CancelFreesBlocksAndLeavesOthersAlone) {
+  EngineOptions options;
+  options.kv_cache_tokens = 24;
+  std::unique_ptr<Engine> engine = MakeEngine(options);
+  Request r;
+  r.prompt = kPrompt;
+  r.max_new_tokens = 16;
+  std::vector<int> ids;
+  for (int i = 0; i < 4; ++i) ids.push_back(*engine->Submit(r));
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(engine->Step().ok());
+  ASSERT_TRUE(engine->Cancel(ids[0]).ok());  // running
+  ASSERT_TRUE(engine->Cancel(ids[3]).ok());  // waiting, or running
+  EXPECT_EQ(engine->finish_reason(ids[0]), FinishReason::kCancelled);
+  EXPECT_TRUE(engine->Cancel(ids[0]).ok()) << "twice is once";
+  EXPECT_FALSE(engine->Cancel(99).ok());
+  Drain(*engine);
+  EXPECT_EQ(engine->new_tokens(ids[1]), kGreedy);
+  EXPECT_EQ(engine->new_tokens(ids[2]), kGreedy);
+  EXPECT_LT(engine->new_tokens(ids[0]).size(), kGreedy.size());
+  EXPECT_EQ(engine->kv_blocks_free(), engine->kv_blocks());
+}
+
+TEST_F(EngineTest, StopIdsAndReleasedRequestsKeepMemoryFlat) {
+  std::unique_ptr<Engine> engine = MakeEngine();
+  Request r;
+  r.prompt = kPrompt;
+  r.max_new_tokens = 16;
+  r.stop_ids = {kGreedy[3]};
+  const int stopped = *engine->Submit(r);
+  Drain(*engine);
+  EXPECT_EQ(engine->new_tokens(stopped), std::vector<int32_t>(kGreedy.begin(), kGreedy.begin() + 4));
+  EXPECT_EQ(engine->finish_reason(stopped), FinishReason::kStop);
+  EXPECT_FALSE(engine->Release(stopped + 1).ok());
+  ASSERT_TRUE(engine->Release(stopped).ok());
+  // Many short requests, released as they finish: nothing accumulates.
+  r.stop_ids.clear();
+  r.max_new_tokens = 1;
+  for (int round = 0; round < 200; ++round) {
+    std::vector<int> ids;
+    for (int i = 0; i < 16; ++i) ids.push_back(*engine->Submit(r));
+    const int running = *engine->Submit(r);
+    EXPECT_FALSE(engine->Release(running).ok()) << "not finished yet";
+    ASSERT_TRUE(engine->Cancel(running).ok());
+    ids.push_back(running);
+    Drain(*engine);
+    for (int id : ids) ASSERT_TRUE(engine->Release(id).ok());
+  }
+  EXPECT_EQ(engine->num_requests(), 0);
+  EXPECT_EQ(engine->kv_blocks_free(), engine->kv_blocks());
+}
+
 TEST_F(EngineTest, SamplingIsReproducible) {
   Request r;
   r.prompt = kPrompt;
