@@ -1,0 +1,88 @@
+// The engine behind a thread: one thread runs steps; any other thread
+// (a server's connection handlers) submits and cancels requests through
+// thread-safe queues and hears back through callbacks.
+//
+// Callbacks run on the engine thread, after each step: one event per new
+// token, the last one marked finished with its reason; then the request is
+// released from the engine, so memory stays flat however many it serves.
+// A request the engine refuses (bad prompt, too long) gets one event with the error.
+#ifndef AUTOGLM_RUNTIME_ENGINE_LOOP_H_
+#define AUTOGLM_RUNTIME_ENGINE_LOOP_H_
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "runtime/engine.h"
+
+namespace ag::runtime {
+
+struct StreamEvent {
+  int32_t token = -1;  // the new token, or -1 (an error, a cancellation before any token)
+  bool finished = false;
+  FinishReason reason = FinishReason::kNone;
+  absl::Status error;  // not OK: the request was refused or the step failed
+};
+
+// Counts a metrics endpoint reads, as of the last step.
+struct LoopStats {
+  int64_t running = 0, waiting = 0;
+  int64_t kv_blocks = 0, kv_blocks_free = 0;
+  int64_t preemptions = 0, prefix_queries = 0, prefix_hits = 0;
+  int64_t steps = 0;
+};
+
+class EngineLoop {
+ public:
+  using Callback = std::function<void(const StreamEvent&)>;
+
+  explicit EngineLoop(std::unique_ptr<Engine> engine);
+  // Cancels whatever is still in flight (each callback hears it) and joins the thread.
+  ~EngineLoop();
+  EngineLoop(const EngineLoop&) = delete;
+  EngineLoop& operator=(const EngineLoop&) = delete;
+
+  // Queues a request; returns the handle Cancel takes. Never blocks on a step.
+  int64_t Submit(Request request, Callback on_event);
+  // Ends the request at the next step boundary (its callback hears kCancelled).
+  void Cancel(int64_t handle);
+  LoopStats stats() const;
+  // Requests accepted and not yet finished (queued or in the engine).
+  int64_t in_flight() const { return in_flight_.load(); }
+
+ private:
+  struct Pending {
+    int64_t handle;
+    Request request;
+    Callback callback;
+  };
+  void Run();
+  void TakeQueued();  // on the engine thread
+  void Deliver(int engine_id, const StreamEvent& event);
+
+  std::unique_ptr<Engine> engine_;
+  mutable std::mutex mu_;
+  std::condition_variable wake_;
+  std::deque<Pending> queued_;           // guarded by mu_
+  std::vector<int64_t> cancels_;         // guarded by mu_
+  bool stopping_ = false;                // guarded by mu_
+  LoopStats stats_;                      // guarded by mu_
+  int64_t next_handle_ = 0;              // guarded by mu_
+  std::atomic<int64_t> in_flight_{0};
+  // Engine thread only.
+  absl::flat_hash_map<int64_t, int> engine_id_;          // handle -> engine id
+  absl::flat_hash_map<int, std::pair<int64_t, Callback>> by_engine_id_;
+  std::thread thread_;
+};
+
+}  // namespace ag::runtime
+
+#endif  // AUTOGLM_RUNTIME_ENGINE_LOOP_H_
