@@ -45,12 +45,17 @@ LoopStats EngineLoop::stats() const {
 void EngineLoop::Deliver(int engine_id, const StreamEvent& event) {
   auto it = by_engine_id_.find(engine_id);
   if (it == by_engine_id_.end()) return;
-  it->second.second(event);
-  if (!event.finished) return;
+  if (!event.finished) {
+    it->second.second(event);
+    return;
+  }
+  // Forget the request before the last callback, so that whoever it wakes sees it gone.
+  const Callback callback = std::move(it->second.second);
   engine_id_.erase(it->second.first);
   by_engine_id_.erase(it);
   (void)engine_->Release(engine_id);
   --in_flight_;
+  callback(event);
 }
 
 void EngineLoop::TakeQueued() {
@@ -67,8 +72,8 @@ void EngineLoop::TakeQueued() {
       StreamEvent refused;
       refused.finished = true;
       refused.error = id.status();
-      p.callback(refused);
       --in_flight_;
+      p.callback(refused);
       continue;
     }
     engine_id_[p.handle] = *id;
@@ -110,6 +115,18 @@ void EngineLoop::Run() {
       }
       continue;
     }
+    {
+      // Counts first: a client woken by its last event must see the step's state.
+      std::lock_guard<std::mutex> lock(mu_);
+      stats_.running = engine_->num_running();
+      stats_.waiting = engine_->num_waiting() + static_cast<int64_t>(queued_.size());
+      stats_.kv_blocks = engine_->kv_blocks();
+      stats_.kv_blocks_free = engine_->kv_blocks_free();
+      stats_.preemptions = engine_->preemptions();
+      stats_.prefix_queries = engine_->prefix_cache_queries();
+      stats_.prefix_hits = engine_->prefix_cache_hits();
+      ++stats_.steps;
+    }
     for (const TokenEvent& e : *events) {
       StreamEvent event;
       event.token = e.token;
@@ -117,15 +134,6 @@ void EngineLoop::Run() {
       event.reason = engine_->finish_reason(e.request);
       Deliver(e.request, event);
     }
-    std::lock_guard<std::mutex> lock(mu_);
-    stats_.running = engine_->num_running();
-    stats_.waiting = engine_->num_waiting() + static_cast<int64_t>(queued_.size());
-    stats_.kv_blocks = engine_->kv_blocks();
-    stats_.kv_blocks_free = engine_->kv_blocks_free();
-    stats_.preemptions = engine_->preemptions();
-    stats_.prefix_queries = engine_->prefix_cache_queries();
-    stats_.prefix_hits = engine_->prefix_cache_hits();
-    ++stats_.steps;
   }
   // Shutting down: whatever is still in flight is cancelled, and told so.
   TakeQueued();
