@@ -111,6 +111,33 @@ absl::StatusOr<int> Engine::Submit(Request request) {
   return id;
 }
 
+absl::StatusOr<std::vector<int>> Engine::SubmitChoices(Request request, int n) {
+  if (n < 1) return absl::InvalidArgumentError(absl::StrCat("n must be at least 1, got ", n));
+  if (n > plan_.max_seqs * 16) return absl::InvalidArgumentError(absl::StrCat("n of ", n, " is too many"));
+  const uint64_t seed = request.sampling.seed;
+  ASSIGN_OR_RETURN(const int leader_id, Submit(request));
+  std::vector<int> ids = {leader_id};
+  Sequence* leader = seqs_.at(leader_id).get();
+  for (int i = 1; i < n; ++i) {
+    request.sampling.seed = seed + static_cast<uint64_t>(i);
+    ASSIGN_OR_RETURN(const int id, Submit(request));
+    Sequence* follower = seqs_.at(id).get();
+    waiting_.pop_back();  // parked with the leader until its prompt is in the cache
+    if (options_.prefix_caching && !request.prompt_logits) {
+      leader->followers.push_back(follower);
+    } else {
+      waiting_.push_back(follower);
+    }
+    ids.push_back(id);
+  }
+  return ids;
+}
+
+void Engine::ReleaseFollowers(Sequence& seq) {
+  for (auto it = seq.followers.rbegin(); it != seq.followers.rend(); ++it) waiting_.push_front(*it);
+  seq.followers.clear();
+}
+
 absl::Status Engine::Cancel(int id) {
   auto it = seqs_.find(id);
   if (it == seqs_.end()) return absl::NotFoundError(absl::StrCat("no request ", id));
@@ -118,6 +145,10 @@ absl::Status Engine::Cancel(int id) {
   if (seq->finish != FinishReason::kNone) return absl::OkStatus();
   waiting_.erase(std::remove(waiting_.begin(), waiting_.end(), seq), waiting_.end());
   running_.erase(std::remove(running_.begin(), running_.end(), seq), running_.end());
+  for (auto& [other_id, other] : seqs_) {  // a parked choice leaves its leader
+    auto& f = other->followers;
+    f.erase(std::remove(f.begin(), f.end(), seq), f.end());
+  }
   Finish(*seq, FinishReason::kCancelled);
   return absl::OkStatus();
 }
@@ -178,7 +209,8 @@ void Engine::RegisterFullBlocks(Sequence& seq) {
 
 void Engine::Finish(Sequence& seq, FinishReason reason) {
   seq.finish = reason;
-  seq.table.ReleaseAll(*pool_);
+  seq.table.ReleaseAll(*pool_);  // registered blocks stay cached for the followers
+  ReleaseFollowers(seq);
 }
 
 void Engine::Preempt(Sequence& seq) {
@@ -279,6 +311,7 @@ std::optional<TokenEvent> Engine::Advance(const Slice& s) {
   seq.cached += s.rows;
   seq.logits_from = std::max(seq.logits_from, seq.cached);
   if (options_.prefix_caching) RegisterFullBlocks(seq);
+  if (seq.cached >= seq.prompt_size()) ReleaseFollowers(seq);  // its prompt's full blocks are cached now
   if (!s.emits_token) return std::nullopt;
   const size_t last = s.logit_positions.size() - 1;
   int32_t token;

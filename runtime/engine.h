@@ -68,6 +68,10 @@ class Engine {
 
   // Validates and queues a request; returns its id.
   absl::StatusOr<int> Submit(Request request);
+  // `n` completions of one prompt (OpenAI's n): choice i samples with seed
+  // `seed + i`. The first computes the prompt; the others join once it has,
+  // taking its full blocks from the prefix cache. Returns the n ids.
+  absl::StatusOr<std::vector<int>> SubmitChoices(Request request, int n);
   bool HasWork() const { return !waiting_.empty() || !running_.empty(); }
   // Runs one batched step; returns the tokens it produced.
   absl::StatusOr<std::vector<TokenEvent>> Step();
@@ -105,6 +109,7 @@ class Engine {
     int64_t logits_from = 0;  // positions below this have had their logits row kept (or passed over)
     BlockTable table;
     std::vector<uint64_t> block_hashes;  // PrefixHash of each full block at the head of the table
+    std::vector<Sequence*> followers;    // choices that wait for this one's prompt (SubmitChoices)
     std::optional<Sampler> sampler;
     FinishReason finish = FinishReason::kNone;
 
@@ -141,6 +146,7 @@ class Engine {
   std::optional<TokenEvent> Advance(const Slice& slice);
   void Finish(Sequence& seq, FinishReason reason);
   void Preempt(Sequence& seq);
+  void ReleaseFollowers(Sequence& seq);  // its waiting choices go to the head of the queue
   // Prefix cache: takes the cached blocks that match the sequence's head; registers its newly full blocks.
   void LookupPrefix(Sequence& seq);
   void RegisterFullBlocks(Sequence& seq);

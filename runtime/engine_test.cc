@@ -275,6 +275,40 @@ TEST_F(EngineTest, StopIdsAndReleasedRequestsKeepMemoryFlat) {
   EXPECT_EQ(engine->kv_blocks_free(), engine->kv_blocks());
 }
 
+// n choices of one prompt: choice i is what a request with seed + i gives
+// alone, and the prompt is computed once (the others take its blocks).
+TEST_F(EngineTest, ChoicesShareThePromptAndSampleApart) {
+  std::vector<int32_t> prompt = kPrompt;
+  prompt.insert(prompt.end(), kGreedy.begin(), kGreedy.begin() + 8);  // 15 tokens: 3 full blocks of 4
+  Request r;
+  r.prompt = prompt;
+  r.max_new_tokens = 8;
+  r.sampling.temperature = 1.0f;
+  r.sampling.seed = 40;
+  std::vector<std::vector<int32_t>> solo;
+  for (int i = 0; i < 4; ++i) {
+    std::unique_ptr<Engine> engine = MakeEngine();
+    Request one = r;
+    one.sampling.seed = 40 + i;
+    const int id = *engine->Submit(one);
+    Drain(*engine);
+    solo.push_back(engine->new_tokens(id));
+  }
+  EXPECT_NE(solo[0], solo[1]);
+  std::unique_ptr<Engine> engine = MakeEngine();
+  const std::vector<int> ids = *engine->SubmitChoices(r, 4);
+  ASSERT_EQ(ids.size(), 4u);
+  int64_t prefilled = 0;
+  while (engine->HasWork()) {
+    ASSERT_TRUE(engine->Step().ok());
+    prefilled += engine->last_step().prefill_tokens;
+  }
+  for (int i = 0; i < 4; ++i) EXPECT_EQ(engine->new_tokens(ids[i]), solo[i]) << i;
+  EXPECT_EQ(engine->prefix_cache_hits(), 3 * 12);
+  EXPECT_EQ(prefilled, 15 + 3 * 3);
+  EXPECT_FALSE(engine->SubmitChoices(r, 0).ok());
+}
+
 TEST_F(EngineTest, SamplingIsReproducible) {
   Request r;
   r.prompt = kPrompt;
