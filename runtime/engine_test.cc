@@ -3,6 +3,9 @@
 #include <gtest/gtest.h>
 
 #include <cstdlib>
+#include <map>
+#include <random>
+#include <set>
 
 #include "compiler/driver.h"
 #include "models/glm/config.h"
@@ -307,6 +310,71 @@ TEST_F(EngineTest, ChoicesShareThePromptAndSampleApart) {
   EXPECT_EQ(engine->prefix_cache_hits(), 3 * 12);
   EXPECT_EQ(prefilled, 15 + 3 * 3);
   EXPECT_FALSE(engine->SubmitChoices(r, 0).ok());
+}
+
+// Random arrivals, cancellations, choices, shared prefixes and a cache small
+// enough to preempt: every request that is not cancelled gets exactly its
+// solo tokens, and every block comes back.
+TEST_F(EngineTest, RandomTrafficKeepsEveryAnswerAndEveryBlock) {
+  auto make = [&](int variant) {
+    Request r;
+    r.prompt = kPrompt;
+    r.prompt.insert(r.prompt.end(), kGreedy.begin(), kGreedy.begin() + variant % 9);
+    r.prompt[0] = 10 + variant % 3;
+    r.max_new_tokens = 1 + variant % 11;
+    if (variant % 4 == 3) {
+      r.sampling.temperature = 0.9f;
+      r.sampling.seed = static_cast<uint64_t>(variant);
+    }
+    return r;
+  };
+  std::map<int, std::vector<int32_t>> solo;  // variant -> tokens
+  for (int v = 0; v < 60; ++v) {
+    std::unique_ptr<Engine> engine = MakeEngine();
+    absl::StatusOr<int> id = engine->Submit(make(v));
+    ASSERT_TRUE(id.ok()) << id.status();
+    Drain(*engine);
+    solo[v] = engine->new_tokens(*id);
+  }
+  std::mt19937 rng(17);
+  for (int64_t cache : {28, 48, 0, 28, 32}) {
+    EngineOptions options;
+    options.kv_cache_tokens = cache;
+    std::unique_ptr<Engine> engine = MakeEngine(options);
+    std::map<int, int> variant_of;  // id -> variant
+    std::set<int> cancelled;
+    for (int step = 0; step < 400 && (step < 200 || engine->HasWork()); ++step) {
+      if (step < 200 && rng() % 3 == 0) {
+        const int v = static_cast<int>(rng() % 60);
+        if (v % 4 != 3 && rng() % 5 == 0) {  // greedy choices are all the solo answer
+          absl::StatusOr<std::vector<int>> ids = engine->SubmitChoices(make(v), 3);
+          ASSERT_TRUE(ids.ok()) << ids.status();
+          for (int id : *ids) variant_of[id] = v;
+        } else {
+          absl::StatusOr<int> id = engine->Submit(make(v));
+          ASSERT_TRUE(id.ok()) << id.status();
+          variant_of[*id] = v;
+        }
+      }
+      if (!variant_of.empty() && rng() % 17 == 0) {
+        auto it = variant_of.begin();
+        std::advance(it, rng() % variant_of.size());
+        if (engine->finish_reason(it->first) == FinishReason::kNone) {
+          ASSERT_TRUE(engine->Cancel(it->first).ok());
+          cancelled.insert(it->first);
+        }
+      }
+      ASSERT_TRUE(engine->Step().ok());
+    }
+    ASSERT_FALSE(engine->HasWork());
+    for (const auto& [id, v] : variant_of) {
+      if (cancelled.contains(id)) continue;
+      EXPECT_EQ(engine->new_tokens(id), solo[v]) << "cache " << cache << " variant " << v;
+    }
+    EXPECT_EQ(engine->kv_blocks_free(), engine->kv_blocks()) << cache;
+    if (cache == 28) EXPECT_GT(engine->preemptions(), 0);
+    EXPECT_GT(engine->prefix_cache_hits(), 0) << cache;
+  }
 }
 
 TEST_F(EngineTest, SamplingIsReproducible) {
