@@ -104,15 +104,10 @@ void EngineLoop::Run() {
     absl::StatusOr<std::vector<TokenEvent>> events = engine_->Step();
     if (!events.ok()) {
       // A failed step fails every request in it; the engine keeps no half state for them.
-      std::vector<int> ids;
-      for (const auto& [id, entry] : by_engine_id_) ids.push_back(id);
-      for (int id : ids) {
-        (void)engine_->Cancel(id);
-        StreamEvent failed;
-        failed.finished = true;
-        failed.error = events.status();
-        Deliver(id, failed);
-      }
+      StreamEvent failed;
+      failed.finished = true;
+      failed.error = events.status();
+      EndAll(failed);
       continue;
     }
     {
@@ -137,14 +132,18 @@ void EngineLoop::Run() {
   }
   // Shutting down: whatever is still in flight is cancelled, and told so.
   TakeQueued();
+  StreamEvent cancelled;
+  cancelled.finished = true;
+  cancelled.reason = FinishReason::kCancelled;
+  EndAll(cancelled);
+}
+
+void EngineLoop::EndAll(const StreamEvent& last) {
   std::vector<int> ids;
   for (const auto& [id, entry] : by_engine_id_) ids.push_back(id);
   for (int id : ids) {
     (void)engine_->Cancel(id);
-    StreamEvent cancelled;
-    cancelled.finished = true;
-    cancelled.reason = FinishReason::kCancelled;
-    Deliver(id, cancelled);
+    Deliver(id, last);
   }
 }
 

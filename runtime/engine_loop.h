@@ -67,6 +67,7 @@ class EngineLoop {
   void Run();
   void TakeQueued();  // on the engine thread
   void Deliver(int engine_id, const StreamEvent& event);
+  void EndAll(const StreamEvent& last);  // cancels every request in the engine, each hearing `last`
 
   std::unique_ptr<Engine> engine_;
   mutable std::mutex mu_;
