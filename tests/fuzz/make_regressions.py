@@ -93,6 +93,13 @@ def chat_cases():
     put("chat", "special-text-in-prompt", "<|user|>" * 4000 + "<|system")
 
 
+def openai_cases():
+    put("openai", "huge-max-tokens", '{"model": "m", "prompt": "x", "max_tokens": 18446744073709551615}')
+    put("openai", "invalid-utf8", b'{"model": "m", "messages": [{"role": "user", "content": "\xff\xfe"}]}')
+    put("openai", "nested-deep", '{"model": ' + "[" * 5000 + "]" * 5000 + "}")
+    put("openai", "ids-past-int32", '{"model": "m", "prompt": [4294967296, -1]}')
+
+
 if __name__ == "__main__":
     safetensors_cases()
     index_cases()
@@ -100,3 +107,4 @@ if __name__ == "__main__":
     plan_cases()
     tokenizer_cases()
     chat_cases()
+    openai_cases()

@@ -1,0 +1,256 @@
+#include "serve/openai.h"
+
+#include <cmath>
+#include <initializer_list>
+
+#include <nlohmann/json.hpp>
+
+#include "absl/strings/str_cat.h"
+
+namespace ag::serve {
+namespace {
+
+using nlohmann::json;
+
+ApiError Invalid(std::string param, std::string message) {
+  ApiError e;
+  e.param = std::move(param);
+  e.message = std::move(message);
+  return e;
+}
+
+// Reads one request object; the first problem found is kept and later reads are no-ops.
+class Reader {
+ public:
+  explicit Reader(const json& object) : object_(object) {}
+
+  bool Has(const char* key) const { return object_.contains(key) && !object_[key].is_null(); }
+  bool ok() const { return !error_.has_value(); }
+  const std::optional<ApiError>& error() const { return error_; }
+  void Fail(std::string param, std::string message) {
+    if (!error_) error_ = Invalid(std::move(param), std::move(message));
+  }
+
+  // Unknown fields are an error, as OpenAI's API answers them.
+  void OnlyKnown(std::initializer_list<const char*> known) {
+    for (const auto& [key, value] : object_.items()) {
+      bool found = false;
+      for (const char* k : known) found = found || key == k;
+      if (!found) return Fail(key, absl::StrCat("Unrecognized request argument supplied: ", key));
+    }
+  }
+  bool Bool(const char* key, bool fallback) {
+    if (!ok() || !Has(key)) return fallback;
+    if (!object_[key].is_boolean()) {
+      Fail(key, absl::StrCat("'", key, "' must be a boolean"));
+      return fallback;
+    }
+    return object_[key].get<bool>();
+  }
+  std::optional<int64_t> Int(const char* key, int64_t min, int64_t max) {
+    if (!ok() || !Has(key)) return std::nullopt;
+    const json& v = object_[key];
+    if (!v.is_number_integer() || (v.is_number_unsigned() && v.get<uint64_t>() > static_cast<uint64_t>(INT64_MAX)) ||
+        v.get<int64_t>() < min || v.get<int64_t>() > max) {
+      Fail(key, absl::StrCat("'", key, "' must be an integer in [", min, ", ", max, "]"));
+      return std::nullopt;
+    }
+    return v.get<int64_t>();
+  }
+  std::optional<double> Number(const char* key, double min, double max, bool min_open = false) {
+    if (!ok() || !Has(key)) return std::nullopt;
+    const json& v = object_[key];
+    const double d = v.is_number() ? v.get<double>() : NAN;
+    if (!std::isfinite(d) || d < min || (min_open && d == min) || d > max) {
+      Fail(key, absl::StrCat("'", key, "' must be a number in ", min_open ? "(" : "[", min, ", ", max, "]"));
+      return std::nullopt;
+    }
+    return d;
+  }
+  std::string String(const char* key, bool required) {
+    if (!ok()) return "";
+    if (!Has(key)) {
+      if (required) Fail(key, absl::StrCat("'", key, "' is required"));
+      return "";
+    }
+    if (!object_[key].is_string()) {
+      Fail(key, absl::StrCat("'", key, "' must be a string"));
+      return "";
+    }
+    return object_[key].get<std::string>();
+  }
+  // A field we know but do not implement: allowed only at its neutral value.
+  void Neutral(const char* key, const json& neutral) {
+    if (ok() && Has(key) && object_[key] != neutral && !(object_[key].is_object() && object_[key].empty()) &&
+        !(object_[key].is_array() && object_[key].empty())) {
+      Fail(key, absl::StrCat("'", key, "' is not supported"));
+    }
+  }
+  const json& operator[](const char* key) const { return object_[key]; }
+
+ private:
+  const json& object_;
+  std::optional<ApiError> error_;
+};
+
+void ReadOptions(Reader& r, const RequestLimits& limits, GenerationOptions& o) {
+  o.model = r.String("model", /*required=*/true);
+  o.stream = r.Bool("stream", false);
+  if (r.ok() && r.Has("stream_options")) {
+    const json& so = r["stream_options"];
+    if (!so.is_object() || (so.contains("include_usage") && !so["include_usage"].is_boolean())) {
+      r.Fail("stream_options", "'stream_options' must be {\"include_usage\": boolean}");
+    } else if (!o.stream) {
+      r.Fail("stream_options", "'stream_options' is only allowed with 'stream': true");
+    } else {
+      o.include_usage = so.value("include_usage", false);
+    }
+  }
+  o.max_tokens = r.Int("max_tokens", 1, limits.max_tokens);
+  if (const std::optional<int64_t> m = r.Int("max_completion_tokens", 1, limits.max_tokens)) o.max_tokens = m;
+  o.sampling.temperature = static_cast<float>(r.Number("temperature", 0, 2).value_or(1.0));
+  o.sampling.top_p = static_cast<float>(r.Number("top_p", 0, 1, /*min_open=*/true).value_or(1.0));
+  // vLLM's top_k: -1 or 0 is off.
+  const int64_t top_k = r.Int("top_k", -1, 1 << 30).value_or(0);
+  o.sampling.top_k = static_cast<int32_t>(top_k < 0 ? 0 : top_k);
+  o.sampling.repetition_penalty = static_cast<float>(r.Number("repetition_penalty", 0, 10, true).value_or(1.0));
+  o.sampling.seed = static_cast<uint64_t>(r.Int("seed", INT64_MIN, INT64_MAX).value_or(0));
+  o.n = static_cast<int>(r.Int("n", 1, limits.max_choices).value_or(1));
+  o.ignore_eos = r.Bool("ignore_eos", false);
+  if (r.ok() && r.Has("stop")) {
+    const json& stop = r["stop"];
+    std::vector<json> items = stop.is_array() ? std::vector<json>(stop.begin(), stop.end()) : std::vector<json>{stop};
+    if (static_cast<int>(items.size()) > limits.max_stop_strings) {
+      r.Fail("stop", absl::StrCat("'stop' takes at most ", limits.max_stop_strings, " strings"));
+    }
+    for (const json& s : items) {
+      if (!s.is_string() || s.get<std::string>().empty()) {
+        r.Fail("stop", "'stop' must be a non-empty string or a list of them");
+        break;
+      }
+      o.stop.push_back(s.get<std::string>());
+    }
+  }
+  r.Neutral("frequency_penalty", 0);
+  r.Neutral("presence_penalty", 0);
+  r.Neutral("logit_bias", json::object());
+  r.Neutral("tools", json::array());
+  r.Neutral("tool_choice", "none");
+  r.Neutral("response_format", json{{"type", "text"}});
+}
+
+// "content" as a string, or as a list of {"type": "text", "text": ...} parts.
+std::optional<std::string> Content(const json& content) {
+  if (content.is_string()) return content.get<std::string>();
+  if (!content.is_array()) return std::nullopt;
+  std::string text;
+  for (const json& part : content) {
+    if (!part.is_object() || part.value("type", "") != "text" || !part.contains("text") || !part["text"].is_string()) {
+      return std::nullopt;
+    }
+    text += part["text"].get<std::string>();
+  }
+  return text;
+}
+
+std::optional<json> ParseObject(std::string_view body, ApiError* error) {
+  json j = json::parse(body.begin(), body.end(), nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded()) {
+    *error = Invalid("", "the request body is not valid JSON (or not UTF-8)");
+    return std::nullopt;
+  }
+  if (!j.is_object()) {
+    *error = Invalid("", "the request body must be a JSON object");
+    return std::nullopt;
+  }
+  return j;
+}
+
+}  // namespace
+
+std::string ApiError::ToJson() const {
+  json e = {{"message", message}, {"type", type}, {"param", nullptr}, {"code", nullptr}};
+  if (!param.empty()) e["param"] = param;
+  if (!code.empty()) e["code"] = code;
+  return json{{"error", e}}.dump(-1, ' ', /*ensure_ascii=*/false, json::error_handler_t::replace);
+}
+
+ChatResult ParseChatRequest(std::string_view body, const RequestLimits& limits) {
+  ApiError error;
+  const std::optional<json> j = ParseObject(body, &error);
+  if (!j) return error;
+  Reader r(*j);
+  r.OnlyKnown({"model", "messages", "stream", "stream_options", "max_tokens", "max_completion_tokens", "temperature",
+               "top_p", "top_k", "repetition_penalty", "seed", "n", "stop", "logprobs", "top_logprobs", "ignore_eos",
+               "user", "frequency_penalty", "presence_penalty", "logit_bias", "tools", "tool_choice",
+               "response_format"});
+  ChatRequest req;
+  ReadOptions(r, limits, req.options);
+  req.logprobs = r.Bool("logprobs", false);
+  req.top_logprobs = static_cast<int>(r.Int("top_logprobs", 0, limits.max_top_logprobs).value_or(0));
+  if (r.ok() && req.top_logprobs > 0 && !req.logprobs) r.Fail("top_logprobs", "'top_logprobs' needs 'logprobs': true");
+  if (r.ok()) {
+    if (!r.Has("messages") || !r["messages"].is_array() || r["messages"].empty()) {
+      r.Fail("messages", "'messages' must be a non-empty list");
+    } else {
+      const json& messages = r["messages"];
+      for (size_t i = 0; i < messages.size() && r.ok(); ++i) {
+        const json& m = messages[i];
+        const std::string where = absl::StrCat("messages[", i, "]");
+        if (!m.is_object() || !m.contains("role") || !m["role"].is_string()) {
+          r.Fail(where + ".role", absl::StrCat("'", where, ".role' must be a string"));
+          break;
+        }
+        const std::string role = m["role"].get<std::string>();
+        if (role != "system" && role != "user" && role != "assistant" && role != "observation") {
+          r.Fail(where + ".role", absl::StrCat("'", where, ".role' must be system, user, assistant or observation"));
+          break;
+        }
+        const std::optional<std::string> content = m.contains("content") ? Content(m["content"]) : std::nullopt;
+        if (!content) {
+          r.Fail(where + ".content", absl::StrCat("'", where, ".content' must be a string or a list of text parts"));
+          break;
+        }
+        req.messages.push_back({role, *content});
+      }
+    }
+  }
+  if (!r.ok()) return *r.error();
+  return req;
+}
+
+CompletionResult ParseCompletionRequest(std::string_view body, const RequestLimits& limits) {
+  ApiError error;
+  const std::optional<json> j = ParseObject(body, &error);
+  if (!j) return error;
+  Reader r(*j);
+  r.OnlyKnown({"model", "prompt", "stream", "stream_options", "max_tokens", "temperature", "top_p", "top_k",
+               "repetition_penalty", "seed", "n", "stop", "logprobs", "echo", "return_token_ids", "ignore_eos", "user",
+               "frequency_penalty", "presence_penalty", "logit_bias", "suffix", "best_of"});
+  CompletionRequest req;
+  ReadOptions(r, limits, req.options);
+  if (!req.options.max_tokens) req.options.max_tokens = 16;  // OpenAI's default for completions
+  req.echo = r.Bool("echo", false);
+  req.return_token_ids = r.Bool("return_token_ids", false);
+  if (const std::optional<int64_t> lp = r.Int("logprobs", 0, 5)) req.logprobs = static_cast<int>(*lp);
+  r.Neutral("suffix", "");
+  r.Neutral("best_of", 1);
+  if (r.ok()) {
+    const json* prompt = r.Has("prompt") ? &r["prompt"] : nullptr;
+    if (prompt != nullptr && prompt->is_string()) {
+      req.prompt = prompt->get<std::string>();
+    } else if (prompt != nullptr && prompt->is_array() && !prompt->empty() && prompt->size() <= limits.max_prompt_ids &&
+               std::all_of(prompt->begin(), prompt->end(), [](const json& id) {
+                 return id.is_number_integer() && id.get<int64_t>() >= 0 && id.get<int64_t>() <= INT32_MAX &&
+                        !(id.is_number_unsigned() && id.get<uint64_t>() > INT32_MAX);
+               })) {
+      req.prompt = prompt->get<std::vector<int32_t>>();
+    } else {
+      r.Fail("prompt", "'prompt' must be a string or a non-empty list of token ids");
+    }
+  }
+  if (!r.ok()) return *r.error();
+  return req;
+}
+
+}  // namespace ag::serve

@@ -1,0 +1,74 @@
+// The OpenAI API's request bodies, parsed and validated completely before
+// anything runs: POST /v1/chat/completions and POST /v1/completions. A bad
+// body is an ApiError shaped like OpenAI's ({"error": {message, type, param,
+// code}}) with the HTTP status to answer with, naming the field at fault.
+// The HTTP server (issue 9) and its fuzz target build on this.
+#ifndef AUTOGLM_SERVE_OPENAI_H_
+#define AUTOGLM_SERVE_OPENAI_H_
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "models/glm/chat.h"
+#include "runtime/sampler.h"
+
+namespace ag::serve {
+
+struct ApiError {
+  int http_status = 400;
+  std::string message;
+  std::string type = "invalid_request_error";
+  std::string param;  // the field at fault, or empty
+  std::string code;   // empty, or a machine-readable code
+  // {"error": {"message": ..., "type": ..., "param": ... | null, "code": ... | null}}
+  std::string ToJson() const;
+};
+
+// Limits on what one request may ask for.
+struct RequestLimits {
+  int64_t max_tokens = 1 << 20;    // a completion's length
+  int max_choices = 16;            // n
+  int max_stop_strings = 4;        // as OpenAI
+  int max_top_logprobs = 20;       // as OpenAI
+  size_t max_prompt_ids = 1 << 20;  // a prompt given as ids
+};
+
+// What both endpoints share.
+struct GenerationOptions {
+  std::string model;
+  bool stream = false;
+  bool include_usage = false;  // stream_options.include_usage
+  std::optional<int64_t> max_tokens;
+  runtime::SamplingParams sampling;  // temperature 1 by default, as OpenAI
+  std::vector<std::string> stop;
+  int n = 1;
+  bool ignore_eos = false;  // vLLM's extension
+};
+
+struct ChatRequest {
+  GenerationOptions options;
+  std::vector<glm::ChatMessage> messages;
+  bool logprobs = false;
+  int top_logprobs = 0;
+};
+
+struct CompletionRequest {
+  GenerationOptions options;
+  std::variant<std::string, std::vector<int32_t>> prompt;  // text, or token ids
+  bool echo = false;
+  std::optional<int> logprobs;       // 0-5: this many alternatives per token
+  bool return_token_ids = false;     // vLLM's extension
+};
+
+using ChatResult = std::variant<ChatRequest, ApiError>;
+using CompletionResult = std::variant<CompletionRequest, ApiError>;
+
+ChatResult ParseChatRequest(std::string_view body, const RequestLimits& limits = {});
+CompletionResult ParseCompletionRequest(std::string_view body, const RequestLimits& limits = {});
+
+}  // namespace ag::serve
+
+#endif  // AUTOGLM_SERVE_OPENAI_H_

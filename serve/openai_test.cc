@@ -1,0 +1,102 @@
+#include "serve/openai.h"
+
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+namespace ag::serve {
+namespace {
+
+TEST(OpenAi, ParsesAChatRequest) {
+  const ChatResult r = ParseChatRequest(R"({"model": "glm", "messages": [
+      {"role": "system", "content": "be brief"},
+      {"role": "user", "content": [{"type": "text", "text": "hel"}, {"type": "text", "text": "lo"}]}],
+      "stream": true, "stream_options": {"include_usage": true}, "max_completion_tokens": 7, "temperature": 0,
+      "top_p": 0.5, "top_k": -1, "seed": 3, "n": 2, "stop": ["\n\n", "END"], "logprobs": true, "top_logprobs": 2,
+      "frequency_penalty": 0, "user": "u1"})");
+  ASSERT_TRUE(std::holds_alternative<ChatRequest>(r)) << std::get<ApiError>(r).message;
+  const ChatRequest& c = std::get<ChatRequest>(r);
+  EXPECT_EQ(c.options.model, "glm");
+  ASSERT_EQ(c.messages.size(), 2u);
+  EXPECT_EQ(c.messages[1].role, "user");
+  EXPECT_EQ(c.messages[1].content, "hello");
+  EXPECT_TRUE(c.options.stream);
+  EXPECT_TRUE(c.options.include_usage);
+  EXPECT_EQ(c.options.max_tokens, 7);
+  EXPECT_EQ(c.options.sampling.temperature, 0.0f);
+  EXPECT_EQ(c.options.sampling.top_p, 0.5f);
+  EXPECT_EQ(c.options.sampling.top_k, 0);
+  EXPECT_EQ(c.options.sampling.seed, 3u);
+  EXPECT_EQ(c.options.n, 2);
+  EXPECT_EQ(c.options.stop, (std::vector<std::string>{"\n\n", "END"}));
+  EXPECT_TRUE(c.logprobs);
+  EXPECT_EQ(c.top_logprobs, 2);
+}
+
+TEST(OpenAi, ParsesCompletionPromptsAsTextOrIds) {
+  CompletionResult r = ParseCompletionRequest(R"({"model": "glm", "prompt": "hi", "echo": true, "logprobs": 2})");
+  ASSERT_TRUE(std::holds_alternative<CompletionRequest>(r));
+  EXPECT_EQ(std::get<std::string>(std::get<CompletionRequest>(r).prompt), "hi");
+  EXPECT_EQ(std::get<CompletionRequest>(r).options.max_tokens, 16) << "OpenAI's default";
+  EXPECT_EQ(std::get<CompletionRequest>(r).options.sampling.temperature, 1.0f) << "OpenAI's default";
+  r = ParseCompletionRequest(R"({"model": "glm", "prompt": [5, 17, 42], "return_token_ids": true, "ignore_eos": true})");
+  ASSERT_TRUE(std::holds_alternative<CompletionRequest>(r));
+  EXPECT_EQ(std::get<std::vector<int32_t>>(std::get<CompletionRequest>(r).prompt), (std::vector<int32_t>{5, 17, 42}));
+  EXPECT_TRUE(std::get<CompletionRequest>(r).return_token_ids);
+  EXPECT_TRUE(std::get<CompletionRequest>(r).options.ignore_eos);
+}
+
+// Each bad body is a 400 naming the field at fault.
+TEST(OpenAi, BadBodiesNameTheField) {
+  const struct {
+    const char* body;
+    const char* param;
+  } chat_cases[] = {
+      {R"({"messages": [{"role": "user", "content": "x"}]})", "model"},
+      {R"({"model": "m"})", "messages"},
+      {R"({"model": "m", "messages": []})", "messages"},
+      {R"({"model": "m", "messages": [{"role": "root", "content": "x"}]})", "messages[0].role"},
+      {R"({"model": "m", "messages": [{"role": "user"}]})", "messages[0].content"},
+      {R"({"model": "m", "messages": [{"role": "user", "content": 5}]})", "messages[0].content"},
+      {R"({"model": "m", "messages": [{"role": "user", "content": "x"}], "max_tokens": -1})", "max_tokens"},
+      {R"({"model": "m", "messages": [{"role": "user", "content": "x"}], "max_tokens": 1e400})", ""},
+      {R"({"model": "m", "messages": [{"role": "user", "content": "x"}], "max_tokens": 18446744073709551615})",
+       "max_tokens"},
+      {R"({"model": "m", "messages": [{"role": "user", "content": "x"}], "temperature": "hot"})", "temperature"},
+      {R"({"model": "m", "messages": [{"role": "user", "content": "x"}], "temperature": 3})", "temperature"},
+      {R"({"model": "m", "messages": [{"role": "user", "content": "x"}], "top_p": 0})", "top_p"},
+      {R"({"model": "m", "messages": [{"role": "user", "content": "x"}], "n": 0})", "n"},
+      {R"({"model": "m", "messages": [{"role": "user", "content": "x"}], "n": 1000})", "n"},
+      {R"({"model": "m", "messages": [{"role": "user", "content": "x"}], "stop": ["a","b","c","d","e"]})", "stop"},
+      {R"({"model": "m", "messages": [{"role": "user", "content": "x"}], "stop": [""]})", "stop"},
+      {R"({"model": "m", "messages": [{"role": "user", "content": "x"}], "top_logprobs": 3})", "top_logprobs"},
+      {R"({"model": "m", "messages": [{"role": "user", "content": "x"}], "stream_options": {}})", "stream_options"},
+      {R"({"model": "m", "messages": [{"role": "user", "content": "x"}], "frequency_penalty": 1})",
+       "frequency_penalty"},
+      {R"({"model": "m", "messages": [{"role": "user", "content": "x"}], "temprature": 1})", "temprature"},
+      {R"([1, 2])", ""},
+      {"{\"model\": \"m\", \"messages\": [{\"role\": \"user\", \"content\": \"\xff\"}]}", ""},
+  };
+  for (const auto& c : chat_cases) {
+    const ChatResult r = ParseChatRequest(c.body);
+    ASSERT_TRUE(std::holds_alternative<ApiError>(r)) << c.body;
+    const ApiError& e = std::get<ApiError>(r);
+    EXPECT_EQ(e.http_status, 400) << c.body;
+    EXPECT_EQ(e.param, c.param) << c.body << " -> " << e.message;
+    const nlohmann::json j = nlohmann::json::parse(e.ToJson());
+    EXPECT_EQ(j["error"]["type"], "invalid_request_error");
+    EXPECT_EQ(j["error"]["param"].is_null(), e.param.empty());
+    EXPECT_TRUE(j["error"]["code"].is_null());
+  }
+  for (const char* body : {R"({"model": "m"})", R"({"model": "m", "prompt": []})", R"({"model": "m", "prompt": [-1]})",
+                           R"({"model": "m", "prompt": [4294967296]})", R"({"model": "m", "prompt": ["a", "b"]})",
+                           R"({"model": "m", "prompt": "x", "logprobs": 6})",
+                           R"({"model": "m", "prompt": "x", "suffix": "y"})"}) {
+    const CompletionResult r = ParseCompletionRequest(body);
+    ASSERT_TRUE(std::holds_alternative<ApiError>(r)) << body;
+    EXPECT_FALSE(std::get<ApiError>(r).param.empty()) << body;
+  }
+}
+
+}  // namespace
+}  // namespace ag::serve
