@@ -48,8 +48,8 @@ absl::StatusOr<Roofline> PlanRoofline(const Plan& plan, const StepShape& shape, 
                                        {"R", shape.seqs},
                                        {"MB", (shape.context + block - 1) / block},
                                        {"NB", shape.seqs * ((shape.context + block - 1) / block)}};
-  const double kv_token_bytes = static_cast<double>(2 * plan.kv.kv_heads * plan.kv.head_dim) *
-                                static_cast<double>(ir::DTypeSize(plan.kv.dtype));
+  // K and V of one token in one layer.
+  const double kv_token_bytes = static_cast<double>(plan.kv.BytesPerToken() / plan.kv.num_layers);
   // Keys each new token attends to, summed over a sequence's new tokens (causal).
   const double keys_per_seq = static_cast<double>(shape.tokens_per_seq) *
                                   static_cast<double>(shape.context - shape.tokens_per_seq) +

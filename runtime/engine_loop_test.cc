@@ -2,16 +2,13 @@
 
 #include <gtest/gtest.h>
 
-#include <cstdlib>
 #include <future>
 #include <map>
 #include <thread>
 
-#include "compiler/driver.h"
-#include "models/glm/config.h"
-#include "models/glm/safetensors.h"
 #include "runtime/cpu_backend.h"
 #include "runtime/weights.h"
+#include "tests/testing/tiny_glm.h"
 
 namespace ag::runtime {
 namespace {
@@ -20,21 +17,10 @@ const std::vector<int32_t> kPrompt = {15, 292, 121, 86, 283, 147, 287};
 
 class EngineLoopTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    const char* data = std::getenv("AUTOGLM_TEST_DATA");
-    const std::string dir = std::string(data != nullptr ? data : "tests/data") + "/tiny-glm";
-    config_ = *glm::LoadModelConfig(dir);
-    checkpoint_ = std::make_unique<glm::Checkpoint>(*glm::Checkpoint::Open(dir));
-    weights_ = std::make_unique<CheckpointWeights>(*checkpoint_);
-    compiler::CompileOptions options;
-    options.build.kv_block_size = 4;
-    options.build.max_seqs = 8;
-    plan_ = compiler::Compile(config_, options)->plan;
-  }
   std::unique_ptr<Engine> MakeEngine(CpuBackend& backend, int64_t kv_tokens = 0) {
     EngineOptions options;
     options.kv_cache_tokens = kv_tokens;
-    return std::move(*Engine::Create(plan_, backend, *weights_, options));
+    return std::move(*Engine::Create(tiny_.plan, backend, *tiny_.weights, options));
   }
   static Request Make(int variant) {
     Request r;
@@ -44,10 +30,7 @@ class EngineLoopTest : public ::testing::Test {
     return r;
   }
 
-  glm::ModelConfig config_;
-  std::unique_ptr<glm::Checkpoint> checkpoint_;
-  std::unique_ptr<CheckpointWeights> weights_;
-  compiler::Plan plan_;
+  testing::TinyGlm tiny_{8};
 };
 
 // Submits and waits for the whole stream.

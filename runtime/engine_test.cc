@@ -2,16 +2,13 @@
 
 #include <gtest/gtest.h>
 
-#include <cstdlib>
 #include <map>
 #include <random>
 #include <set>
 
-#include "compiler/driver.h"
-#include "models/glm/config.h"
-#include "models/glm/safetensors.h"
 #include "runtime/cpu_backend.h"
 #include "runtime/weights.h"
+#include "tests/testing/tiny_glm.h"
 
 namespace ag::runtime {
 namespace {
@@ -22,19 +19,8 @@ const std::vector<int32_t> kGreedy = {69, 153, 229, 237, 286, 283, 283, 234, 237
 
 class EngineTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    const char* data = std::getenv("AUTOGLM_TEST_DATA");
-    const std::string dir = std::string(data != nullptr ? data : "tests/data") + "/tiny-glm";
-    config_ = *glm::LoadModelConfig(dir);
-    checkpoint_ = std::make_unique<glm::Checkpoint>(*glm::Checkpoint::Open(dir));
-    weights_ = std::make_unique<CheckpointWeights>(*checkpoint_);
-    compiler::CompileOptions options;
-    options.build.kv_block_size = 4;
-    plan_ = compiler::Compile(config_, options)->plan;
-  }
-
   std::unique_ptr<Engine> MakeEngine(const EngineOptions& options = {}) {
-    absl::StatusOr<std::unique_ptr<Engine>> engine = Engine::Create(plan_, backend_, *weights_, options);
+    absl::StatusOr<std::unique_ptr<Engine>> engine = Engine::Create(plan_, backend_, *tiny_.weights, options);
     EXPECT_TRUE(engine.ok()) << engine.status();
     return std::move(*engine);
   }
@@ -43,11 +29,9 @@ class EngineTest : public ::testing::Test {
     while (engine.HasWork()) ASSERT_TRUE(engine.Step().ok());
   }
 
-  glm::ModelConfig config_;
+  testing::TinyGlm tiny_;
+  compiler::Plan plan_ = tiny_.plan;  // tests may edit it
   std::vector<std::unique_ptr<Engine>> engines_;
-  std::unique_ptr<glm::Checkpoint> checkpoint_;
-  std::unique_ptr<CheckpointWeights> weights_;
-  compiler::Plan plan_;
   CpuBackend backend_;
 };
 
