@@ -213,7 +213,7 @@ void BM_Cublas(benchmark::State& state) {
 
 void LinearArgs(benchmark::internal::Benchmark* b) {
   for (int shape = 0; shape < 5; ++shape) {
-    for (int m : {1, 8, 32, 512}) b->Args({shape, m});
+    for (int m : {1, 8, 32, 64, 512}) b->Args({shape, m});  // GEMV, skinny (3 tile sizes), GEMM
   }
 }
 BENCHMARK(BM_Linear)->Apply(LinearArgs)->UseManualTime()->Iterations(kIterations)->Unit(benchmark::kMicrosecond);

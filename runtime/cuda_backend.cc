@@ -109,7 +109,7 @@ class CudaBackend : public Backend {
   std::map<std::string, size_t> input_offsets_;  // byte offset of each runtime input in inputs_
   std::map<GraphKey, cudaGraphExec_t> graphs_;
   std::map<GraphKey, int> seen_;  // eager runs per key before capture
-  int64_t scratch_k_ = 0;          // widest linear input: sizes the GEMM path's scratch
+  int64_t scratch_k_ = 0;          // widest linear input: sizes the tensor-core paths' scratch
 };
 
 absl::Status CudaBackend::UploadWeight(const compiler::WeightEntry& entry, const WeightSource& source, bool interleave,
@@ -193,7 +193,7 @@ absl::Status CudaBackend::Load(const compiler::Plan& plan, const WeightSource& w
   scratch_k_ = 0;
   for (const compiler::PlanStep& step : plan.steps) {
     if (step.kernel == ir::OpId::k_norm_gate_up_silu) interleave[step.operands[2].index] = true;
-    // The GEMM path normalises x into the scratch for the linear ops with a norm prologue.
+    // The tensor-core paths (M > 1) normalise x into the scratch for the linear ops with a norm prologue.
     const bool norm_prologue = step.kernel == ir::OpId::k_norm_gate_up_silu ||
                                step.kernel == ir::OpId::k_norm_qkv_rope_kv_write ||
                                step.kernel == ir::OpId::k_norm_linear;

@@ -1,9 +1,12 @@
 // Paged attention over the KV cache, for decode tokens and prefill chunks
-// alike (flash-decoding): each block takes one query token, one KV head and
-// one slice of the context, computes all query heads of that KV head's group
-// (the K/V tile is read once for the whole group), keeps an online softmax,
-// and writes a partial result; a second kernel combines the slices.
-// Causal: the query at position p sees keys 0..p of its own sequence.
+// alike (flash-decoding): each block takes one query token, one KV head, a
+// chunk of that KV head's query heads (the K/V tile is read once for all of
+// them) and one slice of the context (attention_plan.h sizes both so that a
+// decode step fills the GPU at every context length); it streams 32-key K/V
+// tiles through cp.async double buffering, keeps an online softmax per head
+// in warp registers, and writes a partial result; a second kernel combines
+// the slices. Causal: the query at position p sees keys 0..p of its own
+// sequence.
 #ifndef AUTOGLM_KERNELS_CUDA_ATTENTION_CUH_
 #define AUTOGLM_KERNELS_CUDA_ATTENTION_CUH_
 

@@ -13,4 +13,13 @@ bool ProgrammaticLaunch() {
   return enabled;
 }
 
+int MultiprocessorCount() {
+  int device = 0, count = 0;
+  if (cudaGetDevice(&device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device) != cudaSuccess) {
+    return 0;
+  }
+  return count;
+}
+
 }  // namespace ag::cuda

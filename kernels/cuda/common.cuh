@@ -76,6 +76,19 @@ __device__ __forceinline__ float BlockSum(float v, float* scratch) {
   return total;
 }
 
+// ---- cp.async: global -> shared copies that do not pass through registers ----
+
+__device__ __forceinline__ void CpAsync16(void* smem, const void* global, bool valid) {
+  const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  const int bytes = valid ? 16 : 0;  // 0: fill with zeros
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(global), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void CpAsyncCommit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int kPending>
+__device__ __forceinline__ void CpAsyncWait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending) : "memory");
+}
+
 inline int CeilDiv(int64_t a, int64_t b) { return static_cast<int>((a + b - 1) / b); }
 
 // ---- programmatic dependent launch (Hopper) ----
@@ -106,24 +119,45 @@ __device__ __forceinline__ void PrefetchL2(const void* p) {
 // False when AUTOGLM_PDL=0 (kernels then launch plainly, one after the other).
 bool ProgrammaticLaunch();
 
-// Launches `kernel` with programmatic stream serialization (when enabled).
+// Launches `kernel` with programmatic stream serialization (when enabled), in
+// thread-block clusters of `cluster` blocks when that is not 1 x 1 x 1.
 template <typename... Params, typename... Args>
-cudaError_t LaunchKernel(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
-                         Args&&... args) {
-  cudaLaunchAttribute attribute[1];
-  attribute[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attribute[0].val.programmaticStreamSerializationAllowed = 1;
+cudaError_t LaunchKernelInCluster(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
+                                  dim3 cluster, Args&&... args) {
+  cudaLaunchAttribute attributes[2];
+  unsigned count = 0;
+  if (ProgrammaticLaunch()) {
+    attributes[count].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attributes[count].val.programmaticStreamSerializationAllowed = 1;
+    ++count;
+  }
+  if (cluster.x * cluster.y * cluster.z != 1) {
+    attributes[count].id = cudaLaunchAttributeClusterDimension;
+    attributes[count].val.clusterDim.x = cluster.x;
+    attributes[count].val.clusterDim.y = cluster.y;
+    attributes[count].val.clusterDim.z = cluster.z;
+    ++count;
+  }
   cudaLaunchConfig_t config = {};
   config.gridDim = grid;
   config.blockDim = block;
   config.dynamicSmemBytes = smem;
   config.stream = stream;
-  config.attrs = attribute;
-  config.numAttrs = ProgrammaticLaunch() ? 1 : 0;
+  config.attrs = attributes;
+  config.numAttrs = count;
   const cudaError_t e = cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...);
   // Peek, not get: the error stays visible to later checks (a benchmark's, a step's).
   return e != cudaSuccess ? e : cudaPeekAtLastError();
 }
+
+template <typename... Params, typename... Args>
+cudaError_t LaunchKernel(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
+                         Args&&... args) {
+  return LaunchKernelInCluster(kernel, grid, block, smem, stream, dim3(1, 1, 1), std::forward<Args>(args)...);
+}
+
+// Multiprocessors of the current device (0 when it cannot be asked): sizes persistent grids.
+int MultiprocessorCount();
 
 // Lets kernel `kKernel` take more than 48 KB of dynamic shared memory. Done
 // once per kernel, so that launches captured into CUDA graphs make no

@@ -9,7 +9,7 @@ cudaError_t NormRowsInto(const LinearParams& p, cudaStream_t stream) {
 
 namespace {
 
-cudaError_t Dispatch(const LinearParams& p, cudaStream_t stream, bool gemm) {
+cudaError_t Dispatch(const LinearParams& p, cudaStream_t stream, LinearPath path) {
   if (p.m == 0 || p.n == 0) return cudaSuccess;
   if (p.k % 8 != 0) return cudaErrorInvalidValue;
   const bool pairs = p.epilogue == Epilogue::kSiluMul || p.epilogue == Epilogue::kQkvRope;
@@ -23,15 +23,15 @@ cudaError_t Dispatch(const LinearParams& p, cudaStream_t stream, bool gemm) {
   }
   switch (p.epilogue) {
     case Epilogue::kNone:
-      return LaunchLinearFor<Epilogue::kNone>(p, stream, gemm);
+      return LaunchLinearFor<Epilogue::kNone>(p, stream, path);
     case Epilogue::kBias:
-      return LaunchLinearFor<Epilogue::kBias>(p, stream, gemm);
+      return LaunchLinearFor<Epilogue::kBias>(p, stream, path);
     case Epilogue::kResidual:
-      return LaunchLinearFor<Epilogue::kResidual>(p, stream, gemm);
+      return LaunchLinearFor<Epilogue::kResidual>(p, stream, path);
     case Epilogue::kSiluMul:
-      return LaunchLinearFor<Epilogue::kSiluMul>(p, stream, gemm);
+      return LaunchLinearFor<Epilogue::kSiluMul>(p, stream, path);
     case Epilogue::kQkvRope:
-      return LaunchLinearFor<Epilogue::kQkvRope>(p, stream, gemm);
+      return LaunchLinearFor<Epilogue::kQkvRope>(p, stream, path);
   }
   return cudaErrorInvalidValue;
 }
@@ -39,9 +39,15 @@ cudaError_t Dispatch(const LinearParams& p, cudaStream_t stream, bool gemm) {
 }  // namespace
 
 cudaError_t LaunchLinear(const LinearParams& p, cudaStream_t stream) {
-  return Dispatch(p, stream, /*gemm=*/p.m > kGemvMaxRows);
+  const LinearPath path = p.m <= kGemvMaxRows    ? LinearPath::kGemv
+                          : p.m <= kSkinnyMaxRows ? LinearPath::kSkinny
+                                                  : LinearPath::kGemm;
+  return Dispatch(p, stream, path);
 }
-cudaError_t LaunchGemv(const LinearParams& p, cudaStream_t stream) { return Dispatch(p, stream, false); }
-cudaError_t LaunchGemm(const LinearParams& p, cudaStream_t stream) { return Dispatch(p, stream, true); }
+cudaError_t LaunchGemv(const LinearParams& p, cudaStream_t stream) { return Dispatch(p, stream, LinearPath::kGemv); }
+cudaError_t LaunchSkinny(const LinearParams& p, cudaStream_t stream) {
+  return Dispatch(p, stream, LinearPath::kSkinny);
+}
+cudaError_t LaunchGemm(const LinearParams& p, cudaStream_t stream) { return Dispatch(p, stream, LinearPath::kGemm); }
 
 }  // namespace ag::cuda

@@ -7,11 +7,17 @@
 //   kSiluMul    y[:, j] = silu(g_j) * u_j, W's rows interleaved (g_0, u_0, g_1, u_1, ...)
 //   kQkvRope    [q | k | v] = x W^T (+ b); rotary on q and k; q -> y, k and v -> the paged KV cache
 //
-// Small M (decode) runs a GEMV that reads every weight byte once with 16-byte
-// streaming loads, x staged in shared memory as fp32; large M (prefill) runs
-// a tensor-core GEMM (mma.sync m16n8k16) with the same epilogues. Inside a
-// fused op everything stays fp32 and only the outputs are rounded to bf16,
-// as the CPU reference kernels do.
+// Three paths, chosen by M, all with the same prologue and epilogues:
+//   M = 1       a GEMV streaming every weight byte once with 16-byte loads,
+//               x (normalised once per block) staged in shared memory as fp32;
+//   M = 2..64   a weight-streaming tensor-core kernel (swap-AB: the weights
+//               are the mma's A operand, the batch its N), every weight byte
+//               still read once whatever M is;
+//   M > 64      a tensor-core GEMM (mma.sync m16n8k16), 4-stage cp.async.
+// The tensor-core paths take x normalised once into `scratch` (bf16, as the
+// mma takes it) when there is a norm prologue. Inside a fused op everything
+// else stays fp32 and only the outputs are rounded to bf16, as the CPU
+// reference kernels do.
 #ifndef AUTOGLM_KERNELS_CUDA_LINEAR_CUH_
 #define AUTOGLM_KERNELS_CUDA_LINEAR_CUH_
 
@@ -46,17 +52,20 @@ struct LinearParams {
   const __nv_bfloat16* bias = nullptr;      // [n]: kBias, optional for kQkvRope
   const __nv_bfloat16* residual = nullptr;  // [m, n]: kResidual
   QkvRope qkv;
-  __nv_bfloat16* scratch = nullptr;  // [m, k]: the normalised x on the GEMM path
+  __nv_bfloat16* scratch = nullptr;  // [m, k]: the normalised x on the tensor-core paths (m > 1)
 };
 
-// Rows of x up to which the GEMV path runs; the GEMM path above.
-inline constexpr int64_t kGemvMaxRows = 64;
+// Rows of x up to which the GEMV path runs, and the skinny tensor-core path; the GEMM above.
+inline constexpr int64_t kGemvMaxRows = 1;
+inline constexpr int64_t kSkinnyMaxRows = 64;
 
 // k % 8 == 0; n even for kSiluMul and kQkvRope.
 cudaError_t LaunchLinear(const LinearParams& p, cudaStream_t stream);
 
-// The two paths, for tests and benchmarks that want one of them.
+// The three paths, for tests and benchmarks that want one of them: the GEMV
+// and the GEMM take any M (the GEMV loops over the rows), the skinny path M <= 64.
 cudaError_t LaunchGemv(const LinearParams& p, cudaStream_t stream);
+cudaError_t LaunchSkinny(const LinearParams& p, cudaStream_t stream);
 cudaError_t LaunchGemm(const LinearParams& p, cudaStream_t stream);
 
 // Rows of a gate/up weight [2I, k] reordered for kSiluMul: row 2j = gate j, row 2j+1 = up j.

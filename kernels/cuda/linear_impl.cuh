@@ -3,8 +3,14 @@
 #ifndef AUTOGLM_KERNELS_CUDA_LINEAR_IMPL_CUH_
 #define AUTOGLM_KERNELS_CUDA_LINEAR_IMPL_CUH_
 
+#include <cooperative_groups.h>
+
+#include <algorithm>
+
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/linear.cuh"
+#include "kernels/cuda/linear_split.h"
+#include "kernels/cuda/mma_layout.h"
 
 namespace ag::cuda {
 
@@ -74,151 +80,7 @@ __device__ __forceinline__ float RowInvRms(const bf16* x, int64_t k, float eps, 
   return rsqrtf(total / static_cast<float>(k) + eps);
 }
 
-// ---- GEMV: M <= kGemvMaxRows, tiles of kMT rows of x ----
-//
-// Block: 4 warps; warp w computes output rows n0 = 2 * (4 * blockIdx.x + w) and
-// n0 + 1 for the kMT rows of the current tile. x (normalised by the prologue)
-// is staged in shared memory as fp32, kc columns at a time. Each lane streams
-// 16-byte pieces of both weight rows, kUnroll pieces in flight per row.
-
-constexpr int kGemvWarps = 4;
-constexpr int kGemvThreads = 32 * kGemvWarps;
-constexpr int kUnroll = 4;
-constexpr int kGemvSmemFloats = 16384;  // 64 KB of staged x per block
-
-template <int kMT, Epilogue kE>
-__global__ void __launch_bounds__(kGemvThreads) GemvKernel(LinearParams p) {
-  extern __shared__ float xs[];  // [kMT][kc]
-  __shared__ float inv_rms[kMT];
-  __shared__ float scratch[kGemvWarps];
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int64_t n0 = 2 * (static_cast<int64_t>(blockIdx.x) * kGemvWarps + warp);
-  const bool active = n0 < p.n;
-  const bool has1 = n0 + 1 < p.n;
-  const int64_t kc_max = (kGemvSmemFloats / kMT) / 256 * 256;
-  const bf16* w0 = p.w + (active ? n0 : 0) * p.k;
-  const bf16* w1 = p.w + (has1 ? n0 + 1 : 0) * p.k;
-  AllowNextKernel();
-  // Weights do not depend on the previous kernel: start pulling the first of them into L2 while it finishes.
-  if (active) {
-    for (int64_t i = lane * 64; i < min(p.k, int64_t{1024}); i += 32 * 64) {
-      PrefetchL2(w0 + i);
-      if (has1) PrefetchL2(w1 + i);
-    }
-  }
-  WaitForPreviousKernel();
-
-  for (int64_t m0 = 0; m0 < p.m; m0 += kMT) {
-    const int rows = static_cast<int>(min(static_cast<int64_t>(kMT), p.m - m0));
-    if (p.norm_w != nullptr) {
-      for (int r = 0; r < rows; ++r) {
-        const float v = RowInvRms(p.x + (m0 + r) * p.k, p.k, p.eps, scratch);
-        if (threadIdx.x == 0) inv_rms[r] = v;
-      }
-    }
-    float acc0[kMT] = {}, acc1[kMT] = {};
-    for (int64_t kc = 0; kc < p.k; kc += kc_max) {
-      const int64_t len = min(kc_max, p.k - kc);
-      __syncthreads();  // inv_rms written; the previous chunk is no longer read
-      for (int r = 0; r < kMT; ++r) {
-        for (int64_t i = threadIdx.x * 8; i < len; i += kGemvThreads * 8) {
-          float v[8] = {};
-          if (r < rows) {
-            ToFloat8(Load8(p.x + (m0 + r) * p.k + kc + i), v);
-            if (p.norm_w != nullptr) {
-              float nw[8];
-              ToFloat8(Load8(p.norm_w + kc + i), nw);
-#pragma unroll
-              for (int j = 0; j < 8; ++j) v[j] = nw[j] * (v[j] * inv_rms[r]);
-            }
-          }
-#pragma unroll
-          for (int j = 0; j < 8; ++j) xs[r * len + i + j] = v[j];
-        }
-      }
-      __syncthreads();
-      if (!active) continue;
-      for (int64_t base = lane * 8; base < len; base += 256 * kUnroll) {
-        Bf16x8 wa[kUnroll], wb[kUnroll];
-#pragma unroll
-        for (int u = 0; u < kUnroll; ++u) {
-          const int64_t i = base + u * 256;
-          if (i < len) {
-            wa[u] = LoadStream8(w0 + kc + i);
-            if (has1) wb[u] = LoadStream8(w1 + kc + i);
-          }
-        }
-#pragma unroll
-        for (int u = 0; u < kUnroll; ++u) {
-          const int64_t i = base + u * 256;
-          if (i >= len) break;
-          float fa[8], fb[8] = {};
-          ToFloat8(wa[u], fa);
-          if (has1) ToFloat8(wb[u], fb);
-#pragma unroll
-          for (int r = 0; r < kMT; ++r) {
-            const float4 x0 = *reinterpret_cast<const float4*>(xs + r * len + i);
-            const float4 x1 = *reinterpret_cast<const float4*>(xs + r * len + i + 4);
-            const float xv[8] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
-#pragma unroll
-            for (int j = 0; j < 8; ++j) {
-              acc0[r] += fa[j] * xv[j];
-              acc1[r] += fb[j] * xv[j];
-            }
-          }
-        }
-      }
-    }
-    if (active) {
-#pragma unroll
-      for (int r = 0; r < kMT; ++r) {
-        const float a0 = WarpSum(acc0[r]), a1 = WarpSum(acc1[r]);
-        if (lane == r % 32 && r < rows) StorePair<kE>(p, m0 + r, n0, a0, a1);
-      }
-    }
-  }
-}
-
-template <int kMT, Epilogue kE>
-cudaError_t LaunchGemvTile(const LinearParams& p, cudaStream_t stream) {
-  const int64_t kc_max = (kGemvSmemFloats / kMT) / 256 * 256;
-  const int64_t kc = std::min<int64_t>(kc_max, (p.k + 255) / 256 * 256);
-  const size_t smem = sizeof(float) * static_cast<size_t>(kMT * kc);
-  if (smem > 48 * 1024) {
-    const cudaError_t e = AllowLargeSharedMemory<GemvKernel<kMT, kE>>();
-    if (e != cudaSuccess) return e;
-  }
-  const int64_t pairs = (p.n + 1) / 2;
-  const unsigned blocks = static_cast<unsigned>((pairs + kGemvWarps - 1) / kGemvWarps);
-  return LaunchKernel(GemvKernel<kMT, kE>, dim3(blocks), dim3(kGemvThreads), smem, stream, p);
-}
-
-template <Epilogue kE>
-cudaError_t LaunchGemvFor(const LinearParams& p, cudaStream_t stream) {
-  if (p.m == 1) return LaunchGemvTile<1, kE>(p, stream);
-  if (p.m <= 4) return LaunchGemvTile<4, kE>(p, stream);
-  return LaunchGemvTile<16, kE>(p, stream);
-}
-
-// ---- GEMM: tensor cores, mma.sync m16n8k16 bf16 -> fp32 ----
-//
-// Block tile 128 x 128 x 32, 8 warps as 2 (M) x 4 (N), warp tile 64 x 32;
-// cp.async double buffering; shared rows padded to 40 bf16 (80 bytes) so
-// ldmatrix reads are conflict-free.
-
-constexpr int kBM = 128, kBN = 128, kBK = 32, kPad = 8, kLd = kBK + kPad;
-constexpr int kGemmThreads = 256;
-
-__device__ __forceinline__ void CpAsync16(void* smem, const void* global, bool valid) {
-  const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(smem));
-  const int bytes = valid ? 16 : 0;  // 0: fill with zeros
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(global), "r"(bytes));
-}
-__device__ __forceinline__ void CpAsyncCommit() { asm volatile("cp.async.commit_group;\n" ::); }
-template <int kPending>
-__device__ __forceinline__ void CpAsyncWait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending));
-}
+// ---- tensor-core building blocks ----
 
 __device__ __forceinline__ void LdMatrixX4(unsigned* r, const bf16* smem) {
   const unsigned addr = static_cast<unsigned>(__cvta_generic_to_shared(smem));
@@ -235,13 +97,158 @@ __device__ __forceinline__ void Mma16816(float* c, const unsigned* a, const unsi
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
 }
 
+}  // namespace ag::cuda
+
+#include "kernels/cuda/linear_skinny.cuh"  // needs the building blocks above
+
+namespace ag::cuda {
+
+// ---- GEMV: one row of x (decode at batch 1) ----
+//
+// Block: 4 warps; warp w of pair group q computes the output pair n0 =
+// 2 (4 q + w), n0 + 1. x (normalised by the prologue) is staged in shared
+// memory as fp32, kGemvSmemFloats columns at a time; each lane streams 16-byte
+// pieces of both weight rows, kUnroll pieces in flight per row. The grid is
+// persistent (a few blocks per multiprocessor, each looping over pair
+// groups), so x and the norm weight are read and normalised once per block --
+// not once per pair group, which for the LM head meant 18,944 times per step.
+
+constexpr int kGemvWarps = 4;
+constexpr int kGemvThreads = 32 * kGemvWarps;
+constexpr int kUnroll = 4;
+constexpr int kGemvSmemFloats = 16384;  // 64 KB of staged x per block: every GLM K in one chunk
+
 template <Epilogue kE>
-__global__ void __launch_bounds__(kGemmThreads) GemmKernel(LinearParams p, const bf16* a_matrix) {
-  __shared__ __align__(16) bf16 as[2][kBM][kLd];
-  __shared__ __align__(16) bf16 bs[2][kBN][kLd];
+__global__ void __launch_bounds__(kGemvThreads) GemvKernel(LinearParams p) {
+  extern __shared__ float xs[];  // [kc]
+  __shared__ float scratch[kGemvWarps];
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int64_t groups = (p.n + 2 * kGemvWarps - 1) / (2 * kGemvWarps);
+  const bool one_chunk = p.k <= kGemvSmemFloats;
+  AllowNextKernel();
+  // Weights do not depend on the previous kernel: start pulling the first of them into L2 while it finishes.
+  {
+    const int64_t n0 = 2 * (static_cast<int64_t>(blockIdx.x) * kGemvWarps + warp);
+    for (int64_t i = lane * 64; n0 + 1 < p.n && i < min(p.k, int64_t{1024}); i += 32 * 64) {
+      PrefetchL2(p.w + n0 * p.k + i);
+      PrefetchL2(p.w + (n0 + 1) * p.k + i);
+    }
+  }
+  WaitForPreviousKernel();
+
+  for (int64_t m = 0; m < p.m; ++m) {
+    const bf16* x = p.x + m * p.k;
+    const float inv_rms = p.norm_w != nullptr ? RowInvRms(x, p.k, p.eps, scratch) : 1.0f;
+    for (int64_t group = blockIdx.x; group < groups; group += gridDim.x) {
+      const int64_t n0 = 2 * (group * kGemvWarps + warp);
+      const bool active = n0 < p.n, has1 = n0 + 1 < p.n;
+      const bf16* w0 = p.w + (active ? n0 : 0) * p.k;
+      const bf16* w1 = p.w + (has1 ? n0 + 1 : 0) * p.k;
+      float acc0 = 0.0f, acc1 = 0.0f;
+      for (int64_t kc = 0; kc < p.k; kc += kGemvSmemFloats) {
+        const int64_t len = min(int64_t{kGemvSmemFloats}, p.k - kc);
+        if (!one_chunk || group == blockIdx.x) {  // the same for the whole block
+          __syncthreads();  // the previous chunk (or row) is no longer read
+          for (int64_t i = threadIdx.x * 8; i < len; i += kGemvThreads * 8) {
+            float v[8];
+            ToFloat8(Load8(x + kc + i), v);
+            if (p.norm_w != nullptr) {
+              float nw[8];
+              ToFloat8(Load8(p.norm_w + kc + i), nw);
+#pragma unroll
+              for (int j = 0; j < 8; ++j) v[j] = nw[j] * (v[j] * inv_rms);
+            }
+            *reinterpret_cast<float4*>(xs + i) = make_float4(v[0], v[1], v[2], v[3]);
+            *reinterpret_cast<float4*>(xs + i + 4) = make_float4(v[4], v[5], v[6], v[7]);
+          }
+          __syncthreads();
+        }
+        if (!active) continue;
+        for (int64_t base = lane * 8; base < len; base += 256 * kUnroll) {
+          Bf16x8 wa[kUnroll], wb[kUnroll];
+#pragma unroll
+          for (int u = 0; u < kUnroll; ++u) {
+            const int64_t i = base + u * 256;
+            if (i < len) {
+              wa[u] = LoadStream8(w0 + kc + i);
+              if (has1) wb[u] = LoadStream8(w1 + kc + i);
+            }
+          }
+#pragma unroll
+          for (int u = 0; u < kUnroll; ++u) {
+            const int64_t i = base + u * 256;
+            if (i >= len) break;
+            float fa[8], fb[8] = {};
+            ToFloat8(wa[u], fa);
+            if (has1) ToFloat8(wb[u], fb);
+            const float4 x0 = *reinterpret_cast<const float4*>(xs + i);
+            const float4 x1 = *reinterpret_cast<const float4*>(xs + i + 4);
+            const float xv[8] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
+#pragma unroll
+            for (int j = 0; j < 8; ++j) {
+              acc0 += fa[j] * xv[j];
+              acc1 += fb[j] * xv[j];
+            }
+          }
+        }
+      }
+      if (active) {
+        const float a0 = WarpSum(acc0), a1 = WarpSum(acc1);
+        if (lane == 0) StorePair<kE>(p, m, n0, a0, a1);
+      }
+    }
+  }
+}
+
+template <Epilogue kE>
+cudaError_t LaunchGemvFor(const LinearParams& p, cudaStream_t stream) {
+  const int64_t kc = std::min<int64_t>(kGemvSmemFloats, (p.k + 255) / 256 * 256);
+  const size_t smem = sizeof(float) * static_cast<size_t>(kc);
+  if (smem > 48 * 1024) {
+    const cudaError_t e = AllowLargeSharedMemory<GemvKernel<kE>>();
+    if (e != cudaSuccess) return e;
+  }
+  int per_sm = 0;
+  cudaError_t e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, GemvKernel<kE>, kGemvThreads, smem);
+  if (e != cudaSuccess) return e;
+  const int64_t groups = (p.n + 2 * kGemvWarps - 1) / (2 * kGemvWarps);
+  const int64_t resident = static_cast<int64_t>(std::max(per_sm, 1)) * std::max(MultiprocessorCount(), 1);
+  const unsigned blocks = static_cast<unsigned>(std::min(groups, resident));
+  return LaunchKernel(GemvKernel<kE>, dim3(blocks), dim3(kGemvThreads), smem, stream, p);
+}
+
+// ---- GEMM: tensor cores, mma.sync m16n8k16 bf16 -> fp32 (prefill, M > 64) ----
+//
+// Block tile 128 x 128 x 32, 8 warps as 2 (M) x 4 (N), warp tile 64 x 32;
+// a 4-stage cp.async pipeline; shared rows padded to 40 bf16 (80 bytes) so
+// ldmatrix reads are conflict-free. Two blocks per multiprocessor (at most 128
+// registers a thread). The epilogue goes through shared memory: the
+// accumulators land in an fp32 tile (over the pipeline's buffers) and the
+// block's threads walk its output pairs in order -- one copy of the epilogue
+// code, not 32 inlined ones, and coalesced stores. A short grid (the N = 4096
+// projections of a 512-token prefill fill 128 tiles) splits K over a cluster
+// of 2 or 4 blocks that sum their tiles through distributed shared memory, as
+// the skinny kernel does.
+
+constexpr int kBM = 128, kBN = 128, kBK = 32, kPad = 8, kLd = kBK + kPad;
+constexpr int kGemmThreads = 256;
+constexpr int kStages = 4;
+constexpr int kGemmTileLd = kBN + 4;  // floats per row of the fp32 output tile
+constexpr size_t kGemmPipelineBytes = sizeof(bf16) * kStages * (kBM + kBN) * kLd;
+constexpr size_t kGemmSmemBytes = std::max(kGemmPipelineBytes, sizeof(float) * kBM * kGemmTileLd);
+
+template <Epilogue kE>
+__global__ void __launch_bounds__(kGemmThreads, 2) GemmKernel(LinearParams p, const bf16* a_matrix, int64_t k_per_rank) {
+  extern __shared__ __align__(16) unsigned char gemm_smem[];
+  auto as = reinterpret_cast<bf16 (*)[kBM][kLd]>(gemm_smem);                     // [kStages][kBM][kLd]
+  auto bs = reinterpret_cast<bf16 (*)[kBN][kLd]>(gemm_smem + sizeof(bf16) * kStages * kBM * kLd);
+  namespace cg = cooperative_groups;
+  const cg::cluster_group cluster = cg::this_cluster();
+  const int rank = static_cast<int>(cluster.block_rank()), ranks = static_cast<int>(cluster.num_blocks());
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   const int warp_m = (warp / 4) * 64, warp_n = (warp % 4) * 32;
   const int64_t block_m = static_cast<int64_t>(blockIdx.y) * kBM, block_n = static_cast<int64_t>(blockIdx.x) * kBN;
+  const int64_t k_begin = rank * k_per_rank, k_end = min(p.k, k_begin + k_per_rank);
   AllowNextKernel();
   WaitForPreviousKernel();
 
@@ -252,26 +259,26 @@ __global__ void __launch_bounds__(kGemmThreads) GemmKernel(LinearParams p, const
       const int chunk = tid + c * kGemmThreads;  // 512 chunks: 128 rows x 4 pieces
       const int row = chunk / 4, col = (chunk % 4) * 8;
       const int64_t gm = block_m + row, gn = block_n + row, gk = k0 + col;
-      const bool kin = gk < p.k;
+      const bool kin = gk < k_end;
       CpAsync16(&as[stage][row][col], a_matrix + (gm < p.m && kin ? gm * p.k + gk : 0), gm < p.m && kin);
       CpAsync16(&bs[stage][row][col], p.w + (gn < p.n && kin ? gn * p.k + gk : 0), gn < p.n && kin);
     }
   };
 
   float acc[4][4][4] = {};
-  const int64_t tiles = (p.k + kBK - 1) / kBK;
-  load_stage(0, 0);
-  CpAsyncCommit();
+  const int64_t tiles = k_end > k_begin ? (k_end - k_begin + kBK - 1) / kBK : 0;
+#pragma unroll
+  for (int s = 0; s < kStages - 1; ++s) {
+    if (s < tiles) load_stage(s, k_begin + s * kBK);
+    CpAsyncCommit();  // empty groups too: the wait below counts groups
+  }
   for (int64_t t = 0; t < tiles; ++t) {
-    const int stage = static_cast<int>(t % 2);
-    if (t + 1 < tiles) {
-      load_stage(stage ^ 1, (t + 1) * kBK);
-      CpAsyncCommit();
-      CpAsyncWait<1>();
-    } else {
-      CpAsyncWait<0>();
-    }
-    __syncthreads();
+    CpAsyncWait<kStages - 2>();  // tile t has landed
+    __syncthreads();             // ... for every thread; and tile t - 1's stage is no longer read
+    const int64_t next = t + kStages - 1;
+    if (next < tiles) load_stage(static_cast<int>(next % kStages), k_begin + next * kBK);
+    CpAsyncCommit();
+    const int stage = static_cast<int>(t % kStages);
 #pragma unroll
     for (int kk = 0; kk < kBK; kk += 16) {
       unsigned af[4][4], bfrag[4][2];
@@ -294,45 +301,101 @@ __global__ void __launch_bounds__(kGemmThreads) GemmKernel(LinearParams p, const
         for (int nj = 0; nj < 4; ++nj) Mma16816(acc[mi][nj], af[mi], bfrag[nj]);
       }
     }
-    __syncthreads();  // the stage is refilled next iteration
   }
-  // Accumulator layout: c0, c1 at (row lane/4, cols 2*(lane%4) + {0,1}); c2, c3 eight rows below.
+  CpAsyncWait<0>();
+  __syncthreads();  // the pipeline's buffers become the output tile
+  auto tile = reinterpret_cast<float (*)[kGemmTileLd]>(gemm_smem);
 #pragma unroll
   for (int mi = 0; mi < 4; ++mi) {
 #pragma unroll
     for (int nj = 0; nj < 4; ++nj) {
-      const int64_t n = block_n + warp_n + nj * 8 + 2 * (lane % 4);
-      const int64_t m = block_m + warp_m + mi * 16 + lane / 4;
-      if (n >= p.n) continue;
-      if (m < p.m) StorePair<kE>(p, m, n, acc[mi][nj][0], acc[mi][nj][1]);
-      if (m + 8 < p.m) StorePair<kE>(p, m + 8, n, acc[mi][nj][2], acc[mi][nj][3]);
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {  // elements (0, 1) and (2, 3): adjacent columns of one row
+        const mma::At c = mma::CElement(lane, 2 * half);
+        *reinterpret_cast<float2*>(&tile[warp_m + mi * 16 + c.row][warp_n + nj * 8 + c.col]) =
+            make_float2(acc[mi][nj][2 * half], acc[mi][nj][2 * half + 1]);
+      }
     }
   }
+  cluster.sync();  // every tile of the cluster is complete
+  for (int i = rank * kGemmThreads + tid; i < kBM * kBN / 2; i += ranks * kGemmThreads) {
+    const int row = i / (kBN / 2), col = 2 * (i % (kBN / 2));
+    const int64_t m = block_m + row, n = block_n + col;
+    if (m >= p.m || n >= p.n) continue;
+    float a0 = 0.0f, a1 = 0.0f;
+    for (int q = 0; q < ranks; ++q) {  // in rank order: the sum does not depend on timing
+      const float* peer = cluster.map_shared_rank(&tile[0][0], q);
+      const float2 v = *reinterpret_cast<const float2*>(peer + row * kGemmTileLd + col);
+      a0 += v.x;
+      a1 += v.y;
+    }
+    StorePair<kE>(p, m, n, a0, a1);
+  }
+  cluster.sync();  // peers may still be reading this block's tile
+}
+
+template <Epilogue kE>
+cudaError_t LaunchGemmTiles(const LinearParams& p, const bf16* a, cudaStream_t stream) {
+  const cudaError_t e = AllowLargeSharedMemory<GemmKernel<kE>>();
+  if (e != cudaSuccess) return e;
+  const int sms = MultiprocessorCount();
+  const KSplit split = SplitGemmK(p.m, p.n, p.k, sms > 0 ? sms : 132);
+  const dim3 grid(static_cast<unsigned>((p.n + kBN - 1) / kBN), static_cast<unsigned>((p.m + kBM - 1) / kBM),
+                  static_cast<unsigned>(split.ranks));
+  return LaunchKernelInCluster(GemmKernel<kE>, grid, dim3(kGemmThreads), kGemmSmemBytes, stream,
+                               dim3(1, 1, static_cast<unsigned>(split.ranks)), p, a, split.k_per_rank);
 }
 
 cudaError_t NormRowsInto(const LinearParams& p, cudaStream_t stream);  // linear.cu
 
-template <Epilogue kE>
-cudaError_t LaunchGemmFor(const LinearParams& p, cudaStream_t stream) {
-  const bf16* a = p.x;
-  if (p.norm_w != nullptr) {
-    if (p.scratch == nullptr) return cudaErrorInvalidValue;
-    const cudaError_t e = NormRowsInto(p, stream);
-    if (e != cudaSuccess) return e;
-    a = p.scratch;
-  }
-  const dim3 grid(static_cast<unsigned>((p.n + kBN - 1) / kBN), static_cast<unsigned>((p.m + kBM - 1) / kBM));
-  return LaunchKernel(GemmKernel<kE>, grid, dim3(kGemmThreads), 0, stream, p, a);
+// The rows the tensor-core paths multiply: x, or x normalised into p.scratch
+// once (bf16, as the mma takes it) when the op has a norm prologue.
+inline cudaError_t TensorCoreInput(const LinearParams& p, cudaStream_t stream, const bf16** a) {
+  *a = p.x;
+  if (p.norm_w == nullptr) return cudaSuccess;
+  if (p.scratch == nullptr) return cudaErrorInvalidValue;
+  *a = p.scratch;
+  return NormRowsInto(p, stream);
 }
 
-// Both paths for one epilogue; defined in linear_<epilogue>.cu.
 template <Epilogue kE>
-cudaError_t LaunchLinearFor(const LinearParams& p, cudaStream_t stream, bool gemm);
+cudaError_t LaunchGemmFor(const LinearParams& p, cudaStream_t stream) {
+  const bf16* a = nullptr;
+  const cudaError_t e = TensorCoreInput(p, stream, &a);
+  if (e != cudaSuccess) return e;
+  return LaunchGemmTiles<kE>(p, a, stream);
+}
 
-#define AG_INSTANTIATE_LINEAR(E)                                                             \
-  template <>                                                                                \
-  cudaError_t LaunchLinearFor<E>(const LinearParams& p, cudaStream_t stream, bool gemm) {     \
-    return gemm ? LaunchGemmFor<E>(p, stream) : LaunchGemvFor<E>(p, stream);                 \
+template <Epilogue kE>
+cudaError_t LaunchSkinnyFor(const LinearParams& p, cudaStream_t stream) {
+  if (p.m > kSkinnyMaxRows) return cudaErrorInvalidValue;
+  const bf16* a = nullptr;
+  const cudaError_t e = TensorCoreInput(p, stream, &a);
+  if (e != cudaSuccess) return e;
+  if (p.m <= 8) return LaunchSkinnyTile<1, kE>(p, a, stream);
+  if (p.m <= 16) return LaunchSkinnyTile<2, kE>(p, a, stream);
+  if (p.m <= 32) return LaunchSkinnyTile<4, kE>(p, a, stream);
+  return LaunchSkinnyTile<8, kE>(p, a, stream);
+}
+
+enum class LinearPath { kGemv, kSkinny, kGemm };
+
+// The three paths for one epilogue; defined in linear_<epilogue>.cu.
+template <Epilogue kE>
+cudaError_t LaunchLinearFor(const LinearParams& p, cudaStream_t stream, LinearPath path);
+
+#define AG_INSTANTIATE_LINEAR(E)                                                                \
+  template <>                                                                                   \
+  cudaError_t LaunchLinearFor<E>(const LinearParams& p, cudaStream_t stream, LinearPath path) {  \
+    switch (path) {                                                                             \
+      case LinearPath::kGemv:                                                                   \
+        return LaunchGemvFor<E>(p, stream);                                                     \
+      case LinearPath::kSkinny:                                                                 \
+        return LaunchSkinnyFor<E>(p, stream);                                                   \
+      case LinearPath::kGemm:                                                                   \
+        return LaunchGemmFor<E>(p, stream);                                                     \
+    }                                                                                           \
+    return cudaErrorInvalidValue;                                                               \
   }
 
 }  // namespace ag::cuda

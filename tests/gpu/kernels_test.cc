@@ -138,9 +138,12 @@ struct LinearCase {
   bool norm;
 };
 
-void CheckLinear(const LinearCase& c, bool force_gemm) {
+enum class Path { kGemv, kSkinny, kGemm };
+
+void CheckLinear(const LinearCase& c, Path path) {
   SCOPED_TRACE(::testing::Message() << "m=" << c.m << " n=" << c.n << " k=" << c.k << " epilogue="
-                                    << static_cast<int>(c.epilogue) << " norm=" << c.norm << " gemm=" << force_gemm);
+                                    << static_cast<int>(c.epilogue) << " norm=" << c.norm
+                                    << " path=" << static_cast<int>(path));
   const float scale = 1.0f / std::sqrt(static_cast<float>(c.k));
   const std::vector<float> x = RandomBf16(c.m * c.k, 11), w = RandomBf16(c.n * c.k, 12, scale),
                            nw = RandomBf16(c.k, 13), bias = RandomBf16(c.n, 14), res = RandomBf16(c.m * c.n, 15);
@@ -168,7 +171,17 @@ void CheckLinear(const LinearCase& c, bool force_gemm) {
   p.eps = 1e-5f;
   p.epilogue = c.epilogue;
   p.scratch = scratch.get();
-  auto launch = [&] { return force_gemm ? cuda::LaunchGemm(p, nullptr) : cuda::LaunchGemv(p, nullptr); };
+  auto launch = [&] {
+    switch (path) {
+      case Path::kGemv:
+        return cuda::LaunchGemv(p, nullptr);
+      case Path::kSkinny:
+        return cuda::LaunchSkinny(p, nullptr);
+      case Path::kGemm:
+        return cuda::LaunchGemm(p, nullptr);
+    }
+    return cudaErrorInvalidValue;
+  };
 
   switch (c.epilogue) {
     case cuda::Epilogue::kNone:
@@ -249,22 +262,37 @@ void CheckLinear(const LinearCase& c, bool force_gemm) {
   }
 }
 
-TEST(GpuKernels, LinearEveryEpilogueGemvAndGemm) {
+TEST(GpuKernels, LinearEveryEpilogueEveryPath) {
   SKIP_WITHOUT_GPU();
   const cuda::Epilogue epilogues[] = {cuda::Epilogue::kNone, cuda::Epilogue::kBias, cuda::Epilogue::kResidual,
                                       cuda::Epilogue::kSiluMul, cuda::Epilogue::kQkvRope};
   for (cuda::Epilogue e : epilogues) {
     for (bool norm : {false, true}) {
-      for (int64_t m : {1, 3, 17, 64, 97}) {
+      for (int64_t m : {1, 3, 9, 17, 64, 97}) {
         for (int64_t k : {64, 200, 4104}) {
           // n: 80 (q+2kv = 5 heads of 16), 160 for the pairs; 97 (odd) for the plain epilogues.
           const bool pairs = e == cuda::Epilogue::kSiluMul || e == cuda::Epilogue::kQkvRope;
           for (int64_t n : pairs ? std::vector<int64_t>{80, 160} : std::vector<int64_t>{97, 160}) {
-            if (m <= cuda::kGemvMaxRows) CheckLinear({m, n, k, e, norm}, /*force_gemm=*/false);
-            CheckLinear({m, n, k, e, norm}, /*force_gemm=*/true);
+            if (m <= 3) CheckLinear({m, n, k, e, norm}, Path::kGemv);  // any M works; M = 1 is its job
+            if (m <= cuda::kSkinnyMaxRows) CheckLinear({m, n, k, e, norm}, Path::kSkinny);
+            CheckLinear({m, n, k, e, norm}, Path::kGemm);
           }
         }
       }
+    }
+  }
+}
+
+// The skinny (swap-AB) kernel at every M it takes (one to eight n-tiles, odd M), with odd N and K at
+// the edges of its 32-wide chunks and of the cluster split; and LaunchLinear's choice of path.
+TEST(GpuKernels, SkinnyEveryBatchSize) {
+  SKIP_WITHOUT_GPU();
+  for (int64_t m = 1; m <= cuda::kSkinnyMaxRows; ++m) {
+    CheckLinear({m, 97, 200, cuda::Epilogue::kBias, m % 2 == 0}, Path::kSkinny);
+    if (m % 7 == 1) {
+      CheckLinear({m, 4097, 4104, cuda::Epilogue::kResidual, true}, Path::kSkinny);  // an 8-way K split
+      CheckLinear({m, 160, 40, cuda::Epilogue::kSiluMul, false}, Path::kSkinny);     // K: one chunk and a piece
+      CheckLinear({m, 80, 8, cuda::Epilogue::kQkvRope, true}, Path::kSkinny);        // K = 8: one piece
     }
   }
 }

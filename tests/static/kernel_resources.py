@@ -14,11 +14,15 @@ import sys
 # (name pattern, threads per block, dynamic shared memory at GLM-4-9B decode
 # shapes, least resident blocks per SM we state for it; 0 = not hot).
 KERNELS = [
-    (r"GemvKernel<1,", 128, 4 * 13696, 4),    # decode GEMVs; x staged as fp32 (down_proj: K = 13696)
-    (r"GemvKernel<4,", 128, 4 * 4 * 4096, 3),
-    (r"GemvKernel<16,", 128, 4 * 16384, 3),
-    (r"GemmKernel<", 256, 0, 1),               # prefill; two blocks wanted (issue 10, defect 7)
-    (r"SliceKernel\(", 128, 4 * (2 * 16 * 128 + 2 * 16 * 129 + 16 * 16 + 3 * 16), 4),  # decode attention
+    (r"GemvKernel<", 128, 4 * 13696, 4),         # decode GEMV at batch 1; x staged as fp32 (down_proj: K = 13696)
+    (r"SkinnyKernel<[124],", 128, 0, 4),          # decode batches 2..32: weight streaming, tile in static smem
+    (r"SkinnyKernel<8,", 128, 0, 3),              # batches 33..64
+    (r"GemmKernel<", 256, 4 * 20480, 2),          # prefill: 4-stage pipeline in 80 KB of dynamic smem (defect 7)
+    # decode attention: K/V double buffer (2 x 2 x 32 x (128 + 8) bf16) plus q (4 x heads-per-warp x 128 fp32)
+    (r"AttentionSliceKernel<1>", 128, 34816 + 2048, 4),
+    (r"AttentionSliceKernel<2>", 128, 34816 + 4096, 4),
+    (r"AttentionSliceKernel<4>", 128, 34816 + 8192, 4),
+    (r"AttentionSliceKernel<8>", 128, 34816 + 16384, 2),  # prefill rows: big head groups per block
     (r"CombineKernel\(", 128, 0, 8),
     (r"RmsNormKernel<", 256, 4 * 4096, 4),
     (r"ArgmaxKernel\(", 1024, 0, 1),
@@ -27,12 +31,9 @@ KERNELS = [
     (r"", 256, 0, 0),                          # elementwise and the rest: 256 threads, not hot
 ]
 
-# Spills that are known and owed (issue 10, defect 7): they must shrink, never grow.
-# Epilogue 0 is kNone, 3 kSiluMul (kernels/cuda/linear.cuh); the values are spill stores + loads.
-KNOWN_SPILLS = {
-    "GemmKernel<(Epilogue)0>": 24,  # 8 bytes stored, 16 loaded
-    "GemmKernel<(Epilogue)3>": 24,
-}
+# Spills that are known and owed: they must shrink, never grow. None today: the
+# build compiles with ptxas --warning-as-error, so a new spill fails the build too.
+KNOWN_SPILLS = {}
 
 SM_REGS, SM_SMEM, SM_THREADS, SM_BLOCKS, SMEM_RESERVED = 65536, 233472, 2048, 32, 1024
 
@@ -96,8 +97,7 @@ def main(reports):
             failures.append(f"{short}: {blocks} blocks per SM, below the stated {stated}")
     for known, limit in KNOWN_SPILLS.items():
         if known not in seen_spills:
-            failures.append(f"{known} no longer spills: remove it from KNOWN_SPILLS (and turn ptxas "
-                            "--warning-as-error on in meson.build)")
+            failures.append(f"{known} no longer spills: remove it from KNOWN_SPILLS")
     for f in failures:
         print("FAIL:", f)
     print(f"{len(entries)} kernels, {len(failures)} failures")

@@ -1,0 +1,181 @@
+// The CUDA kernels' index math, checked on the CPU: an emulation of
+// mma.sync.m16n8k16 from the PTX fragment tables, fed the way the skinny
+// kernel feeds it (16-byte loads in the permuted k order), must compute
+// W x^T; the K splits must cover K with work for every rank; attention's
+// head chunks and context slices must cover the group and the context.
+#include <gtest/gtest.h>
+
+#include <random>
+#include <set>
+#include <utility>
+#include <vector>
+
+#include "kernels/cuda/attention_plan.h"
+#include "kernels/cuda/linear_split.h"
+#include "kernels/cuda/mma_layout.h"
+
+namespace ag::cuda {
+namespace {
+
+using Reg = std::pair<float, float>;  // (low half, high half) of a 32-bit register holding two bf16
+
+TEST(MmaLayout, FragmentTablesCoverEveryElementOnce) {
+  std::set<std::pair<int, int>> a, b, c;
+  for (int lane = 0; lane < 32; ++lane) {
+    for (int r = 0; r < 4; ++r) {
+      for (int h = 0; h < 2; ++h) a.insert({mma::AElement(lane, r, h).row, mma::AElement(lane, r, h).col});
+    }
+    for (int r = 0; r < 2; ++r) {
+      for (int h = 0; h < 2; ++h) b.insert({mma::BElement(lane, r, h).row, mma::BElement(lane, r, h).col});
+    }
+    for (int e = 0; e < 4; ++e) c.insert({mma::CElement(lane, e).row, mma::CElement(lane, e).col});
+  }
+  EXPECT_EQ(a.size(), 256u);  // 16 x 16
+  EXPECT_EQ(b.size(), 128u);  // 16 x 8
+  EXPECT_EQ(c.size(), 128u);  // 16 x 8
+}
+
+TEST(MmaLayout, PermutationIsABijectionOverTheChunk) {
+  std::set<int> seen;
+  for (int step = 0; step < 2; ++step) {
+    for (int k = 0; k < 16; ++k) seen.insert(mma::PhysicalK(k, step));
+  }
+  EXPECT_EQ(seen.size(), 32u);
+  EXPECT_EQ(*seen.begin(), 0);
+  EXPECT_EQ(*seen.rbegin(), 31);
+}
+
+// One warp of the skinny kernel over K = 32 * chunks: lane (g, t) loads eight
+// consecutive values at 8t of each chunk from weight rows g and g + 8 and from
+// x row g; registers are built from the loads' words as the kernel does; the
+// emulated instruction reads them through the PTX tables.
+TEST(MmaLayout, SkinnyFeedComputesTheProduct) {
+  const int chunks = 3, K = 32 * chunks;
+  std::mt19937 rng(7);
+  std::uniform_int_distribution<int> small(-8, 8);  // small integers: exact in float
+  std::vector<float> w(16 * K), x(8 * K);
+  for (float& v : w) v = static_cast<float>(small(rng));
+  for (float& v : x) v = static_cast<float>(small(rng));
+
+  float acc[32][4] = {};
+  for (int chunk = 0; chunk < chunks; ++chunk) {
+    // words[lane][row 0 (g) / 1 (g + 8)][word]; xwords[lane][word]
+    Reg words[32][2][4], xwords[32][4];
+    for (int lane = 0; lane < 32; ++lane) {
+      const int g = lane / 4, k0 = 32 * chunk + 8 * (lane % 4);
+      for (int i = 0; i < 4; ++i) {
+        for (int r = 0; r < 2; ++r) words[lane][r][i] = {w[(g + 8 * r) * K + k0 + 2 * i], w[(g + 8 * r) * K + k0 + 2 * i + 1]};
+        xwords[lane][i] = {x[g * K + k0 + 2 * i], x[g * K + k0 + 2 * i + 1]};
+      }
+    }
+    for (int step = 0; step < 2; ++step) {
+      float A[16][16] = {}, B[16][8] = {};
+      for (int lane = 0; lane < 32; ++lane) {
+        for (int r = 0; r < 4; ++r) {
+          const Reg reg = words[lane][r % 2][mma::AWord(step, r)];
+          const mma::At lo = mma::AElement(lane, r, 0), hi = mma::AElement(lane, r, 1);
+          A[lo.row][lo.col] = reg.first;
+          A[hi.row][hi.col] = reg.second;
+          // The kernel's claim: logical column c of A holds physical k PhysicalK(c, step).
+          EXPECT_EQ(reg.first, w[lo.row * K + 32 * chunk + mma::PhysicalK(lo.col, step)]);
+        }
+        for (int r = 0; r < 2; ++r) {
+          const Reg reg = xwords[lane][mma::BWord(step, r)];
+          const mma::At lo = mma::BElement(lane, r, 0), hi = mma::BElement(lane, r, 1);
+          B[lo.row][lo.col] = reg.first;
+          B[hi.row][hi.col] = reg.second;
+        }
+      }
+      for (int lane = 0; lane < 32; ++lane) {
+        for (int e = 0; e < 4; ++e) {
+          const mma::At at = mma::CElement(lane, e);
+          for (int kk = 0; kk < 16; ++kk) acc[lane][e] += A[at.row][kk] * B[kk][at.col];
+        }
+      }
+    }
+  }
+  // C rows are weight rows (features), columns x rows: C = W x^T.
+  for (int lane = 0; lane < 32; ++lane) {
+    for (int e = 0; e < 4; ++e) {
+      const mma::At at = mma::CElement(lane, e);
+      float want = 0.0f;
+      for (int k = 0; k < K; ++k) want += w[at.row * K + k] * x[at.col * K + k];
+      EXPECT_EQ(acc[lane][e], want) << "lane " << lane << " element " << e;
+    }
+  }
+}
+
+void ExpectCovers(const KSplit& s, int64_t k, int64_t k_tile, const char* what) {
+  SCOPED_TRACE(what);
+  EXPECT_GE(s.ranks, 1);
+  EXPECT_EQ(s.ranks & (s.ranks - 1), 0) << "a power of two";
+  EXPECT_EQ(s.k_per_rank % k_tile, 0);
+  EXPECT_GE(s.ranks * s.k_per_rank, k);                // the ranks cover K
+  EXPECT_LT((s.ranks - 1) * s.k_per_rank, k);          // and the last one has work
+}
+
+TEST(LinearSplit, GlmShapes) {
+  // GLM-4-9B decode at batch 8 on 132 multiprocessors: the N = 4096 projections split 8 ways
+  // (512 blocks), QKV (N = 4608) 4 ways, gate/up (N = 27392, 428 blocks) and the LM head not at all.
+  EXPECT_EQ(SplitSkinnyK(4096, 4096, 132).ranks, 8);
+  EXPECT_EQ(SplitSkinnyK(4096, 13696, 132).ranks, 8);
+  EXPECT_EQ(SplitSkinnyK(4608, 4096, 132).ranks, 4);
+  EXPECT_EQ(SplitSkinnyK(27392, 4096, 132).ranks, 1);
+  EXPECT_EQ(SplitSkinnyK(151552, 4096, 132).ranks, 1);
+  // A 512-token prefill: 4 x 32 = 128 tiles for o_proj split in 2 (256 blocks on 264 slots); gate/up not.
+  EXPECT_EQ(SplitGemmK(512, 4096, 4096, 132).ranks, 2);
+  EXPECT_EQ(SplitGemmK(512, 27392, 4096, 132).ranks, 1);
+  // Small K keeps a rank's pipeline full: 8 k-tiles split at most in 2.
+  EXPECT_EQ(SplitGemmK(128, 128, 256, 132).ranks, 2);
+  EXPECT_EQ(SplitGemmK(128, 128, 224, 132).ranks, 1);
+}
+
+TEST(LinearSplit, EveryShapeIsCoveredWithWorkForEveryRank) {
+  for (int64_t n : {1, 2, 63, 64, 97, 160, 4096, 4608, 27392}) {
+    for (int64_t k : {8, 24, 32, 40, 64, 200, 4104, 13696}) {
+      ExpectCovers(SplitSkinnyK(n, k, 132), k, 32, "skinny");
+      for (int64_t m : {65, 97, 512, 8192}) ExpectCovers(SplitGemmK(m, n, k, 132), k, 32, "gemm");
+    }
+  }
+}
+
+TEST(AttentionPlan, GlmDecodeFillsTheGpu) {
+  // GLM-4-9B: 2 KV heads, groups of 16. Batch 1 at 512 tokens: one head per warp (4 chunks), 16 slices
+  // of one tile: 128 blocks, where whole groups and 32-key slices gave 32.
+  AttentionGeometry g = PlanAttention(1, 2, 16, 512, 132);
+  EXPECT_EQ(g.heads_per_warp, 1);
+  EXPECT_EQ(g.head_chunks, 4);
+  EXPECT_EQ(g.slices, 16);
+  // 4096 tokens: 256 blocks.
+  g = PlanAttention(1, 2, 16, 4096, 132);
+  EXPECT_EQ(2 * g.head_chunks * g.slices, 256);
+  // Batch 32 at 512: whole groups, 4 slices: 256 blocks.
+  g = PlanAttention(32, 2, 16, 512, 132);
+  EXPECT_EQ(g.heads_per_warp, 4);
+  EXPECT_EQ(32 * 2 * g.head_chunks * g.slices, 256);
+  // A 512-token prefill: no split at all.
+  g = PlanAttention(512, 2, 16, 512, 132);
+  EXPECT_EQ(g.head_chunks, 1);
+  EXPECT_EQ(g.slices, 1);
+}
+
+TEST(AttentionPlan, ChunksCoverTheGroupAndSlicesTheContext) {
+  for (int64_t rows : {1, 2, 7, 64, 512}) {
+    for (int64_t group : {1, 3, 4, 5, 16, 17, 32, 33, 96}) {
+      for (int64_t ctx : {1, 31, 32, 33, 512, 4096, 131072}) {
+        const AttentionGeometry g = PlanAttention(rows, 2, group, ctx, 132);
+        SCOPED_TRACE(::testing::Message() << rows << " rows, group " << group << ", context " << ctx);
+        const int64_t per_block = 4 * g.heads_per_warp;
+        EXPECT_GE(g.head_chunks * per_block, group);
+        EXPECT_LT((g.head_chunks - 1) * per_block, group);
+        EXPECT_EQ(g.slice_keys % kAttentionTile, 0);
+        EXPECT_GE(int64_t{g.slices} * g.slice_keys, ctx);
+        EXPECT_LT(int64_t{g.slices - 1} * g.slice_keys, ctx);
+        EXPECT_LE(g.slices, kAttentionMaxSlices);
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace ag::cuda

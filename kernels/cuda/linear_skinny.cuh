@@ -1,0 +1,122 @@
+// The weight-streaming tensor-core kernel for 2 <= M <= 64 rows of x (decode
+// batches), included by linear_impl.cuh. Not a public header.
+//
+// The swap-AB arrangement: the weights are the mma's A operand (16 output
+// features per warp) and the batch is its N (8 rows per n-tile, kNT tiles), so
+// every weight byte is read once from memory whatever M is; x (at most 64 x K
+// bf16) comes from L2 and L1. Loads are 16 bytes
+// per lane in the permuted k order of mma_layout.h.
+//
+// Block: 4 warps, 64 output features. A short grid (few features: the N = 4096
+// projections) splits K over a thread-block cluster of up to 8 blocks; each
+// block leaves its fp32 partial tile in shared memory and the cluster sums the
+// tiles through distributed shared memory, each block finishing a share of the
+// output pairs with the usual epilogue. No global workspace, one launch.
+#ifndef AUTOGLM_KERNELS_CUDA_LINEAR_SKINNY_CUH_
+#define AUTOGLM_KERNELS_CUDA_LINEAR_SKINNY_CUH_
+
+#include <cooperative_groups.h>
+
+#include <algorithm>
+
+#include "kernels/cuda/linear_split.h"
+#include "kernels/cuda/mma_layout.h"
+
+namespace ag::cuda {
+
+constexpr int kSkinnyWarps = 4;
+constexpr int kSkinnyThreads = 32 * kSkinnyWarps;
+constexpr int kSkinnyFeatures = 16 * kSkinnyWarps;  // output features per block
+constexpr int kSkinnyUnroll = 4;                    // 32-wide k chunks in flight per warp
+constexpr int kSkinnyTileLd = kSkinnyFeatures + 4;  // floats per batch row of the partial tile
+
+__device__ __forceinline__ unsigned Word(const int4& v, int i) {
+  return static_cast<unsigned>(i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w);
+}
+
+template <int kNT, Epilogue kE>
+__global__ void __launch_bounds__(kSkinnyThreads) SkinnyKernel(LinearParams p, const bf16* x, int64_t k_per_rank) {
+  __shared__ __align__(16) float tile[8 * kNT][kSkinnyTileLd];  // [batch row][feature]: this block's partial sums
+  namespace cg = cooperative_groups;
+  const cg::cluster_group cluster = cg::this_cluster();
+  const int rank = static_cast<int>(cluster.block_rank()), ranks = static_cast<int>(cluster.num_blocks());
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  const int64_t feature0 = static_cast<int64_t>(blockIdx.x) * kSkinnyFeatures;
+  const int64_t ra = feature0 + warp * 16 + g, rb = ra + 8;
+  const bool va = ra < p.n, vb = rb < p.n;
+  const bf16* wa = p.w + (va ? ra : 0) * p.k;
+  const bf16* wb = p.w + (vb ? rb : 0) * p.k;
+  const int64_t k_begin = rank * k_per_rank, k_end = min(p.k, k_begin + k_per_rank);
+  AllowNextKernel();
+  WaitForPreviousKernel();
+
+  float acc[kNT][4] = {};
+  for (int64_t k0 = k_begin; k0 < k_end; k0 += 32 * kSkinnyUnroll) {
+    int4 a[kSkinnyUnroll], b[kSkinnyUnroll];
+#pragma unroll
+    for (int u = 0; u < kSkinnyUnroll; ++u) {
+      const int64_t k = k0 + 32 * u + 8 * t;  // k % 8 == 0 and K % 8 == 0: a piece is wholly in or out
+      a[u] = va && k < k_end ? __ldcs(reinterpret_cast<const int4*>(wa + k)) : make_int4(0, 0, 0, 0);
+      b[u] = vb && k < k_end ? __ldcs(reinterpret_cast<const int4*>(wb + k)) : make_int4(0, 0, 0, 0);
+    }
+#pragma unroll
+    for (int u = 0; u < kSkinnyUnroll; ++u) {
+      if (k0 + 32 * u >= k_end) break;  // the same for the whole warp
+      const int64_t k = k0 + 32 * u + 8 * t;
+#pragma unroll
+      for (int j = 0; j < kNT; ++j) {
+        const int64_t row = 8 * j + g;
+        // A plain load (x was written by the kernel before: not for the read-only path); L1 keeps it
+        // for the block's other warps.
+        const int4 xv = row < p.m && k < k_end ? *reinterpret_cast<const int4*>(x + row * p.k + k)
+                                               : make_int4(0, 0, 0, 0);
+#pragma unroll
+        for (int s = 0; s < 2; ++s) {
+          unsigned af[4], bfrag[2];
+#pragma unroll
+          for (int r = 0; r < 4; ++r) af[r] = Word(r % 2 == 0 ? a[u] : b[u], mma::AWord(s, r));
+#pragma unroll
+          for (int r = 0; r < 2; ++r) bfrag[r] = Word(xv, mma::BWord(s, r));
+          Mma16816(acc[j], af, bfrag);
+        }
+      }
+    }
+  }
+  // C rows are features, columns batch rows.
+#pragma unroll
+  for (int j = 0; j < kNT; ++j) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const mma::At c = mma::CElement(lane, e);
+      tile[8 * j + c.col][warp * 16 + c.row] = acc[j][e];
+    }
+  }
+  cluster.sync();  // every block's tile is complete
+  const int pairs = static_cast<int>(p.m) * (kSkinnyFeatures / 2);
+  for (int i = rank * kSkinnyThreads + static_cast<int>(threadIdx.x); i < pairs; i += ranks * kSkinnyThreads) {
+    const int m = i / (kSkinnyFeatures / 2), f = 2 * (i % (kSkinnyFeatures / 2));
+    float a0 = 0.0f, a1 = 0.0f;
+    for (int q = 0; q < ranks; ++q) {  // in rank order: the sum does not depend on timing
+      const float* peer = cluster.map_shared_rank(&tile[0][0], q);
+      const float2 v = *reinterpret_cast<const float2*>(peer + m * kSkinnyTileLd + f);
+      a0 += v.x;
+      a1 += v.y;
+    }
+    if (feature0 + f < p.n) StorePair<kE>(p, m, feature0 + f, a0, a1);
+  }
+  cluster.sync();  // peers may still be reading this block's tile
+}
+
+template <int kNT, Epilogue kE>
+cudaError_t LaunchSkinnyTile(const LinearParams& p, const bf16* x, cudaStream_t stream) {
+  const int sms = MultiprocessorCount();
+  const KSplit split = SplitSkinnyK(p.n, p.k, sms > 0 ? sms : 132);
+  const dim3 grid(static_cast<unsigned>((p.n + kSkinnyFeatures - 1) / kSkinnyFeatures),
+                  static_cast<unsigned>(split.ranks));
+  return LaunchKernelInCluster(SkinnyKernel<kNT, kE>, grid, dim3(kSkinnyThreads), 0, stream,
+                               dim3(1, static_cast<unsigned>(split.ranks), 1), p, x, split.k_per_rank);
+}
+
+}  // namespace ag::cuda
+
+#endif  // AUTOGLM_KERNELS_CUDA_LINEAR_SKINNY_CUH_

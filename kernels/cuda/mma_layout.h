@@ -1,0 +1,60 @@
+// Where the operands of mma.sync.m16n8k16 (bf16 in, fp32 accumulate) live in a
+// warp's registers, and the k permutation the weight-streaming kernel
+// (linear_skinny.cuh) uses, as plain index functions: the kernel takes its
+// register words from them and geometry_test.cc emulates the
+// instruction on the CPU with them. No CUDA headers: host code includes this.
+//
+// PTX ISA, "Matrix fragments for mma.m16n8k16" (.bf16), with the lane's group
+// g = lane / 4 and thread-in-group t = lane % 4:
+//   A, 16 x 16 row-major: register r holds (row g + 8 (r % 2), cols 2t + 8 (r / 2) + {0, 1})
+//   B, 16 x 8 (k x n):    register r holds (k 2t + 8 r + {0, 1}, col g)
+//   C, 16 x 8:            element e is (row g + 8 (e / 2), col 2t + e % 2)
+// A register packs two bf16: the lower k (or column) in the low 16 bits.
+#ifndef AUTOGLM_KERNELS_CUDA_MMA_LAYOUT_H_
+#define AUTOGLM_KERNELS_CUDA_MMA_LAYOUT_H_
+
+#ifdef __CUDACC__
+#define AG_HOST_DEVICE __host__ __device__
+#else
+#define AG_HOST_DEVICE
+#endif
+
+namespace ag::cuda::mma {
+
+struct At {
+  int row, col;
+};
+
+// Element `half` (0: low, 1: high) of A register `reg` (0..3).
+AG_HOST_DEVICE constexpr At AElement(int lane, int reg, int half) {
+  return {lane / 4 + 8 * (reg % 2), 2 * (lane % 4) + 8 * (reg / 2) + half};
+}
+// Element `half` of B register `reg` (0..1), as (k, n).
+AG_HOST_DEVICE constexpr At BElement(int lane, int reg, int half) {
+  return {2 * (lane % 4) + 8 * reg + half, lane / 4};
+}
+// Accumulator element `e` (0..3), as (row, col).
+AG_HOST_DEVICE constexpr At CElement(int lane, int e) { return {lane / 4 + 8 * (e / 2), 2 * (lane % 4) + e % 2}; }
+
+// ---- the streaming permutation ----
+//
+// A dot product does not care in which order k is summed, as long as both
+// operands agree. So instead of loading the mma's 4-byte fragments, lane
+// (g, t) loads 16 bytes -- eight consecutive k at 8t of a 32-wide chunk --
+// of weight rows g and g + 8 and of activation row g, and feeds two mma steps
+// from them: step s takes words 2s and 2s + 1 (4 bytes each) of every load.
+// The instruction's logical k then sits at this physical offset in the chunk:
+AG_HOST_DEVICE constexpr int PhysicalK(int logical_k, int step) {
+  return 8 * ((logical_k % 8) / 2) + 4 * step + 2 * (logical_k / 8) + logical_k % 2;
+}
+// The 16-byte word that feeds A register `reg` at `step`: of weight row
+// g + 8 * (reg % 2), word AWord(step, reg).
+AG_HOST_DEVICE constexpr int AWord(int step, int reg) { return 2 * step + reg / 2; }
+// The word of the activation row's load that feeds B register `reg` at `step`.
+AG_HOST_DEVICE constexpr int BWord(int step, int reg) { return 2 * step + reg; }
+
+}  // namespace ag::cuda::mma
+
+#undef AG_HOST_DEVICE
+
+#endif  // AUTOGLM_KERNELS_CUDA_MMA_LAYOUT_H_
