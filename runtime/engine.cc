@@ -88,7 +88,8 @@ absl::StatusOr<int> Engine::Submit(Request request) {
   RETURN_IF_ERROR(request.sampling.Validate());
   if (request.prompt_logits || request.keep_logits) {
     // Kept logits rows are host memory too: one vocabulary-wide float row per position.
-    const int64_t rows = n + std::min(request.max_new_tokens, max_context_);
+    const int64_t rows = request.logits_taken ? (request.prompt_logits ? n : 1)
+                                              : n + std::min(request.max_new_tokens, max_context_);
     const int64_t bytes = rows * plan_.model.vocab_size * 4;
     if (bytes > HostMemoryAvailable()) {
       return absl::ResourceExhaustedError(absl::StrCat("keeping the logits of ", rows, " positions needs ", bytes,

@@ -13,6 +13,7 @@
 #include <deque>
 #include <memory>
 #include <optional>
+#include <utility>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
@@ -37,6 +38,7 @@ struct Request {
   int64_t max_new_tokens = 16;
   bool prompt_logits = false;  // keep the logits row of every prompt position
   bool keep_logits = false;    // keep the logits row that chose each new token
+  bool logits_taken = false;   // the caller takes kept rows as they come (TakeLogits): at most one is held
   bool stop_on_eos = true;     // finish on any of the model's end-of-sequence ids
   std::vector<int32_t> stop_ids;  // finish on any of these too (the id is kept as the last new token)
   SamplingParams sampling;
@@ -81,6 +83,8 @@ class Engine {
   // Rows kept for the request: prompt rows first (if asked), then one per new token (if asked).
   const std::vector<std::vector<float>>& logits(int id) const { return seqs_.at(id)->logits; }
   FinishReason finish_reason(int id) const { return seqs_.at(id)->finish; }
+  // Moves the request's kept logits rows out (a server computing logprobs token by token).
+  std::vector<std::vector<float>> TakeLogits(int id) { return std::exchange(seqs_.at(id)->logits, {}); }
   // Ends a request now (a client that went away): its blocks are free for the next step.
   absl::Status Cancel(int id);
   // Forgets a finished request and its results, so that a long-running

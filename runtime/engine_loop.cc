@@ -1,5 +1,9 @@
 #include "runtime/engine_loop.h"
 
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <numeric>
 #include <utility>
 
 namespace ag::runtime {
@@ -17,22 +21,47 @@ EngineLoop::~EngineLoop() {
   thread_.join();
 }
 
-int64_t EngineLoop::Submit(Request request, Callback on_event) {
+float LogProbs(const std::vector<float>& row, int32_t token, int k, int32_t limit,
+               std::vector<std::pair<int32_t, float>>* top) {
+  const int32_t size = limit > 0 ? std::min<int32_t>(limit, static_cast<int32_t>(row.size()))
+                                 : static_cast<int32_t>(row.size());
+  float peak = -std::numeric_limits<float>::infinity();
+  for (int32_t i = 0; i < size; ++i) peak = std::max(peak, row[i]);
+  double sum = 0.0;
+  for (int32_t i = 0; i < size; ++i) sum += std::exp(static_cast<double>(row[i] - peak));
+  const float lse = peak + static_cast<float>(std::log(sum));
+  top->clear();
+  if (k > 0) {
+    std::vector<int32_t> ids(size);
+    std::iota(ids.begin(), ids.end(), 0);
+    const int32_t take = std::min<int32_t>(k, size);
+    std::partial_sort(ids.begin(), ids.begin() + take, ids.end(),
+                      [&](int32_t a, int32_t b) { return row[a] > row[b] || (row[a] == row[b] && a < b); });
+    for (int32_t i = 0; i < take; ++i) top->push_back({ids[i], row[ids[i]] - lse});
+  }
+  return token >= 0 && token < static_cast<int32_t>(row.size()) ? row[token] - lse : 0.0f;
+}
+
+int64_t EngineLoop::Submit(Request request, Callback on_event, int n, int top_logprobs) {
+  if (top_logprobs >= 0) {
+    request.keep_logits = true;
+    request.logits_taken = true;
+  }
   int64_t handle;
   {
     std::lock_guard<std::mutex> lock(mu_);
     handle = next_handle_++;
-    queued_.push_back({handle, std::move(request), std::move(on_event)});
+    queued_.push_back({handle, std::move(request), std::move(on_event), n, top_logprobs});
     ++in_flight_;
   }
   wake_.notify_all();
   return handle;
 }
 
-void EngineLoop::Cancel(int64_t handle) {
+void EngineLoop::CancelChoice(int64_t handle, int choice) {
   {
     std::lock_guard<std::mutex> lock(mu_);
-    cancels_.push_back(handle);
+    cancels_.push_back({handle, choice});
   }
   wake_.notify_all();
 }
@@ -45,45 +74,60 @@ LoopStats EngineLoop::stats() const {
 void EngineLoop::Deliver(int engine_id, const StreamEvent& event) {
   auto it = by_engine_id_.find(engine_id);
   if (it == by_engine_id_.end()) return;
-  if (!event.finished) {
-    it->second.second(event);
+  const auto [handle, choice] = it->second;
+  Active& active = active_.at(handle);
+  StreamEvent e = event;
+  e.choice = choice;
+  if (active.top_logprobs >= 0 && e.token >= 0) {
+    std::vector<std::vector<float>> rows = engine_->TakeLogits(engine_id);
+    if (!rows.empty()) e.logprob = LogProbs(rows.back(), e.token, active.top_logprobs, active.vocab_limit, &e.top);
+  }
+  if (!e.finished) {
+    active.callback(e);
+    return;
+  }
+  by_engine_id_.erase(it);
+  (void)engine_->Release(engine_id);
+  if (--active.unfinished > 0) {
+    active.callback(e);
     return;
   }
   // Forget the request before the last callback, so that whoever it wakes sees it gone.
-  const Callback callback = std::move(it->second.second);
-  engine_id_.erase(it->second.first);
-  by_engine_id_.erase(it);
-  (void)engine_->Release(engine_id);
+  const Callback callback = std::move(active.callback);
+  active_.erase(handle);
   --in_flight_;
-  callback(event);
+  callback(e);
 }
 
 void EngineLoop::TakeQueued() {
   std::deque<Pending> queued;
-  std::vector<int64_t> cancels;
+  std::vector<std::pair<int64_t, int>> cancels;
   {
     std::lock_guard<std::mutex> lock(mu_);
     queued.swap(queued_);
     cancels.swap(cancels_);
   }
   for (Pending& p : queued) {
-    absl::StatusOr<int> id = engine_->Submit(std::move(p.request));
-    if (!id.ok()) {
+    const int32_t vocab_limit = p.request.sampling.vocab_limit;
+    absl::StatusOr<std::vector<int>> ids = engine_->SubmitChoices(std::move(p.request), p.n);
+    if (!ids.ok()) {
       StreamEvent refused;
       refused.finished = true;
-      refused.error = id.status();
+      refused.error = ids.status();
       --in_flight_;
       p.callback(refused);
       continue;
     }
-    engine_id_[p.handle] = *id;
-    by_engine_id_[*id] = {p.handle, std::move(p.callback)};
+    for (size_t c = 0; c < ids->size(); ++c) by_engine_id_[(*ids)[c]] = {p.handle, static_cast<int>(c)};
+    active_[p.handle] = {std::move(p.callback), *ids, static_cast<int>(ids->size()), p.top_logprobs, vocab_limit};
   }
-  for (int64_t handle : cancels) {
-    auto it = engine_id_.find(handle);
-    if (it == engine_id_.end()) continue;  // finished already, or never seen
-    const int id = it->second;
-    if (engine_->Cancel(id).ok()) {
+  for (const auto& [handle, choice] : cancels) {
+    auto it = active_.find(handle);
+    if (it == active_.end()) continue;  // finished already, or never seen
+    std::vector<int> ids = it->second.ids;
+    if (choice >= 0) ids = choice < static_cast<int>(ids.size()) ? std::vector<int>{ids[choice]} : std::vector<int>{};
+    for (int id : ids) {
+      if (!by_engine_id_.contains(id) || !engine_->Cancel(id).ok()) continue;  // that choice is done
       StreamEvent cancelled;
       cancelled.finished = true;
       cancelled.reason = FinishReason::kCancelled;
@@ -123,7 +167,7 @@ void EngineLoop::Run() {
       ++stats_.steps;
     }
     for (const TokenEvent& e : *events) {
-      StreamEvent event;
+      StreamEvent event;  // Deliver fills the choice and the logprobs
       event.token = e.token;
       event.finished = e.finished;
       event.reason = engine_->finish_reason(e.request);

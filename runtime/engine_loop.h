@@ -17,6 +17,7 @@
 #include <memory>
 #include <mutex>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
@@ -26,11 +27,21 @@
 namespace ag::runtime {
 
 struct StreamEvent {
+  int choice = 0;      // which of the request's n choices (0 for a refusal)
   int32_t token = -1;  // the new token, or -1 (an error, a cancellation before any token)
-  bool finished = false;
+  bool finished = false;  // this choice is done (a refusal or a failed step ends them all)
   FinishReason reason = FinishReason::kNone;
   absl::Status error;  // not OK: the request was refused or the step failed
+  // When the request asked for logprobs: the token's log-probability and the
+  // `top_logprobs` most likely tokens with theirs, most likely first.
+  float logprob = 0.0f;
+  std::vector<std::pair<int32_t, float>> top;
 };
+
+// Log-probability of `token` in a logits row, and the `k` most likely (id, log-probability) pairs
+// among ids below `limit` (0: all), most likely first.
+float LogProbs(const std::vector<float>& row, int32_t token, int k, int32_t limit,
+               std::vector<std::pair<int32_t, float>>* top);
 
 // Counts a metrics endpoint reads, as of the last step.
 struct LoopStats {
@@ -51,9 +62,13 @@ class EngineLoop {
   EngineLoop& operator=(const EngineLoop&) = delete;
 
   // Queues a request; returns the handle Cancel takes. Never blocks on a step.
-  int64_t Submit(Request request, Callback on_event);
-  // Ends the request at the next step boundary (its callback hears kCancelled).
-  void Cancel(int64_t handle);
+  // `n` choices of one prompt (Engine::SubmitChoices) each hear their own
+  // events; `top_logprobs` >= 0 adds log-probabilities to every token event.
+  int64_t Submit(Request request, Callback on_event, int n = 1, int top_logprobs = -1);
+  // Ends the request (every choice) at the next step boundary (each hears kCancelled).
+  void Cancel(int64_t handle) { CancelChoice(handle, -1); }
+  // Ends one choice of the request (-1: all of them), as Cancel does.
+  void CancelChoice(int64_t handle, int choice);
   LoopStats stats() const;
   // Requests accepted and not yet finished (queued or in the engine).
   int64_t in_flight() const { return in_flight_.load(); }
@@ -63,6 +78,15 @@ class EngineLoop {
     int64_t handle;
     Request request;
     Callback callback;
+    int n;
+    int top_logprobs;
+  };
+  struct Active {  // a request in the engine
+    Callback callback;
+    std::vector<int> ids;  // engine ids, by choice
+    int unfinished;
+    int top_logprobs;
+    int32_t vocab_limit;
   };
   void Run();
   void TakeQueued();  // on the engine thread
@@ -73,14 +97,14 @@ class EngineLoop {
   mutable std::mutex mu_;
   std::condition_variable wake_;
   std::deque<Pending> queued_;           // guarded by mu_
-  std::vector<int64_t> cancels_;         // guarded by mu_
+  std::vector<std::pair<int64_t, int>> cancels_;  // (handle, choice or -1); guarded by mu_
   bool stopping_ = false;                // guarded by mu_
   LoopStats stats_;                      // guarded by mu_
   int64_t next_handle_ = 0;              // guarded by mu_
   std::atomic<int64_t> in_flight_{0};
   // Engine thread only.
-  absl::flat_hash_map<int64_t, int> engine_id_;          // handle -> engine id
-  absl::flat_hash_map<int, std::pair<int64_t, Callback>> by_engine_id_;
+  absl::flat_hash_map<int64_t, Active> active_;                  // by handle
+  absl::flat_hash_map<int, std::pair<int64_t, int>> by_engine_id_;  // engine id -> (handle, choice)
   std::thread thread_;
 };
 

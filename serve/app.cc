@@ -1,0 +1,294 @@
+#include "serve/app.h"
+
+#include <algorithm>
+#include <ctime>
+#include <utility>
+
+#include <nlohmann/json.hpp>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "models/glm/chat.h"
+#include "serve/generation.h"
+
+namespace ag::serve {
+namespace {
+
+using nlohmann::json;
+
+std::string Dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
+
+void Error(const std::shared_ptr<Responder>& out, int status, std::string message, std::string param = "",
+           std::string type = "", Headers headers = {}) {
+  ApiError e;
+  e.http_status = status;
+  e.message = std::move(message);
+  e.param = std::move(param);
+  if (!type.empty()) {
+    e.type = std::move(type);
+  } else if (status == 401) {
+    e.type = "authentication_error";
+  } else if (status == 404) {
+    e.type = "not_found_error";
+  } else if (status == 429) {
+    e.type = "rate_limit_error";
+  } else if (status >= 500) {
+    e.type = "server_error";
+  }
+  out->Respond(status, "application/json", e.ToJson(), std::move(headers));
+}
+
+void Send(const std::shared_ptr<Responder>& out, const ApiError& e) {
+  out->Respond(e.http_status, "application/json", e.ToJson());
+}
+
+std::vector<double> LatencyBuckets() {
+  return {0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0};
+}
+
+}  // namespace
+
+App::App(AppOptions options) : options_(std::move(options)) {
+  running_ = &metrics_.AddGauge("autoglm:num_requests_running", "Requests in the engine's running batch.");
+  waiting_ = &metrics_.AddGauge("autoglm:num_requests_waiting", "Requests queued for the engine.");
+  kv_usage_ = &metrics_.AddGauge("autoglm:kv_cache_usage_perc", "Fraction of KV-cache blocks in use (0 to 1).");
+  prefix_hits_ = &metrics_.AddCounter("autoglm:prefix_cache_hits_total", "Prompt tokens found in the prefix cache.");
+  prefix_queries_ =
+      &metrics_.AddCounter("autoglm:prefix_cache_queries_total", "Prompt tokens looked up in the prefix cache.");
+  prompt_tokens_ = &metrics_.AddCounter("autoglm:prompt_tokens_total", "Prompt tokens of finished requests.");
+  generation_tokens_ = &metrics_.AddCounter("autoglm:generation_tokens_total", "Tokens generated.");
+  preemptions_ = &metrics_.AddCounter("autoglm:num_preemptions_total", "Sequences preempted for KV-cache space.");
+  const std::string success = "autoglm:request_success_total", help = "Finished choices, by finish reason.";
+  success_stop_ = &metrics_.AddCounter(success, help, "finished_reason=\"stop\"");
+  success_length_ = &metrics_.AddCounter(success, help, "finished_reason=\"length\"");
+  success_abort_ = &metrics_.AddCounter(success, help, "finished_reason=\"abort\"");
+  ttft_ = &metrics_.AddHistogram("autoglm:time_to_first_token_seconds", "Time to the first token.", LatencyBuckets());
+  tpot_ = &metrics_.AddHistogram("autoglm:time_per_output_token_seconds", "Time per token after the first.",
+                                 LatencyBuckets());
+  e2e_ = &metrics_.AddHistogram("autoglm:e2e_request_latency_seconds", "Time from arrival to the last token.",
+                                LatencyBuckets());
+}
+
+App::~App() { Shutdown(); }
+
+void App::SetModel(LoadedModel model) {
+  model_ = std::move(model);
+  ready_ = true;
+}
+
+int64_t App::in_flight() const { return ready_ && model_.loop ? model_.loop->in_flight() : 0; }
+
+void App::Shutdown() {
+  if (!ready_.exchange(false)) return;
+  model_.loop.reset();  // cancels whatever runs; every callback hears it
+}
+
+std::string App::RenderMetrics() {
+  if (ready_ && model_.loop) {
+    const runtime::LoopStats s = model_.loop->stats();
+    std::lock_guard<std::mutex> lock(stats_mu_);
+    running_->Set(static_cast<double>(s.running));
+    waiting_->Set(static_cast<double>(s.waiting));
+    kv_usage_->Set(s.kv_blocks > 0 ? static_cast<double>(s.kv_blocks - s.kv_blocks_free) / s.kv_blocks : 0.0);
+    // The loop's counts are cumulative: the counters take the growth since the last look.
+    prefix_hits_->Add(static_cast<double>(std::max<int64_t>(0, s.prefix_hits - last_stats_.prefix_hits)));
+    prefix_queries_->Add(static_cast<double>(std::max<int64_t>(0, s.prefix_queries - last_stats_.prefix_queries)));
+    preemptions_->Add(static_cast<double>(std::max<int64_t>(0, s.preemptions - last_stats_.preemptions)));
+    last_stats_ = s;
+  }
+  return metrics_.Render();
+}
+
+void App::Handle(const HttpRequest& request, std::shared_ptr<Responder> out) {
+  std::string path = request.target.substr(0, request.target.find('?'));
+  const bool get = request.method == "GET", post = request.method == "POST";
+  if (path == "/health") {
+    if (!get) return Error(out, 405, "use GET for /health");
+    if (!ready_) return out->Respond(503, "application/json", R"({"status": "loading", "model_loaded": false})");
+    return out->Respond(200, "application/json", R"({"status": "ok", "model_loaded": true})");
+  }
+  if (path == "/metrics") {
+    if (!get) return Error(out, 405, "use GET for /metrics");
+    return out->Respond(200, "text/plain; version=0.0.4; charset=utf-8", RenderMetrics());
+  }
+  const bool known = path == "/v1/models" || path == "/v1/chat/completions" || path == "/v1/completions" ||
+                     path == "/tokenize" || path == "/detokenize";
+  if (!known) return Error(out, 404, absl::StrCat("no such path: ", path.substr(0, 200)));
+  if (!options_.api_key.empty() && request.authorization != absl::StrCat("Bearer ", options_.api_key)) {
+    return Error(out, 401, "a valid API key is needed (Authorization: Bearer KEY)");
+  }
+  if (!ready_) return Error(out, 503, "the model is still loading", "", "", {{"Retry-After", "5"}});
+  if (path == "/v1/models") {
+    if (!get) return Error(out, 405, "use GET for /v1/models");
+    const json body = {{"object", "list"},
+                       {"data", json::array({{{"id", options_.served_model_name},
+                                              {"object", "model"},
+                                              {"created", static_cast<int64_t>(std::time(nullptr))},
+                                              {"owned_by", "autoglm"},
+                                              {"max_model_len", model_.max_context}}})}};
+    return out->Respond(200, "application/json", Dump(body));
+  }
+  if (!post) return Error(out, 405, absl::StrCat("use POST for ", path));
+  if (path == "/v1/chat/completions") return Chat(request, std::move(out));
+  if (path == "/v1/completions") return Completions(request, std::move(out));
+  if (path == "/tokenize") return Tokenize(request, std::move(out));
+  return Detokenize(request, std::move(out));
+}
+
+bool App::Admit(const GenerationOptions& options, int64_t prompt_tokens, const std::shared_ptr<Responder>& out) {
+  if (!options.model.empty() && options.model != options_.served_model_name) {
+    Error(out, 404, absl::StrCat("the model '", options.model.substr(0, 200), "' does not exist; this server has '",
+                                 options_.served_model_name, "'"),
+          "model");
+    return false;
+  }
+  if (!admitting_) {
+    Error(out, 503, "the server is shutting down");
+    return false;
+  }
+  if (model_.loop->in_flight() >= options_.max_queue) {
+    Error(out, 429, absl::StrCat(options_.max_queue, " requests are in flight already; try again shortly"), "", "",
+          {{"Retry-After", "1"}});
+    return false;
+  }
+  if (prompt_tokens >= model_.max_context) {
+    Error(out, 413,
+          absl::StrCat("the prompt has ", prompt_tokens, " tokens; this model's context is ", model_.max_context),
+          "prompt");
+    return false;
+  }
+  return true;
+}
+
+void App::Run(const GenerationOptions& options, std::vector<int32_t> prompt, bool chat, int logprobs,
+              std::string echo, bool return_token_ids, std::shared_ptr<Responder> out) {
+  const int64_t prompt_tokens = static_cast<int64_t>(prompt.size());
+  GenerationSpec spec;
+  spec.chat = chat;
+  spec.stream = options.stream;
+  spec.include_usage = options.include_usage;
+  spec.n = options.n;
+  spec.model = options_.served_model_name;
+  spec.stop = options.stop;
+  spec.logprobs = logprobs;
+  spec.echo_text = std::move(echo);
+  spec.return_token_ids = return_token_ids;
+  spec.prompt_tokens = prompt_tokens;
+  if (return_token_ids) spec.prompt_ids = prompt;
+
+  runtime::Request request;
+  request.prompt = std::move(prompt);
+  request.max_new_tokens = std::min(options.max_tokens.value_or(model_.max_context), model_.max_context - prompt_tokens);
+  request.sampling = options.sampling;
+  request.sampling.vocab_limit = std::min(model_.vocab_size, model_.tokenizer->vocab_size());
+  request.stop_on_eos = !options.ignore_eos;
+  if (!options.ignore_eos) {
+    for (int32_t id : model_.eos_ids) spec.hidden_ids.insert(id);
+  }
+  if (chat) {  // a GLM-4 turn also ends where the next role would begin
+    for (const char* s : {"<|user|>", "<|observation|>", "<|endoftext|>"}) {
+      const int32_t id = model_.tokenizer->SpecialId(s);
+      if (id < 0) continue;
+      request.stop_ids.push_back(id);
+      spec.hidden_ids.insert(id);
+    }
+  }
+  auto generation = std::make_shared<Generation>(std::move(spec), *model_.tokenizer, std::move(out),
+                                                 [this](const GenerationRecord& r) {
+                                                   prompt_tokens_->Add(static_cast<double>(r.prompt_tokens));
+                                                   generation_tokens_->Add(static_cast<double>(r.generation_tokens));
+                                                   for (const std::string& reason : r.finish_reasons) {
+                                                     (reason == "stop"     ? success_stop_
+                                                      : reason == "length" ? success_length_
+                                                                           : success_abort_)
+                                                         ->Add();
+                                                   }
+                                                   if (r.seconds_to_first_token >= 0) {
+                                                     ttft_->Observe(r.seconds_to_first_token);
+                                                     if (r.generation_tokens > 1) {
+                                                       tpot_->Observe((r.seconds_total - r.seconds_to_first_token) /
+                                                                      static_cast<double>(r.generation_tokens - 1));
+                                                     }
+                                                   }
+                                                   e2e_->Observe(r.seconds_total);
+                                                 });
+  generation->Start(*model_.loop, std::move(request));
+}
+
+void App::Chat(const HttpRequest& http, std::shared_ptr<Responder> out) {
+  ChatResult parsed = ParseChatRequest(http.body, options_.limits);
+  if (auto* e = std::get_if<ApiError>(&parsed)) return Send(out, *e);
+  ChatRequest& req = std::get<ChatRequest>(parsed);
+  absl::StatusOr<std::vector<int32_t>> prompt = glm::EncodeChat(*model_.tokenizer, req.messages);
+  if (!prompt.ok()) return Error(out, 400, std::string(prompt.status().message()), "messages");
+  if (!Admit(req.options, static_cast<int64_t>(prompt->size()), out)) return;
+  Run(req.options, std::move(*prompt), /*chat=*/true, req.logprobs ? req.top_logprobs : -1, "", false,
+      std::move(out));
+}
+
+void App::Completions(const HttpRequest& http, std::shared_ptr<Responder> out) {
+  CompletionResult parsed = ParseCompletionRequest(http.body, options_.limits);
+  if (auto* e = std::get_if<ApiError>(&parsed)) return Send(out, *e);
+  CompletionRequest& req = std::get<CompletionRequest>(parsed);
+  std::vector<int32_t> prompt;
+  std::string echo;
+  if (const auto* text = std::get_if<std::string>(&req.prompt)) {
+    prompt = model_.tokenizer->Encode(*text);
+    if (req.echo) echo = *text;
+  } else {
+    prompt = std::get<std::vector<int32_t>>(req.prompt);
+    for (int32_t id : prompt) {
+      if (id < 0 || id >= model_.vocab_size) {
+        return Error(out, 400, absl::StrCat("prompt token id ", id, " is outside the vocabulary [0, ", model_.vocab_size, ")"),
+                     "prompt");
+      }
+    }
+    if (req.echo) {
+      absl::StatusOr<std::string> text = model_.tokenizer->Decode(prompt);
+      if (!text.ok()) return Error(out, 400, std::string(text.status().message()), "prompt");
+      echo = *text;
+    }
+  }
+  if (prompt.empty()) return Error(out, 400, "the prompt is empty", "prompt");
+  if (!Admit(req.options, static_cast<int64_t>(prompt.size()), out)) return;
+  Run(req.options, std::move(prompt), /*chat=*/false, req.logprobs.value_or(-1), std::move(echo),
+      req.return_token_ids, std::move(out));
+}
+
+void App::Tokenize(const HttpRequest& http, std::shared_ptr<Responder> out) {
+  const json j = json::parse(http.body, nullptr, /*allow_exceptions=*/false);
+  if (!j.is_object()) return Error(out, 400, "the body must be a JSON object");
+  std::vector<int32_t> ids;
+  if (j.contains("prompt") && j["prompt"].is_string()) {
+    ids = model_.tokenizer->Encode(j["prompt"].get<std::string>());
+  } else if (j.contains("messages")) {
+    absl::StatusOr<std::vector<glm::ChatMessage>> messages = glm::ParseChatMessages(j["messages"].dump());
+    if (!messages.ok()) return Error(out, 400, std::string(messages.status().message()), "messages");
+    absl::StatusOr<std::vector<int32_t>> encoded = glm::EncodeChat(*model_.tokenizer, *messages);
+    if (!encoded.ok()) return Error(out, 400, std::string(encoded.status().message()), "messages");
+    ids = std::move(*encoded);
+  } else {
+    return Error(out, 400, "give 'prompt' (a string) or 'messages'", "prompt");
+  }
+  out->Respond(200, "application/json",
+               Dump({{"tokens", ids}, {"count", ids.size()}, {"max_model_len", model_.max_context}}));
+}
+
+void App::Detokenize(const HttpRequest& http, std::shared_ptr<Responder> out) {
+  const json j = json::parse(http.body, nullptr, /*allow_exceptions=*/false);
+  if (!j.is_object() || !j.contains("tokens") || !j["tokens"].is_array()) {
+    return Error(out, 400, "the body must be {\"tokens\": [ids]}", "tokens");
+  }
+  std::vector<int32_t> ids;
+  for (const json& t : j["tokens"]) {
+    if (!t.is_number_integer() || t.get<int64_t>() < 0 || t.get<int64_t>() >= model_.tokenizer->vocab_size()) {
+      return Error(out, 400, "'tokens' must hold ids of this tokenizer's vocabulary", "tokens");
+    }
+    ids.push_back(static_cast<int32_t>(t.get<int64_t>()));
+  }
+  absl::StatusOr<std::string> text = model_.tokenizer->Decode(ids);
+  if (!text.ok()) return Error(out, 400, std::string(text.status().message()), "tokens");
+  out->Respond(200, "application/json", Dump({{"prompt", *text}}));
+}
+
+}  // namespace ag::serve

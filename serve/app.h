@@ -1,0 +1,77 @@
+// The OpenAI-compatible application behind autoglm-serve: routes, the API
+// key, the queue limit, the endpoints (chat and text completions, models,
+// tokenize and detokenize, health, Prometheus metrics), every error shaped
+// as OpenAI's. It answers 503 until the model is loaded (SetModel).
+#ifndef AUTOGLM_SERVE_APP_H_
+#define AUTOGLM_SERVE_APP_H_
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "models/glm/tokenizer.h"
+#include "runtime/engine_loop.h"
+#include "runtime/metrics.h"
+#include "serve/http_server.h"
+#include "serve/openai.h"
+
+namespace ag::serve {
+
+struct AppOptions {
+  std::string served_model_name = "glm";
+  std::string api_key;        // empty: no key needed
+  int64_t max_queue = 256;    // requests in flight at once; more get 429
+  RequestLimits limits;
+};
+
+// What the app needs of the loaded model.
+struct LoadedModel {
+  std::unique_ptr<runtime::EngineLoop> loop;
+  std::unique_ptr<glm::Tokenizer> tokenizer;
+  int64_t max_context = 0;
+  int32_t vocab_size = 0;  // the model's (embedding rows); prompt ids must be below it
+  std::vector<int32_t> eos_ids;
+};
+
+class App {
+ public:
+  explicit App(AppOptions options);
+  ~App();
+  void SetModel(LoadedModel model);
+  bool ready() const { return ready_.load(); }
+  void Handle(const HttpRequest& request, std::shared_ptr<Responder> out);
+  // Refuses new generations (503) from now on.
+  void StopAdmitting() { admitting_ = false; }
+  int64_t in_flight() const;
+  // Cancels what is still running and stops the engine thread.
+  void Shutdown();
+  std::string RenderMetrics();
+
+ private:
+  void Chat(const HttpRequest& request, std::shared_ptr<Responder> out);
+  void Completions(const HttpRequest& request, std::shared_ptr<Responder> out);
+  void Tokenize(const HttpRequest& request, std::shared_ptr<Responder> out);
+  void Detokenize(const HttpRequest& request, std::shared_ptr<Responder> out);
+  // Checks the model name, the queue and the prompt's length; on a problem answers and returns false.
+  bool Admit(const GenerationOptions& options, int64_t prompt_tokens, const std::shared_ptr<Responder>& out);
+  void Run(const GenerationOptions& options, std::vector<int32_t> prompt, bool chat, int logprobs, std::string echo,
+           bool return_token_ids, std::shared_ptr<Responder> out);
+
+  AppOptions options_;
+  std::atomic<bool> ready_{false}, admitting_{true};
+  LoadedModel model_;
+  runtime::MetricsRegistry metrics_;
+  runtime::Gauge *running_, *waiting_, *kv_usage_;
+  runtime::Counter *prefix_hits_, *prefix_queries_, *prompt_tokens_, *generation_tokens_, *preemptions_;
+  runtime::Counter *success_stop_, *success_length_, *success_abort_;
+  runtime::Histogram *ttft_, *tpot_, *e2e_;
+  std::mutex stats_mu_;  // the counters fed from the loop's cumulative stats
+  runtime::LoopStats last_stats_;
+};
+
+}  // namespace ag::serve
+
+#endif  // AUTOGLM_SERVE_APP_H_

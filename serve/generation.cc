@@ -1,0 +1,304 @@
+#include "serve/generation.h"
+
+#include <algorithm>
+#include <ctime>
+#include <random>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "serve/openai.h"
+
+namespace ag::serve {
+namespace {
+
+using nlohmann::json;
+
+// Client text may hold anything; bytes that are not UTF-8 become U+FFFD rather than an exception.
+std::string Dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
+
+std::string NewId(const char* prefix) {
+  static thread_local std::mt19937_64 rng(std::random_device{}());
+  return absl::StrCat(prefix, absl::Hex(rng(), absl::kZeroPad16), absl::Hex(rng() >> 32, absl::kZeroPad8));
+}
+
+std::string ReasonName(runtime::FinishReason r) {
+  switch (r) {
+    case runtime::FinishReason::kLength:
+    case runtime::FinishReason::kContext:
+      return "length";
+    case runtime::FinishReason::kCancelled:
+      return "abort";
+    default:
+      return "stop";
+  }
+}
+
+json ByteList(const std::string& s) {
+  json bytes = json::array();
+  for (unsigned char ch : s) bytes.push_back(static_cast<int>(ch));
+  return bytes;
+}
+
+}  // namespace
+
+Generation::Generation(GenerationSpec spec, const glm::Tokenizer& tokenizer, std::shared_ptr<Responder> out, Done done)
+    : spec_(std::move(spec)), tokenizer_(tokenizer), out_(std::move(out)), done_(std::move(done)) {
+  for (int i = 0; i < spec_.n; ++i) {
+    choices_.emplace_back(tokenizer_);
+    Choice& c = choices_.back();
+    if (spec_.logprobs >= 0) {
+      c.logprobs = spec_.chat ? json::array()
+                              : json{{"tokens", json::array()},
+                                     {"token_logprobs", json::array()},
+                                     {"top_logprobs", json::array()},
+                                     {"text_offset", json::array()}};
+    }
+  }
+  id_ = NewId(spec_.chat ? "chatcmpl-" : "cmpl-");
+  created_ = static_cast<int64_t>(std::time(nullptr));
+  record_.prompt_tokens = spec_.prompt_tokens;
+}
+
+void Generation::Start(runtime::EngineLoop& loop, runtime::Request request) {
+  std::lock_guard<std::mutex> lock(mu_);
+  start_ = std::chrono::steady_clock::now();
+  loop_ = &loop;
+  if (spec_.stream) {
+    out_->StartStream(200, "text/event-stream");
+    started_stream_ = true;
+    for (int i = 0; i < spec_.n; ++i) {  // the opening chunk of each choice, as vLLM sends it
+      if (spec_.chat) {
+        SendChunk(i, "", "");
+      } else if (!spec_.echo_text.empty()) {
+        SendChunk(i, spec_.echo_text, "");
+      }
+    }
+  }
+  std::weak_ptr<Generation> weak = weak_from_this();
+  handle_ = loop.Submit(
+      std::move(request), [self = shared_from_this()](const runtime::StreamEvent& e) { self->OnEvent(e); }, spec_.n,
+      spec_.logprobs);
+  out_->OnDisconnect([weak] {
+    if (auto self = weak.lock()) {
+      std::lock_guard<std::mutex> lock(self->mu_);
+      if (!self->finished_) self->loop_->Cancel(self->handle_);
+    }
+  });
+}
+
+void Generation::OnEvent(const runtime::StreamEvent& e) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (finished_) return;
+  if (!e.error.ok()) return Fail(e.error);
+  if (e.choice < 0 || e.choice >= static_cast<int>(choices_.size())) return;
+  Choice& c = choices_[e.choice];
+  if (c.done) return;
+  if (e.token >= 0) AddToken(c, e.choice, e);
+  if (e.finished && !c.done) Finish(c, e.choice, ReasonName(e.reason));
+  if (std::all_of(choices_.begin(), choices_.end(), [](const Choice& x) { return x.done; })) Complete();
+}
+
+void Generation::AddToken(Choice& c, int index, const runtime::StreamEvent& e) {
+  if (record_.generation_tokens == 0) {
+    record_.seconds_to_first_token = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+  }
+  ++record_.generation_tokens;
+  c.ids.push_back(e.token);
+  if (c.stopped) return;
+  if (spec_.hidden_ids.contains(e.token)) {  // the engine ends the choice on it (stop id or eos)
+    c.stopped = true;
+    return;
+  }
+  std::string piece;
+  if (!tokenizer_.IsSpecial(e.token)) {
+    absl::StatusOr<std::string> next = c.decoder.Next(e.token);
+    if (next.ok()) piece = std::move(*next);
+  }
+  if (spec_.logprobs >= 0) {
+    std::string token_text;
+    (void)tokenizer_.TokenBytes(e.token, &token_text);
+    if (spec_.chat) {
+      json top = json::array();
+      for (const auto& [id, lp] : e.top) {
+        std::string t;
+        (void)tokenizer_.TokenBytes(id, &t);
+        top.push_back({{"token", t}, {"logprob", lp}, {"bytes", ByteList(t)}});
+      }
+      c.logprobs.push_back(
+          {{"token", token_text}, {"logprob", e.logprob}, {"bytes", ByteList(token_text)}, {"top_logprobs", top}});
+    } else {
+      json top = json::object();
+      for (const auto& [id, lp] : e.top) {
+        std::string t;
+        (void)tokenizer_.TokenBytes(id, &t);
+        top[t] = lp;
+      }
+      c.logprobs["tokens"].push_back(token_text);
+      c.logprobs["token_logprobs"].push_back(e.logprob);
+      c.logprobs["top_logprobs"].push_back(top);
+      c.logprobs["text_offset"].push_back(spec_.echo_text.size() + c.text.size());
+    }
+  }
+  const size_t searched_from = c.text.size();
+  c.text += piece;
+  // The earliest stop string that now appears (it may have begun in earlier text).
+  size_t cut = std::string::npos;
+  for (const std::string& stop : spec_.stop) {
+    const size_t from = searched_from >= stop.size() ? searched_from - stop.size() + 1 : 0;
+    cut = std::min(cut, c.text.find(stop, from));
+  }
+  if (cut != std::string::npos) {
+    c.text.resize(cut);
+    c.stopped = true;
+    loop_->CancelChoice(handle_, index);  // its later events are ignored
+    Finish(c, index, "stop");
+    return;
+  }
+  if (spec_.stream) Flush(c, index, false);
+}
+
+void Generation::Flush(Choice& c, int index, bool all) {
+  size_t end = c.text.size();
+  if (!all && !spec_.stop.empty()) {
+    size_t hold = 0;
+    for (const std::string& s : spec_.stop) hold = std::max(hold, s.size() - 1);
+    end = end > c.sent + hold ? end - hold : c.sent;
+    while (end > c.sent && (static_cast<unsigned char>(c.text[end]) & 0xC0) == 0x80) --end;  // whole characters
+  }
+  const bool new_logprobs = spec_.logprobs >= 0 && (spec_.chat ? c.logprobs.size()
+                                                               : c.logprobs["tokens"].size()) > c.streamed_logprobs;
+  if (end == c.sent && !new_logprobs) return;
+  const std::string delta = c.text.substr(c.sent, end - c.sent);
+  c.sent = end;
+  SendChunk(index, delta, "");
+}
+
+void Generation::SendChunk(int index, const std::string& delta, const std::string& finish_reason) {
+  Choice& c = choices_[index];
+  json choice = {{"index", index}};
+  json logprobs = nullptr;
+  if (spec_.logprobs >= 0) {
+    if (spec_.chat) {
+      json entries = json::array();
+      for (size_t i = c.streamed_logprobs; i < c.logprobs.size(); ++i) entries.push_back(c.logprobs[i]);
+      c.streamed_logprobs = c.logprobs.size();
+      logprobs = {{"content", entries}};
+    } else {
+      logprobs = json::object();
+      const size_t from = c.streamed_logprobs;
+      for (const char* key : {"tokens", "token_logprobs", "top_logprobs", "text_offset"}) {
+        json part = json::array();
+        for (size_t i = from; i < c.logprobs[key].size(); ++i) part.push_back(c.logprobs[key][i]);
+        logprobs[key] = part;
+      }
+      c.streamed_logprobs = c.logprobs["tokens"].size();
+    }
+  }
+  if (spec_.chat) {
+    json d = json::object();
+    if (!c.opened) d["role"] = "assistant";
+    if (!delta.empty() || d.contains("role")) d["content"] = delta;
+    choice["delta"] = d;
+  } else {
+    choice["text"] = delta;
+  }
+  c.opened = true;
+  choice["logprobs"] = logprobs;
+  choice["finish_reason"] = finish_reason.empty() ? json(nullptr) : json(finish_reason);
+  json chunk = {{"id", id_},
+                {"object", spec_.chat ? "chat.completion.chunk" : "text_completion"},
+                {"created", created_},
+                {"model", spec_.model},
+                {"choices", json::array({choice})}};
+  if (spec_.include_usage) chunk["usage"] = nullptr;
+  out_->Write(absl::StrCat("data: ", Dump(chunk), "\n\n"));
+}
+
+void Generation::Finish(Choice& c, int index, const std::string& reason) {
+  c.done = true;
+  c.finish_reason = reason;
+  if (!c.stopped) c.text += c.decoder.Finish();
+  record_.finish_reasons.push_back(reason);
+  if (spec_.stream) {
+    Flush(c, index, true);
+    SendChunk(index, "", reason);
+  }
+}
+
+std::string Generation::Usage() const {
+  return Dump({{"prompt_tokens", record_.prompt_tokens},
+               {"completion_tokens", record_.generation_tokens},
+               {"total_tokens", record_.prompt_tokens + record_.generation_tokens}});
+}
+
+void Generation::Complete() {
+  finished_ = true;
+  record_.seconds_total = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+  const json usage = json::parse(Usage());
+  if (spec_.stream) {
+    if (spec_.include_usage) {
+      json chunk = {{"id", id_},
+                    {"object", spec_.chat ? "chat.completion.chunk" : "text_completion"},
+                    {"created", created_},
+                    {"model", spec_.model},
+                    {"choices", json::array()},
+                    {"usage", usage}};
+      out_->Write(absl::StrCat("data: ", Dump(chunk), "\n\n"));
+    }
+    out_->Write("data: [DONE]\n\n");
+    out_->End();
+  } else {
+    json choices = json::array();
+    for (size_t i = 0; i < choices_.size(); ++i) {
+      const Choice& c = choices_[i];
+      json choice = {{"index", i}};
+      if (spec_.chat) {
+        choice["message"] = {{"role", "assistant"}, {"content", c.text}};
+        choice["logprobs"] = spec_.logprobs >= 0 ? json{{"content", c.logprobs}} : json(nullptr);
+      } else {
+        choice["text"] = spec_.echo_text + c.text;
+        choice["logprobs"] = spec_.logprobs >= 0 ? c.logprobs : json(nullptr);
+        if (spec_.return_token_ids) {
+          choice["token_ids"] = c.ids;
+          choice["prompt_token_ids"] = spec_.prompt_ids;
+        }
+      }
+      choice["finish_reason"] = c.finish_reason;
+      choices.push_back(choice);
+    }
+    const json body = {{"id", id_},
+                       {"object", spec_.chat ? "chat.completion" : "text_completion"},
+                       {"created", created_},
+                       {"model", spec_.model},
+                       {"choices", choices},
+                       {"usage", usage}};
+    out_->Respond(200, "application/json", Dump(body));
+  }
+  done_(record_);
+}
+
+void Generation::Fail(const absl::Status& status) {
+  finished_ = true;
+  record_.failed = true;
+  ApiError error;
+  error.message = std::string(status.message());
+  if (absl::IsInvalidArgument(status) || absl::IsOutOfRange(status)) {
+    error.http_status = 400;
+  } else if (absl::IsResourceExhausted(status)) {
+    error.http_status = 413;
+  } else {
+    error.http_status = 500;
+    error.type = "server_error";
+  }
+  if (started_stream_) {
+    out_->Write(absl::StrCat("data: ", error.ToJson(), "\n\n"));
+    out_->Write("data: [DONE]\n\n");
+    out_->End();
+  } else {
+    out_->Respond(error.http_status, "application/json", error.ToJson());
+  }
+  done_(record_);
+}
+
+}  // namespace ag::serve

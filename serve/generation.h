@@ -1,0 +1,104 @@
+// One OpenAI generation request in flight: it turns the engine loop's token
+// events into chat or completion responses -- whole JSON bodies, or
+// server-sent-event chunks as tokens arrive -- with text decoded
+// incrementally, stop strings cut out (and held back while they might still
+// be forming), special tokens left out of the text, logprobs, usage and
+// finish reasons. Events arrive on the engine thread; a client disconnect
+// arrives on an I/O thread and cancels the request.
+#ifndef AUTOGLM_SERVE_GENERATION_H_
+#define AUTOGLM_SERVE_GENERATION_H_
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "absl/container/flat_hash_set.h"
+#include "models/glm/chat.h"
+#include "models/glm/tokenizer.h"
+#include "runtime/engine_loop.h"
+#include "serve/http_server.h"
+
+namespace ag::serve {
+
+// What a finished request reports, for the metrics.
+struct GenerationRecord {
+  int64_t prompt_tokens = 0, generation_tokens = 0;
+  double seconds_to_first_token = -1;  // < 0: no token came
+  double seconds_total = 0;
+  std::vector<std::string> finish_reasons;  // per choice: "stop", "length" or "abort"
+  bool failed = false;
+};
+
+struct GenerationSpec {
+  bool chat = false;
+  bool stream = false;
+  bool include_usage = false;
+  int n = 1;
+  std::string model;
+  std::vector<std::string> stop;
+  absl::flat_hash_set<int32_t> hidden_ids;  // ids that end a choice and never appear in its text
+  int logprobs = -1;  // -1: none; else alternatives per token (chat: top_logprobs)
+  // Completions only:
+  std::string echo_text;  // prepended to each choice's text (echo)
+  bool return_token_ids = false;
+  std::vector<int32_t> prompt_ids;  // echoed as prompt_token_ids with return_token_ids
+  int64_t prompt_tokens = 0;
+};
+
+class Generation : public std::enable_shared_from_this<Generation> {
+ public:
+  using Done = std::function<void(const GenerationRecord&)>;
+  Generation(GenerationSpec spec, const glm::Tokenizer& tokenizer, std::shared_ptr<Responder> out, Done done);
+
+  // Submits to the loop and wires the client's disconnect to a cancel.
+  void Start(runtime::EngineLoop& loop, runtime::Request request);
+
+ private:
+  struct Choice {
+    explicit Choice(const glm::Tokenizer& t) : decoder(t) {}
+    glm::StreamDecoder decoder;
+    std::string text;         // everything decided so far (non-streaming), or not yet sent (streaming)
+    size_t sent = 0;          // bytes of `text` already streamed
+    std::vector<int32_t> ids;  // every generated id
+    nlohmann::json logprobs;  // chat: the "content" entries; completions: tokens, token_logprobs, ...
+    size_t streamed_logprobs = 0;  // entries already sent (streaming)
+    bool opened = false;  // the first chunk (chat: the assistant role) has gone out
+    bool done = false;
+    bool stopped = false;  // by a stop string or a hidden id
+    std::string finish_reason;
+  };
+  void OnEvent(const runtime::StreamEvent& e);
+  void AddToken(Choice& c, int index, const runtime::StreamEvent& e);
+  void Finish(Choice& c, int index, const std::string& reason);
+  void Fail(const absl::Status& status);
+  // Streams whatever of the choice's text can no longer become part of a stop string.
+  void Flush(Choice& c, int index, bool all);
+  void SendChunk(int index, const std::string& delta, const std::string& finish_reason);
+  void Complete();
+  std::string Usage() const;
+
+  GenerationSpec spec_;
+  const glm::Tokenizer& tokenizer_;
+  std::shared_ptr<Responder> out_;
+  Done done_;
+  std::vector<Choice> choices_;
+  std::string id_;
+  int64_t created_ = 0;
+  std::chrono::steady_clock::time_point start_;
+  GenerationRecord record_;
+  runtime::EngineLoop* loop_ = nullptr;
+  int64_t handle_ = -1;
+  bool started_stream_ = false;
+  bool finished_ = false;
+  std::mutex mu_;  // events (engine thread) against the start
+};
+
+}  // namespace ag::serve
+
+#endif  // AUTOGLM_SERVE_GENERATION_H_

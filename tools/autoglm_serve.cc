@@ -1,0 +1,261 @@
+// autoglm-serve: an OpenAI-compatible GLM server (serve/app.h). It listens at
+// once (GET /health answers 503 while the model loads), loads the model and
+// warms it up, then serves until SIGTERM or SIGINT: it stops accepting,
+// lets in-flight requests finish (up to --shutdown-grace-seconds, then
+// cancels them) and exits 0.
+#include <pthread.h>
+#include <signal.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/usage.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "ir/status_macros.h"
+#include "runtime/engine.h"
+#include "runtime/engine_loop.h"
+#include "runtime/weights.h"
+#include "serve/app.h"
+#include "serve/http_server.h"
+#include "tools/common.h"
+
+ABSL_FLAG(std::string, model, "", "checkpoint directory (env MODEL_DIR)");
+ABSL_FLAG(std::string, plan, "", "a compiled .agplan (default: compile the model now)");
+ABSL_FLAG(std::string, device, "", "cuda or cpu (default: cuda when this build has it, else cpu)");
+ABSL_FLAG(int64_t, tp, 1, "tensor-parallel degree (only 1 until multi-GPU support lands)");
+ABSL_FLAG(std::string, tokenizer, "", "tokenizer directory (default: --model)");
+ABSL_FLAG(std::string, host, "0.0.0.0", "address to listen on");
+ABSL_FLAG(int32_t, port, 8080, "port to listen on; 0 picks a free one (env PORT)");
+ABSL_FLAG(std::string, served_model_name, "", "the model's name in the API (env MODEL_NAME; default: the directory's)");
+ABSL_FLAG(std::string, api_key, "", "require 'Authorization: Bearer KEY' on /v1 and tokenize (env API_KEY)");
+ABSL_FLAG(int64_t, max_queue, 256, "requests in flight at once; more are answered 429");
+ABSL_FLAG(double, kv_cache_gb, 0, "KV-cache size in GiB (env MAX_MEMORY_GB; default: the engine's)");
+ABSL_FLAG(int64_t, max_context, 0, "maximum sequence length (default: the model's)");
+ABSL_FLAG(std::string, dtype, "", "when compiling: f32 or bf16 (default: f32 on cpu, bf16 on cuda)");
+ABSL_FLAG(int64_t, max_batch_tokens, 256, "when compiling: tokens per step");
+ABSL_FLAG(int64_t, max_seqs, 16, "when compiling: sequences per step");
+ABSL_FLAG(int64_t, kv_block_size, 16, "when compiling: tokens per KV-cache block");
+ABSL_FLAG(bool, prefix_caching, true, "reuse cached K/V of shared prompt prefixes");
+ABSL_FLAG(int32_t, http_threads, 4, "I/O threads serving connections");
+ABSL_FLAG(int64_t, max_body_mb, 8, "largest request body in MiB; larger is answered 413");
+ABSL_FLAG(int32_t, shutdown_grace_seconds, 30, "on SIGTERM, how long in-flight requests may still run");
+ABSL_FLAG(std::string, log_level, "info", "error, info or debug (env LOG_LEVEL)");
+
+namespace ag::tools {
+namespace {
+
+// Whether --flag (or --flag=..., any spelling with - or _) is on the command line.
+bool Given(const std::vector<std::string>& args, const std::string& flag) {
+  for (std::string a : args) {
+    if (a.rfind("--", 0) != 0) continue;
+    a = a.substr(2, a.find('=') == std::string::npos ? std::string::npos : a.find('=') - 2);
+    std::replace(a.begin(), a.end(), '-', '_');
+    if (a == flag || a == "no" + flag) return true;
+  }
+  return false;
+}
+
+// Environment settings, each used only when its flag was not given.
+absl::Status ApplyEnvironment(const std::vector<std::string>& args) {
+  auto given = [&](const char* flag) { return Given(args, flag); };
+  auto env = [](const char* name) -> const char* {
+    const char* v = std::getenv(name);
+    return v != nullptr && *v != '\0' ? v : nullptr;
+  };
+  if (const char* v = env("MODEL_DIR"); v && !given("model")) absl::SetFlag(&FLAGS_model, v);
+  if (const char* v = env("MODEL_NAME"); v && !given("served_model_name")) absl::SetFlag(&FLAGS_served_model_name, v);
+  if (const char* v = env("API_KEY"); v && !given("api_key")) absl::SetFlag(&FLAGS_api_key, v);
+  if (const char* v = env("LOG_LEVEL"); v && !given("log_level")) absl::SetFlag(&FLAGS_log_level, v);
+  if (const char* v = env("PORT"); v && !given("port")) {
+    int32_t port = 0;
+    if (!absl::SimpleAtoi(v, &port)) return absl::InvalidArgumentError(absl::StrCat("PORT: '", v, "' is not a number"));
+    absl::SetFlag(&FLAGS_port, port);
+  }
+  if (const char* v = env("MAX_MEMORY_GB"); v && !given("kv_cache_gb")) {
+    double gb = 0;
+    if (!absl::SimpleAtod(v, &gb)) {
+      return absl::InvalidArgumentError(absl::StrCat("MAX_MEMORY_GB: '", v, "' is not a number"));
+    }
+    absl::SetFlag(&FLAGS_kv_cache_gb, gb);
+  }
+  return absl::OkStatus();
+}
+
+// Everything the engine refers to, kept alive for the server's life.
+struct Loaded {
+  Model model;
+  compiler::Plan plan;
+  std::unique_ptr<runtime::Backend> backend;
+  std::unique_ptr<runtime::WeightSource> weights;
+};
+
+absl::Status Load(Loaded& loaded, serve::App& app, const std::string& device) {
+  ASSIGN_OR_RETURN(loaded.model, OpenModel(absl::GetFlag(FLAGS_model), ""));
+  compiler::CompileOptions options;
+  std::string dtype = absl::GetFlag(FLAGS_dtype);
+  if (dtype.empty()) dtype = device == "cuda" ? "bf16" : "f32";
+  ASSIGN_OR_RETURN(options.build.dtype, ParseModelDType(dtype));
+  options.build.max_batch_tokens = absl::GetFlag(FLAGS_max_batch_tokens);
+  options.build.max_seqs = absl::GetFlag(FLAGS_max_seqs);
+  options.build.kv_block_size = absl::GetFlag(FLAGS_kv_block_size);
+  ASSIGN_OR_RETURN(loaded.plan, PlanForModel(loaded.model, absl::GetFlag(FLAGS_plan), options));
+
+  std::string dir = absl::GetFlag(FLAGS_tokenizer);
+  if (dir.empty()) dir = absl::GetFlag(FLAGS_model);
+  ASSIGN_OR_RETURN(std::unique_ptr<glm::Tokenizer> tokenizer, glm::Tokenizer::Load(dir));
+  if (tokenizer->vocab_size() > loaded.plan.model.vocab_size) {
+    return absl::InvalidArgumentError(absl::StrCat("the tokenizer in ", dir, " has ", tokenizer->vocab_size(),
+                                                   " tokens, more than the model's vocabulary of ",
+                                                   loaded.plan.model.vocab_size));
+  }
+  ASSIGN_OR_RETURN(loaded.backend, MakeBackend(device));
+  loaded.weights = std::make_unique<runtime::CheckpointWeights>(*loaded.model.checkpoint);
+  runtime::EngineOptions engine_options;
+  engine_options.max_context = absl::GetFlag(FLAGS_max_context);
+  engine_options.prefix_caching = absl::GetFlag(FLAGS_prefix_caching);
+  const double gb = absl::GetFlag(FLAGS_kv_cache_gb);
+  if (gb < 0 || gb > 1e6) return absl::InvalidArgumentError("--kv-cache-gb must be in [0, 1e6]");
+  if (gb > 0) {
+    engine_options.kv_cache_tokens =
+        static_cast<int64_t>(gb * static_cast<double>(int64_t{1} << 30) / loaded.plan.kv.BytesPerToken());
+    if (engine_options.kv_cache_tokens < 1) return absl::InvalidArgumentError("--kv-cache-gb holds no token");
+  }
+  ASSIGN_OR_RETURN(std::unique_ptr<runtime::Engine> engine,
+                   runtime::Engine::Create(loaded.plan, *loaded.backend, *loaded.weights, engine_options));
+
+  serve::LoadedModel model;
+  model.max_context = engine->max_context();
+  model.vocab_size = static_cast<int32_t>(loaded.plan.model.vocab_size);
+  for (int64_t id : loaded.plan.model.eos_token_ids) model.eos_ids.push_back(static_cast<int32_t>(id));
+  model.loop = std::make_unique<runtime::EngineLoop>(std::move(engine));
+  model.tokenizer = std::move(tokenizer);
+
+  // Warm-up: one short generation, so that the first client does not pay for first-use costs.
+  runtime::Request warm;
+  warm.prompt = {0, 1, 2, 3, 4, 5, 6, 7};
+  warm.max_new_tokens = 2;
+  warm.stop_on_eos = false;
+  std::atomic<bool> done{false};
+  absl::Status warm_status;
+  model.loop->Submit(std::move(warm), [&](const runtime::StreamEvent& e) {
+    if (!e.error.ok()) warm_status = e.error;
+    if (e.finished) done = true;
+  });
+  while (!done) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  if (!warm_status.ok()) return absl::InternalError(absl::StrCat("warm-up failed: ", warm_status.message()));
+  app.SetModel(std::move(model));
+  return absl::OkStatus();
+}
+
+int Serve(const std::vector<std::string>& args) {
+  if (absl::Status s = ApplyEnvironment(args); !s.ok()) return ReportError("autoglm-serve", s);
+  const std::string level = absl::GetFlag(FLAGS_log_level);
+  if (level != "error" && level != "info" && level != "debug") {
+    return ReportError("autoglm-serve", absl::InvalidArgumentError("--log-level must be error, info or debug"));
+  }
+  const bool info = level != "error";
+  if (absl::GetFlag(FLAGS_model).empty()) {
+    return ReportError("autoglm-serve", absl::InvalidArgumentError("--model DIR (or MODEL_DIR) is required"));
+  }
+  if (absl::GetFlag(FLAGS_tp) != 1) {
+    return ReportError("autoglm-serve", absl::UnimplementedError("--tp: only 1 is supported (tensor parallelism is "
+                                                                 "not built yet)"));
+  }
+  std::string device = absl::GetFlag(FLAGS_device);
+  if (device.empty()) device = HaveCudaBackend() ? "cuda" : "cpu";
+  serve::AppOptions options;
+  options.served_model_name = absl::GetFlag(FLAGS_served_model_name);
+  if (options.served_model_name.empty()) {
+    options.served_model_name = std::filesystem::path(absl::GetFlag(FLAGS_model)).lexically_normal().filename().string();
+    if (options.served_model_name.empty()) {
+      options.served_model_name =
+          std::filesystem::path(absl::GetFlag(FLAGS_model)).lexically_normal().parent_path().filename().string();
+    }
+  }
+  options.api_key = absl::GetFlag(FLAGS_api_key);
+  options.max_queue = absl::GetFlag(FLAGS_max_queue);
+  if (options.max_queue < 1) return ReportError("autoglm-serve", absl::InvalidArgumentError("--max-queue must be >= 1"));
+  serve::HttpLimits limits;
+  limits.threads = absl::GetFlag(FLAGS_http_threads);
+  const int64_t body_mb = absl::GetFlag(FLAGS_max_body_mb);
+  if (limits.threads < 1 || limits.threads > 256 || body_mb < 1 || body_mb > 1024) {
+    return ReportError("autoglm-serve",
+                       absl::InvalidArgumentError("--http-threads must be in [1, 256], --max-body-mb in [1, 1024]"));
+  }
+  limits.max_body_bytes = static_cast<size_t>(body_mb) << 20;
+
+  // Signals are taken by sigwait below, not by whichever thread they land on.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+
+  serve::App app(options);
+  const bool debug = level == "debug";
+  absl::StatusOr<std::unique_ptr<serve::HttpServer>> server = serve::HttpServer::Start(
+      absl::GetFlag(FLAGS_host), absl::GetFlag(FLAGS_port), limits,
+      [&app, debug](const serve::HttpRequest& request, std::shared_ptr<serve::Responder> out) {
+        if (debug) std::fprintf(stderr, "autoglm-serve: %s %s\n", request.method.c_str(), request.target.substr(0, 200).c_str());
+        app.Handle(request, std::move(out));
+      });
+  if (!server.ok()) return ReportError("autoglm-serve", server.status());
+  if (info) std::fprintf(stderr, "autoglm-serve: listening on %s:%d; loading %s on %s\n",
+                         absl::GetFlag(FLAGS_host).c_str(), (*server)->port(), absl::GetFlag(FLAGS_model).c_str(),
+                         device.c_str());
+
+  Loaded loaded;
+  absl::Status load_status;
+  std::atomic<bool> load_done{false};
+  std::thread loader([&] {
+    load_status = Load(loaded, app, device);
+    load_done = true;
+    if (!load_status.ok()) kill(getpid(), SIGTERM);  // wakes the sigwait below
+  });
+  int signal = 0;
+  sigwait(&signals, &signal);
+  if (!load_done) {  // a signal during loading: nothing to drain
+    if (info) std::fprintf(stderr, "autoglm-serve: signal %d while loading; exiting\n", signal);
+    std::_Exit(0);
+  }
+  loader.join();
+  if (!load_status.ok()) {
+    (*server)->Stop();
+    return ReportError("autoglm-serve", load_status);
+  }
+  if (info) std::fprintf(stderr, "autoglm-serve: signal %d: draining %lld requests\n", signal,
+                         static_cast<long long>(app.in_flight()));
+  (*server)->StopAccepting();
+  app.StopAdmitting();
+  const auto deadline =
+      std::chrono::steady_clock::now() + std::chrono::seconds(absl::GetFlag(FLAGS_shutdown_grace_seconds));
+  while (app.in_flight() > 0 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));  // the last chunks reach their sockets
+  (*server)->Stop();  // no request handler runs after this
+  app.Shutdown();     // cancels whatever outlived the grace period
+  if (info) std::fprintf(stderr, "autoglm-serve: stopped\n");
+  return 0;
+}
+
+}  // namespace
+}  // namespace ag::tools
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage(
+      "an OpenAI-compatible GLM server.\n  autoglm-serve --model DIR [--device cuda|cpu] [--port 8080] "
+      "[--api-key KEY] ...");
+  const std::vector<std::string> args(argv, argv + argc);
+  ag::tools::ParseFlagsOrExit(argc, argv, "autoglm-serve");
+  return ag::tools::Serve(args);
+}
