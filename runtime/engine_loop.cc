@@ -144,7 +144,10 @@ void EngineLoop::Run() {
       if (stopping_) break;
     }
     TakeQueued();
-    if (!engine_->HasWork()) continue;
+    if (!engine_->HasWork()) {
+      UpdateStats(/*stepped=*/false);  // cancellations and refusals change the counts without a step
+      continue;
+    }
     absl::StatusOr<std::vector<TokenEvent>> events = engine_->Step();
     if (!events.ok()) {
       // A failed step fails every request in it; the engine keeps no half state for them.
@@ -154,18 +157,7 @@ void EngineLoop::Run() {
       EndAll(failed);
       continue;
     }
-    {
-      // Counts first: a client woken by its last event must see the step's state.
-      std::lock_guard<std::mutex> lock(mu_);
-      stats_.running = engine_->num_running();
-      stats_.waiting = engine_->num_waiting() + static_cast<int64_t>(queued_.size());
-      stats_.kv_blocks = engine_->kv_blocks();
-      stats_.kv_blocks_free = engine_->kv_blocks_free();
-      stats_.preemptions = engine_->preemptions();
-      stats_.prefix_queries = engine_->prefix_cache_queries();
-      stats_.prefix_hits = engine_->prefix_cache_hits();
-      ++stats_.steps;
-    }
+    UpdateStats(/*stepped=*/true);  // first: a client woken by its last event must see the step's state
     for (const TokenEvent& e : *events) {
       StreamEvent event;  // Deliver fills the choice and the logprobs
       event.token = e.token;
@@ -180,6 +172,18 @@ void EngineLoop::Run() {
   cancelled.finished = true;
   cancelled.reason = FinishReason::kCancelled;
   EndAll(cancelled);
+}
+
+void EngineLoop::UpdateStats(bool stepped) {
+  std::lock_guard<std::mutex> lock(mu_);
+  stats_.running = engine_->num_running();
+  stats_.waiting = engine_->num_waiting() + static_cast<int64_t>(queued_.size());
+  stats_.kv_blocks = engine_->kv_blocks();
+  stats_.kv_blocks_free = engine_->kv_blocks_free();
+  stats_.preemptions = engine_->preemptions();
+  stats_.prefix_queries = engine_->prefix_cache_queries();
+  stats_.prefix_hits = engine_->prefix_cache_hits();
+  if (stepped) ++stats_.steps;
 }
 
 void EngineLoop::EndAll(const StreamEvent& last) {

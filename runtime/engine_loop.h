@@ -90,6 +90,7 @@ class EngineLoop {
   };
   void Run();
   void TakeQueued();  // on the engine thread
+  void UpdateStats(bool stepped);
   void Deliver(int engine_id, const StreamEvent& event);
   void EndAll(const StreamEvent& last);  // cancels every request in the engine, each hearing `last`
 

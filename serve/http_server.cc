@@ -50,7 +50,7 @@ class Server;
 class Session : public std::enable_shared_from_this<Session> {
  public:
   Session(tcp::socket socket, const HttpLimits& limits, const HttpHandler& handler, std::atomic<int64_t>& open)
-      : stream_(std::move(socket)), limits_(limits), handler_(handler), open_(open) {
+      : stream_(std::move(socket)), read_timer_(stream_.get_executor()), limits_(limits), handler_(handler), open_(open) {
     ++open_;
   }
   ~Session() { --open_; }
@@ -110,19 +110,32 @@ class Session : public std::enable_shared_from_this<Session> {
     parser_.emplace();
     parser_->header_limit(static_cast<std::uint32_t>(limits_.max_header_bytes));
     parser_->body_limit(limits_.max_body_bytes);
-    stream_.expires_after(std::chrono::seconds(limits_.read_timeout_seconds));
+    // Our own timer, not the stream's: an expired tcp_stream closes the socket, and a slow client
+    // is owed its 408.
+    timed_out_ = false;
+    read_timer_.expires_after(std::chrono::seconds(limits_.read_timeout_seconds));
+    read_timer_.async_wait([self = shared_from_this()](error_code ec) {
+      if (ec) return;  // cancelled: the request arrived
+      self->timed_out_ = true;
+      error_code ignored;
+      self->stream_.socket().cancel(ignored);
+    });
     http::async_read(stream_, buffer_, *parser_,
                      [self = shared_from_this()](error_code ec, size_t) { self->OnRead(ec); });
   }
 
   void OnRead(error_code ec) {
+    read_timer_.cancel();
     if (ec) {
       const bool partial = parser_->got_some();
+      if (timed_out_) {
+        if (partial) return Refuse(408, "the request took too long to arrive");
+        return Close();  // an idle keep-alive connection
+      }
       if (ec == http::error::body_limit) {
         return Refuse(413, "the request body is larger than " + std::to_string(limits_.max_body_bytes) + " bytes");
       }
       if (ec == http::error::header_limit) return Refuse(431, "the request headers are too large");
-      if (ec == beast::error::timeout && partial) return Refuse(408, "the request took too long to arrive");
       if (partial && ec != http::error::end_of_stream && ec != net::error::eof &&
           ec != net::error::connection_reset) {
         return Refuse(400, "malformed HTTP request: " + ec.message());
@@ -193,7 +206,22 @@ class Session : public std::enable_shared_from_this<Session> {
     stream_.expires_never();
     if (!complete_) return;
     if (keep_alive_) return Read();
-    Close();
+    Linger();
+  }
+  // Ends a connection whose client may still be sending (a refused body): closing with unread bytes
+  // would reset the connection and could destroy the answer in flight, so stop sending, read and
+  // drop what still comes for a moment, then close.
+  void Linger() {
+    error_code ignored;
+    stream_.socket().shutdown(tcp::socket::shutdown_send, ignored);
+    stream_.expires_after(std::chrono::seconds(2));
+    DrainUntilClosed();
+  }
+  void DrainUntilClosed() {
+    stream_.async_read_some(net::buffer(drain_), [self = shared_from_this()](error_code ec, size_t) {
+      if (ec) return self->Close();
+      self->DrainUntilClosed();
+    });
   }
   void Disconnected() {
     if (closed_) return;
@@ -214,12 +242,15 @@ class Session : public std::enable_shared_from_this<Session> {
   }
 
   beast::tcp_stream stream_;
+  net::steady_timer read_timer_;
+  bool timed_out_ = false;
   beast::flat_buffer buffer_;
   std::optional<http::request_parser<http::string_body>> parser_;
   const HttpLimits& limits_;
   const HttpHandler& handler_;
   std::atomic<int64_t>& open_;
   std::deque<std::string> queue_;
+  char drain_[16384];
   std::function<void()> on_disconnect_;
   uint64_t exchange_ = 0;
   bool keep_alive_ = false, started_ = false, streaming_ = false, complete_ = false;

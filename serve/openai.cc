@@ -131,8 +131,10 @@ void ReadOptions(Reader& r, const RequestLimits& limits, GenerationOptions& o) {
       o.stop.push_back(s.get<std::string>());
     }
   }
-  r.Neutral("frequency_penalty", 0);
-  r.Neutral("presence_penalty", 0);
+  for (const char* penalty : {"frequency_penalty", "presence_penalty"}) {  // numbers, and only the neutral 0
+    if (r.ok() && r.Has(penalty) && !r[penalty].is_number()) r.Fail(penalty, absl::StrCat("'", penalty, "' must be a number"));
+    r.Neutral(penalty, 0);
+  }
   r.Neutral("logit_bias", json::object());
   r.Neutral("tools", json::array());
   r.Neutral("tool_choice", "none");

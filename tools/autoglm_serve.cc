@@ -47,6 +47,7 @@ ABSL_FLAG(int64_t, kv_block_size, 16, "when compiling: tokens per KV-cache block
 ABSL_FLAG(bool, prefix_caching, true, "reuse cached K/V of shared prompt prefixes");
 ABSL_FLAG(int32_t, http_threads, 4, "I/O threads serving connections");
 ABSL_FLAG(int64_t, max_body_mb, 8, "largest request body in MiB; larger is answered 413");
+ABSL_FLAG(int32_t, request_timeout_seconds, 30, "a request (headers and body) must arrive within this; else 408");
 ABSL_FLAG(int32_t, shutdown_grace_seconds, 30, "on SIGTERM, how long in-flight requests may still run");
 ABSL_FLAG(std::string, log_level, "info", "error, info or debug (env LOG_LEVEL)");
 
@@ -192,6 +193,10 @@ int Serve(const std::vector<std::string>& args) {
                        absl::InvalidArgumentError("--http-threads must be in [1, 256], --max-body-mb in [1, 1024]"));
   }
   limits.max_body_bytes = static_cast<size_t>(body_mb) << 20;
+  limits.read_timeout_seconds = absl::GetFlag(FLAGS_request_timeout_seconds);
+  if (limits.read_timeout_seconds < 1 || limits.read_timeout_seconds > 3600) {
+    return ReportError("autoglm-serve", absl::InvalidArgumentError("--request-timeout-seconds must be in [1, 3600]"));
+  }
 
   // Signals are taken by sigwait below, not by whichever thread they land on.
   sigset_t signals;
@@ -218,6 +223,7 @@ int Serve(const std::vector<std::string>& args) {
   std::atomic<bool> load_done{false};
   std::thread loader([&] {
     load_status = Load(loaded, app, device);
+    if (load_status.ok() && info) std::fprintf(stderr, "autoglm-serve: ready\n");
     load_done = true;
     if (!load_status.ok()) kill(getpid(), SIGTERM);  // wakes the sigwait below
   });

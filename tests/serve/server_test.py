@@ -1,0 +1,390 @@
+#!/usr/bin/env python3
+"""autoglm-serve end to end on the CPU with the tiny GLM-4 fixture: the real
+server on a free loopback port, driven by the official openai client and by
+raw HTTP. Greedy answers equal autoglm-run's; 64 concurrent clients each get
+their solo answer; a KV cache too small for the load preempts without
+changing answers; a shared prefix hits the prefix cache; thousands of bad
+requests get 4xx and leave the server correct; a client that leaves
+mid-stream frees its sequence; keys, unknown models, a full queue and SIGTERM
+behave as documented.
+
+Environment: AUTOGLM_SERVE, AUTOGLM_RUN (binaries), AUTOGLM_TEST_DATA."""
+import http.client
+import json
+import os
+import random
+import re
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import unittest
+from concurrent.futures import ThreadPoolExecutor
+
+try:
+    import openai
+except ImportError:
+    print("SKIP: the openai client is not installed (tools/bootstrap puts it in .venv/)")
+    sys.exit(77)
+
+SERVE = os.environ.get("AUTOGLM_SERVE", "build/tools/autoglm-serve")
+RUN = os.environ.get("AUTOGLM_RUN", "build/tools/autoglm-run")
+MODEL = os.path.join(os.environ.get("AUTOGLM_TEST_DATA", "tests/data"), "tiny-glm4")
+NAME = "tiny-glm4"
+# Special ids of the fixture's tokenizer (tests/data/make_tiny_tokenizer.py): GLM-4's specials from 300.
+SPECIAL_FROM, ENDOFTEXT, USER, OBSERVATION = 300, 300, 307, 309
+EOS = 1  # the fixture's eos_token_id
+
+
+class Server:
+    def __init__(self, *flags):
+        self.proc = subprocess.Popen([SERVE, "--model", MODEL, "--device", "cpu", "--host", "127.0.0.1", "--port", "0",
+                                      *flags], stderr=subprocess.PIPE, text=True)
+        self.log = []
+        self.port = None
+        ready = threading.Event()
+
+        def drain():
+            for line in self.proc.stderr:
+                self.log.append(line)
+                m = re.search(r"listening on 127\.0\.0\.1:(\d+)", line)
+                if m:
+                    self.port = int(m.group(1))
+                if "autoglm-serve: ready" in line:
+                    ready.set()
+            ready.set()
+
+        threading.Thread(target=drain, daemon=True).start()
+        if not ready.wait(120) or self.port is None or self.proc.poll() is not None:
+            raise RuntimeError("the server did not start:\n" + "".join(self.log))
+
+    def request(self, method, path, body=None, headers=None, timeout=60):
+        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout)
+        if isinstance(body, (dict, list)):
+            body = json.dumps(body)
+        conn.request(method, path, body=body, headers=headers or {})
+        r = conn.getresponse()
+        data = r.read()
+        conn.close()
+        return r.status, dict(r.getheaders()), data
+
+    def post(self, path, body, **kw):
+        status, headers, data = self.request("POST", path, body, **kw)
+        return status, json.loads(data) if data else None
+
+    def metrics(self):
+        _, _, data = self.request("GET", "/metrics")
+        out = {}
+        for line in data.decode().splitlines():
+            if line and not line.startswith("#"):
+                name, value = line.rsplit(" ", 1)
+                out[name] = float(value)
+        return out
+
+    def client(self, key="unused"):
+        return openai.OpenAI(base_url="http://127.0.0.1:%d/v1" % self.port, api_key=key, max_retries=0)
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        return self.proc.wait(60)
+
+
+def run_tool(*args):
+    with tempfile.TemporaryDirectory() as d:
+        path = os.path.join(d, "o.json")
+        subprocess.run([RUN, "--model", MODEL, *args, "--output-json", path], check=True, capture_output=True)
+        with open(path) as f:
+            return json.load(f)["new_tokens"]
+
+
+def completion(server, prompt, max_tokens=16, stream=False, **extra):
+    body = {"model": NAME, "prompt": prompt, "max_tokens": max_tokens, "temperature": 0, "ignore_eos": True,
+            "stream": stream, **extra}
+    if not stream:
+        status, r = server.post("/v1/completions", body)
+        assert status == 200, r
+        return r["choices"][0]["text"]
+    conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=60)
+    conn.request("POST", "/v1/completions", body=json.dumps(body))
+    r = conn.getresponse()
+    assert r.status == 200
+    text = ""
+    for line in r:
+        line = line.decode().strip()
+        if line.startswith("data: ") and line != "data: [DONE]":
+            text += json.loads(line[6:])["choices"][0]["text"]
+    conn.close()
+    return text
+
+
+class Main(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.s = Server()
+
+    @classmethod
+    def tearDownClass(cls):
+        assert cls.s.stop() == 0, "".join(cls.s.log)
+
+    def test_openai_client_agrees_with_autoglm_run(self):
+        c = self.s.client()
+        r = c.completions.create(model=NAME, prompt="the thing", max_tokens=12, temperature=0,
+                                 extra_body={"ignore_eos": True, "return_token_ids": True})
+        want = run_tool("--prompt", "the thing", "--max-new-tokens", "12", "--ignore-eos")
+        self.assertEqual(r.choices[0].model_extra["token_ids"], want)
+        self.assertEqual(r.choices[0].finish_reason, "length")
+        self.assertEqual(r.usage.completion_tokens, 12)
+        streamed = "".join(ch.choices[0].text for ch in c.completions.create(
+            model=NAME, prompt="the thing", max_tokens=12, temperature=0, stream=True,
+            extra_body={"ignore_eos": True}) if ch.choices)
+        self.assertEqual(streamed, r.choices[0].text)
+
+        chat = c.chat.completions.create(model=NAME, messages=[{"role": "user", "content": "hello"}], max_tokens=8,
+                                         temperature=0)
+        tokens = run_tool("--prompt", "hello", "--chat", "--max-new-tokens", "8")
+        shown = []
+        for t in tokens:
+            if t in (EOS, ENDOFTEXT, USER, OBSERVATION):
+                break
+            if t < SPECIAL_FROM:
+                shown.append(t)
+        status, text = self.s.post("/detokenize", {"tokens": shown})
+        self.assertEqual(status, 200)
+        self.assertEqual(chat.choices[0].message.content, text["prompt"])
+        chunks = list(c.chat.completions.create(model=NAME, messages=[{"role": "user", "content": "hello"}],
+                                                max_tokens=8, temperature=0, stream=True,
+                                                stream_options={"include_usage": True}))
+        self.assertEqual("".join(ch.choices[0].delta.content or "" for ch in chunks if ch.choices),
+                         chat.choices[0].message.content)
+        self.assertEqual(chunks[-1].usage.total_tokens, chat.usage.total_tokens)
+        self.assertEqual([ch.choices[0].finish_reason for ch in chunks if ch.choices][-1],
+                         chat.choices[0].finish_reason)
+
+    def test_choices_logprobs_stop_and_seeds(self):
+        c = self.s.client()
+        r = c.chat.completions.create(model=NAME, messages=[{"role": "user", "content": "hi"}], max_tokens=6, n=3,
+                                      temperature=1.0, seed=5, logprobs=True, top_logprobs=2)
+        self.assertEqual(len(r.choices), 3)
+        for ch in r.choices:
+            for entry in ch.logprobs.content:
+                self.assertLessEqual(entry.logprob, 0.0)
+                self.assertEqual(len(entry.top_logprobs), 2)
+                self.assertGreaterEqual(entry.top_logprobs[0].logprob, entry.top_logprobs[1].logprob)
+        again = c.chat.completions.create(model=NAME, messages=[{"role": "user", "content": "hi"}], max_tokens=6, n=3,
+                                          temperature=1.0, seed=5)
+        self.assertEqual([x.message.content for x in again.choices], [x.message.content for x in r.choices])
+        # A stop string cuts the text before it and finishes with "stop".
+        full = completion(self.s, "the thing", 24)
+        if len(full) > 4:
+            stop = full[3:5]
+            cut = completion(self.s, "the thing", 24, stop=[stop])
+            self.assertEqual(cut, full[:full.index(stop)])
+        echo = c.completions.create(model=NAME, prompt="hello", max_tokens=2, temperature=0, echo=True, logprobs=1)
+        self.assertTrue(echo.choices[0].text.startswith("hello"))
+        self.assertEqual(len(echo.choices[0].logprobs.tokens), 2)
+
+    def test_concurrent_clients_get_their_solo_answers(self):
+        prompts = ["the thing", "hello", "what is it", [5, 17, 42], "and the", "you said", [9] * 20, "x y z"]
+        solo = {i: completion(self.s, p) for i, p in enumerate(prompts)}
+        before = self.s.metrics()
+        jobs = [(k % len(prompts), k % 3 == 0) for k in range(64 * 3)]
+        with ThreadPoolExecutor(64) as pool:
+            got = list(pool.map(lambda j: completion(self.s, prompts[j[0]], stream=j[1]), jobs))
+        for (i, _), text in zip(jobs, got):
+            self.assertEqual(text, solo[i])
+        after = self.s.metrics()
+        key = 'autoglm:request_success_total{finished_reason="length"}'
+        self.assertEqual(after[key] - before[key], len(jobs))
+        self.assertEqual(after["autoglm:generation_tokens_total"] - before["autoglm:generation_tokens_total"],
+                         16 * len(jobs))
+        self.assertEqual(after["autoglm:num_requests_running"], 0)
+        self.assertEqual(after["autoglm:e2e_request_latency_seconds_count"] -
+                         before["autoglm:e2e_request_latency_seconds_count"], len(jobs))
+        self.assertEqual(self.s.request("GET", "/health")[0], 200)
+
+    def test_prefix_cache_serves_the_second_request(self):
+        rng = random.Random(3)
+        prompt = [rng.randrange(10, 290) for _ in range(100)]
+        first = completion(self.s, prompt, 4)
+        before = self.s.metrics()["autoglm:prefix_cache_hits_total"]
+        second = completion(self.s, prompt + [7], 4)
+        hits = self.s.metrics()["autoglm:prefix_cache_hits_total"] - before
+        self.assertGreaterEqual(hits, 96)  # six full 16-token blocks of the shared 100 tokens
+        third = completion(self.s, prompt, 4)
+        self.assertEqual(third, first)
+        self.assertIsInstance(second, str)
+
+    def test_client_gone_mid_stream_frees_its_sequence(self):
+        before = self.s.metrics()['autoglm:request_success_total{finished_reason="abort"}']
+        sock = socket.create_connection(("127.0.0.1", self.s.port))
+        body = json.dumps({"model": NAME, "prompt": "the", "max_tokens": 200, "stream": True, "ignore_eos": True})
+        sock.sendall(("POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                      "Content-Length: %d\r\n\r\n%s" % (len(body), body)).encode())
+        sock.recv(4096)  # headers and the first events
+        sock.close()
+        deadline = time.time() + 20
+        while time.time() < deadline:
+            m = self.s.metrics()
+            if m['autoglm:request_success_total{finished_reason="abort"}'] > before and \
+                    m["autoglm:num_requests_running"] == 0:
+                break
+            time.sleep(0.05)
+        m = self.s.metrics()
+        self.assertEqual(m['autoglm:request_success_total{finished_reason="abort"}'], before + 1)
+        self.assertEqual(m["autoglm:num_requests_running"], 0)
+
+    def test_bad_requests_get_4xx_and_leave_the_server_correct(self):
+        solo = completion(self.s, "the thing")
+        good_chat = {"model": NAME, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}
+        good = {"model": NAME, "prompt": "hi", "max_tokens": 2}
+        bad_values = [None, -1, 0, 2 ** 64, -2 ** 63, 1e300, "x", "", [], {}, [1, "a"], True, "\ud800", [[1]], 0.5,
+                      {"a": 1}, "a" * 5000, -0.0]
+        bodies = []
+        for base, path in ((good_chat, "/v1/chat/completions"), (good, "/v1/completions")):
+            text = json.dumps(base)
+            for cut in range(1, len(text)):
+                bodies.append((path, text[:cut]))  # truncated JSON
+            for field in ["model", "messages", "prompt", "max_tokens", "temperature", "top_p", "top_k", "n", "stop",
+                          "seed", "logprobs", "top_logprobs", "stream", "echo", "stream_options", "ignore_eos",
+                          "max_completion_tokens", "presence_penalty", "bogus"]:
+                for v in bad_values:
+                    b = dict(base)
+                    b[field] = v
+                    bodies.append((path, json.dumps(b)))
+            for role in ["tool", "", "USER", "function", 7]:
+                b = dict(good_chat)
+                b["messages"] = [{"role": role, "content": "hi"}]
+                bodies.append((path, json.dumps(b)))
+        rng = random.Random(9)
+        for _ in range(1200):  # valid bodies with one byte changed: mostly broken JSON, some odd values
+            path, base = rng.choice([("/v1/chat/completions", good_chat), ("/v1/completions", good)])
+            text = bytearray(json.dumps(base).encode())
+            text[rng.randrange(len(text))] = rng.randrange(256)
+            bodies.append((path, bytes(text)))
+        for _ in range(300):
+            bodies.append(("/v1/completions", bytes(rng.randrange(256) for _ in range(rng.randrange(1, 200)))))
+        bodies.append(("/v1/chat/completions", b'{"model": "tiny-glm4", "messages": [{"role": "user", "content": "\xff\xfe"}]}'))
+        bodies.append(("/v1/completions", json.dumps({"model": NAME, "prompt": [400], "max_tokens": 1})))
+        bodies.append(("/v1/completions", json.dumps({"model": NAME, "prompt": [1] * 300, "max_tokens": 1})))
+        bodies.append(("/v1/completions", json.dumps({"model": "other", "prompt": "hi"})))
+        bodies.append(("/tokenize", "[1, 2"))
+        bodies.append(("/detokenize", json.dumps({"tokens": [1, -5]})))
+        bodies.append(("/detokenize", json.dumps({"tokens": [2 ** 40]})))
+
+        def send(item):
+            path, body = item
+            status, _, data = self.s.request("POST", path, body)
+            return item, status, data
+
+        statuses = {}
+        with ThreadPoolExecutor(16) as pool:
+            for (path, body), status, data in pool.map(send, bodies):
+                if status == 200:  # a value that happens to be valid (e.g. n = True is refused, top_k = 0 is fine)
+                    continue
+                self.assertTrue(400 <= status < 500, (path, body, status, data))
+                error = json.loads(data)["error"]
+                self.assertTrue(error["message"], data)
+                statuses[status] = statuses.get(status, 0) + 1
+        self.assertGreater(sum(statuses.values()), 2000)
+        self.assertIn(413, statuses)  # the 300-token prompt over a 256-token context
+        self.assertIn(404, statuses)  # the unknown model
+
+        # 100 MB: refused from its Content-Length.
+        sock = socket.create_connection(("127.0.0.1", self.s.port))
+        sock.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 104857600\r\n\r\n")
+        try:
+            for _ in range(100):
+                sock.sendall(b"x" * (1 << 20))
+        except OSError:
+            pass
+        self.assertIn(b" 413 ", sock.recv(4096))
+        sock.close()
+        # Headers that never end, garbage that is not HTTP.
+        for raw, code in ((b"GET /health HTTP/1.1\r\nX: " + b"a" * 100000 + b"\r\n\r\n", b" 431 "),
+                          (b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03garbage\r\n\r\n", b" 400 ")):
+            sock = socket.create_connection(("127.0.0.1", self.s.port))
+            try:
+                sock.sendall(raw)
+            except OSError:
+                pass
+            self.assertIn(code, sock.recv(4096))
+            sock.close()
+        self.assertEqual(self.s.request("GET", "/health")[0], 200)
+        self.assertEqual(completion(self.s, "the thing"), solo)
+
+
+class Limits(unittest.TestCase):
+    """Keys, the queue bound, slow clients, KV pressure and SIGTERM: servers of their own."""
+
+    def test_key_queue_and_slow_clients(self):
+        s = Server("--api-key", "k3y", "--max-queue", "1", "--request-timeout-seconds", "2")
+        try:
+            self.assertEqual(s.request("GET", "/v1/models")[0], 401)
+            self.assertEqual(s.request("GET", "/v1/models", headers={"Authorization": "Bearer nope"})[0], 401)
+            status, _, data = s.request("GET", "/v1/models", headers={"Authorization": "Bearer k3y"})
+            self.assertEqual(status, 200)
+            self.assertEqual(json.loads(data)["data"][0]["id"], NAME)
+            with self.assertRaises(openai.AuthenticationError):
+                s.client("wrong").models.list()
+            self.assertEqual(s.client("k3y").models.list().data[0].id, NAME)
+            self.assertEqual(s.request("GET", "/nowhere")[0], 404)
+            self.assertEqual(s.request("GET", "/health")[0], 200)  # no key needed
+            # One long stream fills the queue of one: the next request gets 429 with Retry-After.
+            sock = socket.create_connection(("127.0.0.1", s.port))
+            body = json.dumps({"model": NAME, "prompt": "the", "max_tokens": 250, "stream": True, "ignore_eos": True})
+            sock.sendall(("POST /v1/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer k3y\r\n"
+                          "Content-Length: %d\r\n\r\n%s" % (len(body), body)).encode())
+            sock.recv(4096)
+            status, headers, _ = s.request("POST", "/v1/completions", {"model": NAME, "prompt": "a", "max_tokens": 1},
+                                           headers={"Authorization": "Bearer k3y"})
+            self.assertEqual(status, 429)
+            self.assertIn("Retry-After", headers)
+            sock.close()
+            # A client that sends half a request and waits: 408 after the timeout.
+            sock = socket.create_connection(("127.0.0.1", s.port))
+            sock.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{")
+            sock.settimeout(10)
+            self.assertIn(b" 408 ", sock.recv(4096))
+            sock.close()
+        finally:
+            self.assertEqual(s.stop(), 0)
+
+    def test_kv_pressure_preempts_without_changing_answers(self):
+        # 768 bytes a token (3 layers x K, V x 2 heads x 16 x f32): about 90 tokens of cache for 12 x 48.
+        s = Server("--max-context", "64", "--kv-cache-gb", "0.00007")
+        try:
+            prompts = ["the thing %d" % i for i in range(12)]
+            solo = [completion(s, p, 40) for p in prompts]
+            with ThreadPoolExecutor(12) as pool:
+                got = list(pool.map(lambda p: completion(s, p, 40), prompts))
+            self.assertEqual(got, solo)
+            self.assertGreater(s.metrics()["autoglm:num_preemptions_total"], 0)
+        finally:
+            self.assertEqual(s.stop(), 0)
+
+    def test_sigterm_finishes_in_flight_requests(self):
+        s = Server()
+        result = {}
+
+        def slow():
+            result["r"] = s.post("/v1/completions", {"model": NAME, "prompt": "the", "max_tokens": 200,
+                                                     "ignore_eos": True})
+
+        t = threading.Thread(target=slow)
+        t.start()
+        deadline = time.time() + 10
+        while s.metrics()["autoglm:num_requests_running"] < 1 and time.time() < deadline:
+            time.sleep(0.005)
+        self.assertEqual(s.stop(), 0, "".join(s.log))
+        t.join()
+        status, body = result["r"]
+        self.assertEqual(status, 200)
+        self.assertEqual(body["usage"]["completion_tokens"], 200)
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)
