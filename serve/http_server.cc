@@ -200,6 +200,10 @@ class Session : public std::enable_shared_from_this<Session> {
   }
   void OnWrite(error_code ec) {
     writing_ = false;
+    if (closed_) {
+      queue_.clear();
+      return;
+    }
     if (ec) return Disconnected();
     queue_.pop_front();
     if (!queue_.empty()) return WriteNext();
@@ -235,7 +239,7 @@ class Session : public std::enable_shared_from_this<Session> {
   void Close() {
     closed_ = true;
     closed_flag_ = true;
-    queue_.clear();
+    if (!writing_) queue_.clear();  // a write in flight still reads its buffer (OnWrite drops the rest)
     error_code ignored;
     stream_.socket().shutdown(tcp::socket::shutdown_both, ignored);
     stream_.socket().close(ignored);

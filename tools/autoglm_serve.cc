@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -198,6 +199,7 @@ int Serve(const std::vector<std::string>& args) {
     return ReportError("autoglm-serve", absl::InvalidArgumentError("--request-timeout-seconds must be in [1, 3600]"));
   }
 
+  std::signal(SIGPIPE, SIG_IGN);  // a client gone mid-write is an error code, not the end of the server
   // Signals are taken by sigwait below, not by whichever thread they land on.
   sigset_t signals;
   sigemptyset(&signals);

@@ -128,7 +128,8 @@ class Main(unittest.TestCase):
 
     @classmethod
     def tearDownClass(cls):
-        assert cls.s.stop() == 0, "".join(cls.s.log)
+        code = cls.s.stop()
+        assert code == 0, "exit status %d; log:\n%s" % (code, "".join(cls.s.log))
 
     def test_openai_client_agrees_with_autoglm_run(self):
         c = self.s.client()
