@@ -219,6 +219,19 @@ class Main(unittest.TestCase):
         self.assertEqual(third, first)
         self.assertIsInstance(second, str)
 
+    def test_load_generator_reports_every_request(self):
+        script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "bench", "serve_load.py")
+        with tempfile.TemporaryDirectory() as d:
+            out = os.path.join(d, "load.json")
+            subprocess.run([sys.executable, script, "--url", "http://127.0.0.1:%d" % self.s.port, "--requests", "24",
+                            "--concurrency", "6", "--json", out], check=True, capture_output=True)
+            with open(out) as f:
+                report = json.load(f)
+        self.assertEqual(report["succeeded"], 24)
+        self.assertEqual(report["failed"], 0)
+        self.assertGreater(report["output_tokens_per_s"], 0)
+        self.assertLessEqual(report["ttft_ms_p50"], report["e2e_ms_p50"])
+
     def test_client_gone_mid_stream_frees_its_sequence(self):
         before = self.s.metrics()['autoglm:request_success_total{finished_reason="abort"}']
         sock = socket.create_connection(("127.0.0.1", self.s.port))
@@ -318,6 +331,27 @@ class Main(unittest.TestCase):
         self.assertEqual(completion(self.s, "the thing"), solo)
 
 
+class Deployment(unittest.TestCase):
+    """The Dockerfile and deploy/ cannot be built or applied here; at least their flags and
+    environment variables must be ones autoglm-serve knows."""
+
+    def test_flags_and_environment_exist(self):
+        root = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
+        helptext = subprocess.run([SERVE, "--helpfull"], capture_output=True, text=True).stdout + \
+            subprocess.run([SERVE, "--helpfull"], capture_output=True, text=True).stderr
+        known = set(re.findall(r"--([a-z_]+)", helptext))
+        used = set()
+        for name in ("Dockerfile", "deploy/autoglm.yaml"):
+            with open(os.path.join(root, name)) as f:
+                text = f.read()
+            used |= set(f.replace("-", "_") for f in re.findall(r'"--([a-z][a-z-]+)"', text))
+            for env in re.findall(r"\b(MODEL_DIR|MODEL_NAME|PORT|API_KEY|MAX_MEMORY_GB|LOG_LEVEL|[A-Z_]{4,})\b", text):
+                if env.startswith(("MODEL", "PORT", "API", "MAX_M", "LOG")):
+                    self.assertIn(env, ("MODEL_DIR", "MODEL_NAME", "PORT", "API_KEY", "MAX_MEMORY_GB", "LOG_LEVEL"))
+        self.assertTrue(used)
+        self.assertEqual(used - known, set())
+
+
 class Limits(unittest.TestCase):
     """Keys, the queue bound, slow clients, KV pressure and SIGTERM: servers of their own."""
 
@@ -351,6 +385,49 @@ class Limits(unittest.TestCase):
             sock.settimeout(10)
             self.assertIn(b" 408 ", sock.recv(4096))
             sock.close()
+        finally:
+            self.assertEqual(s.stop(), 0)
+
+    def test_512_concurrent_streams_on_a_few_threads(self):
+        import selectors
+        s = Server("--max-queue", "1024", "--http-threads", "4")
+        try:
+            body = json.dumps({"model": NAME, "prompt": "the thing", "max_tokens": 4, "stream": True,
+                               "temperature": 0, "ignore_eos": True})
+            request = ("POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s"
+                       % (len(body), body)).encode()
+            want = completion(s, "the thing", 4)
+            sel = selectors.DefaultSelector()
+            received = {}
+            for _ in range(512):
+                sock = socket.create_connection(("127.0.0.1", s.port))
+                sock.sendall(request)
+                sock.setblocking(False)
+                received[sock] = b""
+                sel.register(sock, selectors.EVENT_READ)
+            threads = 0
+            deadline = time.time() + 120
+            open_streams = len(received)
+            while open_streams and time.time() < deadline:
+                for key, _ in sel.select(timeout=1):
+                    chunk = key.fileobj.recv(65536)
+                    received[key.fileobj] += chunk
+                    if not chunk or b"data: [DONE]" in received[key.fileobj]:
+                        sel.unregister(key.fileobj)
+                        open_streams -= 1
+                with open("/proc/%d/status" % s.proc.pid) as f:
+                    threads = max(threads, int(re.search(r"Threads:\s+(\d+)", f.read()).group(1)))
+            self.assertEqual(open_streams, 0)
+            for sock, data in received.items():
+                text = ""
+                for line in data.split(b"\n"):
+                    line = line.strip()
+                    if line.startswith(b"data: {"):
+                        text += json.loads(line[6:])["choices"][0]["text"]
+                self.assertEqual(text, want)
+                sock.close()
+            self.assertLessEqual(threads, 12)  # 4 I/O threads, the engine, the loader and main, not 512
+            self.assertEqual(s.request("GET", "/health")[0], 200)
         finally:
             self.assertEqual(s.stop(), 0)
 
