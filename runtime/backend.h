@@ -9,6 +9,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "compiler/plan.h"
+#include "kernels/ref/ref.h"
 #include "ir/types.h"
 
 namespace ag::runtime {
@@ -38,6 +39,12 @@ class WeightSource {
   virtual absl::Status Fill(const compiler::WeightEntry& entry, float* out) const = 0;
 };
 
+// One logits row of the last step to pick a token from, and how (ref::SampleFiltered's rule).
+struct RowSampling {
+  int64_t row = 0;
+  ref::SampleParams params;
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -49,6 +56,11 @@ class Backend {
   // The last step's outputs: logits [R, vocab] as float, greedy tokens [R].
   virtual absl::Status ReadLogits(int64_t rows, std::vector<float>* out) = 0;
   virtual absl::Status ReadNextTokens(int64_t rows, std::vector<int32_t>* out) = 0;
+  // Picks one token per entry from the last step's logits, where they are: on
+  // the CUDA backend only the ids come back. The engine samples this way
+  // when SamplesWhereLogitsAre() (a repetition penalty still needs the host).
+  virtual absl::Status SampleRows(const std::vector<RowSampling>& rows, std::vector<int32_t>* out) = 0;
+  virtual bool SamplesWhereLogitsAre() const = 0;
   // Runs `batch` `warmup` times, then `iterations` times timing each run on
   // the device's clock; returns the times in milliseconds (for benchmarks).
   virtual absl::StatusOr<std::vector<double>> TimeExecute(const StepBatch& batch, int warmup, int iterations) = 0;

@@ -1,5 +1,6 @@
 #include "runtime/cpu_backend.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 
@@ -161,6 +162,23 @@ absl::Status CpuBackend::ReadLogits(int64_t rows, std::vector<float>* out) {
   if (plan_ == nullptr) return absl::FailedPreconditionError("read before Load");
   out->resize(static_cast<size_t>(rows * plan_->model.vocab_size));
   return ReadOutput("logits", static_cast<int64_t>(out->size()), out->data(), sizeof(float));
+}
+
+absl::Status CpuBackend::SampleRows(const std::vector<RowSampling>& rows, std::vector<int32_t>* out) {
+  if (plan_ == nullptr) return absl::FailedPreconditionError("sample before Load");
+  const int64_t vocab = plan_->model.vocab_size;
+  const auto bound = bindings_.find("R");
+  const int64_t available = bound == bindings_.end() ? 0 : bound->second;
+  int64_t most = 0;
+  for (const RowSampling& r : rows) {
+    if (r.row < 0 || r.row >= available) return absl::InvalidArgumentError("no such logits row");
+    most = std::max(most, r.row + 1);
+  }
+  std::vector<float> logits;
+  RETURN_IF_ERROR(ReadLogits(most, &logits));
+  out->clear();
+  for (const RowSampling& r : rows) out->push_back(ref::SampleFiltered(logits.data() + r.row * vocab, vocab, r.params));
+  return absl::OkStatus();
 }
 
 absl::Status CpuBackend::ReadNextTokens(int64_t rows, std::vector<int32_t>* out) {

@@ -19,12 +19,16 @@ namespace ag::runtime {
 
 class CpuBackend : public Backend {
  public:
-  CpuBackend() = default;
+  // `sample_where_logits_are`: the engine samples through SampleRows (the CUDA
+  // backend's path, with the reference rule) instead of its host sampler.
+  explicit CpuBackend(bool sample_where_logits_are = false) : sample_where_logits_are_(sample_where_logits_are) {}
   absl::string_view name() const override { return "cpu"; }
   absl::Status Load(const compiler::Plan& plan, const WeightSource& weights, int64_t kv_blocks) override;
   absl::Status Execute(const StepBatch& batch) override;
   absl::Status ReadLogits(int64_t rows, std::vector<float>* out) override;
   absl::Status ReadNextTokens(int64_t rows, std::vector<int32_t>* out) override;
+  absl::Status SampleRows(const std::vector<RowSampling>& rows, std::vector<int32_t>* out) override;
+  bool SamplesWhereLogitsAre() const override { return sample_where_logits_are_; }
   absl::StatusOr<std::vector<double>> TimeExecute(const StepBatch& batch, int warmup, int iterations) override;
   absl::StatusOr<std::vector<double>> ProfileExecute(const StepBatch& batch) override;
 
@@ -34,6 +38,7 @@ class CpuBackend : public Backend {
   void* ArenaPointer(int64_t byte_offset) { return arena_.data() + byte_offset / element_bytes_; }
   absl::Status ReadOutput(absl::string_view name, int64_t elements, void* out, size_t element_size);
 
+  bool sample_where_logits_are_ = false;
   const compiler::Plan* plan_ = nullptr;
   int64_t element_bytes_ = 4;  // the plan dtype's size: the divisor of arena offsets
   int64_t kv_blocks_ = 0;

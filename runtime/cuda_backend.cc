@@ -72,6 +72,8 @@ class CudaBackend : public Backend {
   absl::Status Execute(const StepBatch& batch) override;
   absl::Status ReadLogits(int64_t rows, std::vector<float>* out) override;
   absl::Status ReadNextTokens(int64_t rows, std::vector<int32_t>* out) override;
+  absl::Status SampleRows(const std::vector<RowSampling>& rows, std::vector<int32_t>* out) override;
+  bool SamplesWhereLogitsAre() const override { return true; }
   absl::StatusOr<std::vector<double>> TimeExecute(const StepBatch& batch, int warmup, int iterations) override;
   absl::StatusOr<std::vector<double>> ProfileExecute(const StepBatch& batch) override;
 
@@ -95,6 +97,8 @@ class CudaBackend : public Backend {
   cudaStream_t stream_ = nullptr;
   int64_t kv_blocks_ = 0;
   DeviceBuffer arena_, kv_, inputs_, attention_workspace_, linear_scratch_;
+  DeviceBuffer sample_buffer_;  // SampleRows: the rows' parameters, then the chosen ids
+  size_t sample_capacity_ = 0;  // rows it holds
   std::vector<DeviceBuffer> weights_;
   // Host side of the inputs, two halves used in turn: a step fills one while
   // the previous step's copy may still read the other, so no step waits for
@@ -442,6 +446,39 @@ absl::Status CudaBackend::ReadLogits(int64_t rows, std::vector<float>* out) {
   RETURN_IF_ERROR(ReadOutput("logits", count * 2, bits.data()));
   out->resize(count);
   for (size_t i = 0; i < count; ++i) (*out)[i] = BF16ToFloat(bits[i]);
+  return absl::OkStatus();
+}
+
+absl::Status CudaBackend::SampleRows(const std::vector<RowSampling>& rows, std::vector<int32_t>* out) {
+  if (plan_ == nullptr) return absl::FailedPreconditionError("sample before Load");
+  out->clear();
+  if (rows.empty()) return absl::OkStatus();
+  const int index = plan_->FindOutput("logits");
+  if (index < 0) return absl::NotFoundError("plan has no output logits");
+  const size_t n = rows.size();
+  const size_t params_bytes = (n * sizeof(cuda::SampleRow) + 255) / 256 * 256, bytes = params_bytes + n * 4;
+  if (bytes > staging_bytes_) return absl::InternalError("too many rows to sample for the staging buffer");
+  if (n > sample_capacity_) {
+    ASSIGN_OR_RETURN(sample_buffer_, DeviceAlloc(bytes, "the sampler's rows"));
+    sample_capacity_ = n;
+  }
+  auto* staged = static_cast<cuda::SampleRow*>(output_staging_.get());
+  for (size_t i = 0; i < n; ++i) {
+    const ref::SampleParams& p = rows[i].params;
+    if (rows[i].row < 0 || rows[i].row >= plan_->max_batch_tokens) return absl::InvalidArgumentError("no such logits row");
+    staged[i] = {static_cast<int32_t>(rows[i].row), p.top_k, p.vocab_limit, p.temperature, p.top_p, p.uniform};
+  }
+  char* device = static_cast<char*>(sample_buffer_.get());
+  CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(device, staged, n * sizeof(cuda::SampleRow), cudaMemcpyHostToDevice, stream_));
+  CUDA_RETURN_IF_ERROR(cuda::LaunchSampleRows(
+      reinterpret_cast<const __nv_bfloat16*>(static_cast<char*>(arena_.get()) + plan_->outputs[index].index),
+      plan_->model.vocab_size, reinterpret_cast<const cuda::SampleRow*>(device), static_cast<int64_t>(n),
+      reinterpret_cast<int32_t*>(device + params_bytes), stream_));
+  CUDA_RETURN_IF_ERROR(
+      cudaMemcpyAsync(output_staging_.get(), device + params_bytes, n * 4, cudaMemcpyDeviceToHost, stream_));
+  CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
+  out->resize(n);
+  std::memcpy(out->data(), output_staging_.get(), n * 4);
   return absl::OkStatus();
 }
 

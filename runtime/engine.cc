@@ -99,7 +99,11 @@ absl::StatusOr<int> Engine::Submit(Request request) {
   auto seq = std::make_unique<Sequence>(plan_.kv.block_size);
   seq->id = next_id_++;
   seq->request = std::move(request);
-  if (!seq->request.sampling.IsPlainGreedy()) seq->sampler.emplace(seq->request.sampling);
+  if (!seq->request.sampling.IsPlainGreedy()) {
+    seq->sampler.emplace(seq->request.sampling);
+    seq->sample_where_logits_are =
+        backend_.SamplesWhereLogitsAre() && seq->request.sampling.repetition_penalty == 1.0f;
+  }
   seq->logits_from = seq->request.prompt_logits ? 0 : n - 1;
   const int64_t blocks = BlocksFor(MaxTokens(seq->request));
   if (blocks > pool_->num_blocks()) {
@@ -297,7 +301,7 @@ std::vector<Engine::Slice> Engine::Schedule(const std::vector<int64_t>& tokens, 
 // Moves a sequence past its part of the step: keeps the logits rows it asked
 // for, picks its next token when the step ended at its last known token, and
 // finishes it on eos, length or context.
-std::optional<TokenEvent> Engine::Advance(const Slice& s) {
+std::optional<TokenEvent> Engine::Advance(const Slice& s, int32_t chosen) {
   Sequence& seq = *s.seq;
   const int64_t vocab = plan_.model.vocab_size;
   auto row = [&](size_t r) {
@@ -316,7 +320,9 @@ std::optional<TokenEvent> Engine::Advance(const Slice& s) {
   if (!s.emits_token) return std::nullopt;
   const size_t last = s.logit_positions.size() - 1;
   int32_t token;
-  if (seq.sampler.has_value()) {
+  if (chosen >= 0) {
+    token = chosen;
+  } else if (seq.sampler.has_value()) {
     std::vector<int32_t> history = seq.request.prompt;
     history.insert(history.end(), seq.generated.begin(), seq.generated.end());
     std::vector<float> scratch = row(last);
@@ -352,18 +358,38 @@ absl::StatusOr<std::vector<TokenEvent>> Engine::Step() {
   for (const Slice& s : slices) {
     if (s.logit_positions.empty()) continue;
     const Request& r = s.seq->request;
-    need_logits = need_logits || r.prompt_logits || r.keep_logits || s.seq->sampler.has_value();
+    need_logits = need_logits || r.prompt_logits || r.keep_logits ||
+                  (s.seq->sampler.has_value() && !s.seq->sample_where_logits_are);
     need_next = need_next || (s.emits_token && !s.seq->sampler.has_value());
   }
   const auto start = std::chrono::steady_clock::now();
   RETURN_IF_ERROR(backend_.Execute(batch_));
   if (need_logits) RETURN_IF_ERROR(backend_.ReadLogits(batch_.num_logit_rows, &logits_buffer_));
   if (need_next) RETURN_IF_ERROR(backend_.ReadNextTokens(batch_.num_logit_rows, &next_buffer_));
+  // Sampling where the logits are: each sequence's next draw goes down, only the ids come back.
+  std::vector<int32_t> chosen(slices.size(), -1);
+  std::vector<RowSampling> rows;
+  std::vector<size_t> row_slice;
+  for (size_t i = 0; i < slices.size(); ++i) {
+    const Slice& s = slices[i];
+    if (!s.emits_token || !s.seq->sample_where_logits_are) continue;
+    const SamplingParams& p = s.seq->request.sampling;
+    RowSampling r;
+    r.row = s.first_logit + static_cast<int64_t>(s.logit_positions.size()) - 1;
+    r.params = {p.temperature, p.top_k, p.top_p, p.vocab_limit, s.seq->sampler->NextUniform()};
+    rows.push_back(r);
+    row_slice.push_back(i);
+  }
+  if (!rows.empty()) {
+    std::vector<int32_t> ids;
+    RETURN_IF_ERROR(backend_.SampleRows(rows, &ids));
+    for (size_t j = 0; j < ids.size(); ++j) chosen[row_slice[j]] = ids[j];
+  }
   stats.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   last_step_ = stats;
 
-  for (const Slice& s : slices) {
-    if (std::optional<TokenEvent> e = Advance(s)) events.push_back(*e);
+  for (size_t i = 0; i < slices.size(); ++i) {
+    if (std::optional<TokenEvent> e = Advance(slices[i], chosen[i])) events.push_back(*e);
   }
   running_.erase(std::remove_if(running_.begin(), running_.end(),
                                 [](const Sequence* s) { return s->finish != FinishReason::kNone; }),

@@ -115,6 +115,7 @@ class Engine {
     std::vector<uint64_t> block_hashes;  // PrefixHash of each full block at the head of the table
     std::vector<Sequence*> followers;    // choices that wait for this one's prompt (SubmitChoices)
     std::optional<Sampler> sampler;
+    bool sample_where_logits_are = false;  // through Backend::SampleRows (no repetition penalty)
     FinishReason finish = FinishReason::kNone;
 
     explicit Sequence(int64_t block_size) : table(block_size) {}
@@ -147,7 +148,8 @@ class Engine {
   // preempting the newest sequences when the cache is full.
   absl::StatusOr<std::vector<int64_t>> PlanStep();
   std::vector<Slice> Schedule(const std::vector<int64_t>& tokens, StepStats& stats);  // fills batch_
-  std::optional<TokenEvent> Advance(const Slice& slice);
+  // `chosen`: the token Backend::SampleRows picked for the slice, or -1.
+  std::optional<TokenEvent> Advance(const Slice& slice, int32_t chosen);
   void Finish(Sequence& seq, FinishReason reason);
   void Preempt(Sequence& seq);
   void ReleaseFollowers(Sequence& seq);  // its waiting choices go to the head of the queue

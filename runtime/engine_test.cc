@@ -374,5 +374,57 @@ TEST_F(EngineTest, SamplingIsReproducible) {
   EXPECT_NE(engine->new_tokens(a), kGreedy);
 }
 
+// Sampling where the logits are (the CUDA backend's path), here through the CPU backend's
+// reference of the device rule: seeds repeat, greedy settings give the greedy tokens, the
+// vocabulary limit holds, preemption changes nothing, and a repetition penalty stays on the host.
+TEST_F(EngineTest, SamplingWhereTheLogitsAreRepeatsAndSurvivesPreemption) {
+  CpuBackend device_like(/*sample_where_logits_are=*/true);
+  auto make = [&](const EngineOptions& options) {
+    absl::StatusOr<std::unique_ptr<Engine>> engine = Engine::Create(plan_, device_like, *tiny_.weights, options);
+    EXPECT_TRUE(engine.ok()) << engine.status();
+    return std::move(*engine);
+  };
+  Request r;
+  r.prompt = kPrompt;
+  r.max_new_tokens = 16;
+  r.sampling.temperature = 0.9f;
+  r.sampling.top_k = 40;
+  r.sampling.top_p = 0.95f;
+  r.sampling.seed = 7;
+  std::unique_ptr<Engine> solo_engine = make({});
+  const int solo = *solo_engine->Submit(r);
+  Request limited = r;
+  limited.sampling.vocab_limit = 50;
+  limited.sampling.temperature = 2.0f;
+  const int low = *solo_engine->Submit(limited);
+  Request greedy = r;
+  greedy.sampling.top_k = 1;
+  const int g = *solo_engine->Submit(greedy);
+  Drain(*solo_engine);
+  EXPECT_NE(solo_engine->new_tokens(solo), kGreedy);
+  EXPECT_EQ(solo_engine->new_tokens(g), kGreedy);
+  for (int32_t t : solo_engine->new_tokens(low)) EXPECT_LT(t, 50);
+
+  EngineOptions options;
+  options.kv_cache_tokens = 24;
+  std::unique_ptr<Engine> engine = make(options);
+  std::vector<int> ids;
+  for (int i = 0; i < 3; ++i) ids.push_back(*engine->Submit(r));
+  Drain(*engine);
+  EXPECT_GT(engine->preemptions(), 0);
+  for (int id : ids) EXPECT_EQ(engine->new_tokens(id), solo_engine->new_tokens(solo));
+
+  // The host sampler's tokens for the same seed differ (another rule), unless the request has a penalty.
+  std::unique_ptr<Engine> host = MakeEngine();
+  Request penalised = r;
+  penalised.sampling.repetition_penalty = 1.3f;
+  const int on_host = *host->Submit(penalised);
+  std::unique_ptr<Engine> other = make({});
+  const int also_host = *other->Submit(penalised);
+  Drain(*host);
+  Drain(*other);
+  EXPECT_EQ(host->new_tokens(on_host), other->new_tokens(also_host));
+}
+
 }  // namespace
 }  // namespace ag::runtime

@@ -79,3 +79,12 @@ int32_t Sampler::Sample(std::vector<float>& logits, const std::vector<int32_t>& 
 }
 
 }  // namespace ag::runtime
+
+namespace ag::runtime {
+
+float Sampler::NextUniform() {
+  const float u = static_cast<float>(std::uniform_real_distribution<double>(0.0, 1.0)(rng_));
+  return std::min(u, std::nextafter(1.0f, 0.0f));  // rounding to float must not reach 1
+}
+
+}  // namespace ag::runtime

@@ -34,6 +34,9 @@ class Sampler {
   // Picks a token from `logits` (modified in place). `history` holds the ids
   // the repetition penalty applies to (the prompt and what was generated).
   int32_t Sample(std::vector<float>& logits, const std::vector<int32_t>& history);
+  // The next draw in [0, 1) of this sampler's seeded stream, for sampling where the logits are
+  // (Backend::SampleRows): a seed repeats its tokens there too.
+  float NextUniform();
 
  private:
   SamplingParams params_;

@@ -27,81 +27,173 @@ __device__ __forceinline__ Best WarpBest(Best v) {
   return v;
 }
 
-// As ref::Argmax: the largest value, the lowest index on ties; NaNs never win,
-// but a NaN at index 0 (where the reference starts) makes the answer 0, and so
-// does a row of only NaN and -inf.
-__global__ void __launch_bounds__(kThreads) ArgmaxKernel(const bf16* __restrict__ logits, int64_t vocab,
-                                                         int32_t* __restrict__ out) {
-  __shared__ Best partial[kWarps];
-  AllowNextKernel();
-  WaitForPreviousKernel();
-  const bf16* row = logits + blockIdx.x * vocab;
+// As ref::Argmax over row[0, n): the largest value, the lowest index on ties;
+// NaNs never win, but a NaN at index 0 (where the reference starts) makes the
+// answer 0, and so does a row of only NaN and -inf. The answer is thread 0's.
+__device__ int32_t RowArgmax(const bf16* row, int64_t n, Best* partial) {
   Best best{-INFINITY, INT32_MAX};
   int64_t scalar_from = 0;
-  if (vocab % 8 == 0 && reinterpret_cast<uintptr_t>(row) % 16 == 0) {
+  if (n % 8 == 0 && reinterpret_cast<uintptr_t>(row) % 16 == 0) {
     // 16-byte loads; each thread takes eight consecutive values per round.
-    for (int64_t i = threadIdx.x * 8; i < vocab; i += kThreads * 8) {
+    for (int64_t i = threadIdx.x * 8; i < n; i += kThreads * 8) {
       float f[8];
       ToFloat8(Load8(row + i), f);
 #pragma unroll
       for (int j = 0; j < 8; ++j) best = Better(best, Best{f[j], static_cast<int32_t>(i + j)});
     }
-    scalar_from = vocab;
+    scalar_from = n;
   }
-  for (int64_t i = scalar_from + threadIdx.x; i < vocab; i += kThreads) {
+  for (int64_t i = scalar_from + threadIdx.x; i < n; i += kThreads) {
     best = Better(best, Best{__bfloat162float(row[i]), static_cast<int32_t>(i)});
   }
   best = WarpBest(best);
   if (threadIdx.x % 32 == 0) partial[threadIdx.x / 32] = best;
   __syncthreads();
-  if (threadIdx.x < 32) {
-    best = threadIdx.x < kWarps ? partial[threadIdx.x] : Best{-INFINITY, INT32_MAX};
-    best = WarpBest(best);
-    if (threadIdx.x == 0) {
-      const bool first_is_nan = isnan(__bfloat162float(row[0]));
-      out[blockIdx.x] = first_is_nan || best.index == INT32_MAX ? 0 : best.index;
-    }
-  }
+  if (threadIdx.x >= 32) return 0;
+  best = threadIdx.x < kWarps ? partial[threadIdx.x] : Best{-INFINITY, INT32_MAX};
+  best = WarpBest(best);
+  return isnan(__bfloat162float(row[0])) || best.index == INT32_MAX ? 0 : best.index;
 }
 
-// Max, then the sum of exp((l - max) / T), then a scan of each thread's
-// contiguous chunk to find where the target mass is crossed.
-__global__ void __launch_bounds__(kThreads) SampleKernel(const bf16* __restrict__ logits, int64_t vocab, int64_t limit,
-                                                         float inv_temperature, const float* __restrict__ uniforms,
+__global__ void __launch_bounds__(kThreads) ArgmaxKernel(const bf16* __restrict__ logits, int64_t vocab,
                                                          int32_t* __restrict__ out) {
-  __shared__ float scratch[kWarps];
-  __shared__ float chunk_mass[kThreads];
+  __shared__ Best partial[kWarps];
   AllowNextKernel();
   WaitForPreviousKernel();
-  const bf16* row = logits + blockIdx.x * vocab;
-  const int64_t chunk = (limit + kThreads - 1) / kThreads;
-  const int64_t begin = threadIdx.x * chunk, end = min(limit, begin + chunk);
-  float m = -FLT_MAX;
-  for (int64_t i = begin; i < end; ++i) m = fmaxf(m, __bfloat162float(row[i]));
-  m = WarpMax(m);
-  if (threadIdx.x % 32 == 0) scratch[threadIdx.x / 32] = m;
+  const int32_t best = RowArgmax(logits + blockIdx.x * vocab, vocab, partial);
+  if (threadIdx.x == 0) out[blockIdx.x] = best;
+}
+
+// ---- sampling where the logits are: ref::SampleFiltered's rule ----
+
+// Unsigned keys in the order of the floats (larger float, larger key).
+__device__ __forceinline__ uint32_t OrderKey(float f) {
+  const uint32_t u = __float_as_uint(f);
+  return (u & 0x80000000u) != 0 ? ~u : (u | 0x80000000u);
+}
+// z = x / T; NaN counts as -inf (never kept).
+__device__ __forceinline__ float ScaledLogit(const bf16* row, int64_t i, float inv_t) {
+  const float x = __bfloat162float(row[i]);
+  return isnan(x) ? -INFINITY : x * inv_t;
+}
+
+struct SampleShared {
+  float hist[256];
+  float reduce[kWarps];
+  float chunk_mass[kThreads];
+  float above;
+  uint32_t bucket;
+  Best partial[kWarps];
+};
+
+__device__ float BlockMaxAll(float v, SampleShared& sh) {
+  v = WarpMax(v);
   __syncthreads();
-  float row_max = -FLT_MAX;
-  for (int w = 0; w < kWarps; ++w) row_max = fmaxf(row_max, scratch[w]);
-  float mass = 0.0f;
-  for (int64_t i = begin; i < end; ++i) mass += __expf((__bfloat162float(row[i]) - row_max) * inv_temperature);
-  chunk_mass[threadIdx.x] = mass;
+  if (threadIdx.x % 32 == 0) sh.reduce[threadIdx.x / 32] = v;
   __syncthreads();
-  if (threadIdx.x == 0) {
-    float total = 0.0f;
-    for (int t = 0; t < kThreads; ++t) total += chunk_mass[t];
-    float target = uniforms[blockIdx.x] * total, acc = 0.0f;
-    int t = 0;
-    while (t < kThreads - 1 && acc + chunk_mass[t] <= target) acc += chunk_mass[t++];
-    // Walk the chosen chunk.
-    int32_t choice = static_cast<int32_t>(min(limit - 1, t * chunk));
-    for (int64_t i = t * chunk; i < min(limit, (t + 1) * chunk); ++i) {
-      acc += __expf((__bfloat162float(row[i]) - row_max) * inv_temperature);
-      choice = static_cast<int32_t>(i);
-      if (acc > target) break;
+  float m = -INFINITY;
+  for (int w = 0; w < kWarps; ++w) m = fmaxf(m, sh.reduce[w]);
+  return m;
+}
+
+// The largest key T such that the ids with key >= T (and >= floor) hold at
+// least `target` -- of count (kMass false) or of weight exp(z - max_z) --
+// found a byte at a time from the top, as a radix select does.
+template <bool kMass>
+__device__ uint32_t RadixThreshold(const bf16* row, int64_t n, float inv_t, float max_z, uint32_t floor_key,
+                                   float target, SampleShared& sh) {
+  uint32_t prefix = 0, mask = 0;
+  if (threadIdx.x == 0) sh.above = 0.0f;
+  for (int shift = 24; shift >= 0; shift -= 8) {
+    for (int b = threadIdx.x; b < 256; b += kThreads) sh.hist[b] = 0.0f;
+    __syncthreads();
+    for (int64_t i = threadIdx.x; i < n; i += kThreads) {
+      const float z = ScaledLogit(row, i, inv_t);
+      const uint32_t key = OrderKey(z);
+      if (z == -INFINITY || key < floor_key || (key & mask) != prefix) continue;
+      atomicAdd(&sh.hist[(key >> shift) & 255u], kMass ? expf(z - max_z) : 1.0f);
     }
-    out[blockIdx.x] = choice;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      int b = 255;
+      for (; b > 0 && sh.above + sh.hist[b] < target; --b) sh.above += sh.hist[b];
+      sh.bucket = static_cast<uint32_t>(b);
+    }
+    __syncthreads();
+    prefix |= sh.bucket << shift;
+    mask |= 255u << shift;
   }
+  return prefix;
+}
+
+// One block per entry of `rows`.
+__global__ void __launch_bounds__(kThreads) SampleRowsKernel(const bf16* __restrict__ logits, int64_t vocab,
+                                                             const SampleRow* __restrict__ rows,
+                                                             int32_t* __restrict__ out) {
+  __shared__ SampleShared sh;
+  AllowNextKernel();
+  WaitForPreviousKernel();
+  const SampleRow r = rows[blockIdx.x];
+  const bf16* row = logits + static_cast<int64_t>(r.row) * vocab;
+  const int64_t n = r.vocab_limit > 0 ? min(vocab, static_cast<int64_t>(r.vocab_limit)) : vocab;
+  if (r.temperature == 0.0f || r.top_k == 1) {
+    const int32_t best = RowArgmax(row, n, sh.partial);
+    if (threadIdx.x == 0) out[blockIdx.x] = best;
+    return;
+  }
+  const float inv_t = 1.0f / r.temperature;
+  float m = -INFINITY;
+  for (int64_t i = threadIdx.x; i < n; i += kThreads) m = fmaxf(m, ScaledLogit(row, i, inv_t));
+  const float max_z = BlockMaxAll(m, sh);
+  if (max_z == -INFINITY) {  // nothing can be kept
+    if (threadIdx.x == 0) out[blockIdx.x] = 0;
+    return;
+  }
+  uint32_t floor_key = 0;
+  if (r.top_k > 0 && r.top_k < n) {
+    floor_key = RadixThreshold<false>(row, n, inv_t, max_z, 0, static_cast<float>(r.top_k), sh);
+  }
+  auto kept_weight = [&](int64_t i) {
+    const float z = ScaledLogit(row, i, inv_t);
+    return z == -INFINITY || OrderKey(z) < floor_key ? 0.0f : expf(z - max_z);
+  };
+  // Each thread's contiguous chunk of ids, for the mass and the final walk in id order.
+  const int64_t chunk = (n + kThreads - 1) / kThreads;
+  const int64_t begin = min(n, threadIdx.x * chunk), end = min(n, begin + chunk);
+  auto total_mass = [&] {
+    float mass = 0.0f;
+    for (int64_t i = begin; i < end; ++i) mass += kept_weight(i);
+    __syncthreads();
+    sh.chunk_mass[threadIdx.x] = mass;
+    __syncthreads();
+    float total = 0.0f;
+    for (int t = 0; t < kThreads; ++t) total += sh.chunk_mass[t];  // the same order in every thread
+    return total;
+  };
+  if (r.top_p < 1.0f) {
+    const float total = total_mass();
+    floor_key = RadixThreshold<true>(row, n, inv_t, max_z, floor_key, r.top_p * total, sh);
+  }
+  const float total = total_mass();
+  if (threadIdx.x != 0) return;
+  const float target = r.uniform * total;
+  float acc = 0.0f;
+  int t = 0;
+  while (t < kThreads - 1 && acc + sh.chunk_mass[t] <= target) acc += sh.chunk_mass[t++];
+  int32_t choice = -1;
+  for (int64_t i = min(n, t * chunk); i < min(n, (t + 1) * chunk); ++i) {
+    const float w = kept_weight(i);
+    if (w == 0.0f) continue;
+    acc += w;
+    choice = static_cast<int32_t>(i);
+    if (acc > target) break;
+  }
+  if (choice < 0) {  // rounding left the target past the chunk: the last kept id
+    for (int64_t i = n - 1; i >= 0 && choice < 0; --i) {
+      if (kept_weight(i) > 0.0f) choice = static_cast<int32_t>(i);
+    }
+  }
+  out[blockIdx.x] = choice < 0 ? 0 : choice;
 }
 
 __device__ __forceinline__ uint64_t SplitMix64(uint64_t x) {
@@ -136,12 +228,12 @@ cudaError_t LaunchArgmax(const bf16* logits, int64_t rows, int64_t vocab, int32_
   return LaunchKernel(ArgmaxKernel, dim3(static_cast<unsigned>(rows)), dim3(kThreads), 0, stream, logits, vocab, out);
 }
 
-cudaError_t LaunchSampleTemperature(const bf16* logits, int64_t rows, int64_t vocab, int64_t vocab_limit,
-                                    float temperature, const float* uniforms, int32_t* out, cudaStream_t stream) {
-  if (rows == 0) return cudaSuccess;
-  if (!(temperature > 0.0f) || vocab_limit <= 0 || vocab_limit > vocab) return cudaErrorInvalidValue;
-  return LaunchKernel(SampleKernel, dim3(static_cast<unsigned>(rows)), dim3(kThreads), 0, stream, logits, vocab,
-                      vocab_limit, 1.0f / temperature, uniforms, out);
+cudaError_t LaunchSampleRows(const bf16* logits, int64_t vocab, const SampleRow* rows, int64_t count, int32_t* out,
+                             cudaStream_t stream) {
+  if (count == 0) return cudaSuccess;
+  if (vocab <= 0 || count > INT32_MAX) return cudaErrorInvalidValue;
+  return LaunchKernel(SampleRowsKernel, dim3(static_cast<unsigned>(count)), dim3(kThreads), 0, stream, logits, vocab,
+                      rows, out);
 }
 
 cudaError_t LaunchFillRandom(bf16* out, int64_t n, uint64_t seed, uint64_t stream_id, float center, float half_width,

@@ -1,5 +1,5 @@
-// Kernels over the vocabulary and over weights: greedy argmax, temperature
-// sampling by inverse CDF, and the seeded random weight generator.
+// Kernels over the vocabulary and over weights: greedy argmax, sampling with
+// temperature, top-k and top-p, and the seeded random weight generator.
 #ifndef AUTOGLM_KERNELS_CUDA_VOCAB_CUH_
 #define AUTOGLM_KERNELS_CUDA_VOCAB_CUH_
 
@@ -13,11 +13,21 @@ namespace ag::cuda {
 // out[r] = index of the largest logit of row r (the first on ties). One block per row.
 cudaError_t LaunchArgmax(const __nv_bfloat16* logits, int64_t rows, int64_t vocab, int32_t* out, cudaStream_t stream);
 
-// Samples row r from softmax(logits[r] / temperature) over ids < vocab_limit,
-// using uniforms[r] in [0, 1): the smallest id whose cumulative probability
-// exceeds uniforms[r] * total. One block per row.
-cudaError_t LaunchSampleTemperature(const __nv_bfloat16* logits, int64_t rows, int64_t vocab, int64_t vocab_limit,
-                                    float temperature, const float* uniforms, int32_t* out, cudaStream_t stream);
+// One row to sample, and how (ref::SampleParams, plus the logits row).
+struct SampleRow {
+  int32_t row = 0;  // of the logits
+  int32_t top_k = 0;
+  int32_t vocab_limit = 0;
+  float temperature = 1.0f;
+  float top_p = 1.0f;
+  float uniform = 0.0f;
+};
+
+// out[i] = ref::SampleFiltered of logits row rows[i].row with rows[i]'s
+// parameters: thresholds by radix select (no sort), then an inverse CDF in id
+// order, all on the device. One block per entry; `rows` is device memory.
+cudaError_t LaunchSampleRows(const __nv_bfloat16* logits, int64_t vocab, const SampleRow* rows, int64_t count,
+                             int32_t* out, cudaStream_t stream);
 
 // out[i] = center + half_width * (2u - 1) with u the i-th value of the
 // counter-based generator (splitmix64) for (seed, stream): the same values

@@ -68,6 +68,24 @@ void GatherRows(const float* x, const int32_t* rows, int64_t num_rows, int64_t w
 // out[r] = index of the largest element of row r (the first one on ties).
 void Argmax(const float* x, int64_t rows, int64_t n, int32_t* out);
 
+// ---- token selection where the logits are (the device sampler's rule) ----
+
+struct SampleParams {
+  float temperature = 1.0f;  // 0: greedy
+  int32_t top_k = 0;         // 0: off
+  float top_p = 1.0f;        // 1: off
+  int32_t vocab_limit = 0;   // only ids below it (0: all)
+  float uniform = 0.0f;      // the draw, in [0, 1)
+};
+// Picks one id from a logits row by thresholds and an inverse CDF in id
+// order, so that a GPU can do it without sorting: z = x * (1 / T); keep ids
+// whose z is at least the k-th largest (top-k, ties kept), then, going down
+// in z, those up to where the kept weights exp(z - max) first hold top_p of
+// the kept mass (top-p, ties kept); return the first
+// kept id at which the running kept mass exceeds uniform * (kept mass).
+// Greedy (T = 0 or k = 1) is Argmax. NaN logits are never kept.
+int32_t SampleFiltered(const float* logits, int64_t vocab, const SampleParams& params);
+
 // ---- KV cache ----
 
 // Writes each token's K and V ([tokens, kv_heads * head_dim]) to its slot; slot < 0 skips the token.

@@ -217,3 +217,36 @@ TEST(Ref, InvFreqRoundsToTheCheckpointPrecision) {
 
 }  // namespace
 }  // namespace ag::ref
+
+namespace ag::ref {
+namespace {
+
+TEST(Ref, SampleFilteredFollowsItsRule) {
+  const float l[4] = {std::log(0.1f), std::log(0.2f), std::log(0.3f), std::log(0.4f)};
+  auto pick = [&](SampleParams p) { return SampleFiltered(l, 4, p); };
+  // Inverse CDF in id order over .1 .2 .3 .4.
+  for (auto [u, want] : {std::pair{0.05f, 0}, {0.15f, 1}, {0.45f, 2}, {0.95f, 3}, {0.0f, 0}}) {
+    EXPECT_EQ(pick({1.0f, 0, 1.0f, 0, u}), want) << u;
+  }
+  EXPECT_EQ(pick({0.0f, 0, 1.0f, 0, 0.99f}), 3);  // greedy
+  EXPECT_EQ(pick({1.0f, 1, 1.0f, 0, 0.0f}), 3);   // top-k 1 is greedy
+  // Top-k 2 keeps .3 and .4: the first 3/7 of the mass is id 2.
+  EXPECT_EQ(pick({1.0f, 2, 1.0f, 0, 0.0f}), 2);
+  EXPECT_EQ(pick({1.0f, 2, 1.0f, 0, 0.42f}), 2);
+  EXPECT_EQ(pick({1.0f, 2, 1.0f, 0, 0.44f}), 3);
+  // Top-p: .4 alone holds 0.4; .4 + .3 reaches 0.5.
+  EXPECT_EQ(pick({1.0f, 0, 0.4f, 0, 0.0f}), 3);
+  EXPECT_EQ(pick({1.0f, 0, 0.5f, 0, 0.0f}), 2);
+  EXPECT_EQ(pick({1.0f, 0, 0.5f, 0, 0.99f}), 3);
+  // The vocabulary limit: only ids 0 and 1, 1/3 and 2/3.
+  EXPECT_EQ(pick({1.0f, 0, 1.0f, 2, 0.3f}), 0);
+  EXPECT_EQ(pick({1.0f, 0, 1.0f, 2, 0.4f}), 1);
+  // Temperature flattens: at T = 1000 the four are nearly equal, so u = 0.3 lands in id 1.
+  EXPECT_EQ(pick({1000.0f, 0, 1.0f, 0, 0.3f}), 1);
+  // NaN is never kept.
+  const float with_nan[3] = {std::nanf(""), 0.0f, 0.0f};
+  EXPECT_EQ(SampleFiltered(with_nan, 3, {1.0f, 0, 1.0f, 0, 0.0f}), 1);
+}
+
+}  // namespace
+}  // namespace ag::ref

@@ -384,15 +384,60 @@ TEST(GpuKernels, ArgmaxAndSampling) {
     for (float p : probs) rows_logits.push_back(std::log(p));
   }
   Bf16Array drows(rows_logits);
-  DeviceArray<float> du(uniforms);
+  std::vector<cuda::SampleRow> plain, limited;
+  for (size_t r = 0; r < uniforms.size(); ++r) {
+    plain.push_back({static_cast<int32_t>(r), 0, 0, 1.0f, 1.0f, uniforms[r]});
+    limited.push_back({static_cast<int32_t>(r), 0, 2, 1.0f, 1.0f, uniforms[r]});
+  }
+  DeviceArray<cuda::SampleRow> dplain(plain), dlimited(limited);
   DeviceArray<int32_t> picked(uniforms.size());
-  ASSERT_CUDA(cuda::LaunchSampleTemperature(drows.get(), static_cast<int64_t>(uniforms.size()), 4, 4, 1.0f, du.get(),
-                                            picked.get(), nullptr));
+  ASSERT_CUDA(cuda::LaunchSampleRows(drows.get(), 4, dplain.get(), static_cast<int64_t>(plain.size()), picked.get(),
+                                     nullptr));
   EXPECT_EQ(picked.Download(), expected);
   // A vocabulary limit keeps ids at or past it out.
-  ASSERT_CUDA(cuda::LaunchSampleTemperature(drows.get(), static_cast<int64_t>(uniforms.size()), 4, 2, 1.0f, du.get(),
-                                            picked.get(), nullptr));
+  ASSERT_CUDA(cuda::LaunchSampleRows(drows.get(), 4, dlimited.get(), static_cast<int64_t>(limited.size()),
+                                     picked.get(), nullptr));
   for (int32_t id : picked.Download()) EXPECT_LT(id, 2);
+}
+
+// The device sampler against ref::SampleFiltered on the same bf16 logits and draws: temperature,
+// top-k, top-p, their mix, limits and greedy, on vocabularies with and without a multiple of 8.
+TEST(GpuKernels, SampleRowsMatchesTheReference) {
+  SKIP_WITHOUT_GPU();
+  for (const int64_t vocab : {int64_t{1003}, int64_t{151552}}) {
+    const int64_t rows = 8;
+    const std::vector<float> logits = RandomBf16(rows * vocab, 21, 4.0f);
+    Bf16Array dl(logits);
+    std::vector<cuda::SampleRow> cases;
+    std::mt19937 rng(22);
+    std::uniform_real_distribution<float> u(0.0f, 1.0f);
+    const cuda::SampleRow kinds[] = {{0, 0, 0, 1.0f, 1.0f, 0}, {0, 40, 0, 0.7f, 1.0f, 0}, {0, 0, 0, 1.3f, 0.9f, 0},
+                                     {0, 50, 0, 1.0f, 0.8f, 0}, {0, 0, 500, 1.0f, 0.95f, 0}, {0, 0, 0, 0.0f, 1.0f, 0},
+                                     {0, 1, 0, 1.0f, 1.0f, 0}, {0, 0, 0, 0.05f, 0.5f, 0}};
+    for (int rep = 0; rep < 16; ++rep) {
+      for (const cuda::SampleRow& k : kinds) {
+        cuda::SampleRow c = k;
+        c.row = static_cast<int32_t>(cases.size() % rows);
+        c.uniform = u(rng);
+        cases.push_back(c);
+      }
+    }
+    DeviceArray<cuda::SampleRow> dcases(cases);
+    DeviceArray<int32_t> out(cases.size());
+    ASSERT_CUDA(cuda::LaunchSampleRows(dl.get(), vocab, dcases.get(), static_cast<int64_t>(cases.size()), out.get(),
+                                       nullptr));
+    const std::vector<int32_t> got = out.Download();
+    int differ = 0;
+    for (size_t i = 0; i < cases.size(); ++i) {
+      const cuda::SampleRow& c = cases[i];
+      const int32_t want = ref::SampleFiltered(logits.data() + c.row * vocab, vocab,
+                                               {c.temperature, c.top_k, c.top_p, c.vocab_limit, c.uniform});
+      if (got[i] != want) ++differ;
+      if (c.vocab_limit > 0) EXPECT_LT(got[i], c.vocab_limit);
+    }
+    // Float sums in another order may move a draw that lands within rounding of a boundary.
+    EXPECT_LE(differ, 2) << "vocab " << vocab << ": " << differ << " of " << cases.size() << " differ";
+  }
 }
 
 TEST(GpuKernels, RandomWeightsMatchTheHostGenerator) {

@@ -26,7 +26,7 @@ KERNELS = [
     (r"CombineKernel\(", 128, 0, 8),
     (r"RmsNormKernel<", 256, 4 * 4096, 4),
     (r"ArgmaxKernel\(", 1024, 0, 1),
-    (r"SampleKernel\(", 1024, 0, 1),
+    (r"SampleRowsKernel\(", 1024, 0, 1),
     (r"EmbeddingKernel\(", 128, 0, 8),
     (r"", 256, 0, 0),                          # elementwise and the rest: 256 threads, not hot
 ]
