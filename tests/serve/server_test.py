@@ -219,6 +219,22 @@ class Main(unittest.TestCase):
         self.assertEqual(third, first)
         self.assertIsInstance(second, str)
 
+    def test_metrics_pass_promtool(self):
+        import shutil
+        promtool = shutil.which("promtool")
+        if promtool is None:
+            self.skipTest("no promtool (Debian package prometheus; tools/bootstrap installs it)")
+        completion(self.s, "the thing", 4)
+        _, _, text = self.s.request("GET", "/metrics")
+        raw = subprocess.run([promtool, "check", "metrics"], input=text, capture_output=True)
+        # promtool's only complaint may be the issue's own names: it lints colons, which Prometheus
+        # allows but reserves by convention for recording rules (README, metrics).
+        problems = [l for l in (raw.stdout + raw.stderr).decode().splitlines() if l.strip()]
+        self.assertTrue(all("should not contain ':'" in l for l in problems), problems)
+        renamed = subprocess.run([promtool, "check", "metrics"], input=text.replace(b"autoglm:", b"autoglm_"),
+                                 capture_output=True)
+        self.assertEqual(renamed.returncode, 0, renamed.stdout + renamed.stderr)
+
     def test_load_generator_reports_every_request(self):
         script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "bench", "serve_load.py")
         with tempfile.TemporaryDirectory() as d:
