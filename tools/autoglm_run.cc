@@ -69,13 +69,9 @@ absl::Status Run() {
   const bool random = absl::GetFlag(FLAGS_random_weights) >= 0;
   if (!model.checkpoint && !random) return absl::InvalidArgumentError("--config needs --random-weights SEED");
 
-  compiler::CompileOptions options;
-  std::string dtype = absl::GetFlag(FLAGS_dtype);
-  if (dtype.empty()) dtype = device == "cuda" ? "bf16" : "f32";
-  ASSIGN_OR_RETURN(options.build.dtype, ParseModelDType(dtype));
-  options.build.max_batch_tokens = absl::GetFlag(FLAGS_max_batch_tokens);
-  options.build.max_seqs = absl::GetFlag(FLAGS_max_seqs);
-  options.build.kv_block_size = absl::GetFlag(FLAGS_kv_block_size);
+  ASSIGN_OR_RETURN(const compiler::CompileOptions options,
+                   BuildOptions(absl::GetFlag(FLAGS_dtype), device, absl::GetFlag(FLAGS_max_batch_tokens),
+                                absl::GetFlag(FLAGS_max_seqs), absl::GetFlag(FLAGS_kv_block_size)));
   ASSIGN_OR_RETURN(compiler::Plan plan, PlanForModel(model, absl::GetFlag(FLAGS_plan), options));
 
   runtime::Request request;

@@ -102,13 +102,9 @@ struct Loaded {
 
 absl::Status Load(Loaded& loaded, serve::App& app, const std::string& device) {
   ASSIGN_OR_RETURN(loaded.model, OpenModel(absl::GetFlag(FLAGS_model), ""));
-  compiler::CompileOptions options;
-  std::string dtype = absl::GetFlag(FLAGS_dtype);
-  if (dtype.empty()) dtype = device == "cuda" ? "bf16" : "f32";
-  ASSIGN_OR_RETURN(options.build.dtype, ParseModelDType(dtype));
-  options.build.max_batch_tokens = absl::GetFlag(FLAGS_max_batch_tokens);
-  options.build.max_seqs = absl::GetFlag(FLAGS_max_seqs);
-  options.build.kv_block_size = absl::GetFlag(FLAGS_kv_block_size);
+  ASSIGN_OR_RETURN(const compiler::CompileOptions options,
+                   BuildOptions(absl::GetFlag(FLAGS_dtype), device, absl::GetFlag(FLAGS_max_batch_tokens),
+                                absl::GetFlag(FLAGS_max_seqs), absl::GetFlag(FLAGS_kv_block_size)));
   ASSIGN_OR_RETURN(loaded.plan, PlanForModel(loaded.model, absl::GetFlag(FLAGS_plan), options));
 
   std::string dir = absl::GetFlag(FLAGS_tokenizer);

@@ -63,6 +63,17 @@ bool HaveCudaBackend() {
 #endif
 }
 
+absl::StatusOr<compiler::CompileOptions> BuildOptions(const std::string& dtype, const std::string& device,
+                                                      int64_t max_batch_tokens, int64_t max_seqs,
+                                                      int64_t kv_block_size) {
+  compiler::CompileOptions options;
+  ASSIGN_OR_RETURN(options.build.dtype, ParseModelDType(dtype.empty() ? (device == "cuda" ? "bf16" : "f32") : dtype));
+  options.build.max_batch_tokens = max_batch_tokens;
+  options.build.max_seqs = max_seqs;
+  options.build.kv_block_size = kv_block_size;
+  return options;
+}
+
 absl::StatusOr<std::unique_ptr<runtime::Backend>> MakeBackend(const std::string& device) {
   if (device == "cpu") return std::unique_ptr<runtime::Backend>(new runtime::CpuBackend());
   if (device == "cuda") {

@@ -33,6 +33,12 @@ absl::StatusOr<ir::DType> ParseModelDType(const std::string& name);
 absl::StatusOr<compiler::Plan> PlanForModel(const Model& model, const std::string& plan_file,
                                             const compiler::CompileOptions& options);
 
+// The compile options of a run that compiles its model now: `dtype` "f32" or
+// "bf16", or empty for the device's default (bf16 on cuda, f32 on cpu).
+absl::StatusOr<compiler::CompileOptions> BuildOptions(const std::string& dtype, const std::string& device,
+                                                      int64_t max_batch_tokens, int64_t max_seqs,
+                                                      int64_t kv_block_size);
+
 // "cpu" or "cuda".
 absl::StatusOr<std::unique_ptr<runtime::Backend>> MakeBackend(const std::string& device);
 bool HaveCudaBackend();

@@ -97,6 +97,19 @@ __device__ __forceinline__ void Mma16816(float* c, const unsigned* a, const unsi
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
 }
 
+// The float pair at `offset` in `tile`, summed over every block of the cluster
+// (distributed shared memory), in rank order: the sum does not depend on timing.
+__device__ __forceinline__ float2 ClusterSum2(const cooperative_groups::cluster_group& cluster, float* tile,
+                                              int offset) {
+  float2 sum = make_float2(0.0f, 0.0f);
+  for (unsigned q = 0; q < cluster.num_blocks(); ++q) {
+    const float2 v = *reinterpret_cast<const float2*>(cluster.map_shared_rank(tile, q) + offset);
+    sum.x += v.x;
+    sum.y += v.y;
+  }
+  return sum;
+}
+
 }  // namespace ag::cuda
 
 #include "kernels/cuda/linear_skinny.cuh"  // needs the building blocks above
@@ -322,14 +335,8 @@ __global__ void __launch_bounds__(kGemmThreads, 2) GemmKernel(LinearParams p, co
     const int row = i / (kBN / 2), col = 2 * (i % (kBN / 2));
     const int64_t m = block_m + row, n = block_n + col;
     if (m >= p.m || n >= p.n) continue;
-    float a0 = 0.0f, a1 = 0.0f;
-    for (int q = 0; q < ranks; ++q) {  // in rank order: the sum does not depend on timing
-      const float* peer = cluster.map_shared_rank(&tile[0][0], q);
-      const float2 v = *reinterpret_cast<const float2*>(peer + row * kGemmTileLd + col);
-      a0 += v.x;
-      a1 += v.y;
-    }
-    StorePair<kE>(p, m, n, a0, a1);
+    const float2 sum = ClusterSum2(cluster, &tile[0][0], row * kGemmTileLd + col);
+    StorePair<kE>(p, m, n, sum.x, sum.y);
   }
   cluster.sync();  // peers may still be reading this block's tile
 }

@@ -95,14 +95,8 @@ __global__ void __launch_bounds__(kSkinnyThreads) SkinnyKernel(LinearParams p, c
   const int pairs = static_cast<int>(p.m) * (kSkinnyFeatures / 2);
   for (int i = rank * kSkinnyThreads + static_cast<int>(threadIdx.x); i < pairs; i += ranks * kSkinnyThreads) {
     const int m = i / (kSkinnyFeatures / 2), f = 2 * (i % (kSkinnyFeatures / 2));
-    float a0 = 0.0f, a1 = 0.0f;
-    for (int q = 0; q < ranks; ++q) {  // in rank order: the sum does not depend on timing
-      const float* peer = cluster.map_shared_rank(&tile[0][0], q);
-      const float2 v = *reinterpret_cast<const float2*>(peer + m * kSkinnyTileLd + f);
-      a0 += v.x;
-      a1 += v.y;
-    }
-    if (feature0 + f < p.n) StorePair<kE>(p, m, feature0 + f, a0, a1);
+    const float2 sum = ClusterSum2(cluster, &tile[0][0], m * kSkinnyTileLd + f);
+    if (feature0 + f < p.n) StorePair<kE>(p, m, feature0 + f, sum.x, sum.y);
   }
   cluster.sync();  // peers may still be reading this block's tile
 }
