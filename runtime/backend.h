@@ -45,6 +45,20 @@ struct RowSampling {
   ref::SampleParams params;
 };
 
+// The log-probability of the token chosen from a logits row of the last step, and the `top` most likely.
+struct LogprobRequest {
+  int64_t row = 0;
+  int32_t token = 0;
+  int32_t top = 0;          // alternatives wanted, at most kMaxTopLogprobs
+  int32_t vocab_limit = 0;  // the softmax runs over ids below it (0: all)
+};
+struct TokenLogprobs {
+  float logprob = 0.0f;
+  std::vector<int32_t> top_ids;  // most likely first
+  std::vector<float> top_logprobs;
+};
+inline constexpr int32_t kMaxTopLogprobs = 20;
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -61,6 +75,9 @@ class Backend {
   // when SamplesWhereLogitsAre() (a repetition penalty still needs the host).
   virtual absl::Status SampleRows(const std::vector<RowSampling>& rows, std::vector<int32_t>* out) = 0;
   virtual bool SamplesWhereLogitsAre() const = 0;
+  // ref::LogProbs of the last step's logits rows, computed where they are (the CUDA backend
+  // sends back only these numbers).
+  virtual absl::Status RowLogprobs(const std::vector<LogprobRequest>& rows, std::vector<TokenLogprobs>* out) = 0;
   // Runs `batch` `warmup` times, then `iterations` times timing each run on
   // the device's clock; returns the times in milliseconds (for benchmarks).
   virtual absl::StatusOr<std::vector<double>> TimeExecute(const StepBatch& batch, int warmup, int iterations) = 0;

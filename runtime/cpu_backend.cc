@@ -167,17 +167,41 @@ absl::Status CpuBackend::ReadLogits(int64_t rows, std::vector<float>* out) {
 absl::Status CpuBackend::SampleRows(const std::vector<RowSampling>& rows, std::vector<int32_t>* out) {
   if (plan_ == nullptr) return absl::FailedPreconditionError("sample before Load");
   const int64_t vocab = plan_->model.vocab_size;
-  const auto bound = bindings_.find("R");
-  const int64_t available = bound == bindings_.end() ? 0 : bound->second;
   int64_t most = 0;
   for (const RowSampling& r : rows) {
-    if (r.row < 0 || r.row >= available) return absl::InvalidArgumentError("no such logits row");
+    if (r.row < 0) return absl::InvalidArgumentError("no such logits row");
     most = std::max(most, r.row + 1);
   }
   std::vector<float> logits;
-  RETURN_IF_ERROR(ReadLogits(most, &logits));
+  RETURN_IF_ERROR(LogitsUpTo(most, &logits));
   out->clear();
   for (const RowSampling& r : rows) out->push_back(ref::SampleFiltered(logits.data() + r.row * vocab, vocab, r.params));
+  return absl::OkStatus();
+}
+
+absl::Status CpuBackend::LogitsUpTo(int64_t rows, std::vector<float>* logits) {
+  const auto bound = bindings_.find("R");
+  if (rows > (bound == bindings_.end() ? 0 : bound->second)) return absl::InvalidArgumentError("no such logits row");
+  return ReadLogits(rows, logits);
+}
+
+absl::Status CpuBackend::RowLogprobs(const std::vector<LogprobRequest>& rows, std::vector<TokenLogprobs>* out) {
+  if (plan_ == nullptr) return absl::FailedPreconditionError("logprobs before Load");
+  const int64_t vocab = plan_->model.vocab_size;
+  int64_t most = 0;
+  for (const LogprobRequest& r : rows) {
+    if (r.row < 0 || r.top < 0 || r.top > kMaxTopLogprobs) return absl::InvalidArgumentError("bad logprobs request");
+    most = std::max(most, r.row + 1);
+  }
+  std::vector<float> logits;
+  RETURN_IF_ERROR(LogitsUpTo(most, &logits));
+  out->clear();
+  for (const LogprobRequest& r : rows) {
+    TokenLogprobs t;
+    t.logprob = ref::LogProbs(logits.data() + r.row * vocab, vocab, r.vocab_limit, r.token, r.top, &t.top_ids,
+                              &t.top_logprobs);
+    out->push_back(std::move(t));
+  }
   return absl::OkStatus();
 }
 

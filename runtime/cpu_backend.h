@@ -29,6 +29,7 @@ class CpuBackend : public Backend {
   absl::Status ReadNextTokens(int64_t rows, std::vector<int32_t>* out) override;
   absl::Status SampleRows(const std::vector<RowSampling>& rows, std::vector<int32_t>* out) override;
   bool SamplesWhereLogitsAre() const override { return sample_where_logits_are_; }
+  absl::Status RowLogprobs(const std::vector<LogprobRequest>& rows, std::vector<TokenLogprobs>* out) override;
   absl::StatusOr<std::vector<double>> TimeExecute(const StepBatch& batch, int warmup, int iterations) override;
   absl::StatusOr<std::vector<double>> ProfileExecute(const StepBatch& batch) override;
 
@@ -37,6 +38,8 @@ class CpuBackend : public Backend {
   absl::Status Run(const StepBatch& batch, std::vector<double>* step_us);
   void* ArenaPointer(int64_t byte_offset) { return arena_.data() + byte_offset / element_bytes_; }
   absl::Status ReadOutput(absl::string_view name, int64_t elements, void* out, size_t element_size);
+  // The last step's logits rows 0 .. `rows` - 1 (each below the step's row count).
+  absl::Status LogitsUpTo(int64_t rows, std::vector<float>* logits);
 
   bool sample_where_logits_are_ = false;
   const compiler::Plan* plan_ = nullptr;

@@ -74,6 +74,7 @@ class CudaBackend : public Backend {
   absl::Status ReadNextTokens(int64_t rows, std::vector<int32_t>* out) override;
   absl::Status SampleRows(const std::vector<RowSampling>& rows, std::vector<int32_t>* out) override;
   bool SamplesWhereLogitsAre() const override { return true; }
+  absl::Status RowLogprobs(const std::vector<LogprobRequest>& rows, std::vector<TokenLogprobs>* out) override;
   absl::StatusOr<std::vector<double>> TimeExecute(const StepBatch& batch, int warmup, int iterations) override;
   absl::StatusOr<std::vector<double>> ProfileExecute(const StepBatch& batch) override;
 
@@ -97,8 +98,9 @@ class CudaBackend : public Backend {
   cudaStream_t stream_ = nullptr;
   int64_t kv_blocks_ = 0;
   DeviceBuffer arena_, kv_, inputs_, attention_workspace_, linear_scratch_;
-  DeviceBuffer sample_buffer_;  // SampleRows: the rows' parameters, then the chosen ids
-  size_t sample_capacity_ = 0;  // rows it holds
+  DeviceBuffer sample_buffer_;  // SampleRows and RowLogprobs: the rows' parameters, then the results
+  size_t sample_buffer_bytes_ = 0;
+  absl::StatusOr<char*> SampleBuffer(size_t bytes);  // grows sample_buffer_ to at least `bytes`
   std::vector<DeviceBuffer> weights_;
   // Host side of the inputs, two halves used in turn: a step fills one while
   // the previous step's copy may still read the other, so no step waits for
@@ -458,17 +460,13 @@ absl::Status CudaBackend::SampleRows(const std::vector<RowSampling>& rows, std::
   const size_t n = rows.size();
   const size_t params_bytes = (n * sizeof(cuda::SampleRow) + 255) / 256 * 256, bytes = params_bytes + n * 4;
   if (bytes > staging_bytes_) return absl::InternalError("too many rows to sample for the staging buffer");
-  if (n > sample_capacity_) {
-    ASSIGN_OR_RETURN(sample_buffer_, DeviceAlloc(bytes, "the sampler's rows"));
-    sample_capacity_ = n;
-  }
+  ASSIGN_OR_RETURN(char* device, SampleBuffer(bytes));
   auto* staged = static_cast<cuda::SampleRow*>(output_staging_.get());
   for (size_t i = 0; i < n; ++i) {
     const ref::SampleParams& p = rows[i].params;
     if (rows[i].row < 0 || rows[i].row >= plan_->max_batch_tokens) return absl::InvalidArgumentError("no such logits row");
     staged[i] = {static_cast<int32_t>(rows[i].row), p.top_k, p.vocab_limit, p.temperature, p.top_p, p.uniform};
   }
-  char* device = static_cast<char*>(sample_buffer_.get());
   CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(device, staged, n * sizeof(cuda::SampleRow), cudaMemcpyHostToDevice, stream_));
   CUDA_RETURN_IF_ERROR(cuda::LaunchSampleRows(
       reinterpret_cast<const __nv_bfloat16*>(static_cast<char*>(arena_.get()) + plan_->outputs[index].index),
@@ -479,6 +477,61 @@ absl::Status CudaBackend::SampleRows(const std::vector<RowSampling>& rows, std::
   CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
   out->resize(n);
   std::memcpy(out->data(), output_staging_.get(), n * 4);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<char*> CudaBackend::SampleBuffer(size_t bytes) {
+  if (bytes > sample_buffer_bytes_) {
+    ASSIGN_OR_RETURN(sample_buffer_, DeviceAlloc(bytes, "the sampler's rows"));
+    sample_buffer_bytes_ = bytes;
+  }
+  return static_cast<char*>(sample_buffer_.get());
+}
+
+absl::Status CudaBackend::RowLogprobs(const std::vector<LogprobRequest>& rows, std::vector<TokenLogprobs>* out) {
+  if (plan_ == nullptr) return absl::FailedPreconditionError("logprobs before Load");
+  out->clear();
+  if (rows.empty()) return absl::OkStatus();
+  const int index = plan_->FindOutput("logits");
+  if (index < 0) return absl::NotFoundError("plan has no output logits");
+  const size_t n = rows.size(), k = cuda::kMaxTopLogprobs;
+  auto round = [](size_t b) { return (b + 255) / 256 * 256; };
+  const size_t params = round(n * sizeof(cuda::LogprobRow)), lp = round(n * 4), ids = round(n * k * 4);
+  const size_t bytes = params + lp + ids + n * k * 4;
+  if (bytes > staging_bytes_) return absl::InternalError("too many rows for the staging buffer");
+  ASSIGN_OR_RETURN(char* device, SampleBuffer(bytes));
+  auto* staged = static_cast<cuda::LogprobRow*>(output_staging_.get());
+  for (size_t i = 0; i < n; ++i) {
+    const LogprobRequest& r = rows[i];
+    if (r.row < 0 || r.row >= plan_->max_batch_tokens || r.top < 0 || r.top > kMaxTopLogprobs) {
+      return absl::InvalidArgumentError("bad logprobs request");
+    }
+    staged[i] = {static_cast<int32_t>(r.row), r.token, r.top, r.vocab_limit};
+  }
+  CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(device, staged, n * sizeof(cuda::LogprobRow), cudaMemcpyHostToDevice, stream_));
+  CUDA_RETURN_IF_ERROR(cuda::LaunchLogprobs(
+      reinterpret_cast<const __nv_bfloat16*>(static_cast<char*>(arena_.get()) + plan_->outputs[index].index),
+      plan_->model.vocab_size, reinterpret_cast<const cuda::LogprobRow*>(device), static_cast<int64_t>(n),
+      reinterpret_cast<float*>(device + params), reinterpret_cast<int32_t*>(device + params + lp),
+      reinterpret_cast<float*>(device + params + lp + ids), stream_));
+  CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(output_staging_.get(), device + params, bytes - params, cudaMemcpyDeviceToHost,
+                                       stream_));
+  CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
+  const char* host = static_cast<const char*>(output_staging_.get());
+  const auto* logprob = reinterpret_cast<const float*>(host);
+  const auto* top_ids = reinterpret_cast<const int32_t*>(host + lp);
+  const auto* top_lp = reinterpret_cast<const float*>(host + lp + ids);
+  for (size_t i = 0; i < n; ++i) {
+    TokenLogprobs t;
+    t.logprob = logprob[i];
+    const int64_t vocab = plan_->model.vocab_size;
+    const int64_t kept = rows[i].vocab_limit > 0 ? std::min<int64_t>(rows[i].vocab_limit, vocab) : vocab;
+    for (int j = 0; j < std::min<int64_t>(rows[i].top, kept); ++j) {
+      t.top_ids.push_back(top_ids[i * k + j]);
+      t.top_logprobs.push_back(top_lp[i * k + j]);
+    }
+    out->push_back(std::move(t));
+  }
   return absl::OkStatus();
 }
 

@@ -85,11 +85,13 @@ absl::StatusOr<int> Engine::Submit(Request request) {
         absl::StrCat("the prompt has ", n, " tokens, more than the maximum context of ", max_context_));
   }
   if (request.max_new_tokens < 1) return absl::InvalidArgumentError("max new tokens must be at least 1");
+  if (request.logprobs > kMaxTopLogprobs) {
+    return absl::InvalidArgumentError(absl::StrCat("at most ", kMaxTopLogprobs, " top logprobs, not ", request.logprobs));
+  }
   RETURN_IF_ERROR(request.sampling.Validate());
   if (request.prompt_logits || request.keep_logits) {
     // Kept logits rows are host memory too: one vocabulary-wide float row per position.
-    const int64_t rows = request.logits_taken ? (request.prompt_logits ? n : 1)
-                                              : n + std::min(request.max_new_tokens, max_context_);
+    const int64_t rows = n + std::min(request.max_new_tokens, max_context_);
     const int64_t bytes = rows * plan_.model.vocab_size * 4;
     if (bytes > HostMemoryAvailable()) {
       return absl::ResourceExhaustedError(absl::StrCat("keeping the logits of ", rows, " positions needs ", bytes,
@@ -388,8 +390,26 @@ absl::StatusOr<std::vector<TokenEvent>> Engine::Step() {
   stats.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   last_step_ = stats;
 
+  std::vector<LogprobRequest> logprob_rows;
+  std::vector<Sequence*> logprob_seqs;
   for (size_t i = 0; i < slices.size(); ++i) {
-    if (std::optional<TokenEvent> e = Advance(slices[i], chosen[i])) events.push_back(*e);
+    const Slice& s = slices[i];
+    std::optional<TokenEvent> e = Advance(s, chosen[i]);
+    if (!e) continue;
+    events.push_back(*e);
+    if (s.seq->request.logprobs < 0) continue;
+    LogprobRequest r;
+    r.row = s.first_logit + static_cast<int64_t>(s.logit_positions.size()) - 1;
+    r.token = e->token;
+    r.top = s.seq->request.logprobs;
+    r.vocab_limit = s.seq->request.sampling.vocab_limit;
+    logprob_rows.push_back(r);
+    logprob_seqs.push_back(s.seq);
+  }
+  if (!logprob_rows.empty()) {  // only these numbers leave the device
+    std::vector<TokenLogprobs> logprobs;
+    RETURN_IF_ERROR(backend_.RowLogprobs(logprob_rows, &logprobs));
+    for (size_t j = 0; j < logprobs.size(); ++j) logprob_seqs[j]->logprobs.push_back(std::move(logprobs[j]));
   }
   running_.erase(std::remove_if(running_.begin(), running_.end(),
                                 [](const Sequence* s) { return s->finish != FinishReason::kNone; }),

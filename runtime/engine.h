@@ -38,7 +38,9 @@ struct Request {
   int64_t max_new_tokens = 16;
   bool prompt_logits = false;  // keep the logits row of every prompt position
   bool keep_logits = false;    // keep the logits row that chose each new token
-  bool logits_taken = false;   // the caller takes kept rows as they come (TakeLogits): at most one is held
+  // >= 0: for every new token, its log-probability and this many most likely alternatives
+  // (at most kMaxTopLogprobs), computed where the logits are; TakeLogprobs hands them over.
+  int32_t logprobs = -1;
   bool stop_on_eos = true;     // finish on any of the model's end-of-sequence ids
   std::vector<int32_t> stop_ids;  // finish on any of these too (the id is kept as the last new token)
   SamplingParams sampling;
@@ -83,8 +85,8 @@ class Engine {
   // Rows kept for the request: prompt rows first (if asked), then one per new token (if asked).
   const std::vector<std::vector<float>>& logits(int id) const { return seqs_.at(id)->logits; }
   FinishReason finish_reason(int id) const { return seqs_.at(id)->finish; }
-  // Moves the request's kept logits rows out (a server computing logprobs token by token).
-  std::vector<std::vector<float>> TakeLogits(int id) { return std::exchange(seqs_.at(id)->logits, {}); }
+  // Moves out the logprobs of the request's tokens since the last call (Request::logprobs).
+  std::vector<TokenLogprobs> TakeLogprobs(int id) { return std::exchange(seqs_.at(id)->logprobs, {}); }
   // Ends a request now (a client that went away): its blocks are free for the next step.
   absl::Status Cancel(int id);
   // Forgets a finished request and its results, so that a long-running
@@ -109,6 +111,7 @@ class Engine {
     Request request;
     std::vector<int32_t> generated;
     std::vector<std::vector<float>> logits;
+    std::vector<TokenLogprobs> logprobs;  // of new tokens not yet taken
     int64_t cached = 0;       // tokens whose K/V are in the cache
     int64_t logits_from = 0;  // positions below this have had their logits row kept (or passed over)
     BlockTable table;

@@ -21,32 +21,8 @@ EngineLoop::~EngineLoop() {
   thread_.join();
 }
 
-float LogProbs(const std::vector<float>& row, int32_t token, int k, int32_t limit,
-               std::vector<std::pair<int32_t, float>>* top) {
-  const int32_t size = limit > 0 ? std::min<int32_t>(limit, static_cast<int32_t>(row.size()))
-                                 : static_cast<int32_t>(row.size());
-  float peak = -std::numeric_limits<float>::infinity();
-  for (int32_t i = 0; i < size; ++i) peak = std::max(peak, row[i]);
-  double sum = 0.0;
-  for (int32_t i = 0; i < size; ++i) sum += std::exp(static_cast<double>(row[i] - peak));
-  const float lse = peak + static_cast<float>(std::log(sum));
-  top->clear();
-  if (k > 0) {
-    std::vector<int32_t> ids(size);
-    std::iota(ids.begin(), ids.end(), 0);
-    const int32_t take = std::min<int32_t>(k, size);
-    std::partial_sort(ids.begin(), ids.begin() + take, ids.end(),
-                      [&](int32_t a, int32_t b) { return row[a] > row[b] || (row[a] == row[b] && a < b); });
-    for (int32_t i = 0; i < take; ++i) top->push_back({ids[i], row[ids[i]] - lse});
-  }
-  return token >= 0 && token < static_cast<int32_t>(row.size()) ? row[token] - lse : 0.0f;
-}
-
 int64_t EngineLoop::Submit(Request request, Callback on_event, int n, int top_logprobs) {
-  if (top_logprobs >= 0) {
-    request.keep_logits = true;
-    request.logits_taken = true;
-  }
+  if (top_logprobs >= 0) request.logprobs = std::min(top_logprobs, kMaxTopLogprobs);
   int64_t handle;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -79,8 +55,11 @@ void EngineLoop::Deliver(int engine_id, const StreamEvent& event) {
   StreamEvent e = event;
   e.choice = choice;
   if (active.top_logprobs >= 0 && e.token >= 0) {
-    std::vector<std::vector<float>> rows = engine_->TakeLogits(engine_id);
-    if (!rows.empty()) e.logprob = LogProbs(rows.back(), e.token, active.top_logprobs, active.vocab_limit, &e.top);
+    const std::vector<TokenLogprobs> lp = engine_->TakeLogprobs(engine_id);
+    if (!lp.empty()) {
+      e.logprob = lp.back().logprob;
+      for (size_t j = 0; j < lp.back().top_ids.size(); ++j) e.top.push_back({lp.back().top_ids[j], lp.back().top_logprobs[j]});
+    }
   }
   if (!e.finished) {
     active.callback(e);
@@ -108,7 +87,6 @@ void EngineLoop::TakeQueued() {
     cancels.swap(cancels_);
   }
   for (Pending& p : queued) {
-    const int32_t vocab_limit = p.request.sampling.vocab_limit;
     absl::StatusOr<std::vector<int>> ids = engine_->SubmitChoices(std::move(p.request), p.n);
     if (!ids.ok()) {
       StreamEvent refused;
@@ -119,7 +97,7 @@ void EngineLoop::TakeQueued() {
       continue;
     }
     for (size_t c = 0; c < ids->size(); ++c) by_engine_id_[(*ids)[c]] = {p.handle, static_cast<int>(c)};
-    active_[p.handle] = {std::move(p.callback), *ids, static_cast<int>(ids->size()), p.top_logprobs, vocab_limit};
+    active_[p.handle] = {std::move(p.callback), *ids, static_cast<int>(ids->size()), p.top_logprobs};
   }
   for (const auto& [handle, choice] : cancels) {
     auto it = active_.find(handle);

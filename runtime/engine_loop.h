@@ -38,11 +38,6 @@ struct StreamEvent {
   std::vector<std::pair<int32_t, float>> top;
 };
 
-// Log-probability of `token` in a logits row, and the `k` most likely (id, log-probability) pairs
-// among ids below `limit` (0: all), most likely first.
-float LogProbs(const std::vector<float>& row, int32_t token, int k, int32_t limit,
-               std::vector<std::pair<int32_t, float>>* top);
-
 // Counts a metrics endpoint reads, as of the last step.
 struct LoopStats {
   int64_t running = 0, waiting = 0;
@@ -86,7 +81,6 @@ class EngineLoop {
     std::vector<int> ids;  // engine ids, by choice
     int unfinished;
     int top_logprobs;
-    int32_t vocab_limit;
   };
   void Run();
   void TakeQueued();  // on the engine thread

@@ -374,6 +374,38 @@ TEST_F(EngineTest, SamplingIsReproducible) {
   EXPECT_NE(engine->new_tokens(a), kGreedy);
 }
 
+// Logprobs computed where the logits are equal the reference's over the rows that chose the tokens.
+TEST_F(EngineTest, LogprobsMatchTheChoosingRows) {
+  Request r;
+  r.prompt = kPrompt;
+  r.max_new_tokens = 6;
+  r.keep_logits = true;
+  r.logprobs = 3;
+  r.sampling.temperature = 0.7f;
+  r.sampling.seed = 3;
+  std::unique_ptr<Engine> engine = MakeEngine();
+  const int id = *engine->Submit(r);
+  std::vector<TokenLogprobs> got;
+  while (engine->HasWork()) {
+    ASSERT_TRUE(engine->Step().ok());
+    for (TokenLogprobs& t : engine->TakeLogprobs(id)) got.push_back(std::move(t));
+  }
+  const std::vector<int32_t>& tokens = engine->new_tokens(id);
+  ASSERT_EQ(got.size(), tokens.size());
+  const std::vector<std::vector<float>>& rows = engine->logits(id);
+  ASSERT_EQ(rows.size(), tokens.size());
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    std::vector<int32_t> ids;
+    std::vector<float> lps;
+    const float want = ref::LogProbs(rows[i].data(), static_cast<int64_t>(rows[i].size()), 0, tokens[i], 3, &ids, &lps);
+    EXPECT_FLOAT_EQ(got[i].logprob, want);
+    EXPECT_EQ(got[i].top_ids, ids);
+    EXPECT_LE(got[i].logprob, got[i].top_logprobs[0]);
+  }
+  r.logprobs = kMaxTopLogprobs + 1;
+  EXPECT_FALSE(engine->Submit(r).ok());
+}
+
 // Sampling where the logits are (the CUDA backend's path), here through the CPU backend's
 // reference of the device rule: seeds repeat, greedy settings give the greedy tokens, the
 // vocabulary limit holds, preemption changes nothing, and a repetition penalty stays on the host.

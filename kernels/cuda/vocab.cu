@@ -196,6 +196,80 @@ __global__ void __launch_bounds__(kThreads) SampleRowsKernel(const bf16* __restr
   out[blockIdx.x] = choice < 0 ? 0 : choice;
 }
 
+// One block per entry. The top ids: those above the k-th largest value (fewer than k), then the
+// ties at it in id order (each thread's chunk is a run of ids: a scan of the per-thread tie
+// counts places them), then a sort of those k on thread 0.
+__global__ void __launch_bounds__(kThreads) LogprobsKernel(const bf16* __restrict__ logits, int64_t vocab,
+                                                           const LogprobRow* __restrict__ rows, float* logprob,
+                                                           int32_t* top_ids, float* top_logprobs) {
+  __shared__ SampleShared sh;
+  __shared__ int32_t picked[kMaxTopLogprobs];
+  __shared__ float picked_value[kMaxTopLogprobs];
+  __shared__ int32_t ties_before[kThreads];
+  __shared__ int greater;
+  AllowNextKernel();
+  WaitForPreviousKernel();
+  const LogprobRow r = rows[blockIdx.x];
+  const bf16* row = logits + static_cast<int64_t>(r.row) * vocab;
+  // Vocabularies are below 2^24 (models/glm/config.h): int indices, fewer registers.
+  const int n = static_cast<int>(r.vocab_limit > 0 ? min(vocab, static_cast<int64_t>(r.vocab_limit)) : vocab);
+  float m = -INFINITY;
+  for (int i = threadIdx.x; i < n; i += kThreads) m = fmaxf(m, ScaledLogit(row, i, 1.0f));
+  const float peak = BlockMaxAll(m, sh);
+  const int chunk = (n + kThreads - 1) / kThreads;
+  const int begin = min(n, static_cast<int>(threadIdx.x) * chunk), end = min(n, begin + chunk);
+  float mass = 0.0f;
+  for (int i = begin; i < end; ++i) mass += expf(ScaledLogit(row, i, 1.0f) - peak);
+  sh.chunk_mass[threadIdx.x] = mass;
+  __syncthreads();
+  float total = 0.0f;
+  for (int t = 0; t < kThreads; ++t) total += sh.chunk_mass[t];
+  const float lse = peak + logf(total);
+  if (threadIdx.x == 0) {
+    logprob[blockIdx.x] = r.token >= 0 && r.token < n ? ScaledLogit(row, r.token, 1.0f) - lse : -INFINITY;
+    greater = 0;
+  }
+  const int k = min(min(r.top, kMaxTopLogprobs), n);
+  if (k <= 0) return;
+  const uint32_t kth = RadixThreshold<false>(row, n, 1.0f, peak, 0, static_cast<float>(k), sh);
+  int ties = 0;
+  for (int i = begin; i < end; ++i) {
+    const uint32_t key = OrderKey(ScaledLogit(row, i, 1.0f));
+    if (key > kth) {
+      const int slot = atomicAdd(&greater, 1);
+      if (slot < kMaxTopLogprobs) picked[slot] = i;
+    } else if (key == kth) {
+      ++ties;
+    }
+  }
+  ties_before[threadIdx.x] = ties;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    int before = 0;
+    for (int t = 0; t < kThreads; ++t) {
+      const int c = ties_before[t];
+      ties_before[t] = before;
+      before += c;
+    }
+  }
+  __syncthreads();
+  const int have = min(greater, k);
+  for (int i = begin, j = ties_before[threadIdx.x]; i < end && have + j < k; ++i) {
+    if (OrderKey(ScaledLogit(row, i, 1.0f)) == kth) picked[have + j++] = i;
+  }
+  __syncthreads();
+  if (threadIdx.x >= k) return;
+  picked_value[threadIdx.x] = ScaledLogit(row, picked[threadIdx.x], 1.0f);
+  __syncwarp();  // k <= 20: one warp
+  // Each of the k places itself: larger values first, lower ids on ties.
+  const int32_t id = picked[threadIdx.x];
+  const float v = picked_value[threadIdx.x];
+  int place = 0;
+  for (int j = 0; j < k; ++j) place += picked_value[j] > v || (picked_value[j] == v && picked[j] < id);
+  top_ids[blockIdx.x * kMaxTopLogprobs + place] = id;
+  top_logprobs[blockIdx.x * kMaxTopLogprobs + place] = v - lse;
+}
+
 __device__ __forceinline__ uint64_t SplitMix64(uint64_t x) {
   x += 0x9E3779B97F4A7C15ull;
   x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
@@ -234,6 +308,14 @@ cudaError_t LaunchSampleRows(const bf16* logits, int64_t vocab, const SampleRow*
   if (vocab <= 0 || count > INT32_MAX) return cudaErrorInvalidValue;
   return LaunchKernel(SampleRowsKernel, dim3(static_cast<unsigned>(count)), dim3(kThreads), 0, stream, logits, vocab,
                       rows, out);
+}
+
+cudaError_t LaunchLogprobs(const bf16* logits, int64_t vocab, const LogprobRow* rows, int64_t count, float* logprob,
+                           int32_t* top_ids, float* top_logprobs, cudaStream_t stream) {
+  if (count == 0) return cudaSuccess;
+  if (vocab <= 0 || count > INT32_MAX) return cudaErrorInvalidValue;
+  return LaunchKernel(LogprobsKernel, dim3(static_cast<unsigned>(count)), dim3(kThreads), 0, stream, logits, vocab,
+                      rows, logprob, top_ids, top_logprobs);
 }
 
 cudaError_t LaunchFillRandom(bf16* out, int64_t n, uint64_t seed, uint64_t stream_id, float center, float half_width,

@@ -32,6 +32,19 @@ cudaError_t LaunchSampleRows(const __nv_bfloat16* logits, int64_t vocab, const S
 // out[i] = center + half_width * (2u - 1) with u the i-th value of the
 // counter-based generator (splitmix64) for (seed, stream): the same values
 // as runtime::RandomWeights on the host, rounded to bf16.
+// ref::LogProbs for each entry: the chosen token's log-probability and the
+// `top` (<= kMaxTop) most likely ids with theirs, from logits row `row` over
+// ids below vocab_limit (0: all). logprob[i]; top_ids / top_logprobs[i * kMaxTop + j].
+struct LogprobRow {
+  int32_t row = 0;
+  int32_t token = 0;
+  int32_t top = 0;
+  int32_t vocab_limit = 0;
+};
+inline constexpr int kMaxTopLogprobs = 20;
+cudaError_t LaunchLogprobs(const __nv_bfloat16* logits, int64_t vocab, const LogprobRow* rows, int64_t count,
+                           float* logprob, int32_t* top_ids, float* top_logprobs, cudaStream_t stream);
+
 cudaError_t LaunchFillRandom(__nv_bfloat16* out, int64_t n, uint64_t seed, uint64_t stream_id, float center,
                              float half_width, cudaStream_t stream);
 

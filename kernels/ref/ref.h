@@ -7,6 +7,7 @@
 #define AUTOGLM_KERNELS_REF_REF_H_
 
 #include <cstdint>
+#include <vector>
 
 namespace ag::ref {
 
@@ -85,6 +86,12 @@ struct SampleParams {
 // kept id at which the running kept mass exceeds uniform * (kept mass).
 // Greedy (T = 0 or k = 1) is Argmax. NaN logits are never kept.
 int32_t SampleFiltered(const float* logits, int64_t vocab, const SampleParams& params);
+
+// Log-probability of `token` under softmax(logits[0, n)), with n = vocab_limit
+// (0: vocab), and the `k` most likely ids with theirs (largest first, lower id
+// on ties) in `top_ids` / `top_logprobs`. NaN logits count as -inf.
+float LogProbs(const float* logits, int64_t vocab, int32_t vocab_limit, int32_t token, int k,
+               std::vector<int32_t>* top_ids, std::vector<float>* top_logprobs);
 
 // ---- KV cache ----
 

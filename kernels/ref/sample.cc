@@ -73,4 +73,27 @@ int32_t SampleFiltered(const float* logits, int64_t vocab, const SampleParams& p
   return static_cast<int32_t>(last);
 }
 
+float LogProbs(const float* logits, int64_t vocab, int32_t vocab_limit, int32_t token, int k,
+               std::vector<int32_t>* top_ids, std::vector<float>* top_logprobs) {
+  const int64_t n = vocab_limit > 0 ? std::min<int64_t>(vocab_limit, vocab) : vocab;
+  auto value = [&](int64_t i) { return std::isnan(logits[i]) ? -INFINITY : logits[i]; };
+  float peak = -INFINITY;
+  for (int64_t i = 0; i < n; ++i) peak = std::max(peak, value(i));
+  double sum = 0.0;
+  for (int64_t i = 0; i < n; ++i) sum += std::exp(static_cast<double>(value(i) - peak));
+  const float lse = peak + static_cast<float>(std::log(sum));
+  top_ids->clear();
+  top_logprobs->clear();
+  const int64_t take = std::min<int64_t>(std::max(k, 0), n);
+  std::vector<int32_t> ids(n);
+  for (int64_t i = 0; i < n; ++i) ids[i] = static_cast<int32_t>(i);
+  std::partial_sort(ids.begin(), ids.begin() + take, ids.end(),
+                    [&](int32_t a, int32_t b) { return value(a) > value(b) || (value(a) == value(b) && a < b); });
+  for (int64_t i = 0; i < take; ++i) {
+    top_ids->push_back(ids[i]);
+    top_logprobs->push_back(value(ids[i]) - lse);
+  }
+  return token >= 0 && token < n ? value(token) - lse : -INFINITY;
+}
+
 }  // namespace ag::ref

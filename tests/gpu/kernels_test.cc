@@ -440,6 +440,34 @@ TEST(GpuKernels, SampleRowsMatchesTheReference) {
   }
 }
 
+// Logprobs where the logits are against ref::LogProbs: the token's, and the top ids in order.
+TEST(GpuKernels, LogprobsMatchTheReference) {
+  SKIP_WITHOUT_GPU();
+  const int64_t vocab = 151552, rows = 6;
+  std::vector<float> logits = RandomBf16(rows * vocab, 23, 3.0f);
+  logits[2 * vocab + 10] = logits[2 * vocab + 20] = 30.0f;  // a tie at the top: the lower id first
+  Bf16Array dl(logits);
+  std::vector<cuda::LogprobRow> cases;
+  for (int32_t r = 0; r < rows; ++r) cases.push_back({r, static_cast<int32_t>(r * 977), r % 2 == 0 ? 20 : 5, r == 5 ? 1000 : 0});
+  DeviceArray<cuda::LogprobRow> dcases(cases);
+  DeviceArray<float> lp(rows), top_lp(rows * cuda::kMaxTopLogprobs);
+  DeviceArray<int32_t> top_ids(rows * cuda::kMaxTopLogprobs);
+  ASSERT_CUDA(cuda::LaunchLogprobs(dl.get(), vocab, dcases.get(), rows, lp.get(), top_ids.get(), top_lp.get(), nullptr));
+  const std::vector<float> got_lp = lp.Download(), got_top_lp = top_lp.Download();
+  const std::vector<int32_t> got_ids = top_ids.Download();
+  for (int64_t r = 0; r < rows; ++r) {
+    const cuda::LogprobRow& c = cases[r];
+    std::vector<int32_t> ids;
+    std::vector<float> lps;
+    const float want = ref::LogProbs(logits.data() + r * vocab, vocab, c.vocab_limit, c.token, c.top, &ids, &lps);
+    EXPECT_NEAR(got_lp[r], want, 1e-3f) << "row " << r;
+    for (int j = 0; j < c.top; ++j) {
+      EXPECT_EQ(got_ids[r * cuda::kMaxTopLogprobs + j], ids[j]) << "row " << r << " rank " << j;
+      EXPECT_NEAR(got_top_lp[r * cuda::kMaxTopLogprobs + j], lps[j], 1e-3f);
+    }
+  }
+}
+
 TEST(GpuKernels, RandomWeightsMatchTheHostGenerator) {
   SKIP_WITHOUT_GPU();
   compiler::WeightEntry entry;
