@@ -13,6 +13,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -137,18 +138,29 @@ absl::Status Load(Loaded& loaded, serve::App& app, const std::string& device) {
   model.loop = std::make_unique<runtime::EngineLoop>(std::move(engine));
   model.tokenizer = std::move(tokenizer);
 
-  // Warm-up: one short generation, so that the first client does not pay for first-use costs.
-  runtime::Request warm;
-  warm.prompt = {0, 1, 2, 3, 4, 5, 6, 7};
-  warm.max_new_tokens = 2;
-  warm.stop_on_eos = false;
-  std::atomic<bool> done{false};
+  // Warm-up, so that the first client pays no first-use costs (lazily loaded kernels, allocations):
+  // a prompt long enough for the prefill GEMM next to a short one (decode at batches 2 and 1), each
+  // with a sampled token and logprobs, the paths a request can take.
+  const int64_t long_prompt = std::min<int64_t>({80, model.max_context - 3, loaded.plan.max_batch_tokens - 1});
+  std::atomic<int> pending{0};
   absl::Status warm_status;
-  model.loop->Submit(std::move(warm), [&](const runtime::StreamEvent& e) {
-    if (!e.error.ok()) warm_status = e.error;
-    if (e.finished) done = true;
-  });
-  while (!done) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  std::mutex warm_mu;
+  for (const int64_t length : {long_prompt, int64_t{8}}) {
+    runtime::Request warm;
+    for (int64_t i = 0; i < std::max<int64_t>(length, 1); ++i) warm.prompt.push_back(static_cast<int32_t>(i % 7));
+    warm.max_new_tokens = 3;
+    warm.stop_on_eos = false;
+    warm.sampling.temperature = 0.7f;
+    ++pending;
+    model.loop->Submit(std::move(warm), [&](const runtime::StreamEvent& e) {
+      if (!e.error.ok()) {
+        std::lock_guard<std::mutex> lock(warm_mu);
+        warm_status = e.error;
+      }
+      if (e.finished) --pending;
+    }, /*n=*/1, /*top_logprobs=*/1);
+  }
+  while (pending > 0) std::this_thread::sleep_for(std::chrono::milliseconds(5));
   if (!warm_status.ok()) return absl::InternalError(absl::StrCat("warm-up failed: ", warm_status.message()));
   app.SetModel(std::move(model));
   return absl::OkStatus();
