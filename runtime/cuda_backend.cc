@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <functional>
 #include <map>
 #include <tuple>
 
@@ -43,6 +44,8 @@ absl::StatusOr<DeviceBuffer> DeviceAlloc(size_t bytes, const char* what) {
   }
   return DeviceBuffer(p);
 }
+
+size_t Round256(size_t bytes) { return (bytes + 255) / 256 * 256; }
 
 absl::StatusOr<PinnedBuffer> PinnedAlloc(size_t bytes) {
   void* p = nullptr;
@@ -100,7 +103,13 @@ class CudaBackend : public Backend {
   DeviceBuffer arena_, kv_, inputs_, attention_workspace_, linear_scratch_;
   DeviceBuffer sample_buffer_;  // SampleRows and RowLogprobs: the rows' parameters, then the results
   size_t sample_buffer_bytes_ = 0;
-  absl::StatusOr<char*> SampleBuffer(size_t bytes);  // grows sample_buffer_ to at least `bytes`
+  // The last step's logits, on the device.
+  absl::StatusOr<const __nv_bfloat16*> DeviceLogits() const;
+  // SampleRows' and RowLogprobs' exchange: the `in_bytes` staged at the start of output_staging_ go
+  // to sample_buffer_, `launch` runs on it, and its bytes [out_offset, + out_bytes) come back to the
+  // start of output_staging_.
+  absl::Status RoundTrip(size_t in_bytes, size_t out_offset, size_t out_bytes,
+                         const std::function<cudaError_t(char* device)>& launch);
   std::vector<DeviceBuffer> weights_;
   // Host side of the inputs, two halves used in turn: a step fills one while
   // the previous step's copy may still read the other, so no step waits for
@@ -248,7 +257,7 @@ absl::Status CudaBackend::EnsureCapacity(const StepBatch& batch, int64_t context
     input_offsets_.clear();
     for (const auto& [name, count] : sizes) {
       input_offsets_[name] = offset;
-      offset += (static_cast<size_t>(count) * 4 + 255) / 256 * 256;
+      offset += Round256(static_cast<size_t>(count) * 4);
     }
     inputs_bytes_ = offset;
     DropGraphs();
@@ -451,55 +460,58 @@ absl::Status CudaBackend::ReadLogits(int64_t rows, std::vector<float>* out) {
   return absl::OkStatus();
 }
 
-absl::Status CudaBackend::SampleRows(const std::vector<RowSampling>& rows, std::vector<int32_t>* out) {
-  if (plan_ == nullptr) return absl::FailedPreconditionError("sample before Load");
-  out->clear();
-  if (rows.empty()) return absl::OkStatus();
+absl::StatusOr<const __nv_bfloat16*> CudaBackend::DeviceLogits() const {
+  if (plan_ == nullptr) return absl::FailedPreconditionError("sampling before Load");
   const int index = plan_->FindOutput("logits");
   if (index < 0) return absl::NotFoundError("plan has no output logits");
-  const size_t n = rows.size();
-  const size_t params_bytes = (n * sizeof(cuda::SampleRow) + 255) / 256 * 256, bytes = params_bytes + n * 4;
-  if (bytes > staging_bytes_) return absl::InternalError("too many rows to sample for the staging buffer");
-  ASSIGN_OR_RETURN(char* device, SampleBuffer(bytes));
+  return reinterpret_cast<const __nv_bfloat16*>(static_cast<const char*>(arena_.get()) + plan_->outputs[index].index);
+}
+
+absl::Status CudaBackend::RoundTrip(size_t in_bytes, size_t out_offset, size_t out_bytes,
+                                    const std::function<cudaError_t(char* device)>& launch) {
+  if (out_offset + out_bytes > staging_bytes_) return absl::InternalError("too many rows for the staging buffer");
+  if (out_offset + out_bytes > sample_buffer_bytes_) {
+    ASSIGN_OR_RETURN(sample_buffer_, DeviceAlloc(out_offset + out_bytes, "the sampler's rows"));
+    sample_buffer_bytes_ = out_offset + out_bytes;
+  }
+  char* device = static_cast<char*>(sample_buffer_.get());
+  CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(device, output_staging_.get(), in_bytes, cudaMemcpyHostToDevice, stream_));
+  CUDA_RETURN_IF_ERROR(launch(device));
+  CUDA_RETURN_IF_ERROR(
+      cudaMemcpyAsync(output_staging_.get(), device + out_offset, out_bytes, cudaMemcpyDeviceToHost, stream_));
+  CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
+  return absl::OkStatus();
+}
+
+absl::Status CudaBackend::SampleRows(const std::vector<RowSampling>& rows, std::vector<int32_t>* out) {
+  out->clear();
+  if (rows.empty()) return absl::OkStatus();
+  ASSIGN_OR_RETURN(const __nv_bfloat16* logits, DeviceLogits());
+  const size_t n = rows.size(), params = Round256(n * sizeof(cuda::SampleRow));
+  if (params > staging_bytes_) return absl::InternalError("too many rows for the staging buffer");
   auto* staged = static_cast<cuda::SampleRow*>(output_staging_.get());
   for (size_t i = 0; i < n; ++i) {
     const ref::SampleParams& p = rows[i].params;
     if (rows[i].row < 0 || rows[i].row >= plan_->max_batch_tokens) return absl::InvalidArgumentError("no such logits row");
     staged[i] = {static_cast<int32_t>(rows[i].row), p.top_k, p.vocab_limit, p.temperature, p.top_p, p.uniform};
   }
-  CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(device, staged, n * sizeof(cuda::SampleRow), cudaMemcpyHostToDevice, stream_));
-  CUDA_RETURN_IF_ERROR(cuda::LaunchSampleRows(
-      reinterpret_cast<const __nv_bfloat16*>(static_cast<char*>(arena_.get()) + plan_->outputs[index].index),
-      plan_->model.vocab_size, reinterpret_cast<const cuda::SampleRow*>(device), static_cast<int64_t>(n),
-      reinterpret_cast<int32_t*>(device + params_bytes), stream_));
-  CUDA_RETURN_IF_ERROR(
-      cudaMemcpyAsync(output_staging_.get(), device + params_bytes, n * 4, cudaMemcpyDeviceToHost, stream_));
-  CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
+  RETURN_IF_ERROR(RoundTrip(n * sizeof(cuda::SampleRow), params, n * 4, [&](char* device) {
+    return cuda::LaunchSampleRows(logits, plan_->model.vocab_size, reinterpret_cast<const cuda::SampleRow*>(device),
+                                  static_cast<int64_t>(n), reinterpret_cast<int32_t*>(device + params), stream_);
+  }));
   out->resize(n);
   std::memcpy(out->data(), output_staging_.get(), n * 4);
   return absl::OkStatus();
 }
 
-absl::StatusOr<char*> CudaBackend::SampleBuffer(size_t bytes) {
-  if (bytes > sample_buffer_bytes_) {
-    ASSIGN_OR_RETURN(sample_buffer_, DeviceAlloc(bytes, "the sampler's rows"));
-    sample_buffer_bytes_ = bytes;
-  }
-  return static_cast<char*>(sample_buffer_.get());
-}
-
 absl::Status CudaBackend::RowLogprobs(const std::vector<LogprobRequest>& rows, std::vector<TokenLogprobs>* out) {
-  if (plan_ == nullptr) return absl::FailedPreconditionError("logprobs before Load");
   out->clear();
   if (rows.empty()) return absl::OkStatus();
-  const int index = plan_->FindOutput("logits");
-  if (index < 0) return absl::NotFoundError("plan has no output logits");
+  ASSIGN_OR_RETURN(const __nv_bfloat16* logits, DeviceLogits());
   const size_t n = rows.size(), k = cuda::kMaxTopLogprobs;
-  auto round = [](size_t b) { return (b + 255) / 256 * 256; };
-  const size_t params = round(n * sizeof(cuda::LogprobRow)), lp = round(n * 4), ids = round(n * k * 4);
-  const size_t bytes = params + lp + ids + n * k * 4;
-  if (bytes > staging_bytes_) return absl::InternalError("too many rows for the staging buffer");
-  ASSIGN_OR_RETURN(char* device, SampleBuffer(bytes));
+  // On the device: the rows' parameters, then logprob [n], top ids [n, k], top logprobs [n, k].
+  const size_t params = Round256(n * sizeof(cuda::LogprobRow)), lp = Round256(n * 4), ids = Round256(n * k * 4);
+  if (params > staging_bytes_) return absl::InternalError("too many rows for the staging buffer");
   auto* staged = static_cast<cuda::LogprobRow*>(output_staging_.get());
   for (size_t i = 0; i < n; ++i) {
     const LogprobRequest& r = rows[i];
@@ -508,23 +520,20 @@ absl::Status CudaBackend::RowLogprobs(const std::vector<LogprobRequest>& rows, s
     }
     staged[i] = {static_cast<int32_t>(r.row), r.token, r.top, r.vocab_limit};
   }
-  CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(device, staged, n * sizeof(cuda::LogprobRow), cudaMemcpyHostToDevice, stream_));
-  CUDA_RETURN_IF_ERROR(cuda::LaunchLogprobs(
-      reinterpret_cast<const __nv_bfloat16*>(static_cast<char*>(arena_.get()) + plan_->outputs[index].index),
-      plan_->model.vocab_size, reinterpret_cast<const cuda::LogprobRow*>(device), static_cast<int64_t>(n),
-      reinterpret_cast<float*>(device + params), reinterpret_cast<int32_t*>(device + params + lp),
-      reinterpret_cast<float*>(device + params + lp + ids), stream_));
-  CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(output_staging_.get(), device + params, bytes - params, cudaMemcpyDeviceToHost,
-                                       stream_));
-  CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
+  RETURN_IF_ERROR(RoundTrip(n * sizeof(cuda::LogprobRow), params, lp + ids + n * k * 4, [&](char* device) {
+    return cuda::LaunchLogprobs(logits, plan_->model.vocab_size, reinterpret_cast<const cuda::LogprobRow*>(device),
+                                static_cast<int64_t>(n), reinterpret_cast<float*>(device + params),
+                                reinterpret_cast<int32_t*>(device + params + lp),
+                                reinterpret_cast<float*>(device + params + lp + ids), stream_);
+  }));
   const char* host = static_cast<const char*>(output_staging_.get());
   const auto* logprob = reinterpret_cast<const float*>(host);
   const auto* top_ids = reinterpret_cast<const int32_t*>(host + lp);
   const auto* top_lp = reinterpret_cast<const float*>(host + lp + ids);
+  const int64_t vocab = plan_->model.vocab_size;
   for (size_t i = 0; i < n; ++i) {
     TokenLogprobs t;
     t.logprob = logprob[i];
-    const int64_t vocab = plan_->model.vocab_size;
     const int64_t kept = rows[i].vocab_limit > 0 ? std::min<int64_t>(rows[i].vocab_limit, vocab) : vocab;
     for (int j = 0; j < std::min<int64_t>(rows[i].top, kept); ++j) {
       t.top_ids.push_back(top_ids[i * k + j]);

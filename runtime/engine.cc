@@ -330,7 +330,7 @@ std::optional<TokenEvent> Engine::Advance(const Slice& s, int32_t chosen) {
     std::vector<float> scratch = row(last);
     token = seq.sampler->Sample(scratch, history);
   } else {
-    token = next_buffer_[s.first_logit + static_cast<int64_t>(last)];
+    token = next_buffer_[s.last_logit_row()];
   }
   seq.generated.push_back(token);
   const std::vector<int64_t>& eos = plan_.model.eos_token_ids;
@@ -377,7 +377,7 @@ absl::StatusOr<std::vector<TokenEvent>> Engine::Step() {
     if (!s.emits_token || !s.seq->sample_where_logits_are) continue;
     const SamplingParams& p = s.seq->request.sampling;
     RowSampling r;
-    r.row = s.first_logit + static_cast<int64_t>(s.logit_positions.size()) - 1;
+    r.row = s.last_logit_row();
     r.params = {p.temperature, p.top_k, p.top_p, p.vocab_limit, s.seq->sampler->NextUniform()};
     rows.push_back(r);
     row_slice.push_back(i);
@@ -399,7 +399,7 @@ absl::StatusOr<std::vector<TokenEvent>> Engine::Step() {
     events.push_back(*e);
     if (s.seq->request.logprobs < 0) continue;
     LogprobRequest r;
-    r.row = s.first_logit + static_cast<int64_t>(s.logit_positions.size()) - 1;
+    r.row = s.last_logit_row();
     r.token = e->token;
     r.top = s.seq->request.logprobs;
     r.vocab_limit = s.seq->request.sampling.vocab_limit;

@@ -141,6 +141,8 @@ class Engine {
     int64_t first_logit;                  // its first row of the step's logits
     std::vector<int64_t> logit_positions;  // the positions those logits rows are for
     bool emits_token;                     // its last row is the last known token: it chooses the next
+    // The step's logits row of its last position (the one that chooses the next token).
+    int64_t last_logit_row() const { return first_logit + static_cast<int64_t>(logit_positions.size()) - 1; }
   };
 
   Engine(const compiler::Plan& plan, Backend& backend, const EngineOptions& options)

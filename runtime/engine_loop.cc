@@ -1,9 +1,6 @@
 #include "runtime/engine_loop.h"
 
 #include <algorithm>
-#include <cmath>
-#include <limits>
-#include <numeric>
 #include <utility>
 
 namespace ag::runtime {
@@ -27,7 +24,7 @@ int64_t EngineLoop::Submit(Request request, Callback on_event, int n, int top_lo
   {
     std::lock_guard<std::mutex> lock(mu_);
     handle = next_handle_++;
-    queued_.push_back({handle, std::move(request), std::move(on_event), n, top_logprobs});
+    queued_.push_back({handle, std::move(request), std::move(on_event), n});
     ++in_flight_;
   }
   wake_.notify_all();
@@ -54,7 +51,7 @@ void EngineLoop::Deliver(int engine_id, const StreamEvent& event) {
   Active& active = active_.at(handle);
   StreamEvent e = event;
   e.choice = choice;
-  if (active.top_logprobs >= 0 && e.token >= 0) {
+  if (e.token >= 0) {  // the engine keeps logprobs only for requests that asked
     const std::vector<TokenLogprobs> lp = engine_->TakeLogprobs(engine_id);
     if (!lp.empty()) {
       e.logprob = lp.back().logprob;
@@ -97,7 +94,7 @@ void EngineLoop::TakeQueued() {
       continue;
     }
     for (size_t c = 0; c < ids->size(); ++c) by_engine_id_[(*ids)[c]] = {p.handle, static_cast<int>(c)};
-    active_[p.handle] = {std::move(p.callback), *ids, static_cast<int>(ids->size()), p.top_logprobs};
+    active_[p.handle] = {std::move(p.callback), *ids, static_cast<int>(ids->size())};
   }
   for (const auto& [handle, choice] : cancels) {
     auto it = active_.find(handle);

@@ -74,13 +74,11 @@ class EngineLoop {
     Request request;
     Callback callback;
     int n;
-    int top_logprobs;
   };
   struct Active {  // a request in the engine
     Callback callback;
     std::vector<int> ids;  // engine ids, by choice
     int unfinished;
-    int top_logprobs;
   };
   void Run();
   void TakeQueued();  // on the engine thread

@@ -16,8 +16,6 @@ namespace {
 
 using nlohmann::json;
 
-std::string Dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
-
 void Error(const std::shared_ptr<Responder>& out, int status, std::string message, std::string param = "",
            std::string type = "", Headers headers = {}) {
   ApiError e;
@@ -126,7 +124,7 @@ void App::Handle(const HttpRequest& request, std::shared_ptr<Responder> out) {
                                               {"created", static_cast<int64_t>(std::time(nullptr))},
                                               {"owned_by", "autoglm"},
                                               {"max_model_len", model_.max_context}}})}};
-    return out->Respond(200, "application/json", Dump(body));
+    return out->Respond(200, "application/json", JsonText(body));
   }
   if (!post) return Error(out, 405, absl::StrCat("use POST for ", path));
   if (path == "/v1/chat/completions") return Chat(request, std::move(out));
@@ -271,7 +269,7 @@ void App::Tokenize(const HttpRequest& http, std::shared_ptr<Responder> out) {
     return Error(out, 400, "give 'prompt' (a string) or 'messages'", "prompt");
   }
   out->Respond(200, "application/json",
-               Dump({{"tokens", ids}, {"count", ids.size()}, {"max_model_len", model_.max_context}}));
+               JsonText({{"tokens", ids}, {"count", ids.size()}, {"max_model_len", model_.max_context}}));
 }
 
 void App::Detokenize(const HttpRequest& http, std::shared_ptr<Responder> out) {
@@ -288,7 +286,7 @@ void App::Detokenize(const HttpRequest& http, std::shared_ptr<Responder> out) {
   }
   absl::StatusOr<std::string> text = model_.tokenizer->Decode(ids);
   if (!text.ok()) return Error(out, 400, std::string(text.status().message()), "tokens");
-  out->Respond(200, "application/json", Dump({{"prompt", *text}}));
+  out->Respond(200, "application/json", JsonText({{"prompt", *text}}));
 }
 
 }  // namespace ag::serve

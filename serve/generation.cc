@@ -14,9 +14,6 @@ namespace {
 
 using nlohmann::json;
 
-// Client text may hold anything; bytes that are not UTF-8 become U+FFFD rather than an exception.
-std::string Dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
-
 std::string NewId(const char* prefix) {
   static thread_local std::mt19937_64 rng(std::random_device{}());
   return absl::StrCat(prefix, absl::Hex(rng(), absl::kZeroPad16), absl::Hex(rng() >> 32, absl::kZeroPad8));
@@ -212,7 +209,7 @@ void Generation::SendChunk(int index, const std::string& delta, const std::strin
                 {"model", spec_.model},
                 {"choices", json::array({choice})}};
   if (spec_.include_usage) chunk["usage"] = nullptr;
-  out_->Write(absl::StrCat("data: ", Dump(chunk), "\n\n"));
+  out_->Write(absl::StrCat("data: ", JsonText(chunk), "\n\n"));
 }
 
 void Generation::Finish(Choice& c, int index, const std::string& reason) {
@@ -226,16 +223,16 @@ void Generation::Finish(Choice& c, int index, const std::string& reason) {
   }
 }
 
-std::string Generation::Usage() const {
-  return Dump({{"prompt_tokens", record_.prompt_tokens},
-               {"completion_tokens", record_.generation_tokens},
-               {"total_tokens", record_.prompt_tokens + record_.generation_tokens}});
+nlohmann::json Generation::Usage() const {
+  return {{"prompt_tokens", record_.prompt_tokens},
+          {"completion_tokens", record_.generation_tokens},
+          {"total_tokens", record_.prompt_tokens + record_.generation_tokens}};
 }
 
 void Generation::Complete() {
   finished_ = true;
   record_.seconds_total = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
-  const json usage = json::parse(Usage());
+  const json usage = Usage();
   if (spec_.stream) {
     if (spec_.include_usage) {
       json chunk = {{"id", id_},
@@ -244,7 +241,7 @@ void Generation::Complete() {
                     {"model", spec_.model},
                     {"choices", json::array()},
                     {"usage", usage}};
-      out_->Write(absl::StrCat("data: ", Dump(chunk), "\n\n"));
+      out_->Write(absl::StrCat("data: ", JsonText(chunk), "\n\n"));
     }
     out_->Write("data: [DONE]\n\n");
     out_->End();
@@ -273,7 +270,7 @@ void Generation::Complete() {
                        {"model", spec_.model},
                        {"choices", choices},
                        {"usage", usage}};
-    out_->Respond(200, "application/json", Dump(body));
+    out_->Respond(200, "application/json", JsonText(body));
   }
   done_(record_);
 }

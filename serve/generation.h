@@ -81,7 +81,7 @@ class Generation : public std::enable_shared_from_this<Generation> {
   void Flush(Choice& c, int index, bool all);
   void SendChunk(int index, const std::string& delta, const std::string& finish_reason);
   void Complete();
-  std::string Usage() const;
+  nlohmann::json Usage() const;
 
   GenerationSpec spec_;
   const glm::Tokenizer& tokenizer_;

@@ -170,11 +170,13 @@ std::optional<json> ParseObject(std::string_view body, ApiError* error) {
 
 }  // namespace
 
+std::string JsonText(const json& j) { return j.dump(-1, ' ', /*ensure_ascii=*/false, json::error_handler_t::replace); }
+
 std::string ApiError::ToJson() const {
   json e = {{"message", message}, {"type", type}, {"param", nullptr}, {"code", nullptr}};
   if (!param.empty()) e["param"] = param;
   if (!code.empty()) e["code"] = code;
-  return json{{"error", e}}.dump(-1, ' ', /*ensure_ascii=*/false, json::error_handler_t::replace);
+  return JsonText(json{{"error", e}});
 }
 
 ChatResult ParseChatRequest(std::string_view body, const RequestLimits& limits) {

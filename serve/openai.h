@@ -12,6 +12,8 @@
 #include <variant>
 #include <vector>
 
+#include <nlohmann/json_fwd.hpp>
+
 #include "models/glm/chat.h"
 #include "runtime/sampler.h"
 
@@ -26,6 +28,10 @@ struct ApiError {
   // {"error": {"message": ..., "type": ..., "param": ... | null, "code": ... | null}}
   std::string ToJson() const;
 };
+
+// JSON text of a response: bytes a client sent that are not UTF-8 (echoed
+// prompts, token pieces) become U+FFFD instead of an exception.
+std::string JsonText(const nlohmann::json& j);
 
 // Limits on what one request may ask for.
 struct RequestLimits {
