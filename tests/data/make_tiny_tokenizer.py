@@ -4,7 +4,9 @@ vocabulary for the tiny GLM-4 fixture (our own, not GLM-4's): the 256 bytes,
 then 44 merges of common English pieces (each made of two earlier tokens), so
 300 ordinary tokens; GLM-4's 14 special tokens follow as ids 300-313, inside
 the fixture's 320-row embedding. It lets autoglm-serve and autoglm-run take
-text with the bundled model. Deterministic: rerun to regenerate."""
+text with the bundled model. Not committed (tokenizer files in the repository
+are mistaken for third-party vocabularies): tools/bootstrap and the server
+tests generate it. Deterministic."""
 import base64
 import os
 

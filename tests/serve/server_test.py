@@ -39,8 +39,16 @@ SPECIAL_FROM, ENDOFTEXT, USER, OBSERVATION = 300, 300, 307, 309
 EOS = 1  # the fixture's eos_token_id
 
 
+def ensure_tokenizer():
+    """The tiny model's tokenizer is generated, not committed (tests/data/make_tiny_tokenizer.py)."""
+    if not os.path.exists(os.path.join(MODEL, "tokenizer.model")):
+        script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "data", "make_tiny_tokenizer.py")
+        subprocess.run([sys.executable, script], check=True)
+
+
 class Server:
     def __init__(self, *flags):
+        ensure_tokenizer()
         self.proc = subprocess.Popen([SERVE, "--model", MODEL, "--device", "cpu", "--host", "127.0.0.1", "--port", "0",
                                       *flags], stderr=subprocess.PIPE, text=True)
         self.log = []
