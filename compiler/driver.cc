@@ -1,5 +1,7 @@
 #include "compiler/driver.h"
 
+#include <algorithm>
+
 #include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "absl/strings/match.h"
@@ -32,6 +34,7 @@ absl::StatusOr<CompileResult> Compile(const glm::ModelConfig& config, const Comp
   ASSIGN_OR_RETURN(ir::Graph graph, glm::BuildGlmGraph(config, options.build));
   passes::StandardPassOptions pass_options;
   pass_options.kv_block_size = options.build.kv_block_size;
+  pass_options.tp = options.tp;
   std::unique_ptr<passes::Pipeline> pipeline = passes::BuildStandardPipeline(options.pipeline, pass_options);
   ASSIGN_OR_RETURN(std::vector<passes::PassRecord> ran, pipeline->Run(graph));
   std::vector<std::string> names;
@@ -43,9 +46,11 @@ absl::StatusOr<CompileResult> Compile(const glm::ModelConfig& config, const Comp
 absl::Status CheckPlanAgainstModel(const Plan& plan, const glm::ModelConfig& config,
                                    const glm::Checkpoint* checkpoint) {
   const ModelInfo& m = plan.model;
+  // KV heads per rank: split over the ranks, or one each when the degree exceeds them.
+  const int64_t kv_heads = std::max<int64_t>(1, config.num_kv_heads / plan.tp);
   if (m.layout != glm::LayoutName(config.layout) || m.vocab_size != config.vocab_size ||
-      m.hidden_size != config.hidden_size || m.num_layers != config.num_layers ||
-      plan.kv.kv_heads != config.num_kv_heads || plan.kv.head_dim != config.head_dim) {
+      m.hidden_size != config.hidden_size || m.num_layers != config.num_layers || plan.kv.kv_heads != kv_heads ||
+      plan.kv.head_dim != config.head_dim) {
     return absl::InvalidArgumentError(absl::StrCat(
         "the plan was compiled for a different model (", m.layout, ", ", m.num_layers, " layers, hidden ",
         m.hidden_size, ", vocab ", m.vocab_size, ") than the checkpoint (", glm::LayoutName(config.layout), ", ",

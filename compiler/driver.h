@@ -17,6 +17,7 @@ namespace ag::compiler {
 
 struct CompileOptions {
   glm::BuildOptions build;
+  int32_t tp = 1;  // tensor-parallel degree: the plan is one rank's share, for every rank
   passes::PipelineOptions pipeline;
 };
 

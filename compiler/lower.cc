@@ -33,7 +33,14 @@ absl::StatusOr<Plan> LowerToPlan(const ir::Graph& graph, const glm::ModelConfig&
   plan.max_batch_tokens = options.max_batch_tokens;
   plan.max_seqs = options.max_seqs;
   plan.passes = std::move(passes);
-  plan.kv = {config.num_layers, options.kv_block_size, config.num_kv_heads, config.head_dim, options.dtype};
+  plan.tp = graph.tp();
+  // Per rank: the shard pass may have left fewer KV heads on each (the states say how many).
+  int64_t kv_heads = config.num_kv_heads;
+  for (ir::ValueId v : graph.ValuesOfKind(ir::ValueKind::kState)) {
+    const ir::TensorType& t = graph.value(v).type;
+    if (t.rank() == 5 && !t.shape[3].is_symbolic()) kv_heads = t.shape[3].offset();
+  }
+  plan.kv = {config.num_layers, options.kv_block_size, kv_heads, config.head_dim, options.dtype};
   const ir::SymbolBindings bounds = plan.MaxBindings();
 
   // Where each value lives.
@@ -69,13 +76,14 @@ absl::StatusOr<Plan> LowerToPlan(const ir::Graph& graph, const glm::ModelConfig&
         entry.name = value.name;
         entry.dtype = value.type.dtype;
         ASSIGN_OR_RETURN(entry.shape, StaticShape(value.type, value.name));
-        const std::vector<std::string> parts =
-            value.concat_of.empty() ? std::vector<std::string>{value.name} : value.concat_of;
+        const std::vector<ir::ParamPart> parts =
+            value.concat_of.empty() ? std::vector<ir::ParamPart>{{value.name, {}}} : value.concat_of;
         int64_t rows_left = entry.shape[0];
-        for (const std::string& part : parts) {
-          ASSIGN_OR_RETURN(glm::WeightSource src, glm::MapWeight(config, part));
-          entry.pieces.push_back({src.tensor, src.tensor_shape, src.row_begin, src.row_end});
-          rows_left -= src.row_end - src.row_begin;
+        for (const ir::ParamPart& part : parts) {
+          ASSIGN_OR_RETURN(glm::WeightSource src, glm::MapWeight(config, part.name));
+          entry.pieces.push_back({src.tensor, src.tensor_shape, src.row_begin, src.row_end, part.shard});
+          const PieceSlice slice = SliceForRank(entry.pieces.back(), 0, plan.tp);
+          rows_left -= slice.row_end - slice.row_begin;
         }
         if (rows_left != 0) {
           return absl::InvalidArgumentError(absl::StrCat("parameter ", value.name, ": parts do not add up"));

@@ -85,6 +85,28 @@ ir::SymbolBindings Plan::MaxBindings() const {
   return {{"T", max_batch_tokens}, {"R", max_batch_tokens}, {"S", max_seqs}};
 }
 
+PieceSlice SliceForRank(const WeightPiece& piece, int32_t rank, int32_t tp) {
+  PieceSlice s;
+  s.row_elems = 1;
+  for (size_t i = 1; i < piece.tensor_shape.size(); ++i) s.row_elems *= piece.tensor_shape[i];
+  s.row_begin = piece.row_begin;
+  s.row_end = piece.row_end;
+  s.col_begin = 0;
+  s.col_end = s.row_elems;
+  if (!piece.shard.sharded()) return s;
+  const int64_t part = static_cast<int64_t>(rank) * piece.shard.parts / tp;
+  if (piece.shard.axis == 0) {
+    const int64_t len = (piece.row_end - piece.row_begin) / piece.shard.parts;
+    s.row_begin = piece.row_begin + part * len;
+    s.row_end = s.row_begin + len;
+  } else {
+    const int64_t len = s.row_elems / piece.shard.parts;
+    s.col_begin = part * len;
+    s.col_end = s.col_begin + len;
+  }
+  return s;
+}
+
 absl::Status ValidatePlan(const Plan& plan) {
   if (plan.version != kPlanVersion) return Invalid("version ", plan.version, ", expected ", kPlanVersion);
   if (!ir::IsFloat(plan.dtype)) return Invalid("model dtype must be a float type");
@@ -96,6 +118,9 @@ absl::Status ValidatePlan(const Plan& plan) {
   if (plan.arena_bytes < 0 || plan.arena_bytes > kMaxArenaBytes || plan.arena_bytes % kArenaAlignment != 0) {
     return Invalid("arena size ", plan.arena_bytes, " is not a multiple of ", kArenaAlignment, " in [0, ",
                    kMaxArenaBytes, "]");
+  }
+  if (plan.tp < 1 || plan.tp > ir::kMaxTensorParallel) {
+    return Invalid("tensor-parallel degree ", plan.tp, " outside [1, ", ir::kMaxTensorParallel, "]");
   }
   const ModelInfo& m = plan.model;
   if (m.vocab_size <= 0 || m.hidden_size <= 0 || m.num_layers <= 0 || m.max_position_embeddings <= 0 ||
@@ -135,13 +160,26 @@ absl::Status ValidatePlan(const Plan& plan) {
     int64_t rows = 0;
     for (const WeightPiece& p : w.pieces) {
       if (p.tensor_shape.size() != w.shape.size() || p.row_begin < 0 || p.row_end <= p.row_begin ||
-          p.row_end > p.tensor_shape[0] || p.row_end - p.row_begin > w.shape[0] - rows) {
+          p.row_end > p.tensor_shape[0] || !ir::CheckedProduct(p.tensor_shape)) {
         return Invalid("weight ", w.name, ": bad slice of ", p.tensor);
       }
-      for (size_t i = 1; i < w.shape.size(); ++i) {
-        if (p.tensor_shape[i] != w.shape[i]) return Invalid("weight ", w.name, ": ", p.tensor, " has other columns");
+      const ir::ShardSpec& sh = p.shard;
+      if (sh.axis < -1 || sh.axis > 1 || sh.parts < 1 || (!sh.sharded() && sh.parts != 1) ||
+          (sh.sharded() && plan.tp % sh.parts != 0) || (sh.axis == 1 && w.shape.size() != 2) ||
+          (sh.axis == 0 && (p.row_end - p.row_begin) % sh.parts != 0) ||
+          (sh.axis == 1 && p.tensor_shape[1] % sh.parts != 0)) {
+        return Invalid("weight ", w.name, ": bad shard ", sh.ToString(), " of ", p.tensor, " at tp=", plan.tp);
       }
-      rows += p.row_end - p.row_begin;
+      // Every rank's slice has the same size; rank 0's stands for all.
+      const PieceSlice slice = SliceForRank(p, 0, plan.tp);
+      if (slice.row_end - slice.row_begin > w.shape[0] - rows) return Invalid("weight ", w.name, ": bad slice of ", p.tensor);
+      const int64_t cols = slice.col_end - slice.col_begin;
+      int64_t expected_cols = 1;
+      for (size_t i = 1; i < w.shape.size(); ++i) expected_cols *= w.shape[i];
+      if (cols != expected_cols || (sh.axis != 1 && w.shape.size() > 1 && p.tensor_shape[1] != w.shape[1])) {
+        return Invalid("weight ", w.name, ": ", p.tensor, " has other columns");
+      }
+      rows += slice.row_end - slice.row_begin;
     }
     if (rows != w.shape[0]) return Invalid("weight ", w.name, ": pieces give ", rows, " rows, not ", w.shape[0]);
   }

@@ -16,7 +16,8 @@
 namespace ag::compiler {
 
 // 2: ModelInfo.config, the fingerprint of the config the plan was compiled from.
-inline constexpr uint32_t kPlanVersion = 2;
+// 3: the tensor-parallel degree and each weight piece's shard.
+inline constexpr uint32_t kPlanVersion = 3;
 inline constexpr int64_t kArenaAlignment = 256;
 // Bounds a plan must keep; the compiler refuses options beyond them.
 inline constexpr int64_t kMaxArenaBytes = int64_t{1} << 40;
@@ -56,12 +57,24 @@ struct PlanInput {
 };
 
 // A parameter is the row-wise concatenation of one or more checkpoint tensor slices.
+// Under tensor parallelism each slice is split further (`shard`): rank r of tp
+// reads part r * parts / tp of it, along rows or columns (SliceForRank).
 struct WeightPiece {
   std::string tensor;
   std::vector<int64_t> tensor_shape;
-  int64_t row_begin = 0;
+  int64_t row_begin = 0;  // the whole slice, before sharding
   int64_t row_end = 0;
+  ir::ShardSpec shard;
 };
+
+// The block of a checkpoint tensor (rows x columns, columns = the product of
+// the trailing dims) that one rank reads for a piece.
+struct PieceSlice {
+  int64_t row_begin = 0, row_end = 0;
+  int64_t col_begin = 0, col_end = 0;
+  int64_t row_elems = 0;  // the tensor's elements per row
+};
+PieceSlice SliceForRank(const WeightPiece& piece, int32_t rank, int32_t tp);
 
 struct WeightEntry {
   std::string name;
@@ -98,6 +111,9 @@ struct ModelInfo {
 struct Plan {
   uint32_t version = kPlanVersion;
   ModelInfo model;
+  // Tensor-parallel degree: the steps are one rank's share (SPMD: every rank
+  // runs them); weights name each rank's slice; `kv` is the geometry per rank.
+  int32_t tp = 1;
   ir::DType dtype = ir::DType::kF32;
   int64_t max_batch_tokens = 0;
   int64_t max_seqs = 0;

@@ -1,5 +1,7 @@
 #include "compiler/plan_file.h"
 
+#include <algorithm>
+
 #include <cstring>
 #include <fstream>
 
@@ -225,6 +227,7 @@ std::string SerializePlan(const Plan& plan) {
   w.I64(plan.max_batch_tokens);
   w.I64(plan.max_seqs);
   w.I64(plan.arena_bytes);
+  w.U32(static_cast<uint32_t>(plan.tp));
   w.U32(static_cast<uint32_t>(plan.passes.size()));
   for (const std::string& p : plan.passes) w.Str(p);
   for (const auto* list : {&plan.inputs, &plan.states}) {
@@ -245,6 +248,8 @@ std::string SerializePlan(const Plan& plan) {
       w.Ints(p.tensor_shape);
       w.I64(p.row_begin);
       w.I64(p.row_end);
+      w.U8(static_cast<uint8_t>(p.shard.axis + 1));
+      w.U32(static_cast<uint32_t>(p.shard.parts));
     }
   }
   w.I64(plan.kv.num_layers);
@@ -323,6 +328,7 @@ absl::StatusOr<Plan> DeserializePlan(absl::string_view bytes, absl::string_view 
   plan.max_batch_tokens = r.I64();
   plan.max_seqs = r.I64();
   plan.arena_bytes = r.I64();
+  plan.tp = static_cast<int32_t>(std::min<uint32_t>(r.U32(), 1u << 30));
   plan.passes = ReadList<std::string>(r, 4, [&] { return r.Str(); });
   auto read_input = [&] {
     PlanInput in;
@@ -339,12 +345,14 @@ absl::StatusOr<Plan> DeserializePlan(absl::string_view bytes, absl::string_view 
     if (wd >= ir::kDTypeCount) r.Fail("unknown dtype code");
     e.dtype = static_cast<ir::DType>(r.ok() ? wd : 0);
     e.shape = r.Ints();
-    e.pieces = ReadList<WeightPiece>(r, 24, [&] {
+    e.pieces = ReadList<WeightPiece>(r, 29, [&] {
       WeightPiece p;
       p.tensor = r.Str();
       p.tensor_shape = r.Ints();
       p.row_begin = r.I64();
       p.row_end = r.I64();
+      p.shard.axis = static_cast<int32_t>(r.U8()) - 1;
+      p.shard.parts = static_cast<int32_t>(std::min<uint32_t>(r.U32(), 1u << 30));
       return p;
     });
     return e;

@@ -21,7 +21,7 @@ absl::StatusOr<ValueId> Graph::AddValue(std::string name, ValueKind kind, Tensor
   return id;
 }
 
-absl::StatusOr<ValueId> Graph::AddParam(std::string name, TensorType type, std::vector<std::string> concat_of) {
+absl::StatusOr<ValueId> Graph::AddParam(std::string name, TensorType type, std::vector<ParamPart> concat_of) {
   ASSIGN_OR_RETURN(ValueId id, AddValue(std::move(name), ValueKind::kParam, std::move(type)));
   values_[id].concat_of = std::move(concat_of);
   return id;

@@ -22,9 +22,16 @@
 namespace ag::ir {
 
 using ValueId = int32_t;
+
 inline constexpr ValueId kNoValue = -1;
 
 enum class ValueKind : uint8_t { kParam, kInput, kState, kResult };
+
+// One checkpoint-level parameter (HF naming) a graph parameter is made of.
+struct ParamPart {
+  std::string name;
+  ShardSpec shard;
+};
 
 struct Value {
   std::string name;
@@ -32,8 +39,9 @@ struct Value {
   TensorType type;
   int32_t producer = -1;  // node index, for results
   // Parameters only: when non-empty this parameter is the row-wise (axis 0)
-  // concatenation of these checkpoint-level parameters, made by a pass.
-  std::vector<std::string> concat_of;
+  // concatenation of these checkpoint-level parameters (or this rank's shards
+  // of them), made by a pass. Empty: the whole parameter of this name.
+  std::vector<ParamPart> concat_of;
   int64_t arena_offset = -1;  // byte offset in the activation arena, set by plan-memory
 };
 
@@ -53,7 +61,7 @@ class Graph {
   const std::string& name() const { return name_; }
 
   // Declarations. Names must be unique within the graph.
-  absl::StatusOr<ValueId> AddParam(std::string name, TensorType type, std::vector<std::string> concat_of = {});
+  absl::StatusOr<ValueId> AddParam(std::string name, TensorType type, std::vector<ParamPart> concat_of = {});
   absl::StatusOr<ValueId> AddInput(std::string name, TensorType type);
   absl::StatusOr<ValueId> AddState(std::string name, TensorType type);
 
@@ -85,6 +93,9 @@ class Graph {
   const SymbolBindings& symbol_bounds() const { return symbol_bounds_; }
   void set_symbol_bound(const std::string& symbol, int64_t bound) { symbol_bounds_[symbol] = bound; }
   int64_t arena_bytes() const { return arena_bytes_; }
+  // Tensor-parallel degree (set by shard): the graph is one rank's share of the model.
+  int32_t tp() const { return tp_; }
+  void set_tp(int32_t tp) { tp_ = tp; }
   void set_arena_bytes(int64_t bytes) { arena_bytes_ = bytes; }
 
   // Renames a value; `name` must be unused.
@@ -113,6 +124,7 @@ class Graph {
   absl::flat_hash_map<std::string, ValueId> by_name_;
   SymbolBindings symbol_bounds_;
   int64_t arena_bytes_ = -1;
+  int32_t tp_ = 1;
 };
 
 }  // namespace ag::ir

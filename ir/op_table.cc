@@ -306,6 +306,33 @@ absl::StatusOr<Types> InferNormLinear(Operands o, const Attrs& a) {
   return Types{{o[0].dtype, {o[0].shape[0], n}}};
 }
 
+// x -> the sum of x over the tensor-parallel group (every rank gets it).
+absl::StatusOr<Types> InferAllReduce(Operands o, const Attrs&) {
+  RETURN_IF_ERROR(ExpectFloat(o[0], "input"));
+  return Types{o[0]};
+}
+
+// x [R, n] -> [R, n * parts]: rank r's columns land at r * n.
+absl::StatusOr<Types> InferAllGather(Operands o, const Attrs& a) {
+  ASSIGN_OR_RETURN(int64_t parts, GetInt(a, "parts"));
+  if (parts < 1 || parts > kMaxHeadAttr) return Errf("parts must be in [1, ", kMaxHeadAttr, "], got ", parts);
+  RETURN_IF_ERROR(ExpectRank(o[0], 2, "input"));
+  RETURN_IF_ERROR(ExpectFloat(o[0], "input"));
+  const Dim& n = o[0].shape[1];
+  if (n.is_symbolic()) return Err("all_gather along a symbolic dimension");
+  const std::optional<int64_t> width = CheckedMul(n.offset(), parts);
+  if (!width) return Err("all_gather result too large");
+  return Types{{o[0].dtype, {o[0].shape[0], Dim(*width)}}};
+}
+
+// (x, residual) -> residual + all_reduce(x)
+absl::StatusOr<Types> InferAllReduceResidual(Operands o, const Attrs& a) { return InferBinary(o, a); }
+
+// (x, w, residual) -> residual + rms_norm(all_reduce(x))
+absl::StatusOr<Types> InferAllReduceNormResidual(Operands o, const Attrs& a) {
+  return InferRmsNormResidual(o, a);
+}
+
 // ---- attribute schemas ----
 
 constexpr AttrSpec kEps[] = {{"eps", AttrKind::kFloat}};
@@ -313,6 +340,7 @@ constexpr AttrSpec kRotary[] = {
     {"heads", AttrKind::kInt}, {"head_dim", AttrKind::kInt}, {"rot", AttrKind::kInt}, {"theta", AttrKind::kFloat},
     {"freq_dtype", AttrKind::kString}};
 constexpr AttrSpec kHeads[] = {{"heads", AttrKind::kInt}, {"kv_heads", AttrKind::kInt}, {"head_dim", AttrKind::kInt}};
+constexpr AttrSpec kParts[] = {{"parts", AttrKind::kInt}};
 constexpr AttrSpec kSlice[] = {{"axis", AttrKind::kInt}, {"start", AttrKind::kInt}, {"size", AttrKind::kInt}};
 constexpr AttrSpec kNormQkvRope[] = {{"eps", AttrKind::kFloat},   {"heads", AttrKind::kInt},
                                      {"kv_heads", AttrKind::kInt}, {"head_dim", AttrKind::kInt},
@@ -343,6 +371,10 @@ constexpr std::array<OpInfo, kOpCount> kOps = {{
   {OpId::k_rms_norm_residual,   "rms_norm_residual",      3, 3, 1, kEps,         kFused,                             -1,  2, InferRmsNormResidual},
   {OpId::k_add_rms_norm,        "add_rms_norm",           3, 3, 2, kEps,         kFused,                             -1,  0, InferAddRmsNorm},
   {OpId::k_norm_linear,         "norm_linear",            3, 3, 1, kEps,         kFused,                             -1, -1, InferNormLinear},
+  {OpId::k_all_reduce,          "all_reduce",             1, 1, 1, kNone,        kCollective,                        -1,  0, InferAllReduce},
+  {OpId::k_all_gather,          "all_gather",             1, 1, 1, kParts,       kCollective,                        -1, -1, InferAllGather},
+  {OpId::k_all_reduce_residual, "all_reduce_residual",    2, 2, 1, kNone,        kFused | kCollective,               -1,  1, InferAllReduceResidual},
+  {OpId::k_all_reduce_norm_residual, "all_reduce_norm_residual", 3, 3, 1, kEps, kFused | kCollective,               -1,  2, InferAllReduceNormResidual},
 }};
 // clang-format on
 

@@ -22,7 +22,8 @@
 
 namespace ag::ir {
 
-// Builder-level ops, then ops made by lower-kv-cache, then fused ops.
+// Builder-level ops, then ops made by lower-kv-cache, then fused ops, then the
+// collectives of tensor parallelism (made by shard; fused ones by fuse).
 #define AG_IR_OPS(X)        \
   X(embedding)              \
   X(rms_norm)               \
@@ -42,7 +43,11 @@ namespace ag::ir {
   X(linear_residual)        \
   X(rms_norm_residual)      \
   X(add_rms_norm)           \
-  X(norm_linear)
+  X(norm_linear)            \
+  X(all_reduce)             \
+  X(all_gather)             \
+  X(all_reduce_residual)    \
+  X(all_reduce_norm_residual)
 
 enum class OpId : uint8_t {
 #define AG_OP_ENUM_(name) k_##name,
@@ -61,6 +66,7 @@ enum OpProperty : uint32_t {
   kCommutative = 1u << 1,
   kSideEffect = 1u << 2,  // writes state (the KV cache): never removed, never reordered
   kFused = 1u << 3,       // made by a pass, never by the builder
+  kCollective = 1u << 4,  // communicates across the tensor-parallel group: every rank runs it, in plan order
 };
 
 struct AttrSpec {

@@ -46,6 +46,7 @@ std::string PrintGraph(const Graph& g) {
                     }),
                     ")");
   }
+  if (g.tp() != 1) absl::StrAppend(&out, " tp=", g.tp());
   if (g.arena_bytes() >= 0) absl::StrAppend(&out, " arena=", g.arena_bytes());
   out += " {\n";
   for (ValueKind kind : {ValueKind::kParam, ValueKind::kInput, ValueKind::kState}) {
@@ -54,8 +55,9 @@ std::string PrintGraph(const Graph& g) {
       const char* word = kind == ValueKind::kParam ? "param" : kind == ValueKind::kInput ? "input" : "state";
       absl::StrAppend(&out, "  ", word, " ", Ref(g, v), " : ", value.type.ToString());
       if (!value.concat_of.empty()) {
-        absl::StrAppend(&out, " = concat(", absl::StrJoin(value.concat_of, ", ", [](std::string* o, const std::string& n) {
-                          absl::StrAppend(o, "@", n);
+        absl::StrAppend(&out, " = concat(", absl::StrJoin(value.concat_of, ", ", [](std::string* o, const ParamPart& p) {
+                          absl::StrAppend(o, "@", p.name);
+                          if (p.shard.sharded()) absl::StrAppend(o, " ", p.shard.ToString());
                         }),
                         ")");
       }
@@ -108,6 +110,13 @@ class Parser {
       } while (Consume(','));
       RETURN_IF_ERROR(Expect(')'));
     }
+    if (PeekWord("tp")) {
+      RETURN_IF_ERROR(ExpectWord("tp"));
+      RETURN_IF_ERROR(Expect('='));
+      ASSIGN_OR_RETURN(int64_t tp, Integer());
+      if (tp < 1 || tp > kMaxTensorParallel) return Error(absl::StrCat("tp must be in [1, ", kMaxTensorParallel, "]"));
+      g.set_tp(static_cast<int32_t>(tp));
+    }
     if (PeekWord("arena")) {
       RETURN_IF_ERROR(ExpectWord("arena"));
       RETURN_IF_ERROR(Expect('='));
@@ -149,13 +158,23 @@ class Parser {
     ASSIGN_OR_RETURN(TensorType type, Type());
     absl::StatusOr<ValueId> id;
     if (word == "param") {
-      std::vector<std::string> parts;
+      std::vector<ParamPart> parts;
       if (Consume('=')) {
         RETURN_IF_ERROR(ExpectWord("concat"));
         RETURN_IF_ERROR(Expect('('));
         do {
           RETURN_IF_ERROR(Expect('@'));
-          ASSIGN_OR_RETURN(std::string part, ValueName());
+          ParamPart part;
+          ASSIGN_OR_RETURN(part.name, ValueName());
+          if (PeekWord("rows") || PeekWord("cols")) {
+            ASSIGN_OR_RETURN(std::string axis, Identifier());
+            RETURN_IF_ERROR(Expect('/'));
+            ASSIGN_OR_RETURN(int64_t n, Integer());
+            if (n < 1 || n > kMaxTensorParallel) {
+              return Error(absl::StrCat("shard parts must be in [1, ", kMaxTensorParallel, "]"));
+            }
+            part.shard = {axis == "rows" ? 0 : 1, static_cast<int32_t>(n)};
+          }
           parts.push_back(std::move(part));
         } while (Consume(','));
         RETURN_IF_ERROR(Expect(')'));

@@ -93,4 +93,9 @@ absl::StatusOr<int64_t> TensorType::ByteSize(const SymbolBindings& bindings) con
   return *bytes;
 }
 
+std::string ShardSpec::ToString() const {
+  if (!sharded()) return "whole";
+  return absl::StrCat(axis == 0 ? "rows" : "cols", "/", parts);
+}
+
 }  // namespace ag::ir

@@ -73,6 +73,23 @@ struct TensorType {
 
 std::string ShapeToString(const Shape& shape);
 
+// The largest tensor-parallel degree the IR accepts (one node of 8 GPUs is the
+// usual unit; 64 leaves room for several nodes).
+inline constexpr int32_t kMaxTensorParallel = 64;
+
+// Tensor parallelism: a checkpoint parameter split along `axis` (0: rows,
+// 1: columns) into `parts` equal pieces; rank r of a group of tp ranks holds
+// piece r * parts / tp (parts divides tp: parts < tp replicates a piece over
+// tp / parts ranks, as KV heads are when the degree exceeds them).
+struct ShardSpec {
+  int32_t axis = -1;  // -1: whole, on every rank
+  int32_t parts = 1;
+
+  bool sharded() const { return axis >= 0; }
+  bool operator==(const ShardSpec&) const = default;
+  std::string ToString() const;  // "rows/4", "cols/2"
+};
+
 }  // namespace ag::ir
 
 #endif  // AUTOGLM_IR_TYPES_H_

@@ -22,6 +22,16 @@ absl::Status Verify(const Graph& graph) {
     if (!value.concat_of.empty() && value.kind != ValueKind::kParam) {
       return Fail("%", value.name, " has concat_of but is not a parameter");
     }
+    for (const ParamPart& part : value.concat_of) {
+      const ShardSpec& s = part.shard;
+      if (s.axis < -1 || s.axis > 1 || s.parts < 1 || (!s.sharded() && s.parts != 1)) {
+        return Fail("@", value.name, ": part @", part.name, " has a bad shard (axis ", s.axis, ", parts ", s.parts, ")");
+      }
+      if (s.sharded() && (s.parts > graph.tp() || graph.tp() % s.parts != 0)) {
+        return Fail("@", value.name, ": part @", part.name, " is split in ", s.parts,
+                    " parts, which does not divide the degree tp=", graph.tp());
+      }
+    }
     if (value.kind == ValueKind::kResult) {
       const int32_t p = value.producer;
       if (p < 0 || p >= static_cast<int32_t>(nodes.size()) ||

@@ -80,7 +80,7 @@ ir::AttrValue Attr(const Node& n, const char* name) { return n.attrs.at(name); }
 
 // A parameter that concatenates `parts` row-wise (flattening parts that are concatenations already).
 absl::StatusOr<ValueId> ConcatParam(Graph& g, const std::vector<ValueId>& parts, const std::string& name) {
-  std::vector<std::string> sources;
+  std::vector<ir::ParamPart> sources;
   ir::TensorType type = g.value(parts[0]).type;
   int64_t rows = 0;
   for (ValueId p : parts) {
@@ -89,7 +89,7 @@ absl::StatusOr<ValueId> ConcatParam(Graph& g, const std::vector<ValueId>& parts,
       return absl::InvalidArgumentError("only parameters of one dtype and rank can be concatenated");
     }
     if (v.concat_of.empty()) {
-      sources.push_back(v.name);
+      sources.push_back({v.name, {}});
     } else {
       sources.insert(sources.end(), v.concat_of.begin(), v.concat_of.end());
     }
@@ -233,6 +233,28 @@ absl::StatusOr<bool> SublayerNormResidual(Graph& g, int32_t n, const Users& user
   });
 }
 
+// residual + all_reduce(y): the sum lands on the residual in one step.
+absl::StatusOr<bool> AllReduceResidual(Graph& g, int32_t n, const Users& users) {
+  return ResidualRule(g, n, users, OpId::k_all_reduce, [](const Node& reduce, ValueId residual, Replacement& r) {
+    r.op = OpId::k_all_reduce_residual;
+    r.operands = {reduce.operands[0], residual};
+    return true;
+  });
+}
+
+// residual + rms_norm(all_reduce(y)) (GLM-4's sandwich norms after o_proj and down_proj).
+absl::StatusOr<bool> AllReduceNormResidual(Graph& g, int32_t n, const Users& users) {
+  return ResidualRule(g, n, users, OpId::k_rms_norm, [&](const Node& norm, ValueId residual, Replacement& r) {
+    const Node* reduce = ProducerOf(g, norm.operands[0], OpId::k_all_reduce);
+    if (reduce == nullptr || !HasExactlyUsers(g, users, norm.operands[0], 1)) return false;
+    r.op = OpId::k_all_reduce_norm_residual;
+    r.operands = {reduce->operands[0], norm.operands[1], residual};
+    r.attrs = {{"eps", norm.attrs.at("eps")}};
+    r.pattern.push_back(ProducerIndex(g, norm.operands[0]));
+    return true;
+  });
+}
+
 absl::StatusOr<bool> LinearResidual(Graph& g, int32_t n, const Users& users) {
   return ResidualRule(g, n, users, OpId::k_linear, [](const Node& lin, ValueId residual, Replacement& r) {
     if (lin.operands.size() != 2) return false;  // a bias would need another epilogue
@@ -280,6 +302,8 @@ struct Rule {
 constexpr Rule kRules[] = {
     {"norm-qkv-rope-kv-write", OpId::k_kv_cache_write, NormQkvRopeKvWrite},
     {"norm-gate-up-silu", OpId::k_mul, NormGateUpSilu},
+    {"all-reduce-norm-residual", OpId::k_add, AllReduceNormResidual},
+    {"all-reduce-residual", OpId::k_add, AllReduceResidual},
     {"sublayer-norm-residual", OpId::k_add, SublayerNormResidual},
     {"linear-residual", OpId::k_add, LinearResidual},
     {"norm-linear", OpId::k_linear, NormLinear},

@@ -337,8 +337,9 @@ TEST(Fuse, ANormSharedWithAnotherUserStaysUnfused) {
 
 TEST(Fuse, RuleNamesAreListed) {
   EXPECT_EQ(FusePass::RuleNames(),
-            (std::vector<std::string>{"norm-qkv-rope-kv-write", "norm-gate-up-silu", "sublayer-norm-residual",
-                                      "linear-residual", "norm-linear", "add-rms-norm"}));
+            (std::vector<std::string>{"norm-qkv-rope-kv-write", "norm-gate-up-silu", "all-reduce-norm-residual",
+                                      "all-reduce-residual", "sublayer-norm-residual", "linear-residual",
+                                      "norm-linear", "add-rms-norm"}));
 }
 
 }  // namespace

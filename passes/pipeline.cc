@@ -4,6 +4,7 @@
 #include "passes/fuse.h"
 #include "passes/lower_kv_cache.h"
 #include "passes/plan_memory.h"
+#include "passes/shard.h"
 
 namespace ag::passes {
 
@@ -11,6 +12,7 @@ std::unique_ptr<Pipeline> BuildStandardPipeline(PipelineOptions options, const S
   auto pipeline = std::make_unique<Pipeline>(std::move(options));
   pipeline->Add(std::make_unique<CanonicalizePass>());
   pipeline->Add(std::make_unique<DcePass>());
+  pipeline->Add(std::make_unique<ShardPass>(pass_options.tp));
   pipeline->Add(std::make_unique<LowerKvCachePass>(pass_options.kv_block_size));
   pipeline->Add(std::make_unique<FusePass>());
   pipeline->Add(std::make_unique<PlanMemoryPass>());

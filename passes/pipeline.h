@@ -10,6 +10,7 @@ namespace ag::passes {
 
 struct StandardPassOptions {
   int64_t kv_block_size = 16;
+  int32_t tp = 1;  // tensor-parallel degree (the shard pass)
 };
 
 std::unique_ptr<Pipeline> BuildStandardPipeline(PipelineOptions options, const StandardPassOptions& pass_options);

@@ -30,12 +30,14 @@ TEST(Pipeline, RunsPassesInOrderAndDumpsAfterANamedPass) {
   options.dump_after = "fuse";
   options.dump = [&](absl::string_view pass, const ir::Graph& g) { dumped.push_back(std::string(pass) + ":" + ir::PrintGraph(g)); };
   std::unique_ptr<Pipeline> p = BuildStandardPipeline(options, {});
-  EXPECT_EQ(p->Names(), (std::vector<std::string>{"canonicalize", "dce", "lower-kv-cache", "fuse", "plan-memory"}));
+  EXPECT_EQ(p->Names(),
+            (std::vector<std::string>{"canonicalize", "dce", "shard", "lower-kv-cache", "fuse", "plan-memory"}));
   ir::Graph g = Parse(kGraph);
   absl::StatusOr<std::vector<PassRecord>> ran = p->Run(g);
   ASSERT_TRUE(ran.ok()) << ran.status();
-  ASSERT_EQ(ran->size(), 5u);
-  EXPECT_TRUE((*ran)[3].changed);
+  ASSERT_EQ(ran->size(), 6u);
+  EXPECT_FALSE((*ran)[2].changed) << "tp 1: shard has nothing to do";
+  EXPECT_TRUE((*ran)[4].changed);
   ASSERT_EQ(dumped.size(), 1u);
   EXPECT_NE(dumped[0].find("fuse:"), std::string::npos);
   EXPECT_NE(dumped[0].find("norm_linear"), std::string::npos);
@@ -48,7 +50,7 @@ TEST(Pipeline, DisablesPassesByName) {
   ir::Graph g = Parse(kGraph);
   absl::StatusOr<std::vector<PassRecord>> ran = BuildStandardPipeline(options, {})->Run(g);
   ASSERT_TRUE(ran.ok());
-  EXPECT_EQ(ran->size(), 3u);
+  EXPECT_EQ(ran->size(), 4u);
   EXPECT_EQ(ir::PrintGraph(g).find("norm_linear"), std::string::npos);
   EXPECT_LT(g.arena_bytes(), 0);
 }

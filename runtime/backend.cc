@@ -1,6 +1,19 @@
 #include "runtime/backend.h"
 
+#include "absl/strings/str_cat.h"
+#include "runtime/communicator.h"
+
 namespace ag::runtime {
+
+absl::StatusOr<RankInfo> CheckRank(const compiler::Plan& plan, const Communicator* comm) {
+  const int32_t size = comm == nullptr ? 1 : comm->size();
+  if (plan.tp != size) {
+    return absl::InvalidArgumentError(absl::StrCat("the plan is compiled for tensor parallelism tp=", plan.tp,
+                                                   ", but it is run on ", size, " rank", size == 1 ? "" : "s",
+                                                   " (run it with --tp ", plan.tp, ")"));
+  }
+  return RankInfo{comm == nullptr ? 0 : comm->rank(), size};
+}
 
 const std::vector<int32_t>* StepBatch::Input(absl::string_view name) const {
   if (name == "tokens") return &tokens;

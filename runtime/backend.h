@@ -31,12 +31,19 @@ struct StepBatch {
   ir::SymbolBindings Bindings(int64_t num_kv_blocks) const;
 };
 
+// Which share of a tensor-parallel plan a backend runs: rank `rank` of `tp`.
+struct RankInfo {
+  int32_t rank = 0;
+  int32_t tp = 1;
+};
+
 // Where weights come from: a checkpoint, or a seeded generator.
 class WeightSource {
  public:
   virtual ~WeightSource() = default;
-  // Writes the weight's NumElements() values, as float, to `out`.
-  virtual absl::Status Fill(const compiler::WeightEntry& entry, float* out) const = 0;
+  // Writes the weight's NumElements() values, as float, to `out`: this rank's
+  // slice of every piece (compiler::SliceForRank).
+  virtual absl::Status Fill(const compiler::WeightEntry& entry, RankInfo rank, float* out) const = 0;
 };
 
 // One logits row of the last step to pick a token from, and how (ref::SampleFiltered's rule).
@@ -58,6 +65,12 @@ struct TokenLogprobs {
   std::vector<float> top_logprobs;
 };
 inline constexpr int32_t kMaxTopLogprobs = 20;
+
+class Communicator;
+
+// The rank a backend with communicator `comm` (null: alone) runs of `plan`;
+// an error when the plan's degree and the group's size differ.
+absl::StatusOr<RankInfo> CheckRank(const compiler::Plan& plan, const Communicator* comm);
 
 class Backend {
  public:

@@ -27,6 +27,7 @@ absl::Status CpuBackend::Load(const compiler::Plan& plan, const WeightSource& we
                                                  ir::DTypeName(plan.dtype)));
   }
   if (kv_blocks <= 0) return absl::InvalidArgumentError("the KV cache needs at least one block");
+  ASSIGN_OR_RETURN(const RankInfo rank, CheckRank(plan, comm_));
   // Everything is held as float, whatever the plan's dtype.
   const StorageLayout layout{4, 4, 4, ir::DTypeSize(plan.dtype)};
   RETURN_IF_ERROR(CheckPlanFits(plan, kv_blocks, layout, 0, HostMemoryAvailable(), "host memory"));
@@ -37,7 +38,7 @@ absl::Status CpuBackend::Load(const compiler::Plan& plan, const WeightSource& we
   weights_.clear();
   for (const compiler::WeightEntry& entry : plan.weights) {
     std::vector<float> w(static_cast<size_t>(entry.NumElements()));
-    RETURN_IF_ERROR(weights.Fill(entry, w.data()));
+    RETURN_IF_ERROR(weights.Fill(entry, rank, w.data()));
     if (plan.dtype == ir::DType::kBF16) RoundAllToBF16(w.data(), static_cast<int64_t>(w.size()));
     weights_.push_back(std::move(w));
   }
@@ -105,6 +106,7 @@ absl::Status CpuBackend::Run(const StepBatch& batch, std::vector<double>* step_u
     args.step = &step;
     args.seqs = seqs;
     args.slot_mapping = batch.slot_mapping.data();
+    args.comm = comm_;
     int state_layer = -1;
     for (const compiler::PlanTensor& t : step.operands) {
       ASSIGN_OR_RETURN(CpuTensor tensor, resolve(t));
@@ -119,6 +121,7 @@ absl::Status CpuBackend::Run(const StepBatch& batch, std::vector<double>* step_u
       args.results.push_back(std::move(tensor));
     }
     GetCpuKernel(step.kernel)(args);
+    if (!args.status.ok()) return args.status;
     if (bf16) {
       // bf16 storage: round what the step stored.
       for (size_t i = 0; i < step.results.size(); ++i) {

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "runtime/backend.h"
+#include "runtime/communicator.h"
 
 namespace ag::runtime {
 
@@ -21,7 +22,9 @@ class CpuBackend : public Backend {
  public:
   // `sample_where_logits_are`: the engine samples through SampleRows (the CUDA
   // backend's path, with the reference rule) instead of its host sampler.
-  explicit CpuBackend(bool sample_where_logits_are = false) : sample_where_logits_are_(sample_where_logits_are) {}
+  // `comm`: this backend is one rank of a tensor-parallel group (a plan with tp > 1 needs one).
+  explicit CpuBackend(bool sample_where_logits_are = false, Communicator* comm = nullptr)
+      : sample_where_logits_are_(sample_where_logits_are), comm_(comm) {}
   absl::string_view name() const override { return "cpu"; }
   absl::Status Load(const compiler::Plan& plan, const WeightSource& weights, int64_t kv_blocks) override;
   absl::Status Execute(const StepBatch& batch) override;
@@ -42,6 +45,7 @@ class CpuBackend : public Backend {
   absl::Status LogitsUpTo(int64_t rows, std::vector<float>* logits);
 
   bool sample_where_logits_are_ = false;
+  Communicator* comm_ = nullptr;
   const compiler::Plan* plan_ = nullptr;
   int64_t element_bytes_ = 4;  // the plan dtype's size: the divisor of arena offsets
   int64_t kv_blocks_ = 0;

@@ -1,5 +1,6 @@
 #include "runtime/cpu_kernels.h"
 
+#include <algorithm>
 #include <array>
 
 namespace ag::runtime {
@@ -89,6 +90,47 @@ void NormLinear(const A& a) {
                   a.Float("eps"), a.results[0].f());
 }
 
+// Collectives: the CPU backend holds everything as float, so they run in f32
+// whatever the plan's dtype (its bf16 emulation rounds the result afterwards).
+// Without a communicator the group is this rank alone.
+absl::Status SumOverRanks(const A& a, float* data, int64_t n) {
+  if (a.comm == nullptr) return absl::OkStatus();
+  return a.comm->AllReduceSum(data, n, ir::DType::kF32, nullptr);
+}
+void AllReduce(const A& a) {
+  std::copy(a.operands[0].f(), a.operands[0].f() + a.results[0].numel(), a.results[0].f());
+  a.status = SumOverRanks(a, a.results[0].f(), a.results[0].numel());
+}
+void AllGather(const A& a) {
+  const CpuTensor& x = a.operands[0];
+  const int parts = static_cast<int>(a.Int("parts"));
+  if ((a.comm == nullptr ? 1 : a.comm->size()) != parts) {
+    a.status = absl::InvalidArgumentError("all_gather: the group's size differs from the step's parts");
+    return;
+  }
+  std::vector<float> rank_major(static_cast<size_t>(x.numel() * parts));
+  if (a.comm == nullptr) {
+    std::copy(x.f(), x.f() + x.numel(), rank_major.data());
+  } else {
+    a.status = a.comm->AllGather(x.f(), rank_major.data(), x.numel(), ir::DType::kF32, nullptr);
+    if (!a.status.ok()) return;
+  }
+  ref::InterleaveColumns(rank_major.data(), parts, x.dim(0), x.dim(1), a.results[0].f());
+}
+void AllReduceResidual(const A& a) {
+  const int64_t n = a.results[0].numel();
+  std::vector<float> sum(a.operands[0].f(), a.operands[0].f() + n);
+  a.status = SumOverRanks(a, sum.data(), n);
+  ref::Add(a.operands[1].f(), sum.data(), n, a.results[0].f());
+}
+void AllReduceNormResidual(const A& a) {
+  const CpuTensor& x = a.operands[0];
+  std::vector<float> sum(x.f(), x.f() + x.numel());
+  a.status = SumOverRanks(a, sum.data(), x.numel());
+  ref::RmsNormResidual(sum.data(), a.operands[1].f(), a.operands[2].f(), x.dim(0), x.dim(1), a.Float("eps"),
+                       a.results[0].f());
+}
+
 struct Row {
   ir::OpId op;
   CpuKernel kernel;
@@ -115,6 +157,10 @@ constexpr std::array<Row, ir::kOpCount> kKernels = {{
     {OpId::k_rms_norm_residual, RmsNormResidual},
     {OpId::k_add_rms_norm, AddRmsNorm},
     {OpId::k_norm_linear, NormLinear},
+    {OpId::k_all_reduce, AllReduce},
+    {OpId::k_all_gather, AllGather},
+    {OpId::k_all_reduce_residual, AllReduceResidual},
+    {OpId::k_all_reduce_norm_residual, AllReduceNormResidual},
 }};
 static_assert(ir::RowsCoverAllOps(kKernels), "every op needs a CPU kernel, in OpId order");
 

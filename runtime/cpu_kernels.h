@@ -8,6 +8,7 @@
 
 #include "compiler/plan.h"
 #include "kernels/ref/ref.h"
+#include "runtime/communicator.h"
 #include "runtime/tensor_view.h"
 
 namespace ag::runtime {
@@ -21,6 +22,8 @@ struct CpuStepArgs {
   ref::KvCache kv;     // the step's KV state, when it has one
   ref::SeqBatch seqs;  // the step's sequences
   const int32_t* slot_mapping = nullptr;
+  Communicator* comm = nullptr;        // the tensor-parallel group, for collectives
+  mutable absl::Status status;         // a collective's failure (the others cannot fail)
 
   int64_t Int(const char* name) const;
   float Float(const char* name) const;

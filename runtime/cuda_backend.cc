@@ -100,7 +100,8 @@ class CudaBackend : public Backend {
   const compiler::Plan* plan_ = nullptr;
   cudaStream_t stream_ = nullptr;
   int64_t kv_blocks_ = 0;
-  DeviceBuffer arena_, kv_, inputs_, attention_workspace_, linear_scratch_;
+  DeviceBuffer arena_, kv_, inputs_, attention_workspace_, linear_scratch_, gather_scratch_;
+  RankInfo rank_;
   DeviceBuffer sample_buffer_;  // SampleRows and RowLogprobs: the rows' parameters, then the results
   size_t sample_buffer_bytes_ = 0;
   // The last step's logits, on the device.
@@ -146,12 +147,12 @@ absl::Status CudaBackend::UploadWeight(const compiler::WeightEntry& entry, const
       target = device_tmp.get();
     }
     CUDA_RETURN_IF_ERROR(cuda::LaunchFillRandom(static_cast<__nv_bfloat16*>(target), n, random->seed(),
-                                                WeightStream(entry.name), center, half_width, stream_));
+                                                RankStream(entry.name, rank_), center, half_width, stream_));
     if (!interleave) return absl::OkStatus();
     src = device_tmp.get();
   } else {
     std::vector<float> values(static_cast<size_t>(n));
-    RETURN_IF_ERROR(source.Fill(entry, values.data()));
+    RETURN_IF_ERROR(source.Fill(entry, rank_, values.data()));
     host.resize(values.size());
     for (size_t i = 0; i < values.size(); ++i) host[i] = FloatToBF16(values[i]);
     src = host.data();
@@ -179,6 +180,7 @@ absl::Status CudaBackend::Load(const compiler::Plan& plan, const WeightSource& w
                                                    ir::DTypeName(plan.dtype), " (compile with --dtype bf16)"));
   }
   if (kv_blocks <= 0) return absl::InvalidArgumentError("the KV cache needs at least one block");
+  ASSIGN_OR_RETURN(rank_, CheckRank(plan, options_.comm));
   CUDA_RETURN_IF_ERROR(cudaSetDevice(options_.device));
   size_t free_bytes = 0, total_bytes = 0;
   CUDA_RETURN_IF_ERROR(cudaMemGetInfo(&free_bytes, &total_bytes));
@@ -206,6 +208,7 @@ absl::Status CudaBackend::Load(const compiler::Plan& plan, const WeightSource& w
   // Gate/up weights of norm_gate_up_silu are stored with their rows interleaved.
   std::vector<bool> interleave(plan.weights.size(), false);
   scratch_k_ = 0;
+  int64_t gather_width = 0;
   for (const compiler::PlanStep& step : plan.steps) {
     if (step.kernel == ir::OpId::k_norm_gate_up_silu) interleave[step.operands[2].index] = true;
     // The tensor-core paths (M > 1) normalise x into the scratch for the linear ops with a norm prologue.
@@ -213,6 +216,8 @@ absl::Status CudaBackend::Load(const compiler::Plan& plan, const WeightSource& w
                                step.kernel == ir::OpId::k_norm_qkv_rope_kv_write ||
                                step.kernel == ir::OpId::k_norm_linear;
     if (norm_prologue) scratch_k_ = std::max(scratch_k_, step.operands[0].type.shape[1].offset());
+    // An all_gather of more than one row lands rank-major in the scratch, then moves into columns.
+    if (step.kernel == ir::OpId::k_all_gather) gather_width = std::max(gather_width, step.results[0].type.shape[1].offset());
   }
   for (const compiler::PlanStep& step : plan.steps) {
     for (size_t i = 0; i < step.operands.size(); ++i) {
@@ -234,6 +239,11 @@ absl::Status CudaBackend::Load(const compiler::Plan& plan, const WeightSource& w
   ASSIGN_OR_RETURN(linear_scratch_,
                    DeviceAlloc(static_cast<size_t>(plan.max_batch_tokens * std::max<int64_t>(scratch_k_, 1)) * 2,
                                "the linear scratch"));
+  gather_scratch_ = DeviceBuffer();
+  if (gather_width > 0) {
+    ASSIGN_OR_RETURN(gather_scratch_, DeviceAlloc(static_cast<size_t>(plan.max_batch_tokens * gather_width) * 2,
+                                                  "the all_gather scratch"));
+  }
   CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
   return absl::OkStatus();
 }
@@ -322,6 +332,8 @@ absl::Status CudaBackend::LaunchSteps(const StepBatch& batch, int64_t context_bu
     args.max_context = context_bucket;
     args.attention_workspace = static_cast<float*>(attention_workspace_.get());
     args.linear_scratch = linear_scratch_.get();
+    args.gather_scratch = gather_scratch_.get();
+    args.comm = options_.comm;
     args.stream = stream_;
     auto resolve = [&](const compiler::PlanTensor& t) -> absl::StatusOr<CudaTensor> {
       CudaTensor out;
@@ -382,6 +394,8 @@ absl::StatusOr<int64_t> CudaBackend::PrepareStep(const StepBatch& batch) {
 }
 
 absl::StatusOr<std::vector<double>> CudaBackend::ProfileExecute(const StepBatch& batch) {
+  // Tensor-parallel ranks call from their own threads: the device is per thread.
+  CUDA_RETURN_IF_ERROR(cudaSetDevice(options_.device));
   ASSIGN_OR_RETURN(const int64_t bucket, PrepareStep(batch));
   std::vector<cudaEvent_t> events(plan_->steps.size() + 1, nullptr);
   absl::Status status = absl::OkStatus();
@@ -409,6 +423,7 @@ absl::StatusOr<std::vector<double>> CudaBackend::ProfileExecute(const StepBatch&
 }
 
 absl::Status CudaBackend::Execute(const StepBatch& batch) {
+  CUDA_RETURN_IF_ERROR(cudaSetDevice(options_.device));
   ASSIGN_OR_RETURN(const int64_t bucket, PrepareStep(batch));
   const bool graph = options_.use_graphs && batch.num_tokens <= kGraphMaxTokens;
   if (!graph) return LaunchSteps(batch, bucket, /*nvtx=*/true);
@@ -451,6 +466,7 @@ absl::Status CudaBackend::ReadOutput(absl::string_view name, size_t bytes, void*
 }
 
 absl::Status CudaBackend::ReadLogits(int64_t rows, std::vector<float>* out) {
+  CUDA_RETURN_IF_ERROR(cudaSetDevice(options_.device));
   if (plan_ == nullptr) return absl::FailedPreconditionError("read before Load");
   const size_t count = static_cast<size_t>(rows * plan_->model.vocab_size);
   std::vector<uint16_t> bits(count);
@@ -484,6 +500,7 @@ absl::Status CudaBackend::RoundTrip(size_t in_bytes, size_t out_offset, size_t o
 }
 
 absl::Status CudaBackend::SampleRows(const std::vector<RowSampling>& rows, std::vector<int32_t>* out) {
+  CUDA_RETURN_IF_ERROR(cudaSetDevice(options_.device));
   out->clear();
   if (rows.empty()) return absl::OkStatus();
   ASSIGN_OR_RETURN(const __nv_bfloat16* logits, DeviceLogits());
@@ -505,6 +522,7 @@ absl::Status CudaBackend::SampleRows(const std::vector<RowSampling>& rows, std::
 }
 
 absl::Status CudaBackend::RowLogprobs(const std::vector<LogprobRequest>& rows, std::vector<TokenLogprobs>* out) {
+  CUDA_RETURN_IF_ERROR(cudaSetDevice(options_.device));
   out->clear();
   if (rows.empty()) return absl::OkStatus();
   ASSIGN_OR_RETURN(const __nv_bfloat16* logits, DeviceLogits());
@@ -545,11 +563,13 @@ absl::Status CudaBackend::RowLogprobs(const std::vector<LogprobRequest>& rows, s
 }
 
 absl::Status CudaBackend::ReadNextTokens(int64_t rows, std::vector<int32_t>* out) {
+  CUDA_RETURN_IF_ERROR(cudaSetDevice(options_.device));
   out->resize(static_cast<size_t>(rows));
   return ReadOutput("next_tokens", out->size() * 4, out->data());
 }
 
 absl::StatusOr<std::vector<double>> CudaBackend::TimeExecute(const StepBatch& batch, int warmup, int iterations) {
+  CUDA_RETURN_IF_ERROR(cudaSetDevice(options_.device));
   for (int i = 0; i < warmup; ++i) RETURN_IF_ERROR(Execute(batch));
   cudaEvent_t start = nullptr, stop = nullptr;
   CUDA_RETURN_IF_ERROR(cudaEventCreate(&start));

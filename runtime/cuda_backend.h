@@ -19,9 +19,13 @@ namespace ag::runtime {
 // True when a CUDA device is usable (tests skip otherwise).
 bool CudaDeviceAvailable();
 
+class Communicator;
+
 struct CudaBackendOptions {
   bool use_graphs = true;
   int device = 0;
+  // One rank of a tensor-parallel group (NCCL; runtime/nccl_communicator.h), or null alone.
+  Communicator* comm = nullptr;
 };
 
 absl::StatusOr<std::unique_ptr<Backend>> CreateCudaBackend(const CudaBackendOptions& options = {});

@@ -5,6 +5,7 @@
 #include "kernels/cuda/embedding.cuh"
 #include "kernels/cuda/linear.cuh"
 #include "kernels/cuda/norm.cuh"
+#include "ir/status_macros.h"
 #include "kernels/cuda/vocab.cuh"
 #include "runtime/cuda_step.h"
 
@@ -153,6 +154,65 @@ absl::Status NormLinear(const A& a) {
   return Check(cuda::LaunchLinear(p, a.stream), a);
 }
 
+// Collectives: NCCL on the step stream (captured into the step's graph like
+// the kernels). Without a communicator the group is this rank alone.
+absl::Status ReduceInPlace(const A& a, bf16* data, int64_t n) {
+  if (a.comm == nullptr) return absl::OkStatus();
+  absl::Status ok = a.comm->AllReduceSum(data, n, ir::DType::kBF16, a.stream);
+  if (ok.ok()) return ok;
+  return absl::Status(ok.code(), absl::StrCat("step ", a.step->name, ": ", ok.message()));
+}
+absl::Status AllReduce(const A& a) {
+  const int64_t n = a.results[0].numel();
+  if (a.results[0].data != a.operands[0].data) {
+    RETURN_IF_ERROR(Check(cudaMemcpyAsync(Out(a), In(a, 0), static_cast<size_t>(n) * 2, cudaMemcpyDeviceToDevice,
+                                          a.stream),
+                          a));
+  }
+  return ReduceInPlace(a, Out(a), n);
+}
+// [R, n] from each rank -> [R, parts * n]. One row lands in place; more rows
+// land rank-major in the scratch and move into their columns with 2-D copies.
+absl::Status AllGather(const A& a) {
+  const CudaTensor& x = a.operands[0];
+  const int64_t rows = x.dim(0), cols = x.dim(1), parts = a.Int("parts");
+  if ((a.comm == nullptr ? 1 : a.comm->size()) != parts) {
+    return absl::InvalidArgumentError(absl::StrCat("step ", a.step->name, ": the group's size differs from parts"));
+  }
+  if (rows == 0) return absl::OkStatus();
+  bf16* landing = rows == 1 ? Out(a) : static_cast<bf16*>(a.gather_scratch);
+  if (a.comm == nullptr) {
+    RETURN_IF_ERROR(Check(cudaMemcpyAsync(landing, In(a, 0), static_cast<size_t>(rows * cols) * 2,
+                                          cudaMemcpyDeviceToDevice, a.stream),
+                          a));
+  } else {
+    absl::Status ok = a.comm->AllGather(In(a, 0), landing, rows * cols, ir::DType::kBF16, a.stream);
+    if (!ok.ok()) return absl::Status(ok.code(), absl::StrCat("step ", a.step->name, ": ", ok.message()));
+  }
+  if (rows == 1) return absl::OkStatus();
+  const size_t block = static_cast<size_t>(cols) * 2;
+  for (int64_t p = 0; p < parts; ++p) {
+    RETURN_IF_ERROR(Check(cudaMemcpy2DAsync(Out(a) + p * cols, block * parts, landing + p * rows * cols, block, block,
+                                            rows, cudaMemcpyDeviceToDevice, a.stream),
+                          a));
+  }
+  return absl::OkStatus();
+}
+// NCCL sums the partial products in place (the operand dies here), then one
+// kernel adds the residual (and normalises first, for glm4's sandwich norms).
+absl::Status AllReduceResidual(const A& a) {
+  bf16* x = a.operands[0].as<bf16>();
+  RETURN_IF_ERROR(ReduceInPlace(a, x, a.operands[0].numel()));
+  return Check(cuda::LaunchBinary(cuda::Binary::kAdd, In(a, 1), x, a.results[0].numel(), Out(a), a.stream), a);
+}
+absl::Status AllReduceNormResidual(const A& a) {
+  const CudaTensor& x = a.operands[0];
+  RETURN_IF_ERROR(ReduceInPlace(a, x.as<bf16>(), x.numel()));
+  return Check(cuda::LaunchRmsNormResidual(In(a, 0), In(a, 1), In(a, 2), x.dim(0), x.dim(1), a.Float("eps"), Out(a),
+                                           a.stream),
+               a);
+}
+
 struct Row {
   ir::OpId op;
   CudaKernel kernel;
@@ -179,6 +239,10 @@ constexpr std::array<Row, ir::kOpCount> kKernels = {{
     {OpId::k_rms_norm_residual, RmsNormResidual},
     {OpId::k_add_rms_norm, AddRmsNorm},
     {OpId::k_norm_linear, NormLinear},
+    {OpId::k_all_reduce, AllReduce},
+    {OpId::k_all_gather, AllGather},
+    {OpId::k_all_reduce_residual, AllReduceResidual},
+    {OpId::k_all_reduce_norm_residual, AllReduceNormResidual},
 }};
 static_assert(ir::RowsCoverAllOps(kKernels), "every op needs a CUDA kernel, in OpId order");
 

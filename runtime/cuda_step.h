@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "compiler/plan.h"
 #include "kernels/cuda/paged_kv.cuh"
+#include "runtime/communicator.h"
 #include "runtime/tensor_view.h"
 
 namespace ag::runtime {
@@ -35,6 +36,8 @@ struct CudaStepArgs {
   int64_t max_context = 0;    // bound on the batch's context lengths (attention slicing)
   float* attention_workspace = nullptr;
   void* linear_scratch = nullptr;  // [T, max k] bf16, for the GEMM path's norm prologue
+  void* gather_scratch = nullptr;  // [R, gathered width] bf16: all_gather's rank-major landing place
+  Communicator* comm = nullptr;    // the tensor-parallel group, or null alone
   cudaStream_t stream = nullptr;
 
   int64_t Int(const char* name) const { return *ir::GetInt(step->attrs, name); }

@@ -9,16 +9,22 @@
 
 namespace ag::runtime {
 
-absl::Status CheckpointWeights::Fill(const compiler::WeightEntry& entry, float* out) const {
-  int64_t row_elems = 1;
-  for (size_t i = 1; i < entry.shape.size(); ++i) row_elems *= entry.shape[i];
+absl::Status CheckpointWeights::Fill(const compiler::WeightEntry& entry, RankInfo rank, float* out) const {
   for (const compiler::WeightPiece& piece : entry.pieces) {
     glm::WeightSource src{piece.tensor, piece.tensor_shape, piece.row_begin, piece.row_end};
     ASSIGN_OR_RETURN(const glm::TensorView* view, glm::FindSourceTensor(checkpoint_, src));
-    const int64_t elems = (piece.row_end - piece.row_begin) * row_elems;
-    const uint8_t* data = view->data + piece.row_begin * row_elems * ir::DTypeSize(view->dtype);
-    glm::ConvertToFloat(view->dtype, data, elems, out);
-    out += elems;
+    const compiler::PieceSlice s = compiler::SliceForRank(piece, rank.rank, rank.tp);
+    const int64_t element = ir::DTypeSize(view->dtype), cols = s.col_end - s.col_begin;
+    if (cols == s.row_elems) {  // whole rows: one contiguous block
+      const int64_t elems = (s.row_end - s.row_begin) * cols;
+      glm::ConvertToFloat(view->dtype, view->data + s.row_begin * s.row_elems * element, elems, out);
+      out += elems;
+      continue;
+    }
+    for (int64_t r = s.row_begin; r < s.row_end; ++r) {  // a column block of each row
+      glm::ConvertToFloat(view->dtype, view->data + (r * s.row_elems + s.col_begin) * element, cols, out);
+      out += cols;
+    }
   }
   return absl::OkStatus();
 }
@@ -40,6 +46,10 @@ uint64_t WeightStream(absl::string_view name) {
   return h;
 }
 
+uint64_t RankStream(absl::string_view name, RankInfo rank) {
+  return WeightStream(name) ^ (static_cast<uint64_t>(rank.rank) * 0x9E3779B97F4A7C15ull);
+}
+
 float RandomUniform(uint64_t seed, uint64_t stream, uint64_t index) {
   const uint64_t bits = SplitMix64(SplitMix64(seed ^ stream) + index);
   return static_cast<float>(bits >> 40) * (1.0f / 16777216.0f);  // [0, 1)
@@ -58,10 +68,10 @@ void RandomWeights::Distribution(const compiler::WeightEntry& entry, float* cent
   }
 }
 
-absl::Status RandomWeights::Fill(const compiler::WeightEntry& entry, float* out) const {
+absl::Status RandomWeights::Fill(const compiler::WeightEntry& entry, RankInfo rank, float* out) const {
   float center, half_width;
   Distribution(entry, &center, &half_width);
-  const uint64_t stream = WeightStream(entry.name);
+  const uint64_t stream = RankStream(entry.name, rank);
   const int64_t n = entry.NumElements();
   for (int64_t i = 0; i < n; ++i) {
     out[i] = center + half_width * (2.0f * RandomUniform(seed_, stream, static_cast<uint64_t>(i)) - 1.0f);

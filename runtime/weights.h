@@ -10,11 +10,13 @@
 
 namespace ag::runtime {
 
-// Reads each weight's pieces from the checkpoint (shape-checked) and converts to float.
+// Reads each weight's pieces from the checkpoint (shape-checked) and converts
+// to float. Under tensor parallelism only the rank's slice is read, so a rank
+// touches about 1/tp of the memory-mapped bytes.
 class CheckpointWeights : public WeightSource {
  public:
   explicit CheckpointWeights(const glm::Checkpoint& checkpoint) : checkpoint_(checkpoint) {}
-  absl::Status Fill(const compiler::WeightEntry& entry, float* out) const override;
+  absl::Status Fill(const compiler::WeightEntry& entry, RankInfo rank, float* out) const override;
 
  private:
   const glm::Checkpoint& checkpoint_;
@@ -22,10 +24,12 @@ class CheckpointWeights : public WeightSource {
 
 // Deterministic pseudo-random weights, never zero: norm weights near 1, other
 // matrices uniform with a scale that keeps activations bounded (1/sqrt(fan_in)).
+// Each rank draws its own slice from its own stream (RankStream): a sharded
+// model's random weights are not the unsharded model's (benchmarks only).
 class RandomWeights : public WeightSource {
  public:
   explicit RandomWeights(uint64_t seed) : seed_(seed) {}
-  absl::Status Fill(const compiler::WeightEntry& entry, float* out) const override;
+  absl::Status Fill(const compiler::WeightEntry& entry, RankInfo rank, float* out) const override;
   // The parameters of the distribution Fill draws from, shared with the device generator.
   static void Distribution(const compiler::WeightEntry& entry, float* center, float* half_width);
   uint64_t seed() const { return seed_; }
@@ -37,6 +41,8 @@ class RandomWeights : public WeightSource {
 // A counter-based generator: value i of weight `name` under `seed` (splitmix64).
 float RandomUniform(uint64_t seed, uint64_t stream, uint64_t index);
 uint64_t WeightStream(absl::string_view name);
+// The stream of weight `name` on `rank` (WeightStream on rank 0).
+uint64_t RankStream(absl::string_view name, RankInfo rank);
 
 }  // namespace ag::runtime
 

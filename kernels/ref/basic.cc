@@ -1,4 +1,5 @@
 // Reference kernels for the elementwise, normalisation and matrix ops.
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <vector>
@@ -54,6 +55,23 @@ void Linear(const float* x, const float* w, const float* bias, int64_t rows, int
 
 void Add(const float* a, const float* b, int64_t n, float* out) {
   for (int64_t i = 0; i < n; ++i) out[i] = a[i] + b[i];
+}
+
+void SumParts(const float* const* parts, int num_parts, int64_t n, float* out) {
+  for (int64_t i = 0; i < n; ++i) {
+    float sum = parts[0][i];
+    for (int p = 1; p < num_parts; ++p) sum += parts[p][i];
+    out[i] = sum;
+  }
+}
+
+void InterleaveColumns(const float* rank_major, int num_parts, int64_t rows, int64_t cols, float* out) {
+  for (int p = 0; p < num_parts; ++p) {
+    for (int64_t r = 0; r < rows; ++r) {
+      const float* src = rank_major + (p * rows + r) * cols;
+      std::copy(src, src + cols, out + r * num_parts * cols + p * cols);
+    }
+  }
 }
 
 void Mul(const float* a, const float* b, int64_t n, float* out) {

@@ -69,6 +69,16 @@ void GatherRows(const float* x, const int32_t* rows, int64_t num_rows, int64_t w
 // out[r] = index of the largest element of row r (the first one on ties).
 void Argmax(const float* x, int64_t rows, int64_t n, int32_t* out);
 
+// ---- collectives of tensor parallelism (what every communicator computes) ----
+
+// all_reduce: out[i] = parts[0][i] + parts[1][i] + ..., added in rank order in
+// fp32 so that every rank gets the same bits. `out` may be one of the parts.
+void SumParts(const float* const* parts, int num_parts, int64_t n, float* out);
+// all_gather of column blocks: part p is [rows, cols]; out [rows, num_parts * cols]
+// holds it at columns [p * cols, (p + 1) * cols). `rank_major` holds the parts
+// one after another (what a communicator's all-gather returns).
+void InterleaveColumns(const float* rank_major, int num_parts, int64_t rows, int64_t cols, float* out);
+
 // ---- token selection where the logits are (the device sampler's rule) ----
 
 struct SampleParams {

@@ -91,6 +91,7 @@ absl::StatusOr<std::vector<int64_t>> ParamShape(const ModelConfig& c, absl::stri
     }
     if (suffix == "self_attn.o_proj.weight") return std::vector<int64_t>{h, q};
     if (suffix == "mlp.gate_up_proj.weight") return std::vector<int64_t>{2 * inter, h};
+    if (suffix == "mlp.gate_proj.weight" || suffix == "mlp.up_proj.weight") return std::vector<int64_t>{inter, h};
     if (suffix == "mlp.down_proj.weight") return std::vector<int64_t>{h, inter};
   }
   return absl::InvalidArgumentError(absl::StrCat("'", param, "' is not a parameter of this ", LayoutName(c.layout),
@@ -101,6 +102,18 @@ absl::StatusOr<WeightSource> MapWeight(const ModelConfig& config, absl::string_v
   ASSIGN_OR_RETURN(std::vector<int64_t> shape, ParamShape(config, param));
   if (param == "lm_head.weight" && config.tie_word_embeddings) {
     param = "model.embed_tokens.weight";
+  }
+  // gate and up: the two row halves of the fused gate_up tensor (the shard
+  // pass splits each over the ranks, so that every rank keeps whole SiLU pairs).
+  for (const auto& [half, begin] : {std::pair<absl::string_view, int64_t>{"mlp.gate_proj.weight", 0},
+                                    std::pair<absl::string_view, int64_t>{"mlp.up_proj.weight", 1}}) {
+    if (!absl::EndsWith(param, half)) continue;
+    const std::string fused = absl::StrCat(param.substr(0, param.size() - half.size()), "mlp.gate_up_proj.weight");
+    ASSIGN_OR_RETURN(WeightSource whole, MapWeight(config, fused));
+    const int64_t inter = config.intermediate_size;
+    whole.row_begin += begin * inter;
+    whole.row_end = whole.row_begin + inter;
+    return whole;
   }
   if (config.layout == Layout::kChatGlm) return MapChatGlm(config, param, shape);
   return Whole(std::string(param), shape);

@@ -3,7 +3,8 @@
 // The graph always names weights the HF way (`model.layers.3.self_attn.q_proj.weight`).
 // A checkpoint in the original ChatGLM layout stores q, k and v fused in
 // `query_key_value`; their parameters map to row slices of it. Tied
-// embeddings map `lm_head.weight` to the embedding table.
+// embeddings map `lm_head.weight` to the embedding table. `mlp.gate_proj` and
+// `mlp.up_proj` name the two row halves of `mlp.gate_up_proj` (for sharding).
 #ifndef AUTOGLM_MODELS_GLM_WEIGHT_MAP_H_
 #define AUTOGLM_MODELS_GLM_WEIGHT_MAP_H_
 

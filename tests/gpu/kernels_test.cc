@@ -479,7 +479,7 @@ TEST(GpuKernels, RandomWeightsMatchTheHostGenerator) {
   ASSERT_CUDA(cuda::LaunchFillRandom(device.get(), entry.NumElements(), 1234, runtime::WeightStream(entry.name), center,
                                      half_width, nullptr));
   std::vector<float> host(entry.NumElements());
-  ASSERT_TRUE(runtime::RandomWeights(1234).Fill(entry, host.data()).ok());
+  ASSERT_TRUE(runtime::RandomWeights(1234).Fill(entry, {}, host.data()).ok());
   ExpectClose(device.Download(), Bf16(host), 0, 0, "random weights");
 }
 

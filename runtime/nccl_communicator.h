@@ -1,0 +1,51 @@
+// NCCL communicators for the CUDA backend: one rank per GPU.
+//
+// On one node all ranks live in this process (ncclCommInitAll over the
+// devices). Across nodes every process holds its node's ranks and joins with
+// ncclCommInitRank, the unique id handed out by rank 0's process over TCP
+// (--nnodes N --node-rank R --master ADDR:PORT). Collectives run on the
+// backend's step stream, so they are captured into its CUDA graphs like any
+// kernel. Every NCCL call is checked into absl::Status; Abort() aborts every
+// communicator of the group (ncclCommAbort), which wakes ranks stuck in one.
+#ifndef AUTOGLM_RUNTIME_NCCL_COMMUNICATOR_H_
+#define AUTOGLM_RUNTIME_NCCL_COMMUNICATOR_H_
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "runtime/communicator.h"
+
+namespace ag::runtime {
+
+struct NcclGroupOptions {
+  std::vector<int> devices;  // this process's GPUs, one rank each
+  int nnodes = 1;
+  int node_rank = 0;
+  std::string master;  // "ADDR:PORT" of node 0, when nnodes > 1
+  int rendezvous_timeout_s = 300;
+};
+
+class NcclGroup {
+ public:
+  static absl::StatusOr<std::unique_ptr<NcclGroup>> Create(const NcclGroupOptions& options);
+  ~NcclGroup();
+  int local_size() const { return static_cast<int>(ranks_.size()); }
+  // The communicator of this process's i-th rank (device options.devices[i]).
+  Communicator& local(int i) { return *ranks_[static_cast<size_t>(i)]; }
+  int device(int i) const { return devices_[static_cast<size_t>(i)]; }
+  void Abort(const absl::Status& why);
+
+ private:
+  NcclGroup() = default;
+  std::vector<int> devices_;
+  std::vector<std::unique_ptr<Communicator>> ranks_;
+};
+
+// "ADDR:PORT" -> (address, port), or an error naming the flag.
+absl::StatusOr<std::pair<std::string, int>> ParseMasterAddress(const std::string& master);
+
+}  // namespace ag::runtime
+
+#endif  // AUTOGLM_RUNTIME_NCCL_COMMUNICATOR_H_
