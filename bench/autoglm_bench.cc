@@ -28,6 +28,7 @@
 #include "ir/status_macros.h"
 #include "runtime/weights.h"
 #include "tools/common.h"
+#include "tools/parallel_flags.h"
 
 ABSL_FLAG(std::string, config, "", "config.json (default: GLM-4-9B)");
 ABSL_FLAG(std::string, device, "cuda", "cuda or cpu");
@@ -159,16 +160,19 @@ absl::Status Run() {
   options.build.dtype = device == "cuda" ? ir::DType::kBF16 : ir::DType::kF32;
   options.build.max_batch_tokens = std::max<int64_t>({prompt, max_batch, 64});
   options.build.max_seqs = max_batch;
+  const ParallelOptions parallel = ParallelFlags();
+  if (parallel.tp < 0 || parallel.tp > ir::kMaxTensorParallel) return absl::InvalidArgumentError("bad --tp");
+  options.tp = static_cast<int32_t>(std::max<int64_t>(parallel.tp, 1));
   ASSIGN_OR_RETURN(compiler::CompileResult compiled, compiler::Compile(config, options));
   const compiler::Plan& plan = compiled.plan;
-  ASSIGN_OR_RETURN(std::unique_ptr<runtime::Backend> backend, MakeBackend(device));
+  ASSIGN_OR_RETURN(std::unique_ptr<runtime::Backend> backend, MakeBackend(device, plan.tp, parallel));
   const int64_t block = plan.kv.block_size;
   const int64_t per_seq = (std::max(prompt, context) + block) / block;
   runtime::RandomWeights weights(absl::GetFlag(FLAGS_seed));
   RETURN_IF_ERROR(backend->Load(plan, weights, per_seq * max_batch));
   if (profile) return Profile(*backend, plan, max_batch, context, per_seq);
 
-  // Bytes a decode step must read: every weight except the embedding table, plus the KV cache.
+  // Bytes a decode step must read (per rank at tp > 1): every weight except the embedding table, plus the KV cache.
   int64_t weight_bytes = 0;
   for (const compiler::WeightEntry& w : plan.weights) {
     if (w.name != "model.embed_tokens.weight" || config.tie_word_embeddings) {
@@ -178,6 +182,7 @@ absl::Status Run() {
   const int iterations = absl::GetFlag(FLAGS_iterations), warmup = absl::GetFlag(FLAGS_warmup);
   nlohmann::json results;
   results["device"] = device;
+  results["tp"] = plan.tp;
   results["layers"] = config.num_layers;
   results["hidden"] = config.hidden_size;
   results["weight_bytes_per_step"] = weight_bytes;

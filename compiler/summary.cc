@@ -11,17 +11,38 @@ namespace ag::compiler {
 PlanSummary Summarize(const Plan& plan) {
   PlanSummary s;
   s.total_steps = static_cast<int64_t>(plan.steps.size());
-  std::vector<int64_t> per_layer(static_cast<size_t>(plan.model.num_layers), 0);
+  s.tp = plan.tp;
+  const size_t layers = static_cast<size_t>(plan.model.num_layers);
+  std::vector<int64_t> per_layer(layers, 0), collectives(layers, 0), launches(layers, 0);
+  std::vector<bool> streamed(plan.weights.size(), false);
   for (const PlanStep& step : plan.steps) {
     ++s.kernels[std::string(ir::OpName(step.kernel))];
+    const ir::OpInfo& info = ir::GetOpInfo(step.kernel);
+    const bool collective = info.Has(ir::kCollective);
+    s.collectives += collective;
     if (step.layer >= 0) {
-      ++per_layer[static_cast<size_t>(step.layer)];
+      const size_t l = static_cast<size_t>(step.layer);
+      ++per_layer[l];
+      collectives[l] += collective;
+      launches[l] += 1 + (collective && info.Has(ir::kFused));
     } else {
       ++s.steps_outside_layers;
     }
+    for (const PlanTensor& t : step.operands) {
+      if (t.kind == TensorKind::kWeight && step.kernel != ir::OpId::k_embedding) streamed[t.index] = true;
+    }
   }
-  if (!per_layer.empty()) s.steps_per_layer = *std::max_element(per_layer.begin(), per_layer.end());
-  for (const WeightEntry& w : plan.weights) s.weight_bytes += w.NumElements() * ir::DTypeSize(w.dtype);
+  if (layers > 0) {
+    s.steps_per_layer = *std::max_element(per_layer.begin(), per_layer.end());
+    s.collectives_per_layer = *std::max_element(collectives.begin(), collectives.end());
+    s.launches_per_layer = *std::max_element(launches.begin(), launches.end());
+  }
+  for (size_t i = 0; i < plan.weights.size(); ++i) {
+    const WeightEntry& w = plan.weights[i];
+    const int64_t bytes = w.NumElements() * ir::DTypeSize(w.dtype);
+    s.weight_bytes += bytes;
+    if (streamed[i]) s.weight_bytes_read_per_step += bytes;
+  }
   return s;
 }
 

@@ -14,7 +14,16 @@ struct PlanSummary {
   int64_t total_steps = 0;
   int64_t steps_per_layer = 0;  // the most steps any one layer has
   int64_t steps_outside_layers = 0;
-  int64_t weight_bytes = 0;
+  int64_t weight_bytes = 0;       // per rank
+  // What a rank streams per decode step: every weight a step reads whole (the
+  // embedding table is only looked up, T rows).
+  int64_t weight_bytes_read_per_step = 0;
+  int32_t tp = 1;
+  int64_t collectives_per_layer = 0;  // the most collective steps any one layer has
+  int64_t collectives = 0;            // in the whole step
+  // GPU launches: one per step, plus the epilogue kernel of each fused
+  // all-reduce (NCCL's own kernel, then the residual add / norm).
+  int64_t launches_per_layer = 0;
   std::map<std::string, int64_t> kernels;  // kernel name -> steps
 };
 

@@ -83,6 +83,70 @@ TEST_F(Cli, CompileInspectAndRunEveryFixtureThroughAPlanFile) {
   }
 }
 
+// autoglm-run --tp N, through --model (compiled at that degree) and through a
+// plan compiled with autoglm-compile --tp N, reproduces --tp 1's tokens and
+// logits on every fixture at every degree its heads allow.
+TEST_F(Cli, TensorParallelRunsReproduceOneRank) {
+  const struct {
+    const char* fixture;
+    std::vector<int> degrees;
+  } fixtures[] = {{"tiny-glm", {2, 4}}, {"tiny-chatglm", {2, 4}}, {"tiny-glm4", {2}}};
+  auto logits_of = [&](const std::string& args) {
+    const std::string out = Path("out.json");
+    CommandResult r = RunCommand(RunTool() + " " + args + " --output-json " + out);
+    EXPECT_EQ(r.exit_code, 0) << args << "\n" << r.err;
+    return r.exit_code == 0 ? nlohmann::json::parse(testing::ReadWhole(out)) : nlohmann::json();
+  };
+  for (const auto& f : fixtures) {
+    const std::string model = testing::TestDataDir() + "/" + f.fixture;
+    const testing::GoldenCase g = testing::LoadGolden(model)[0];
+    const std::string prompt = " --prompt-ids " + Ids(g.input_ids) + " --max-new-tokens " +
+                               std::to_string(g.new_tokens.size());
+    const nlohmann::json single = logits_of("--model " + model + prompt);
+    ASSERT_EQ(single.at("new_tokens").get<std::vector<int32_t>>(), g.new_tokens);
+    const auto expected = single.at("logits").get<std::vector<std::vector<float>>>();
+    for (int tp : f.degrees) {
+      const std::string plan = Path("tp.agplan");
+      CommandResult c = RunCommand(Compile() + " --model " + model + " --tp " + std::to_string(tp) + " -o " + plan);
+      ASSERT_EQ(c.exit_code, 0) << c.err;
+      EXPECT_NE(c.out.find("tp " + std::to_string(tp)), std::string::npos) << c.out;
+      CommandResult inspect = RunCommand(Inspect() + " --json " + plan);
+      ASSERT_EQ(inspect.exit_code, 0) << inspect.err;
+      const nlohmann::json j = nlohmann::json::parse(inspect.out);
+      EXPECT_EQ(j.at("tp").get<int>(), tp);
+      EXPECT_EQ(j.at("collectives_per_layer").get<int>(), 2) << "one all-reduce after o_proj, one after down_proj";
+      EXPECT_EQ(j.at("kernels").at("all_gather").get<int>(), 1) << "the vocabulary-split LM head";
+      for (const std::string& source : {"--model " + model + " --tp " + std::to_string(tp),
+                                        "--model " + model + " --plan " + plan}) {
+        const nlohmann::json sharded = logits_of(source + prompt);
+        ASSERT_FALSE(sharded.is_null());
+        EXPECT_EQ(sharded.at("new_tokens").get<std::vector<int32_t>>(), g.new_tokens) << source;
+        const auto logits = sharded.at("logits").get<std::vector<std::vector<float>>>();
+        ASSERT_EQ(logits.size(), expected.size());
+        for (size_t row = 0; row < logits.size(); ++row) {
+          for (size_t i = 0; i < logits[row].size(); ++i) ASSERT_NEAR(logits[row][i], expected[row][i], 1e-5) << source;
+        }
+      }
+    }
+  }
+  // A plan's degree wins; another --tp is a one-line error, and so is a degree the heads refuse.
+  const std::string model = testing::TestDataDir() + "/tiny-glm";
+  ASSERT_EQ(RunCommand(Compile() + " --model " + model + " --tp 2 -o " + Path("two.agplan")).exit_code, 0);
+  CommandResult conflict = RunCommand(RunTool() + " --model " + model + " --plan " + Path("two.agplan") +
+                                      " --tp 4 --prompt-ids 1,2");
+  EXPECT_EQ(conflict.exit_code, 1);
+  EXPECT_EQ(conflict.err, "autoglm-run: error: --tp 4 conflicts with " + Path("two.agplan") +
+                              ", compiled for tp=2 (drop --tp or recompile)\n");
+  CommandResult heads = RunCommand(RunTool() + " --model " + model + " --tp 3 --prompt-ids 1,2");
+  EXPECT_EQ(heads.exit_code, 1);
+  EXPECT_EQ(heads.err, "autoglm-run: error: pass shard: --tp 3 does not divide the 4 attention heads "
+                       "(num_attention_heads)\n");
+  CommandResult devices = RunCommand(RunTool() + " --model " + model + " --tp 2 --devices 0,1 --prompt-ids 1,2");
+  EXPECT_EQ(devices.exit_code, 1);
+  EXPECT_NE(devices.err.find("--devices, --nnodes and --master are for --device cuda"), std::string::npos)
+      << devices.err;
+}
+
 TEST_F(Cli, DumpAfterAndDisablePass) {
   const std::string model = testing::TestDataDir() + "/tiny-glm";
   CommandResult c = RunCommand(Compile() + " --model " + model + " -o " + Path("p.agplan") + " --dump-after=fuse");

@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <random>
 
+#include "runtime/tp_backend.h"
 #include "tests/testing/engine_runner.h"
 #include "tests/testing/safetensors_writer.h"
 
@@ -87,6 +88,29 @@ class Variants : public ::testing::Test {
       }
     }
   }
+  // Runs the two prompts at each degree as in-process ranks: the logits must be
+  // the single rank's within 1e-5 and the tokens the same.
+  void ExpectTensorParallelAgrees(const std::vector<int>& degrees) {
+    std::vector<testing::GoldenCase> cases(2);
+    cases[0].input_ids = {3, 17, 5, 9, 1, 30, 2};
+    cases[0].new_tokens.resize(6);
+    cases[1].input_ids = {8, 8, 8, 40, 41, 2, 2, 2, 2, 7, 11};
+    cases[1].new_tokens.resize(5);
+    const std::vector<testing::Generation> single =
+        testing::FixtureRunner(FixturePath(), compiler::CompileOptions{}).Run(cases, /*stagger=*/true);
+    for (int tp : degrees) {
+      compiler::CompileOptions options;
+      options.tp = tp;
+      testing::FixtureRunner runner(FixturePath(), options, runtime::CreateCpuTensorParallel(tp));
+      ASSERT_EQ(runner.plan().tp, tp);
+      const std::vector<testing::Generation> sharded = runner.Run(cases, /*stagger=*/true);
+      for (size_t i = 0; i < cases.size(); ++i) {
+        EXPECT_EQ(sharded[i].tokens, single[i].tokens) << "tp " << tp;
+        EXPECT_LE(testing::MaxAbsDiff(sharded[i].logits, single[i].logits), 1e-5) << "tp " << tp;
+      }
+    }
+  }
+
   // FixtureRunner reads TestDataDir()/NAME: point it at the temporary folder.
   std::string FixturePath() const { return fs::relative(dir_, testing::TestDataDir()).string(); }
 
@@ -130,6 +154,25 @@ TEST_F(Variants, GlmEdgeStyleTiedEmbeddingsNoBiasFullRotaryBf16Sharded) {
   EXPECT_EQ(c->rotary_dim, 16);
   EXPECT_TRUE(c->tie_word_embeddings);
   ExpectConsistent();
+  ExpectTensorParallelAgrees({2, 4});  // the tied head splits the embedding table's rows; the lookup keeps it whole
+}
+
+// Multi-query attention: one KV head for 8 query heads, replicated on every rank up to tp 8.
+TEST_F(Variants, MultiQueryAttentionAtEveryDegree) {
+  WriteModel(R"({"model_type":"glm","hidden_size":64,"intermediate_size":96,"num_hidden_layers":2,
+    "num_attention_heads":8,"num_key_value_heads":1,"head_dim":8,"vocab_size":64,"attention_bias":true,
+    "tie_word_embeddings":false,"max_position_embeddings":128,"partial_rotary_factor":0.5})",
+             HfTensors(2, 64, 96, 64, 8, 64, /*bias=*/true, /*lm_head=*/true), "F32", false);
+  absl::StatusOr<glm::ModelConfig> c = glm::LoadModelConfig(dir_.string());
+  ASSERT_TRUE(c.ok()) << c.status();
+  ASSERT_EQ(c->num_kv_heads, 1);
+  ExpectConsistent();
+  ExpectTensorParallelAgrees({2, 4, 8});
+  compiler::CompileOptions options;
+  options.tp = 8;
+  absl::StatusOr<compiler::CompileResult> compiled = compiler::Compile(*c, options);
+  ASSERT_TRUE(compiled.ok()) << compiled.status();
+  EXPECT_EQ(compiled->plan.kv.kv_heads, 1) << "each rank holds the one KV head";
 }
 
 TEST_F(Variants, F16WeightsWithDefaultRopeAtTheTopLevel) {
@@ -170,6 +213,7 @@ TEST_F(Variants, ChatGlmWithoutMultiQueryAttention) {
   EXPECT_EQ(c->num_kv_heads, 4) << "no multi-query attention: every head has its own K and V";
   EXPECT_EQ(c->rope_theta, 20000.0);
   ExpectConsistent();
+  ExpectTensorParallelAgrees({2, 4});  // column slices of the fused query_key_value rows
 }
 
 }  // namespace

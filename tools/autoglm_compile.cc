@@ -1,7 +1,7 @@
 // autoglm-compile: compile a GLM-4 model description into a plan file.
 //
 //   autoglm-compile --model DIR -o FILE.agplan [--max-batch-tokens N] [--max-seqs N]
-//                   [--kv-block-size N] [--dtype bf16|f32] [--dump-after=PASS] [--disable-pass=PASS,...]
+//                   [--kv-block-size N] [--dtype bf16|f32] [--tp N] [--dump-after=PASS] [--disable-pass=PASS,...]
 //
 // --model checks every weight the plan names against the checkpoint's headers;
 // --config FILE compiles from a config.json alone.
@@ -13,6 +13,7 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "compiler/driver.h"
 #include "compiler/plan_file.h"
@@ -31,6 +32,7 @@ ABSL_FLAG(std::string, dtype, "f32", "f32 (the CPU golden path) or bf16 (the GPU
 ABSL_FLAG(std::string, dump_after, "", "print the IR after this pass ('all': after every pass; 'build': before any)");
 ABSL_FLAG(std::vector<std::string>, disable_pass, {}, "passes to skip, comma-separated");
 ABSL_FLAG(bool, verify_each, true, "run the IR verifier after every pass");
+ABSL_FLAG(int64_t, tp, 1, "tensor-parallel degree: the plan is one rank's share, run by every rank (autoglm-run --tp)");
 
 namespace ag::tools {
 namespace {
@@ -46,6 +48,11 @@ absl::Status Run() {
   options.build.kv_block_size = absl::GetFlag(FLAGS_kv_block_size);
   options.pipeline.disabled = absl::GetFlag(FLAGS_disable_pass);
   options.pipeline.verify_each = absl::GetFlag(FLAGS_verify_each);
+  const int64_t tp = absl::GetFlag(FLAGS_tp);
+  if (tp < 1 || tp > ir::kMaxTensorParallel) {
+    return absl::InvalidArgumentError(absl::StrCat("--tp must be in [1, ", ir::kMaxTensorParallel, "], got ", tp));
+  }
+  options.tp = static_cast<int32_t>(tp);
   const std::string dump_after = absl::GetFlag(FLAGS_dump_after);
   if (dump_after == "build") {
     ASSIGN_OR_RETURN(ir::Graph built, glm::BuildGlmGraph(model.config, options.build));
@@ -65,8 +72,8 @@ absl::Status Run() {
   const compiler::PlanSummary s = compiler::Summarize(plan);
   std::vector<std::string> passes;
   for (const passes::PassRecord& r : compiled.passes) passes.push_back(r.name + (r.changed ? "" : " (no change)"));
-  std::printf("compiled %s model, %lld layers, %s -> %s\n", plan.model.layout.c_str(),
-              static_cast<long long>(plan.model.num_layers), std::string(ir::DTypeName(plan.dtype)).c_str(),
+  std::printf("compiled %s model, %lld layers, %s, tp %d -> %s\n", plan.model.layout.c_str(),
+              static_cast<long long>(plan.model.num_layers), std::string(ir::DTypeName(plan.dtype)).c_str(), plan.tp,
               out.c_str());
   std::printf("passes: %s\n", passes.empty() ? "none" : absl::StrJoin(passes, ", ").c_str());
   std::printf("steps per forward step: %lld (%lld per layer, %lld outside layers)\n",
@@ -77,7 +84,8 @@ absl::Status Run() {
               static_cast<long long>(plan.max_seqs));
   std::printf("kv cache: %lld bytes per token (blocks of %lld tokens)\n",
               static_cast<long long>(plan.kv.BytesPerToken()), static_cast<long long>(plan.kv.block_size));
-  std::printf("weights: %zu tensors, %lld bytes\n", plan.weights.size(), static_cast<long long>(s.weight_bytes));
+  std::printf("weights: %zu tensors, %lld bytes%s\n", plan.weights.size(), static_cast<long long>(s.weight_bytes),
+              plan.tp > 1 ? " per rank" : "");
   return absl::OkStatus();
 }
 

@@ -63,6 +63,11 @@ absl::Status Run(const std::string& path) {
     j["kv_bytes_per_token"] = plan.kv.BytesPerToken();
     j["kv_block_size"] = plan.kv.block_size;
     j["weight_bytes"] = s.weight_bytes;
+    j["tp"] = plan.tp;
+    j["collectives_per_layer"] = s.collectives_per_layer;
+    j["collectives"] = s.collectives;
+    j["launches_per_layer"] = s.launches_per_layer;
+    j["weight_bytes_read_per_step"] = s.weight_bytes_read_per_step;
     j["passes"] = plan.passes;
     std::printf("%s\n", j.dump(2).c_str());
     return absl::OkStatus();
@@ -70,10 +75,20 @@ absl::Status Run(const std::string& path) {
   std::printf("plan %s: %s model, %lld layers, vocab %lld, %s\n", path.c_str(), plan.model.layout.c_str(),
               static_cast<long long>(plan.model.num_layers), static_cast<long long>(plan.model.vocab_size),
               std::string(ir::DTypeName(plan.dtype)).c_str());
+  if (plan.tp > 1) {
+    std::printf("tensor parallel: tp %d (one SPMD plan, every rank runs these steps on its slice); %lld all-reduces "
+                "per layer, %lld collectives per step; %lld GPU launches per layer\n",
+                plan.tp, static_cast<long long>(s.collectives_per_layer), static_cast<long long>(s.collectives),
+                static_cast<long long>(s.launches_per_layer));
+  } else {
+    std::printf("tensor parallel: tp 1; %lld GPU launches per layer\n", static_cast<long long>(s.launches_per_layer));
+  }
+  std::printf("per rank and decode step: %lld weight bytes streamed (of %lld held)\n",
+              static_cast<long long>(s.weight_bytes_read_per_step), static_cast<long long>(s.weight_bytes));
   std::printf("limits: T<=%lld tokens, S<=%lld sequences per step; arena %lld bytes\n",
               static_cast<long long>(plan.max_batch_tokens), static_cast<long long>(plan.max_seqs),
               static_cast<long long>(plan.arena_bytes));
-  std::printf("kv cache: %lld layers x [2, blocks, %lld, %lld, %lld], %lld bytes per token\n",
+  std::printf("kv cache (per rank): %lld layers x [2, blocks, %lld, %lld, %lld], %lld bytes per token\n",
               static_cast<long long>(plan.kv.num_layers), static_cast<long long>(plan.kv.block_size),
               static_cast<long long>(plan.kv.kv_heads), static_cast<long long>(plan.kv.head_dim),
               static_cast<long long>(plan.kv.BytesPerToken()));
@@ -84,7 +99,8 @@ absl::Status Run(const std::string& path) {
   for (const compiler::WeightEntry& w : plan.weights) {
     std::vector<std::string> pieces;
     for (const compiler::WeightPiece& p : w.pieces) {
-      pieces.push_back(absl::StrCat(p.tensor, "[", p.row_begin, ":", p.row_end, "]"));
+      pieces.push_back(absl::StrCat(p.tensor, "[", p.row_begin, ":", p.row_end, "]",
+                                    p.shard.sharded() ? absl::StrCat(" ", p.shard.ToString()) : ""));
     }
     std::printf("  @%s %s[%s] <- %s\n", w.name.c_str(), std::string(ir::DTypeName(w.dtype)).c_str(),
                 absl::StrJoin(w.shape, ",").c_str(), absl::StrJoin(pieces, " + ").c_str());

@@ -3,6 +3,7 @@
 //   autoglm-run --model DIR --prompt-ids 5,17,42 --max-new-tokens 16 [--output-json FILE]
 //   autoglm-run --model DIR --prompt "text" [--chat] [--temperature T] [--top-p P] [--top-k K]
 //               [--repetition-penalty R] [--seed S] [--max-new-tokens N]
+//   ... [--tp N [--device cuda --devices 0,1,...] [--nnodes N --node-rank R --master ADDR:PORT]]
 //
 // Compiles the model (or loads --plan FILE), prefills the prompt once, then
 // decodes one token per step through the KV cache. With --prompt-ids it
@@ -10,7 +11,8 @@
 // {"new_tokens": [...], "logits": [[...]]} with one logits row per position
 // processed (P + N - 1 rows). With --prompt it streams the text to stdout as
 // tokens come and stops at any of the model's end-of-sequence ids; timings
-// go to stderr.
+// go to stderr. --tp N splits the model over N ranks (threads on the CPU,
+// GPUs with --device cuda) and gives the same answers.
 #include <cstdio>
 #include <algorithm>
 #include <fstream>
@@ -32,6 +34,7 @@
 #include "runtime/engine.h"
 #include "runtime/weights.h"
 #include "tools/common.h"
+#include "tools/parallel_flags.h"
 
 ABSL_FLAG(std::string, model, "", "checkpoint directory (config.json, *.safetensors)");
 ABSL_FLAG(std::string, config, "", "a config.json, for --random-weights runs without a checkpoint");
@@ -72,7 +75,8 @@ absl::Status Run() {
   ASSIGN_OR_RETURN(const compiler::CompileOptions options,
                    BuildOptions(absl::GetFlag(FLAGS_dtype), device, absl::GetFlag(FLAGS_max_batch_tokens),
                                 absl::GetFlag(FLAGS_max_seqs), absl::GetFlag(FLAGS_kv_block_size)));
-  ASSIGN_OR_RETURN(compiler::Plan plan, PlanForModel(model, absl::GetFlag(FLAGS_plan), options));
+  const ParallelOptions parallel = ParallelFlags();
+  ASSIGN_OR_RETURN(compiler::Plan plan, PlanForModel(model, absl::GetFlag(FLAGS_plan), options, parallel.tp));
 
   runtime::Request request;
   const std::string prompt_text = absl::GetFlag(FLAGS_prompt);
@@ -111,7 +115,7 @@ absl::Status Run() {
   request.sampling.seed = absl::GetFlag(FLAGS_seed);
   if (text_mode) request.sampling.vocab_limit = tokenizer->vocab_size();
 
-  ASSIGN_OR_RETURN(std::unique_ptr<runtime::Backend> backend, MakeBackend(device));
+  ASSIGN_OR_RETURN(std::unique_ptr<runtime::Backend> backend, MakeBackend(device, plan.tp, parallel));
   std::unique_ptr<runtime::WeightSource> weights;
   if (random) {
     weights = std::make_unique<runtime::RandomWeights>(static_cast<uint64_t>(absl::GetFlag(FLAGS_random_weights)));

@@ -28,12 +28,12 @@
 #include "runtime/weights.h"
 #include "serve/app.h"
 #include "serve/http_server.h"
+#include "tools/parallel_flags.h"
 #include "tools/common.h"
 
 ABSL_FLAG(std::string, model, "", "checkpoint directory (env MODEL_DIR)");
 ABSL_FLAG(std::string, plan, "", "a compiled .agplan (default: compile the model now)");
 ABSL_FLAG(std::string, device, "", "cuda or cpu (default: cuda when this build has it, else cpu)");
-ABSL_FLAG(int64_t, tp, 1, "tensor-parallel degree (only 1 until multi-GPU support lands)");
 ABSL_FLAG(std::string, tokenizer, "", "tokenizer directory (default: --model)");
 ABSL_FLAG(std::string, host, "0.0.0.0", "address to listen on");
 ABSL_FLAG(int32_t, port, 8080, "port to listen on; 0 picks a free one (env PORT)");
@@ -106,7 +106,8 @@ absl::Status Load(Loaded& loaded, serve::App& app, const std::string& device) {
   ASSIGN_OR_RETURN(const compiler::CompileOptions options,
                    BuildOptions(absl::GetFlag(FLAGS_dtype), device, absl::GetFlag(FLAGS_max_batch_tokens),
                                 absl::GetFlag(FLAGS_max_seqs), absl::GetFlag(FLAGS_kv_block_size)));
-  ASSIGN_OR_RETURN(loaded.plan, PlanForModel(loaded.model, absl::GetFlag(FLAGS_plan), options));
+  const ParallelOptions parallel = ParallelFlags();
+  ASSIGN_OR_RETURN(loaded.plan, PlanForModel(loaded.model, absl::GetFlag(FLAGS_plan), options, parallel.tp));
 
   std::string dir = absl::GetFlag(FLAGS_tokenizer);
   if (dir.empty()) dir = absl::GetFlag(FLAGS_model);
@@ -116,7 +117,7 @@ absl::Status Load(Loaded& loaded, serve::App& app, const std::string& device) {
                                                    " tokens, more than the model's vocabulary of ",
                                                    loaded.plan.model.vocab_size));
   }
-  ASSIGN_OR_RETURN(loaded.backend, MakeBackend(device));
+  ASSIGN_OR_RETURN(loaded.backend, MakeBackend(device, loaded.plan.tp, parallel));
   loaded.weights = std::make_unique<runtime::CheckpointWeights>(*loaded.model.checkpoint);
   runtime::EngineOptions engine_options;
   engine_options.max_context = absl::GetFlag(FLAGS_max_context);
@@ -175,10 +176,6 @@ int Serve(const std::vector<std::string>& args) {
   const bool info = level != "error";
   if (absl::GetFlag(FLAGS_model).empty()) {
     return ReportError("autoglm-serve", absl::InvalidArgumentError("--model DIR (or MODEL_DIR) is required"));
-  }
-  if (absl::GetFlag(FLAGS_tp) != 1) {
-    return ReportError("autoglm-serve", absl::UnimplementedError("--tp: only 1 is supported (tensor parallelism is "
-                                                                 "not built yet)"));
   }
   std::string device = absl::GetFlag(FLAGS_device);
   if (device.empty()) device = HaveCudaBackend() ? "cuda" : "cpu";

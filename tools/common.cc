@@ -16,8 +16,10 @@
 #include "compiler/plan_file.h"
 #include "ir/status_macros.h"
 #include "runtime/cpu_backend.h"
+#include "runtime/tp_backend.h"
 #ifdef AUTOGLM_HAVE_CUDA
 #include "runtime/cuda_backend.h"
+#include "runtime/nccl_communicator.h"
 #endif
 
 namespace ag::tools {
@@ -42,11 +44,19 @@ absl::StatusOr<ir::DType> ParseModelDType(const std::string& name) {
 }
 
 absl::StatusOr<compiler::Plan> PlanForModel(const Model& model, const std::string& plan_file,
-                                            const compiler::CompileOptions& options) {
+                                            compiler::CompileOptions options, int64_t tp) {
+  if (tp < 0 || tp > ir::kMaxTensorParallel) {
+    return absl::InvalidArgumentError(absl::StrCat("--tp must be in [1, ", ir::kMaxTensorParallel, "], got ", tp));
+  }
   compiler::Plan plan;
   if (!plan_file.empty()) {
     ASSIGN_OR_RETURN(plan, compiler::ReadPlanFile(plan_file));
+    if (tp != 0 && tp != plan.tp) {
+      return absl::InvalidArgumentError(absl::StrCat("--tp ", tp, " conflicts with ", plan_file,
+                                                     ", compiled for tp=", plan.tp, " (drop --tp or recompile)"));
+    }
   } else {
+    options.tp = static_cast<int32_t>(tp == 0 ? 1 : tp);
     ASSIGN_OR_RETURN(compiler::CompileResult compiled, compiler::Compile(model.config, options));
     plan = std::move(compiled.plan);
   }
@@ -74,11 +84,74 @@ absl::StatusOr<compiler::CompileOptions> BuildOptions(const std::string& dtype, 
   return options;
 }
 
-absl::StatusOr<std::unique_ptr<runtime::Backend>> MakeBackend(const std::string& device) {
-  if (device == "cpu") return std::unique_ptr<runtime::Backend>(new runtime::CpuBackend());
+namespace {
+
+#ifdef AUTOGLM_HAVE_CUDA
+// One GPU per rank: this process holds plan_tp / nnodes of them, joined by NCCL.
+absl::StatusOr<std::unique_ptr<runtime::Backend>> MakeCudaBackend(int32_t plan_tp, const ParallelOptions& p) {
+  if (p.nnodes < 1 || p.nnodes > plan_tp || plan_tp % p.nnodes != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("--nnodes ", p.nnodes, " does not divide the ", plan_tp, " ranks"));
+  }
+  if (p.node_rank < 0 || p.node_rank >= p.nnodes) {
+    return absl::InvalidArgumentError(absl::StrCat("--node-rank must be in [0, ", p.nnodes, ")"));
+  }
+  if (p.nnodes > 1 && p.master.empty()) return absl::InvalidArgumentError("--nnodes > 1 needs --master ADDR:PORT");
+  const int local = plan_tp / static_cast<int>(p.nnodes);
+  std::vector<int> devices;
+  if (p.devices.empty()) {
+    for (int i = 0; i < local; ++i) devices.push_back(i);
+  } else {
+    absl::StatusOr<std::vector<int32_t>> ids = ParseIdList(p.devices);
+    if (!ids.ok()) return absl::InvalidArgumentError(absl::StrCat("--devices: ", ids.status().message()));
+    devices.assign(ids->begin(), ids->end());
+  }
+  if (static_cast<int>(devices.size()) != local) {
+    return absl::InvalidArgumentError(absl::StrCat("--devices names ", devices.size(), " GPUs; this node runs ", local,
+                                                   " of the ", plan_tp, " ranks"));
+  }
+  if (plan_tp == 1) {
+    runtime::CudaBackendOptions o;
+    o.device = devices[0];
+    return runtime::CreateCudaBackend(o);
+  }
+  runtime::NcclGroupOptions g;
+  g.devices = devices;
+  g.nnodes = static_cast<int>(p.nnodes);
+  g.node_rank = static_cast<int>(p.node_rank);
+  g.master = p.master;
+  ASSIGN_OR_RETURN(std::unique_ptr<runtime::NcclGroup> made, runtime::NcclGroup::Create(g));
+  std::shared_ptr<runtime::NcclGroup> group = std::move(made);
+  std::vector<std::unique_ptr<runtime::Backend>> ranks;
+  for (int i = 0; i < local; ++i) {
+    runtime::CudaBackendOptions o;
+    o.device = group->device(i);
+    o.comm = &group->local(i);
+    ASSIGN_OR_RETURN(std::unique_ptr<runtime::Backend> rank, runtime::CreateCudaBackend(o));
+    ranks.push_back(std::move(rank));
+  }
+  runtime::NcclGroup* raw = group.get();
+  return std::unique_ptr<runtime::Backend>(new runtime::MultiRankBackend(
+      std::move(ranks), [raw](const absl::Status& why) { raw->Abort(why); }, std::move(group)));
+}
+#endif
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<runtime::Backend>> MakeBackend(const std::string& device, int32_t plan_tp,
+                                                              const ParallelOptions& parallel) {
+  if (plan_tp < 1 || plan_tp > ir::kMaxTensorParallel) {
+    return absl::InvalidArgumentError(absl::StrCat("--tp must be in [1, ", ir::kMaxTensorParallel, "]"));
+  }
+  if (device == "cpu") {
+    if (parallel.nnodes != 1 || !parallel.devices.empty() || !parallel.master.empty()) {
+      return absl::InvalidArgumentError("--devices, --nnodes and --master are for --device cuda");
+    }
+    if (plan_tp == 1) return std::unique_ptr<runtime::Backend>(new runtime::CpuBackend());
+    return runtime::CreateCpuTensorParallel(plan_tp);
+  }
   if (device == "cuda") {
 #ifdef AUTOGLM_HAVE_CUDA
-    return runtime::CreateCudaBackend();
+    return MakeCudaBackend(plan_tp, parallel);
 #else
     return absl::UnimplementedError("this build has no CUDA backend (configure with nvcc available)");
 #endif

@@ -29,9 +29,19 @@ absl::StatusOr<Model> OpenModel(const std::string& model_dir, const std::string&
 // "bf16" or "f32".
 absl::StatusOr<ir::DType> ParseModelDType(const std::string& name);
 
-// Loads and checks `plan_file` against the model, or compiles one.
+// Tensor parallelism on the command line (tools/parallel_flags.h).
+struct ParallelOptions {
+  int64_t tp = 0;        // --tp; 0: not given (the plan's degree, or 1)
+  std::string devices;   // --devices "0,1,2,3"; empty: 0 .. local ranks - 1
+  int64_t nnodes = 1;    // --nnodes
+  int64_t node_rank = 0; // --node-rank
+  std::string master;    // --master ADDR:PORT (node 0), when nnodes > 1
+};
+
+// Loads and checks `plan_file` against the model, or compiles one at degree
+// `tp` (0: 1). A plan file's degree wins; a `tp` that differs is an error.
 absl::StatusOr<compiler::Plan> PlanForModel(const Model& model, const std::string& plan_file,
-                                            const compiler::CompileOptions& options);
+                                            compiler::CompileOptions options, int64_t tp = 0);
 
 // The compile options of a run that compiles its model now: `dtype` "f32" or
 // "bf16", or empty for the device's default (bf16 on cuda, f32 on cpu).
@@ -39,8 +49,11 @@ absl::StatusOr<compiler::CompileOptions> BuildOptions(const std::string& dtype, 
                                                       int64_t max_batch_tokens, int64_t max_seqs,
                                                       int64_t kv_block_size);
 
-// "cpu" or "cuda".
-absl::StatusOr<std::unique_ptr<runtime::Backend>> MakeBackend(const std::string& device);
+// "cpu" or "cuda", running `plan_tp` ranks: on the CPU as threads over an
+// in-process group; on CUDA one GPU per rank over NCCL (`parallel` says which
+// GPUs and nodes).
+absl::StatusOr<std::unique_ptr<runtime::Backend>> MakeBackend(const std::string& device, int32_t plan_tp = 1,
+                                                              const ParallelOptions& parallel = {});
 bool HaveCudaBackend();
 
 // "5,17,42" -> ids.
