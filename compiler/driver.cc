@@ -35,6 +35,7 @@ absl::StatusOr<CompileResult> Compile(const glm::ModelConfig& config, const Comp
   passes::StandardPassOptions pass_options;
   pass_options.kv_block_size = options.build.kv_block_size;
   pass_options.tp = options.tp;
+  pass_options.collectives_at_tp1 = options.collectives_at_tp1;
   std::unique_ptr<passes::Pipeline> pipeline = passes::BuildStandardPipeline(options.pipeline, pass_options);
   ASSIGN_OR_RETURN(std::vector<passes::PassRecord> ran, pipeline->Run(graph));
   std::vector<std::string> names;

@@ -18,6 +18,7 @@ namespace ag::compiler {
 struct CompileOptions {
   glm::BuildOptions build;
   int32_t tp = 1;  // tensor-parallel degree: the plan is one rank's share, for every rank
+  bool collectives_at_tp1 = false;  // tests: a tp 1 plan that keeps its all_reduce / all_gather steps
   passes::PipelineOptions pipeline;
 };
 

@@ -12,7 +12,7 @@ std::unique_ptr<Pipeline> BuildStandardPipeline(PipelineOptions options, const S
   auto pipeline = std::make_unique<Pipeline>(std::move(options));
   pipeline->Add(std::make_unique<CanonicalizePass>());
   pipeline->Add(std::make_unique<DcePass>());
-  pipeline->Add(std::make_unique<ShardPass>(pass_options.tp));
+  pipeline->Add(std::make_unique<ShardPass>(pass_options.tp, pass_options.collectives_at_tp1));
   pipeline->Add(std::make_unique<LowerKvCachePass>(pass_options.kv_block_size));
   pipeline->Add(std::make_unique<FusePass>());
   pipeline->Add(std::make_unique<PlanMemoryPass>());

@@ -11,6 +11,7 @@ namespace ag::passes {
 struct StandardPassOptions {
   int64_t kv_block_size = 16;
   int32_t tp = 1;  // tensor-parallel degree (the shard pass)
+  bool collectives_at_tp1 = false;  // tests: shard even at tp 1 (ShardPass's even_alone)
 };
 
 std::unique_ptr<Pipeline> BuildStandardPipeline(PipelineOptions options, const StandardPassOptions& pass_options);

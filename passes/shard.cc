@@ -244,7 +244,7 @@ absl::StatusOr<bool> ShardPass::Run(Graph& g) {
     return Err("--tp must be in [1, ", ir::kMaxTensorParallel, "], got ", tp_);
   }
   if (g.tp() != 1) return Err("shard: the graph is already split for tp=", g.tp());
-  if (tp_ == 1) return false;
+  if (tp_ == 1 && !even_alone_) return false;
   RETURN_IF_ERROR(Sharder(g, tp_).Run());
   return true;
 }

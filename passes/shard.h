@@ -17,7 +17,10 @@
 //
 // Parameters record their shard (ir::ShardSpec) per checkpoint part; the plan
 // carries it and each rank reads only its slice. A degree the model cannot
-// honour is an error naming the size. tp 1 changes nothing.
+// honour is an error naming the size. tp 1 changes nothing, unless asked to
+// keep the collectives (`even_alone`): then a one-rank plan still carries its
+// all_reduce and all_gather steps, which is how the collective path is tested
+// on a machine with one GPU.
 #ifndef AUTOGLM_PASSES_SHARD_H_
 #define AUTOGLM_PASSES_SHARD_H_
 
@@ -29,12 +32,13 @@ namespace ag::passes {
 
 class ShardPass : public Pass {
  public:
-  explicit ShardPass(int32_t tp) : tp_(tp) {}
+  explicit ShardPass(int32_t tp, bool even_alone = false) : tp_(tp), even_alone_(even_alone) {}
   absl::string_view name() const override { return "shard"; }
   absl::StatusOr<bool> Run(ir::Graph& graph) override;
 
  private:
   int32_t tp_;
+  bool even_alone_;
 };
 
 }  // namespace ag::passes

@@ -99,6 +99,29 @@ TEST_P(TensorParallel, DegreesTheHeadsDoNotAllowAreOneLineErrors) {
   }
 }
 
+// A one-rank plan that keeps its collectives (how the gpu suite tests NCCL on
+// one GPU) runs alone or over a one-rank group and matches the plain plan.
+TEST_P(TensorParallel, OneRankWithCollectivesMatchesThePlainPlan) {
+  const FixtureDegrees& f = GetParam();
+  const std::vector<GoldenCase> cases = testing::LoadGolden(testing::TestDataDir() + "/" + f.fixture);
+  const std::vector<testing::Generation> plain = Runner(f.fixture, 1).Run(cases);
+  compiler::CompileOptions options = Options(1);
+  options.collectives_at_tp1 = true;
+  for (bool group : {false, true}) {
+    testing::FixtureRunner runner(f.fixture, options,
+                                  group ? runtime::CreateCpuTensorParallel(1) : std::make_unique<runtime::CpuBackend>());
+    EXPECT_EQ(runner.plan().tp, 1);
+    int collectives = 0;
+    for (const compiler::PlanStep& step : runner.plan().steps) collectives += ir::GetOpInfo(step.kernel).Has(ir::kCollective);
+    EXPECT_EQ(collectives, 2 * runner.plan().model.num_layers + 1);
+    const std::vector<testing::Generation> got = runner.Run(cases);
+    for (size_t i = 0; i < cases.size(); ++i) {
+      EXPECT_EQ(got[i].tokens, plain[i].tokens);
+      EXPECT_LE(testing::MaxAbsDiff(got[i].logits, plain[i].logits), 1e-5);
+    }
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Fixtures, TensorParallel, ::testing::ValuesIn(kDegrees), [](const auto& info) {
   std::string n = info.param.fixture;
   for (char& ch : n) ch = ch == '-' ? '_' : ch;

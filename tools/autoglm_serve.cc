@@ -177,6 +177,11 @@ int Serve(const std::vector<std::string>& args) {
   if (absl::GetFlag(FLAGS_model).empty()) {
     return ReportError("autoglm-serve", absl::InvalidArgumentError("--model DIR (or MODEL_DIR) is required"));
   }
+  if (ParallelFlags().nnodes != 1) {
+    return ReportError("autoglm-serve", absl::UnimplementedError("--nnodes: the server runs on one node (its GPUs: "
+                                                                 "--tp, --devices); across nodes only autoglm-run "
+                                                                 "and autoglm-bench"));
+  }
   std::string device = absl::GetFlag(FLAGS_device);
   if (device.empty()) device = HaveCudaBackend() ? "cuda" : "cpu";
   serve::AppOptions options;

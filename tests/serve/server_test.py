@@ -355,6 +355,34 @@ class Main(unittest.TestCase):
         self.assertEqual(completion(self.s, "the thing"), solo)
 
 
+class TensorParallel(unittest.TestCase):
+    """--tp 2 on the CPU (two ranks as threads): the same greedy tokens as autoglm-run at tp 1,
+    batched requests included; a degree the heads refuse is a one-line error at start-up."""
+
+    def test_two_ranks_answer_like_one(self):
+        s = Server("--tp", "2")
+        try:
+            want = run_tool("--prompt", "the thing", "--max-new-tokens", "12", "--ignore-eos")
+            status, r = s.post("/v1/completions", {"model": NAME, "prompt": "the thing", "max_tokens": 12,
+                                                   "temperature": 0, "ignore_eos": True, "return_token_ids": True})
+            self.assertEqual(status, 200, r)
+            self.assertEqual(r["choices"][0]["token_ids"], want)
+            prompts = ["one", "the other thing", "a"]
+            solo = [completion(s, p, max_tokens=10) for p in prompts]
+            with ThreadPoolExecutor(len(prompts)) as pool:
+                together = list(pool.map(lambda p: completion(s, p, max_tokens=10), prompts))
+            self.assertEqual(together, solo)
+        finally:
+            self.assertEqual(s.stop(), 0)
+
+    def test_a_degree_the_heads_refuse_ends_the_server(self):
+        ensure_tokenizer()
+        r = subprocess.run([SERVE, "--model", MODEL, "--device", "cpu", "--host", "127.0.0.1", "--port", "0",
+                            "--tp", "4"], capture_output=True, text=True, timeout=60)
+        self.assertEqual(r.returncode, 1)
+        self.assertIn("--tp 4 does not divide the 6 attention heads", r.stderr)
+
+
 class Deployment(unittest.TestCase):
     """The Dockerfile and deploy/ cannot be built or applied here; at least their flags and
     environment variables must be ones autoglm-serve knows."""

@@ -1,0 +1,158 @@
+// Tensor parallelism on the GPU: NCCL at tp = the number of visible GPUs (on
+// a one-GPU machine a one-rank communicator, and plans that keep their
+// collectives at tp 1, so that init, collectives captured in CUDA graphs and
+// teardown all run). Skips without a GPU.
+#include <gtest/gtest.h>
+
+#include <thread>
+
+#include "runtime/cuda_backend.h"
+#include "runtime/nccl_communicator.h"
+#include "runtime/tp_backend.h"
+#include "tests/gpu/gpu_testing.h"
+#include "tests/testing/engine_runner.h"
+
+namespace ag {
+namespace {
+
+int VisibleGpus() {
+  int n = 0;
+  return cudaGetDeviceCount(&n) == cudaSuccess ? n : 0;
+}
+
+std::shared_ptr<runtime::NcclGroup> Group(int ranks) {
+  runtime::NcclGroupOptions o;
+  for (int d = 0; d < ranks; ++d) o.devices.push_back(d);
+  absl::StatusOr<std::unique_ptr<runtime::NcclGroup>> group = runtime::NcclGroup::Create(o);
+  EXPECT_TRUE(group.ok()) << group.status();
+  return group.ok() ? std::shared_ptr<runtime::NcclGroup>(std::move(*group)) : nullptr;
+}
+
+// Every rank all-reduces (rank + 1) and all-gathers its rank inside one captured graph, replayed twice.
+TEST(GpuTensorParallel, NcclCollectivesInsideACapturedGraph) {
+  SKIP_WITHOUT_GPU();
+  const int n = VisibleGpus();
+  std::shared_ptr<runtime::NcclGroup> group = Group(n);
+  ASSERT_NE(group, nullptr);
+  constexpr int64_t kCount = 4096;
+  std::vector<absl::Status> results(n);
+  std::vector<std::vector<float>> sums(n), gathered(n);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < n; ++r) {
+    threads.emplace_back([&, r] {
+      auto fail = [&](const char* what) { results[r] = absl::InternalError(what); };
+      if (cudaSetDevice(group->device(r)) != cudaSuccess) return fail("cudaSetDevice");
+      cudaStream_t stream;
+      float *data = nullptr, *send = nullptr, *recv = nullptr;
+      cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
+      cudaMalloc(&data, kCount * sizeof(float));
+      cudaMalloc(&send, sizeof(float));
+      cudaMalloc(&recv, n * sizeof(float));
+      const std::vector<float> mine(kCount, static_cast<float>(r + 1));
+      const float rank = static_cast<float>(r);
+      cudaMemcpy(send, &rank, sizeof(float), cudaMemcpyHostToDevice);
+      cudaGraph_t graph;
+      cudaGraphExec_t exec;
+      if (cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal) != cudaSuccess) return fail("capture");
+      absl::Status ok = group->local(r).AllReduceSum(data, kCount, ir::DType::kF32, stream);
+      if (ok.ok()) ok = group->local(r).AllGather(send, recv, 1, ir::DType::kF32, stream);
+      if (cudaStreamEndCapture(stream, &graph) != cudaSuccess || !ok.ok()) {
+        results[r] = ok.ok() ? absl::InternalError("end capture") : ok;
+        return;
+      }
+      if (cudaGraphInstantiate(&exec, graph, 0) != cudaSuccess) return fail("instantiate");
+      for (int replay = 0; replay < 2; ++replay) {  // the sum starts again from this rank's value each time
+        cudaMemcpy(data, mine.data(), kCount * sizeof(float), cudaMemcpyHostToDevice);
+        if (cudaGraphLaunch(exec, stream) != cudaSuccess || cudaStreamSynchronize(stream) != cudaSuccess) {
+          return fail("replay");
+        }
+      }
+      sums[r].resize(kCount);
+      gathered[r].resize(n);
+      cudaMemcpy(sums[r].data(), data, kCount * sizeof(float), cudaMemcpyDeviceToHost);
+      cudaMemcpy(gathered[r].data(), recv, n * sizeof(float), cudaMemcpyDeviceToHost);
+      cudaGraphExecDestroy(exec);
+      cudaGraphDestroy(graph);
+      cudaFree(data);
+      cudaFree(send);
+      cudaFree(recv);
+      cudaStreamDestroy(stream);
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  for (int r = 0; r < n; ++r) {
+    ASSERT_TRUE(results[r].ok()) << "rank " << r << ": " << results[r];
+    for (float v : sums[r]) ASSERT_EQ(v, n * (n + 1) / 2.0f);
+    for (int i = 0; i < n; ++i) EXPECT_EQ(gathered[r][i], static_cast<float>(i));
+  }
+}
+
+// The largest degree up to the visible GPUs that tiny-glm's 4 heads allow.
+int FixtureDegree() {
+  const int n = VisibleGpus();
+  return n >= 4 ? 4 : n >= 2 ? 2 : 1;
+}
+
+std::unique_ptr<runtime::Backend> NcclBackend(int tp, bool graphs) {
+  std::shared_ptr<runtime::NcclGroup> group = Group(tp);
+  if (group == nullptr) return nullptr;
+  std::vector<std::unique_ptr<runtime::Backend>> ranks;
+  for (int r = 0; r < tp; ++r) {
+    runtime::CudaBackendOptions o;
+    o.device = group->device(r);
+    o.comm = &group->local(r);
+    o.use_graphs = graphs;
+    ranks.push_back(std::move(*runtime::CreateCudaBackend(o)));
+  }
+  runtime::NcclGroup* raw = group.get();
+  return std::make_unique<runtime::MultiRankBackend>(
+      std::move(ranks), [raw](const absl::Status& why) { raw->Abort(why); }, std::move(group));
+}
+
+// tiny-glm in bf16 over NCCL (decode steps in captured graphs, prefill eager),
+// batched with staggered arrivals: the same tokens as one GPU without
+// collectives, logits within bf16 noise of it.
+TEST(GpuTensorParallel, FixtureOverNcclMatchesOneGpu) {
+  SKIP_WITHOUT_GPU();
+  const int tp = FixtureDegree();
+  std::vector<testing::GoldenCase> cases = testing::LoadGolden(testing::TestDataDir() + "/tiny-glm");
+  const std::vector<testing::GoldenCase> once = cases;
+  cases.insert(cases.end(), once.begin(), once.end());
+  compiler::CompileOptions options;
+  options.build.dtype = ir::DType::kBF16;
+  options.build.max_batch_tokens = 128;
+  runtime::CudaBackendOptions single_options;
+  testing::FixtureRunner single("tiny-glm", options, std::move(*runtime::CreateCudaBackend(single_options)));
+  const std::vector<testing::Generation> expected = single.Run(cases, /*stagger=*/true);
+  options.tp = tp;
+  options.collectives_at_tp1 = true;
+  for (bool graphs : {true, false}) {
+    std::unique_ptr<runtime::Backend> backend = NcclBackend(tp, graphs);
+    ASSERT_NE(backend, nullptr);
+    testing::FixtureRunner sharded("tiny-glm", options, std::move(backend));
+    ASSERT_GT(sharded.plan().steps.size(), single.plan().steps.size()) << "the plan carries its collectives";
+    const std::vector<testing::Generation> got = sharded.Run(cases, /*stagger=*/true);
+    for (size_t i = 0; i < cases.size(); ++i) {
+      // The sums round differently (a partial product is stored in bf16 before the
+      // all-reduce), so a token may differ only where golden's top-2 gap is tiny.
+      size_t same = 0;
+      while (same < got[i].tokens.size() && same < expected[i].tokens.size() &&
+             got[i].tokens[same] == expected[i].tokens[same]) {
+        ++same;
+      }
+      const size_t p = cases[i].input_ids.size();
+      if (same < cases[i].new_tokens.size()) {
+        EXPECT_LE(cases[i].top1_top2_gap[p - 1 + same], 0.05) << "tp " << tp << " request " << i << " token " << same;
+      }
+      std::vector<float> a, b;
+      for (size_t r = 0; r < p + same && r < got[i].logits.size(); ++r) {
+        a.insert(a.end(), got[i].logits[r].begin(), got[i].logits[r].end());
+        b.insert(b.end(), expected[i].logits[r].begin(), expected[i].logits[r].end());
+      }
+      EXPECT_LE(testing::RelativeError(a, b), 2e-2) << "tp " << tp << " request " << i << " graphs " << graphs;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace ag
