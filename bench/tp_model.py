@@ -8,9 +8,10 @@ collectives), and models a batch-1 decode step at a 512-token context as
     weights and KV at 4.45 TB/s per GPU (divided by the streaming efficiency)
   + the collectives one after another, at an assumed latency per all-reduce / all-gather.
 
-Two all-reduce implementations are modelled: NCCL inside a CUDA graph (what the code does today)
-and a one-shot all-reduce over NVLink peer memory (not built). The latencies are assumptions,
-not measurements: see bench/RESULTS.md. Usage:
+Two all-reduce implementations are modelled, both in the code: NCCL inside a CUDA graph (across
+nodes, without peer access, and for messages over 512 KB) and the one-shot all-reduce over NVLink
+peer memory fused with the residual add and norm (kernels/cuda/allreduce.cu: one node, decode
+sizes). The latencies are assumptions, not measurements: see bench/RESULTS.md. Usage:
 
   python3 bench/tp_model.py [--build build] [--markdown]
 """
@@ -30,7 +31,7 @@ EFFICIENCY = 0.80    # streaming efficiency predicted for our single-GPU decode 
 CONTEXT = 512
 # Assumed latency (us) of one 8 KB all-reduce at tp = 2, 4, 8.
 NCCL_US = {1: 0.0, 2: 6.0, 4: 8.0, 8: 10.0}      # NCCL in a CUDA graph (NVIDIA/nccl#1259: ~6 us at 2 H100s)
-ONE_SHOT_US = {1: 0.0, 2: 3.0, 4: 3.5, 8: 4.5}   # each rank reads its peers' 8 KB over NVLink, one kernel
+ONE_SHOT_US = {1: 0.0, 2: 3.0, 4: 3.5, 8: 4.5}   # each rank reads its peers' 8 KB over NVLink, in the epilogue kernel
 
 
 def plan_numbers(build, tp, tmp):
@@ -60,13 +61,13 @@ def main():
             all_reduces = j["collectives_per_layer"] * layers
             gathers = j["collectives"] - all_reduces
             logits_kb = GLM4_9B["vocab_size"] // tp * 2 / 1024
-            coll = all_reduces + gathers
-            nccl_ms = stream_ms / EFFICIENCY + coll * NCCL_US[tp] / 1e3
-            one_shot_ms = stream_ms / EFFICIENCY + coll * ONE_SHOT_US[tp] / 1e3
-            rows.append((tp, weights / 1e9, kv / 1e6, all_reduces, gathers, logits_kb, j["launches_per_layer"],
-                         stream_ms, nccl_ms, one_shot_ms))
+            gather_ms = gathers * NCCL_US[tp] / 1e3  # the logits all-gather is NCCL's in both
+            nccl_ms = stream_ms / EFFICIENCY + all_reduces * NCCL_US[tp] / 1e3 + gather_ms
+            one_shot_ms = stream_ms / EFFICIENCY + all_reduces * ONE_SHOT_US[tp] / 1e3 + gather_ms
+            rows.append((tp, weights / 1e9, kv / 1e6, all_reduces, gathers, logits_kb,
+                         f'{j["launches_per_layer"]} / {j["launches_per_layer_nccl"]}', stream_ms, nccl_ms, one_shot_ms))
     print("| tp | weight GB streamed per rank | KV MB per rank (512 tokens) | all-reduces per step (8 KB each) "
-          "| all-gathers (KB per rank) | launches per layer | floor ms (4.45 TB/s) | model, NCCL ms | "
+          "| all-gathers (KB per rank) | launches per layer (one-shot / NCCL) | floor ms (4.45 TB/s) | model, NCCL ms | "
           "model, one-shot all-reduce ms |")
     print("|---|---|---|---|---|---|---|---|---|")
     for tp, w, kv, ar, ag, kb, launches, floor, nccl, one in rows:

@@ -24,7 +24,7 @@ PlanSummary Summarize(const Plan& plan) {
       const size_t l = static_cast<size_t>(step.layer);
       ++per_layer[l];
       collectives[l] += collective;
-      launches[l] += 1 + (collective && info.Has(ir::kFused));
+      launches[l] += 1 + (collective && info.Has(ir::kFused));  // the NCCL count
     } else {
       ++s.steps_outside_layers;
     }
@@ -35,7 +35,8 @@ PlanSummary Summarize(const Plan& plan) {
   if (layers > 0) {
     s.steps_per_layer = *std::max_element(per_layer.begin(), per_layer.end());
     s.collectives_per_layer = *std::max_element(collectives.begin(), collectives.end());
-    s.launches_per_layer = *std::max_element(launches.begin(), launches.end());
+    s.launches_per_layer = s.steps_per_layer;
+    s.launches_per_layer_nccl = *std::max_element(launches.begin(), launches.end());
   }
   for (size_t i = 0; i < plan.weights.size(); ++i) {
     const WeightEntry& w = plan.weights[i];

@@ -21,9 +21,11 @@ struct PlanSummary {
   int32_t tp = 1;
   int64_t collectives_per_layer = 0;  // the most collective steps any one layer has
   int64_t collectives = 0;            // in the whole step
-  // GPU launches: one per step, plus the epilogue kernel of each fused
-  // all-reduce (NCCL's own kernel, then the residual add / norm).
+  // GPU launches per layer: one per step when a fused all-reduce is the
+  // one-shot kernel (one node, small messages); with NCCL each fused
+  // all-reduce is NCCL's kernel plus the residual add / norm kernel.
   int64_t launches_per_layer = 0;
+  int64_t launches_per_layer_nccl = 0;
   std::map<std::string, int64_t> kernels;  // kernel name -> steps
 };
 

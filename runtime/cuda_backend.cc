@@ -334,6 +334,7 @@ absl::Status CudaBackend::LaunchSteps(const StepBatch& batch, int64_t context_bu
     args.linear_scratch = linear_scratch_.get();
     args.gather_scratch = gather_scratch_.get();
     args.comm = options_.comm;
+    args.peer = options_.peer;
     args.stream = stream_;
     auto resolve = [&](const compiler::PlanTensor& t) -> absl::StatusOr<CudaTensor> {
       CudaTensor out;

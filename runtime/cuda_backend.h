@@ -20,12 +20,19 @@ namespace ag::runtime {
 bool CudaDeviceAvailable();
 
 class Communicator;
+}  // namespace ag::runtime
+namespace ag::cuda {
+struct PeerAllReduce;
+}  // namespace ag::cuda
+namespace ag::runtime {
 
 struct CudaBackendOptions {
   bool use_graphs = true;
   int device = 0;
   // One rank of a tensor-parallel group (NCCL; runtime/nccl_communicator.h), or null alone.
   Communicator* comm = nullptr;
+  // The group's one-shot all-reduce buffers for this rank (NcclGroup::peer), or null: NCCL only.
+  const cuda::PeerAllReduce* peer = nullptr;
 };
 
 absl::StatusOr<std::unique_ptr<Backend>> CreateCudaBackend(const CudaBackendOptions& options = {});

@@ -198,15 +198,32 @@ absl::Status AllGather(const A& a) {
   }
   return absl::OkStatus();
 }
-// NCCL sums the partial products in place (the operand dies here), then one
-// kernel adds the residual (and normalises first, for glm4's sandwich norms).
+// Small messages (decode) on one node: one launch of the one-shot all-reduce,
+// which sums the ranks' partials and adds the residual (after the norm) in the
+// same kernel. Otherwise NCCL sums the partial products in place (the operand
+// dies here), then one kernel adds the residual (normalising first, for glm4's
+// sandwich norms). Every rank takes the same branch: same plan, same shapes.
+bool OneShot(const A& a) {
+  const CudaTensor& x = a.operands[0];
+  return a.peer != nullptr && cuda::OneShotFits(x.dim(0), x.dim(1));
+}
 absl::Status AllReduceResidual(const A& a) {
-  bf16* x = a.operands[0].as<bf16>();
-  RETURN_IF_ERROR(ReduceInPlace(a, x, a.operands[0].numel()));
-  return Check(cuda::LaunchBinary(cuda::Binary::kAdd, In(a, 1), x, a.results[0].numel(), Out(a), a.stream), a);
+  const CudaTensor& x = a.operands[0];
+  if (OneShot(a)) {
+    return Check(cuda::LaunchOneShotAllReduce(*a.peer, In(a, 0), In(a, 1), nullptr, 0.0f, x.dim(0), x.dim(1), Out(a),
+                                              a.stream),
+                 a);
+  }
+  RETURN_IF_ERROR(ReduceInPlace(a, x.as<bf16>(), x.numel()));
+  return Check(cuda::LaunchBinary(cuda::Binary::kAdd, In(a, 1), In(a, 0), a.results[0].numel(), Out(a), a.stream), a);
 }
 absl::Status AllReduceNormResidual(const A& a) {
   const CudaTensor& x = a.operands[0];
+  if (OneShot(a)) {
+    return Check(cuda::LaunchOneShotAllReduce(*a.peer, In(a, 0), In(a, 2), In(a, 1), a.Float("eps"), x.dim(0),
+                                              x.dim(1), Out(a), a.stream),
+                 a);
+  }
   RETURN_IF_ERROR(ReduceInPlace(a, x.as<bf16>(), x.numel()));
   return Check(cuda::LaunchRmsNormResidual(In(a, 0), In(a, 1), In(a, 2), x.dim(0), x.dim(1), a.Float("eps"), Out(a),
                                            a.stream),

@@ -11,6 +11,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "compiler/plan.h"
+#include "kernels/cuda/allreduce.cuh"
 #include "kernels/cuda/paged_kv.cuh"
 #include "runtime/communicator.h"
 #include "runtime/tensor_view.h"
@@ -38,6 +39,7 @@ struct CudaStepArgs {
   void* linear_scratch = nullptr;  // [T, max k] bf16, for the GEMM path's norm prologue
   void* gather_scratch = nullptr;  // [R, gathered width] bf16: all_gather's rank-major landing place
   Communicator* comm = nullptr;    // the tensor-parallel group, or null alone
+  const cuda::PeerAllReduce* peer = nullptr;  // the one-shot all-reduce, when the group has one
   cudaStream_t stream = nullptr;
 
   int64_t Int(const char* name) const { return *ir::GetInt(step->attrs, name); }

@@ -222,10 +222,65 @@ absl::StatusOr<std::unique_ptr<NcclGroup>> NcclGroup::Create(const NcclGroupOpti
   for (int i = 0; i < local; ++i) {
     group->ranks_.push_back(std::make_unique<NcclCommunicator>(comms[i], o.node_rank * local + i, nranks));
   }
+  if (o.nnodes == 1 && local <= cuda::kMaxPeerRanks) RETURN_IF_ERROR(group->SetUpPeers());
   return group;
 }
 
-NcclGroup::~NcclGroup() = default;
+absl::Status NcclGroup::SetUpPeers() {
+  const int n = local_size();
+  for (int i = 0; i < n; ++i) {
+    for (int j = 0; j < n; ++j) {
+      int can = 0;
+      if (i != j && (cudaDeviceCanAccessPeer(&can, devices_[i], devices_[j]) != cudaSuccess || !can)) {
+        return absl::OkStatus();  // no peer access (PCIe without P2P): NCCL does every all-reduce
+      }
+    }
+  }
+  auto alloc = [&](int device, size_t bytes) -> absl::StatusOr<void*> {
+    void* p = nullptr;
+    if (cudaSetDevice(device) != cudaSuccess || cudaMalloc(&p, bytes) != cudaSuccess ||
+        cudaMemset(p, 0, bytes) != cudaSuccess) {
+      return absl::ResourceExhaustedError(absl::StrCat("one-shot all-reduce buffers on GPU ", device));
+    }
+    allocations_.push_back({device, p});
+    return p;
+  };
+  std::vector<cuda::PeerAllReduce> peers(static_cast<size_t>(n));
+  for (int i = 0; i < n; ++i) {
+    const int d = devices_[i];
+    if (cudaSetDevice(d) != cudaSuccess) return absl::InternalError("cudaSetDevice failed");
+    for (int j = 0; j < n; ++j) {
+      if (i == j) continue;
+      const cudaError_t e = cudaDeviceEnablePeerAccess(devices_[j], 0);
+      if (e != cudaSuccess && e != cudaErrorPeerAccessAlreadyEnabled) {
+        return absl::InternalError(absl::StrCat("cudaDeviceEnablePeerAccess(", d, " -> ", devices_[j],
+                                                "): ", cudaGetErrorString(e)));
+      }
+      (void)cudaGetLastError();  // clear "already enabled"
+    }
+    for (int parity = 0; parity < 2; ++parity) {
+      ASSIGN_OR_RETURN(void* staging, alloc(d, static_cast<size_t>(cuda::kOneShotMaxBytes)));
+      for (cuda::PeerAllReduce& p : peers) p.staging[i][parity] = static_cast<__nv_bfloat16*>(staging);
+    }
+    ASSIGN_OR_RETURN(void* flags, alloc(d, sizeof(uint32_t) * cuda::kMaxPeerRanks * cuda::kOneShotMaxBlocks));
+    for (cuda::PeerAllReduce& p : peers) p.flags[i] = static_cast<uint32_t*>(flags);
+    ASSIGN_OR_RETURN(void* epochs, alloc(d, sizeof(uint32_t) * cuda::kOneShotMaxBlocks));
+    peers[i].epochs = static_cast<uint32_t*>(epochs);
+  }
+  for (int i = 0; i < n; ++i) {
+    peers[i].rank = i;
+    peers[i].size = n;
+  }
+  peers_ = std::move(peers);
+  return absl::OkStatus();
+}
+
+NcclGroup::~NcclGroup() {
+  ranks_.clear();  // the communicators first
+  for (const auto& [device, p] : allocations_) {
+    if (cudaSetDevice(device) == cudaSuccess) cudaFree(p);
+  }
+}
 
 void NcclGroup::Abort(const absl::Status& why) {
   for (auto& r : ranks_) r->Abort(why);

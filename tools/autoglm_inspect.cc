@@ -67,6 +67,7 @@ absl::Status Run(const std::string& path) {
     j["collectives_per_layer"] = s.collectives_per_layer;
     j["collectives"] = s.collectives;
     j["launches_per_layer"] = s.launches_per_layer;
+    j["launches_per_layer_nccl"] = s.launches_per_layer_nccl;
     j["weight_bytes_read_per_step"] = s.weight_bytes_read_per_step;
     j["passes"] = plan.passes;
     std::printf("%s\n", j.dump(2).c_str());
@@ -77,9 +78,10 @@ absl::Status Run(const std::string& path) {
               std::string(ir::DTypeName(plan.dtype)).c_str());
   if (plan.tp > 1) {
     std::printf("tensor parallel: tp %d (one SPMD plan, every rank runs these steps on its slice); %lld all-reduces "
-                "per layer, %lld collectives per step; %lld GPU launches per layer\n",
+                "per layer, %lld collectives per step; GPU launches per layer: %lld with the one-shot all-reduce "
+                "(one node), %lld with NCCL\n",
                 plan.tp, static_cast<long long>(s.collectives_per_layer), static_cast<long long>(s.collectives),
-                static_cast<long long>(s.launches_per_layer));
+                static_cast<long long>(s.launches_per_layer), static_cast<long long>(s.launches_per_layer_nccl));
   } else {
     std::printf("tensor parallel: tp 1; %lld GPU launches per layer\n", static_cast<long long>(s.launches_per_layer));
   }

@@ -126,6 +126,7 @@ absl::StatusOr<std::unique_ptr<runtime::Backend>> MakeCudaBackend(int32_t plan_t
     runtime::CudaBackendOptions o;
     o.device = group->device(i);
     o.comm = &group->local(i);
+    o.peer = group->peer(i);
     ASSIGN_OR_RETURN(std::unique_ptr<runtime::Backend> rank, runtime::CreateCudaBackend(o));
     ranks.push_back(std::move(rank));
   }

@@ -4,8 +4,11 @@
 // teardown all run). Skips without a GPU.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <thread>
+#include <tuple>
 
+#include "kernels/cuda/allreduce.cuh"
 #include "runtime/cuda_backend.h"
 #include "runtime/nccl_communicator.h"
 #include "runtime/tp_backend.h"
@@ -87,13 +90,78 @@ TEST(GpuTensorParallel, NcclCollectivesInsideACapturedGraph) {
   }
 }
 
+// The one-shot all-reduce + residual (+ norm) kernel on every visible GPU at
+// once, replayed in a CUDA graph, against the sum computed on the host in
+// rank order; rows past the 64 blocks make blocks loop.
+TEST(GpuTensorParallel, OneShotAllReduceMatchesTheHostSum) {
+  SKIP_WITHOUT_GPU();
+  const int n = VisibleGpus() > cuda::kMaxPeerRanks ? cuda::kMaxPeerRanks : VisibleGpus();
+  std::shared_ptr<runtime::NcclGroup> group = Group(n);
+  ASSERT_NE(group, nullptr);
+  if (group->peer(0) == nullptr) GTEST_SKIP() << "no peer access between the GPUs";
+  for (const auto [rows, cols, norm] : {std::tuple{1, 4096, false}, std::tuple{1, 4096, true}, std::tuple{3, 96, true},
+                                        std::tuple{100, 512, false}, std::tuple{64, 4096, true}}) {
+    std::vector<std::vector<float>> x(n);
+    for (int r = 0; r < n; ++r) x[r] = testing::RandomBf16(static_cast<size_t>(rows * cols), 100 + r);
+    const std::vector<float> residual = testing::RandomBf16(static_cast<size_t>(rows * cols), 7);
+    const std::vector<float> w = testing::RandomBf16(static_cast<size_t>(cols), 8, 0.2f);
+    std::vector<std::vector<float>> got(n);
+    std::vector<std::string> errors(n);
+    std::vector<std::thread> threads;
+    for (int r = 0; r < n; ++r) {
+      threads.emplace_back([&, r, rows = rows, cols = cols, norm = norm] {
+        cudaSetDevice(group->device(r));
+        testing::DeviceArray<__nv_bfloat16> dx(x[r]), dres(residual), dw(w), dout(x[r].size());
+        cudaStream_t stream;
+        cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
+        cudaGraph_t graph;
+        cudaGraphExec_t exec;
+        cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal);
+        const cudaError_t launched = cuda::LaunchOneShotAllReduce(*group->peer(r), dx.get(), dres.get(),
+                                                                  norm ? dw.get() : nullptr, 1e-5f, rows, cols,
+                                                                  dout.get(), stream);
+        cudaStreamEndCapture(stream, &graph);
+        if (launched != cudaSuccess || cudaGraphInstantiate(&exec, graph, 0) != cudaSuccess) {
+          errors[r] = "launch or capture failed";
+          return;
+        }
+        for (int replay = 0; replay < 3; ++replay) cudaGraphLaunch(exec, stream);
+        if (cudaStreamSynchronize(stream) != cudaSuccess) errors[r] = cudaGetErrorString(cudaGetLastError());
+        got[r] = dout.Download();
+        cudaGraphExecDestroy(exec);
+        cudaGraphDestroy(graph);
+        cudaStreamDestroy(stream);
+      });
+    }
+    for (std::thread& t : threads) t.join();
+    for (int r = 0; r < n; ++r) ASSERT_EQ(errors[r], "") << "rank " << r;
+    std::vector<float> want(static_cast<size_t>(rows * cols));
+    for (int row = 0; row < rows; ++row) {
+      std::vector<float> sum(static_cast<size_t>(cols), 0.0f);
+      double sq = 0.0;
+      for (int c = 0; c < cols; ++c) {
+        for (int r = 0; r < n; ++r) sum[c] += x[r][row * cols + c];
+        sq += static_cast<double>(sum[c]) * sum[c];
+      }
+      const float scale = 1.0f / std::sqrt(static_cast<float>(sq / cols) + 1e-5f);
+      for (int c = 0; c < cols; ++c) {
+        want[row * cols + c] = residual[row * cols + c] + (norm ? w[c] * (sum[c] * scale) : sum[c]);
+      }
+    }
+    for (int r = 0; r < n; ++r) {
+      EXPECT_EQ(got[r], got[0]) << "every rank gets the same bits";
+      EXPECT_LE(testing::RelativeError(got[r], want), 1e-2) << rows << "x" << cols << " norm " << norm;
+    }
+  }
+}
+
 // The largest degree up to the visible GPUs that tiny-glm's 4 heads allow.
 int FixtureDegree() {
   const int n = VisibleGpus();
   return n >= 4 ? 4 : n >= 2 ? 2 : 1;
 }
 
-std::unique_ptr<runtime::Backend> NcclBackend(int tp, bool graphs) {
+std::unique_ptr<runtime::Backend> NcclBackend(int tp, bool graphs, bool one_shot) {
   std::shared_ptr<runtime::NcclGroup> group = Group(tp);
   if (group == nullptr) return nullptr;
   std::vector<std::unique_ptr<runtime::Backend>> ranks;
@@ -101,6 +169,7 @@ std::unique_ptr<runtime::Backend> NcclBackend(int tp, bool graphs) {
     runtime::CudaBackendOptions o;
     o.device = group->device(r);
     o.comm = &group->local(r);
+    o.peer = one_shot ? group->peer(r) : nullptr;
     o.use_graphs = graphs;
     ranks.push_back(std::move(*runtime::CreateCudaBackend(o)));
   }
@@ -126,8 +195,8 @@ TEST(GpuTensorParallel, FixtureOverNcclMatchesOneGpu) {
   const std::vector<testing::Generation> expected = single.Run(cases, /*stagger=*/true);
   options.tp = tp;
   options.collectives_at_tp1 = true;
-  for (bool graphs : {true, false}) {
-    std::unique_ptr<runtime::Backend> backend = NcclBackend(tp, graphs);
+  for (const auto [graphs, one_shot] : {std::pair{true, true}, std::pair{false, true}, std::pair{true, false}}) {
+    std::unique_ptr<runtime::Backend> backend = NcclBackend(tp, graphs, one_shot);
     ASSERT_NE(backend, nullptr);
     testing::FixtureRunner sharded("tiny-glm", options, std::move(backend));
     ASSERT_GT(sharded.plan().steps.size(), single.plan().steps.size()) << "the plan carries its collectives";
@@ -149,7 +218,8 @@ TEST(GpuTensorParallel, FixtureOverNcclMatchesOneGpu) {
         a.insert(a.end(), got[i].logits[r].begin(), got[i].logits[r].end());
         b.insert(b.end(), expected[i].logits[r].begin(), expected[i].logits[r].end());
       }
-      EXPECT_LE(testing::RelativeError(a, b), 2e-2) << "tp " << tp << " request " << i << " graphs " << graphs;
+      EXPECT_LE(testing::RelativeError(a, b), 2e-2)
+          << "tp " << tp << " request " << i << " graphs " << graphs << " one-shot " << one_shot;
     }
   }
 }

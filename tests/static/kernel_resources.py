@@ -28,6 +28,7 @@ KERNELS = [
     (r"ArgmaxKernel\(", 1024, 0, 1),
     (r"SampleRowsKernel\(", 1024, 0, 1),
     (r"EmbeddingKernel\(", 128, 0, 8),
+    (r"OneShotAllReduceKernel<", 256, 4 * 4096, 1),  # tp > 1: at most 64 blocks, each must be resident
     (r"", 256, 0, 0),                          # elementwise and the rest: 256 threads, not hot
 ]
 
