@@ -264,8 +264,8 @@ absl::Status NcclGroup::SetUpPeers() {
     }
     ASSIGN_OR_RETURN(void* flags, alloc(d, sizeof(uint32_t) * cuda::kMaxPeerRanks * cuda::kOneShotMaxBlocks));
     for (cuda::PeerAllReduce& p : peers) p.flags[i] = static_cast<uint32_t*>(flags);
-    ASSIGN_OR_RETURN(void* epochs, alloc(d, sizeof(uint32_t) * cuda::kOneShotMaxBlocks));
-    peers[i].epochs = static_cast<uint32_t*>(epochs);
+    ASSIGN_OR_RETURN(void* calls, alloc(d, 2 * sizeof(uint32_t)));
+    peers[i].calls = static_cast<uint32_t*>(calls);
   }
   for (int i = 0; i < n; ++i) {
     peers[i].rank = i;

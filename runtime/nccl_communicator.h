@@ -48,7 +48,7 @@ class NcclGroup {
 
  private:
   NcclGroup() = default;
-  // Enables peer access and allocates every rank's staging buffers, flags and epochs.
+  // Enables peer access and allocates every rank's staging buffers, flags and call counters.
   absl::Status SetUpPeers();
 
   std::vector<int> devices_;

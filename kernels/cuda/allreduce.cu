@@ -67,7 +67,9 @@ __global__ void __launch_bounds__(kThreads) OneShotAllReduceKernel(PeerAllReduce
   __shared__ uint32_t epoch_shared;
   AllowNextKernel();
   WaitForPreviousKernel();
-  if (threadIdx.x == 0) epoch_shared = ++p.epochs[blockIdx.x];
+  // One epoch per call, the same in every block: the call counter changes only
+  // when the call's last block is done, and the next call starts after that.
+  if (threadIdx.x == 0) epoch_shared = p.calls[0] + 1;
   __syncthreads();
   const uint32_t epoch = epoch_shared;
   const int parity = static_cast<int>(epoch & 1u);
@@ -108,6 +110,11 @@ __global__ void __launch_bounds__(kThreads) OneShotAllReduceKernel(PeerAllReduce
       __syncthreads();  // the next row overwrites `row`
     }
   }
+  if (threadIdx.x == 0) __threadfence();  // this block's read of the counter comes first
+  if (threadIdx.x == 0 && atomicAdd(p.calls + 1, 1u) == gridDim.x - 1) {
+    p.calls[1] = 0;
+    p.calls[0] = epoch;
+  }
 }
 
 template <bool kNorm>
@@ -132,7 +139,7 @@ bool OneShotFits(int64_t rows, int64_t n) {
 cudaError_t LaunchOneShotAllReduce(const PeerAllReduce& peers, const bf16* x, const bf16* residual, const bf16* norm_w,
                                    float eps, int64_t rows, int64_t n, bf16* out, cudaStream_t stream) {
   if (!OneShotFits(rows, n) || peers.size < 1 || peers.size > kMaxPeerRanks || peers.rank < 0 ||
-      peers.rank >= peers.size || peers.epochs == nullptr) {
+      peers.rank >= peers.size || peers.calls == nullptr) {
     return cudaErrorInvalidValue;
   }
   return norm_w != nullptr ? Launch<true>(peers, x, residual, norm_w, eps, rows, n, out, stream)

@@ -16,8 +16,10 @@
 // enough; the grid is kept within the SMs so every block is resident (no block
 // waits for one that cannot start). Two buffers by parity: a rank cannot
 // overwrite a buffer a peer still reads, because it passes the next call's
-// barrier only once every peer has finished this call. Epochs are counted per
-// block on the device, so the kernel replays inside CUDA graphs. A peer that
+// barrier only once every peer has finished this call (a call's kernel starts
+// after the previous kernels of its stream are complete: programmatic launch
+// waits before touching anything). The epoch is a call counter on the device,
+// so the kernel replays inside CUDA graphs. A peer that
 // never arrives ends the kernel with a trap after 10 s: an error, not a hang.
 #ifndef AUTOGLM_KERNELS_CUDA_ALLREDUCE_CUH_
 #define AUTOGLM_KERNELS_CUDA_ALLREDUCE_CUH_
@@ -35,13 +37,13 @@ inline constexpr int kOneShotMaxBlocks = 64;
 inline constexpr int64_t kOneShotMaxBytes = int64_t{512} << 10;
 
 // What one rank's kernel needs: every rank's staging buffers and flags (device
-// pointers valid on this rank's GPU through peer access) and its own epochs.
+// pointers valid on this rank's GPU through peer access) and its own call counter.
 struct PeerAllReduce {
   int rank = 0;
   int size = 1;
   __nv_bfloat16* staging[kMaxPeerRanks][2] = {};  // [rank][parity], kOneShotMaxBytes each
   uint32_t* flags[kMaxPeerRanks] = {};            // [rank]: [kMaxPeerRanks writers][kOneShotMaxBlocks]
-  uint32_t* epochs = nullptr;                     // this rank's: [kOneShotMaxBlocks] calls so far, per block
+  uint32_t* calls = nullptr;  // this rank's: [0] calls so far (the last call's epoch), [1] blocks done in this call
 };
 
 // True when the one-shot kernel takes [rows, n] (otherwise use NCCL).
