@@ -90,7 +90,7 @@ TEST_F(Cli, TensorParallelRunsReproduceOneRank) {
   const struct {
     const char* fixture;
     std::vector<int> degrees;
-  } fixtures[] = {{"tiny-glm", {2, 4}}, {"tiny-chatglm", {2, 4}}, {"tiny-glm4", {2}}};
+  } fixtures[] = {{"tiny-glm", {2, 4}}, {"tiny-chatglm", {2, 4}}, {"tiny-glm4", {2}}, {"tiny-glm-mqa", {2, 4, 8}}};
   auto logits_of = [&](const std::string& args) {
     const std::string out = Path("out.json");
     CommandResult r = RunCommand(RunTool() + " " + args + " --output-json " + out);

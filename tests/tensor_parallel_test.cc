@@ -19,12 +19,14 @@ using testing::GoldenCase;
 // The degrees each fixture's shapes allow, stated so that a test cannot
 // quietly lose one: tiny-glm and tiny-chatglm have 4 heads over 2 KV heads
 // (tp 4 replicates each KV head on two ranks); tiny-glm4 has 6 heads, so 4
-// and 8 do not divide them.
+// and 8 do not divide them; tiny-glm-mqa has 8 heads over one KV head, which
+// every rank holds.
 struct FixtureDegrees {
   const char* fixture;
   std::vector<int> degrees;
 };
-const FixtureDegrees kDegrees[] = {{"tiny-glm", {2, 4}}, {"tiny-chatglm", {2, 4}}, {"tiny-glm4", {2}}};
+const FixtureDegrees kDegrees[] = {
+    {"tiny-glm", {2, 4}}, {"tiny-chatglm", {2, 4}}, {"tiny-glm4", {2}}, {"tiny-glm-mqa", {2, 4, 8}}};
 
 compiler::CompileOptions Options(int tp) {
   compiler::CompileOptions options;

@@ -38,7 +38,9 @@ inline std::vector<GoldenCase> LoadGolden(const std::string& fixture_dir) {
   return cases;
 }
 
-inline const char* const kFixtures[] = {"tiny-glm", "tiny-glm4", "tiny-chatglm"};
+// The shared fixtures, and tiny-glm-mqa (multi-query: 8 heads over 1 KV head; made here by
+// tests/data/make_mqa_fixture.py with transformers, in the same format).
+inline const char* const kFixtures[] = {"tiny-glm", "tiny-glm4", "tiny-chatglm", "tiny-glm-mqa"};
 
 }  // namespace ag::testing
 
