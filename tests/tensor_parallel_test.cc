@@ -5,8 +5,9 @@
 // and decode. A rank that fails ends the run with that rank's error.
 #include <gtest/gtest.h>
 
-#include <atomic>
+#include <map>
 
+#include "compiler/summary.h"
 #include "runtime/tp_backend.h"
 #include "runtime/communicator.h"
 #include "tests/testing/engine_runner.h"
@@ -129,6 +130,53 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, TensorParallel, ::testing::ValuesIn(kDegrees)
   for (char& ch : n) ch = ch == '-' ? '_' : ch;
   return n;
 });
+
+// Each piece's rank slices tile it: `parts` distinct, disjoint slices that
+// cover the whole range, each read by tp / parts ranks.
+TEST(TensorParallelWeights, RankSlicesTileEveryPiece) {
+  for (const auto& [fixture, tp] : {std::pair{"tiny-glm", 4}, std::pair{"tiny-chatglm", 2}, std::pair{"tiny-glm-mqa", 8}}) {
+    const compiler::Plan plan =
+        compiler::Compile(*glm::LoadModelConfig(testing::TestDataDir() + "/" + fixture), Options(tp))->plan;
+    int sharded = 0;
+    for (const compiler::WeightEntry& w : plan.weights) {
+      for (const compiler::WeightPiece& p : w.pieces) {
+        std::map<std::pair<int64_t, int64_t>, int> readers;  // (row begin, col begin) -> ranks
+        int64_t area = 0;
+        for (int r = 0; r < tp; ++r) {
+          const compiler::PieceSlice s = compiler::SliceForRank(p, r, tp);
+          if (++readers[{s.row_begin, s.col_begin}] == 1) area += (s.row_end - s.row_begin) * (s.col_end - s.col_begin);
+        }
+        const int64_t row_elems = compiler::SliceForRank(p, 0, tp).row_elems;
+        EXPECT_EQ(area, (p.row_end - p.row_begin) * row_elems) << w.name;
+        EXPECT_EQ(readers.size(), static_cast<size_t>(p.shard.parts)) << w.name;
+        for (const auto& [at, ranks] : readers) EXPECT_EQ(ranks, tp / p.shard.parts) << w.name;
+        sharded += p.shard.sharded();
+      }
+    }
+    EXPECT_GT(sharded, 0) << fixture;
+  }
+}
+
+// GLM-4-9B at tp 4: a rank streams a quarter of the weights it streamed alone
+// (a little more: the KV heads are replicated) and holds that plus the whole
+// embedding table (NOTES.md: 30 % of the checkpoint's bytes).
+TEST(TensorParallelWeights, AtTp4ARankHoldsAboutAQuarterOfGlm4_9B) {
+  const char* text = R"({"model_type":"glm","hidden_size":4096,"intermediate_size":13696,"num_hidden_layers":40,
+    "num_attention_heads":32,"num_key_value_heads":2,"head_dim":128,"vocab_size":151552,"attention_bias":true,
+    "max_position_embeddings":131072,"partial_rotary_factor":0.5,"tie_word_embeddings":false,"dtype":"bfloat16"})";
+  const glm::ModelConfig config = *glm::ParseModelConfig(text, "config.json");
+  compiler::CompileOptions options = Options(1);
+  options.build.dtype = ir::DType::kBF16;
+  const compiler::PlanSummary one = compiler::Summarize(compiler::Compile(config, options)->plan);
+  options.tp = 4;
+  const compiler::PlanSummary four = compiler::Summarize(compiler::Compile(config, options)->plan);
+  const double streamed = static_cast<double>(four.weight_bytes_read_per_step) / one.weight_bytes_read_per_step;
+  const double held = static_cast<double>(four.weight_bytes) / one.weight_bytes;
+  std::printf("tp 4: a rank streams %.3f and holds %.3f of the single GPU's weight bytes\n", streamed, held);
+  EXPECT_GT(streamed, 0.25);
+  EXPECT_LT(streamed, 0.26);
+  EXPECT_LT(held, 0.33);
+}
 
 // A rank backend that fails its `fail_at`-th Execute: the other ranks are then
 // waiting for it in the step's first collective.
