@@ -235,6 +235,12 @@ absl::Status ValidatePlan(const Plan& plan) {
     const ir::OpInfo& info = ir::GetOpInfo(step.kernel);
     const std::string where = absl::StrCat("step ", i, " (", info.name, ")");
     if (step.layer < -1 || step.layer >= m.num_layers) return Invalid(where, ": bad layer");
+    if (step.kernel == ir::OpId::k_all_gather) {
+      const absl::StatusOr<int64_t> parts = ir::GetInt(step.attrs, "parts");
+      if (parts.ok() && *parts != plan.tp) {
+        return Invalid(where, ": gathers ", *parts, " parts in a plan for tp=", plan.tp);
+      }
+    }
     std::vector<ir::TensorType> operand_types;
     for (size_t j = 0; j < step.operands.size(); ++j) {
       const PlanTensor& t = step.operands[j];

@@ -232,6 +232,9 @@ nlohmann::json Generation::Usage() const {
 void Generation::Complete() {
   finished_ = true;
   record_.seconds_total = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+  // Counted before the client can see the end: a client that reads /metrics
+  // right after its response finds its request there.
+  done_(record_);
   const json usage = Usage();
   if (spec_.stream) {
     if (spec_.include_usage) {
@@ -272,12 +275,12 @@ void Generation::Complete() {
                        {"usage", usage}};
     out_->Respond(200, "application/json", JsonText(body));
   }
-  done_(record_);
 }
 
 void Generation::Fail(const absl::Status& status) {
   finished_ = true;
   record_.failed = true;
+  done_(record_);  // counted before the client sees the error, as in Complete
   ApiError error;
   error.message = std::string(status.message());
   if (absl::IsInvalidArgument(status) || absl::IsOutOfRange(status)) {
@@ -295,7 +298,6 @@ void Generation::Fail(const absl::Status& status) {
   } else {
     out_->Respond(error.http_status, "application/json", error.ToJson());
   }
-  done_(record_);
 }
 
 }  // namespace ag::serve

@@ -41,10 +41,11 @@ def main(out, compile_tool):
                                                        "weight_map": shards}))
         put(out, "config", fixture, open(os.path.join(DATA, fixture, "config.json"), "rb").read())
         plan = os.path.join(out, fixture + ".agplan")
-        subprocess.run([compile_tool, "--model", os.path.join(DATA, fixture), "-o", plan, "--max-batch-tokens", "8",
-                        "--max-seqs", "2"], check=True, stdout=subprocess.DEVNULL)
-        put(out, "plan", fixture, open(plan, "rb").read()[32:])
-        os.remove(plan)
+        for tp in (1, 2):  # a sharded plan too: its collectives run as in-process ranks
+            subprocess.run([compile_tool, "--model", os.path.join(DATA, fixture), "-o", plan, "--max-batch-tokens",
+                            "8", "--max-seqs", "2", "--tp", str(tp)], check=True, stdout=subprocess.DEVNULL)
+            put(out, "plan", fixture + ("" if tp == 1 else "-tp%d" % tp), open(plan, "rb").read()[32:])
+            os.remove(plan)
     spell = byte_alphabet()
     merges = ["th", "he", "the", " t", " the", "in", "ing", "ab", "bc", "abc"]
     tiktoken = [bytes([b]) for b in range(256)] + [m.encode() for m in merges]

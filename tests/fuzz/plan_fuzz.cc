@@ -1,6 +1,7 @@
 // Fuzz target: a plan file's payload behind a correct header and checksum, so
 // that mutations reach validation. A plan that validates and is small enough
-// is run for two steps on the CPU: validation must have made that safe.
+// is run for two steps on the CPU (a sharded plan as that many in-process
+// ranks): validation must have made that safe.
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -9,6 +10,7 @@
 #include "compiler/plan_file.h"
 #include "runtime/cpu_backend.h"
 #include "runtime/engine.h"
+#include "runtime/tp_backend.h"
 #include "runtime/weights.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
@@ -18,13 +20,15 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   int64_t weights = 0;
   for (const ag::compiler::WeightEntry& w : plan->weights) weights += w.NumElements();
   if (plan->arena_bytes > (int64_t{64} << 20) || weights > (int64_t{16} << 20)) return 0;
-  ag::runtime::CpuBackend backend;
+  if (plan->tp > 4) return 0;
+  std::unique_ptr<ag::runtime::Backend> backend =
+      plan->tp == 1 ? std::make_unique<ag::runtime::CpuBackend>() : ag::runtime::CreateCpuTensorParallel(plan->tp);
   ag::runtime::RandomWeights random(7);
   ag::runtime::EngineOptions options;
   options.kv_cache_tokens = 64;
   options.max_context = std::min<int64_t>(plan->model.max_position_embeddings, 64);
   absl::StatusOr<std::unique_ptr<ag::runtime::Engine>> engine =
-      ag::runtime::Engine::Create(*plan, backend, random, options);
+      ag::runtime::Engine::Create(*plan, *backend, random, options);
   if (!engine.ok()) return 0;
   ag::runtime::Request request;
   request.prompt = {0, static_cast<int32_t>(plan->model.vocab_size - 1)};
