@@ -30,7 +30,9 @@ absl::Status CpuBackend::Load(const compiler::Plan& plan, const WeightSource& we
   ASSIGN_OR_RETURN(const RankInfo rank, CheckRank(plan, comm_));
   // Everything is held as float, whatever the plan's dtype.
   const StorageLayout layout{4, 4, 4, ir::DTypeSize(plan.dtype)};
-  RETURN_IF_ERROR(CheckPlanFits(plan, kv_blocks, layout, 0, HostMemoryAvailable(), "host memory"));
+  // The ranks of a tensor-parallel group share this process's host: each may use its share.
+  RETURN_IF_ERROR(CheckPlanFits(plan, kv_blocks, layout, 0, HostMemoryAvailable() / rank.tp,
+                                rank.tp == 1 ? "host memory" : absl::StrCat("host memory (1/", rank.tp, " per rank)")));
   plan_ = &plan;
   element_bytes_ = ir::DTypeSize(plan.dtype);
   kv_blocks_ = kv_blocks;

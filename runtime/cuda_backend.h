@@ -14,17 +14,16 @@
 #include "absl/status/statusor.h"
 #include "runtime/backend.h"
 
+namespace ag::cuda {
+struct PeerAllReduce;  // kernels/cuda/allreduce.cuh
+}  // namespace ag::cuda
+
 namespace ag::runtime {
 
 // True when a CUDA device is usable (tests skip otherwise).
 bool CudaDeviceAvailable();
 
 class Communicator;
-}  // namespace ag::runtime
-namespace ag::cuda {
-struct PeerAllReduce;
-}  // namespace ag::cuda
-namespace ag::runtime {
 
 struct CudaBackendOptions {
   bool use_graphs = true;
