@@ -2,19 +2,13 @@
 
 #include <cuda_runtime.h>
 #include <nccl.h>
-#include <netdb.h>
-#include <poll.h>
-#include <sys/socket.h>
-#include <unistd.h>
 
 #include <atomic>
-#include <chrono>
 #include <cstring>
-#include <thread>
 
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "ir/status_macros.h"
+#include "runtime/rendezvous.h"
 
 namespace ag::runtime {
 namespace {
@@ -98,88 +92,7 @@ class NcclCommunicator : public Communicator {
   const int rank_, size_;
 };
 
-// Node 0 hands the unique id to the other nodes over one TCP connection each.
-class Rendezvous {
- public:
-  static absl::Status Serve(int port, int clients, int local_size, const ncclUniqueId& id, int timeout_s) {
-    const int fd = socket(AF_INET6, SOCK_STREAM, 0);
-    if (fd < 0) return absl::InternalError("rendezvous: socket() failed");
-    const int yes = 1, no = 0;
-    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
-    setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &no, sizeof(no));
-    sockaddr_in6 addr{};
-    addr.sin6_family = AF_INET6;
-    addr.sin6_port = htons(static_cast<uint16_t>(port));
-    addr.sin6_addr = in6addr_any;
-    absl::Status ok;
-    if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 || listen(fd, clients) != 0) {
-      ok = absl::UnavailableError(absl::StrCat("--master: cannot listen on port ", port, ": ", std::strerror(errno)));
-    }
-    for (int served = 0; ok.ok() && served < clients; ++served) {
-      pollfd p{fd, POLLIN, 0};
-      if (poll(&p, 1, timeout_s * 1000) <= 0) {
-        ok = absl::DeadlineExceededError(absl::StrCat("rendezvous: only ", served + 1, " of ", clients + 1,
-                                                      " nodes arrived within ", timeout_s, " s"));
-        break;
-      }
-      const int client = accept(fd, nullptr, nullptr);
-      if (client < 0) continue;
-      int32_t theirs = 0;
-      if (recv(client, &theirs, sizeof(theirs), MSG_WAITALL) != sizeof(theirs) || theirs != local_size) {
-        ok = absl::InvalidArgumentError(absl::StrCat("rendezvous: a node has ", theirs, " GPUs, node 0 has ",
-                                                     local_size, " (every node must run as many ranks)"));
-      } else if (send(client, &id, sizeof(id), MSG_NOSIGNAL) != sizeof(id)) {
-        ok = absl::UnavailableError("rendezvous: sending the NCCL id failed");
-      }
-      close(client);
-    }
-    close(fd);
-    return ok;
-  }
-
-  static absl::StatusOr<ncclUniqueId> Join(const std::string& host, int port, int local_size, int timeout_s) {
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(timeout_s);
-    for (;;) {
-      addrinfo hints{}, *found = nullptr;
-      hints.ai_socktype = SOCK_STREAM;
-      if (getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &found) != 0 || found == nullptr) {
-        return absl::InvalidArgumentError(absl::StrCat("--master: cannot resolve '", host, "'"));
-      }
-      const int fd = socket(found->ai_family, SOCK_STREAM, 0);
-      const bool connected = fd >= 0 && connect(fd, found->ai_addr, found->ai_addrlen) == 0;
-      freeaddrinfo(found);
-      if (connected) {
-        ncclUniqueId id;
-        const int32_t mine = local_size;
-        const bool ok = send(fd, &mine, sizeof(mine), MSG_NOSIGNAL) == sizeof(mine) &&
-                        recv(fd, &id, sizeof(id), MSG_WAITALL) == sizeof(id);
-        close(fd);
-        if (!ok) return absl::UnavailableError("rendezvous: node 0 refused this node (see node 0's error)");
-        return id;
-      }
-      if (fd >= 0) close(fd);
-      if (std::chrono::steady_clock::now() > deadline) {
-        return absl::DeadlineExceededError(absl::StrCat("rendezvous: node 0 at ", host, ":", port,
-                                                        " did not answer within ", timeout_s, " s"));
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(200));
-    }
-  }
-};
-
 }  // namespace
-
-absl::StatusOr<std::pair<std::string, int>> ParseMasterAddress(const std::string& master) {
-  const size_t colon = master.rfind(':');
-  int port = 0;
-  if (colon == std::string::npos || colon == 0 || !absl::SimpleAtoi(master.substr(colon + 1), &port) || port <= 0 ||
-      port > 65535) {
-    return absl::InvalidArgumentError(absl::StrCat("--master must be ADDR:PORT, got '", master, "'"));
-  }
-  std::string host = master.substr(0, colon);
-  if (host.size() > 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
-  return std::make_pair(host, port);
-}
 
 absl::StatusOr<std::unique_ptr<NcclGroup>> NcclGroup::Create(const NcclGroupOptions& o) {
   const int local = static_cast<int>(o.devices.size());
@@ -201,13 +114,17 @@ absl::StatusOr<std::unique_ptr<NcclGroup>> NcclGroup::Create(const NcclGroupOpti
   if (o.nnodes == 1) {
     NCCL_RETURN_IF_ERROR(ncclCommInitAll(comms.data(), local, o.devices.data()));
   } else {
-    ASSIGN_OR_RETURN(auto master, ParseMasterAddress(o.master));
+    ASSIGN_OR_RETURN(const MasterAddress master, ParseMasterAddress(o.master));
     ncclUniqueId id;
+    static_assert(sizeof(id) == kRendezvousBlobBytes);
+    std::string blob;
     if (o.node_rank == 0) {
       NCCL_RETURN_IF_ERROR(ncclGetUniqueId(&id));
-      RETURN_IF_ERROR(Rendezvous::Serve(master.second, o.nnodes - 1, local, id, o.rendezvous_timeout_s));
+      blob.assign(reinterpret_cast<const char*>(&id), sizeof(id));
+      RETURN_IF_ERROR(ServeRendezvous(master.port, o.nnodes - 1, local, blob, o.rendezvous_timeout_s));
     } else {
-      ASSIGN_OR_RETURN(id, Rendezvous::Join(master.first, master.second, local, o.rendezvous_timeout_s));
+      ASSIGN_OR_RETURN(blob, JoinRendezvous(master, local, o.rendezvous_timeout_s));
+      std::memcpy(&id, blob.data(), sizeof(id));
     }
     NCCL_RETURN_IF_ERROR(ncclGroupStart());
     absl::Status ok;

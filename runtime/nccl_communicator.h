@@ -57,9 +57,6 @@ class NcclGroup {
   std::vector<std::pair<int, void*>> allocations_;  // (device, pointer), freed with the group
 };
 
-// "ADDR:PORT" -> (address, port), or an error naming the flag.
-absl::StatusOr<std::pair<std::string, int>> ParseMasterAddress(const std::string& master);
-
 }  // namespace ag::runtime
 
 #endif  // AUTOGLM_RUNTIME_NCCL_COMMUNICATOR_H_
