@@ -99,7 +99,7 @@ TEST(GpuTensorParallel, OneShotAllReduceMatchesTheHostSum) {
   std::shared_ptr<runtime::NcclGroup> group = Group(n);
   ASSERT_NE(group, nullptr);
   if (group->peer(0) == nullptr) GTEST_SKIP() << "no peer access between the GPUs";
-  for (const auto [rows, cols, norm] : {std::tuple{1, 4096, false}, std::tuple{1, 4096, true}, std::tuple{3, 96, true},
+  for (const auto& [rows, cols, norm] : {std::tuple{1, 4096, false}, std::tuple{1, 4096, true}, std::tuple{3, 96, true},
                                         std::tuple{100, 512, false}, std::tuple{64, 4096, true}}) {
     std::vector<std::vector<float>> x(n);
     for (int r = 0; r < n; ++r) x[r] = testing::RandomBf16(static_cast<size_t>(rows * cols), 100 + r);
@@ -195,7 +195,7 @@ TEST(GpuTensorParallel, FixtureOverNcclMatchesOneGpu) {
   const std::vector<testing::Generation> expected = single.Run(cases, /*stagger=*/true);
   options.tp = tp;
   options.collectives_at_tp1 = true;
-  for (const auto [graphs, one_shot] : {std::pair{true, true}, std::pair{false, true}, std::pair{true, false}}) {
+  for (const auto& [graphs, one_shot] : {std::pair{true, true}, std::pair{false, true}, std::pair{true, false}}) {
     std::unique_ptr<runtime::Backend> backend = NcclBackend(tp, graphs, one_shot);
     ASSERT_NE(backend, nullptr);
     testing::FixtureRunner sharded("tiny-glm", options, std::move(backend));
