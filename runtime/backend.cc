@@ -5,13 +5,16 @@
 
 namespace ag::runtime {
 
+absl::Status CheckDegree(const compiler::Plan& plan, int32_t ranks) {
+  if (plan.tp == ranks) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat("the plan is compiled for tensor parallelism tp=", plan.tp,
+                                                 ", but it is run on ", ranks, " rank", ranks == 1 ? "" : "s",
+                                                 " (run it with --tp ", plan.tp, ")"));
+}
+
 absl::StatusOr<RankInfo> CheckRank(const compiler::Plan& plan, const Communicator* comm) {
   const int32_t size = comm == nullptr ? 1 : comm->size();
-  if (plan.tp != size) {
-    return absl::InvalidArgumentError(absl::StrCat("the plan is compiled for tensor parallelism tp=", plan.tp,
-                                                   ", but it is run on ", size, " rank", size == 1 ? "" : "s",
-                                                   " (run it with --tp ", plan.tp, ")"));
-  }
+  if (absl::Status ok = CheckDegree(plan, size); !ok.ok()) return ok;
   return RankInfo{comm == nullptr ? 0 : comm->rank(), size};
 }
 

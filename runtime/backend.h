@@ -68,8 +68,10 @@ inline constexpr int32_t kMaxTopLogprobs = 20;
 
 class Communicator;
 
-// The rank a backend with communicator `comm` (null: alone) runs of `plan`;
-// an error when the plan's degree and the group's size differ.
+// An error when `plan`'s tensor-parallel degree is not `ranks`.
+absl::Status CheckDegree(const compiler::Plan& plan, int32_t ranks);
+// The rank a backend with communicator `comm` (null: alone) runs of `plan`
+// (CheckDegree against the group's size).
 absl::StatusOr<RankInfo> CheckRank(const compiler::Plan& plan, const Communicator* comm);
 
 class Backend {

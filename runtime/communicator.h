@@ -35,17 +35,26 @@ class Communicator {
   virtual void Abort(const absl::Status& why) = 0;
 };
 
+// A tensor-parallel group as a whole: what the multi-rank backend stops when
+// one of its ranks fails.
+class CommunicatorGroup {
+ public:
+  virtual ~CommunicatorGroup() = default;
+  // Wakes every rank blocked in a collective of the group with `why`; later collectives fail.
+  virtual void Abort(const absl::Status& why) = 0;
+};
+
 // N ranks as N threads of one process. Sums are taken in rank order in fp32
 // (ref::SumParts), so every rank gets the same bits and the result does not
 // depend on timing.
-class InProcessGroup {
+class InProcessGroup : public CommunicatorGroup {
  public:
   explicit InProcessGroup(int size);
-  ~InProcessGroup();
+  ~InProcessGroup() override;
   int size() const { return size_; }
   // Rank r's communicator; owned by the group.
   Communicator& rank(int r) { return *ranks_[static_cast<size_t>(r)]; }
-  void Abort(const absl::Status& why);
+  void Abort(const absl::Status& why) override;
 
  private:
   friend class InProcessCommunicator;

@@ -31,10 +31,10 @@ struct NcclGroupOptions {
   int rendezvous_timeout_s = 300;
 };
 
-class NcclGroup {
+class NcclGroup : public CommunicatorGroup {
  public:
   static absl::StatusOr<std::unique_ptr<NcclGroup>> Create(const NcclGroupOptions& options);
-  ~NcclGroup();
+  ~NcclGroup() override;
   int local_size() const { return static_cast<int>(ranks_.size()); }
   // The communicator of this process's i-th rank (device options.devices[i]).
   Communicator& local(int i) { return *ranks_[static_cast<size_t>(i)]; }
@@ -44,7 +44,7 @@ class NcclGroup {
   const cuda::PeerAllReduce* peer(int i) const {
     return peers_.empty() ? nullptr : &peers_[static_cast<size_t>(i)];
   }
-  void Abort(const absl::Status& why);
+  void Abort(const absl::Status& why) override;
 
  private:
   NcclGroup() = default;

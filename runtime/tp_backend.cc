@@ -7,9 +7,8 @@
 
 namespace ag::runtime {
 
-MultiRankBackend::MultiRankBackend(std::vector<std::unique_ptr<Backend>> ranks,
-                                   std::function<void(const absl::Status&)> abort, std::shared_ptr<void> group)
-    : group_(std::move(group)), ranks_(std::move(ranks)), abort_(std::move(abort)) {
+MultiRankBackend::MultiRankBackend(std::vector<std::unique_ptr<Backend>> ranks, std::shared_ptr<CommunicatorGroup> group)
+    : group_(std::move(group)), ranks_(std::move(ranks)) {
   name_ = absl::StrCat(ranks_[0]->name(), " x", ranks_.size(), " (tensor parallel)");
   results_.resize(ranks_.size());
   for (int r = 0; r < size(); ++r) threads_.emplace_back([this, r] { Worker(r); });
@@ -39,7 +38,7 @@ void MultiRankBackend::Worker(int rank) {
     if (!status.ok() && !absl::IsAborted(status)) {
       status = absl::Status(status.code(), absl::StrCat("rank ", rank, ": ", status.message()));
       // The other ranks may be waiting for this one in a collective: they wake "aborted".
-      abort_(absl::AbortedError(absl::StrCat("stopped because ", status.message())));
+      group_->Abort(absl::AbortedError(absl::StrCat("stopped because ", status.message())));
     }
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -69,11 +68,7 @@ absl::Status MultiRankBackend::OnAllRanks(const std::function<absl::Status(int)>
 }
 
 absl::Status MultiRankBackend::Load(const compiler::Plan& plan, const WeightSource& weights, int64_t kv_blocks) {
-  if (plan.tp != size()) {
-    return absl::InvalidArgumentError(absl::StrCat("the plan is compiled for tensor parallelism tp=", plan.tp,
-                                                   ", but it is run on ", size(), " ranks (run it with --tp ",
-                                                   plan.tp, ")"));
-  }
+  RETURN_IF_ERROR(CheckDegree(plan, size()));
   return OnAllRanks([&](int r) { return ranks_[r]->Load(plan, weights, kv_blocks); });
 }
 
@@ -120,9 +115,7 @@ std::unique_ptr<Backend> CreateCpuTensorParallel(int tp, bool sample_where_logit
   auto group = std::make_shared<InProcessGroup>(tp);
   std::vector<std::unique_ptr<Backend>> ranks;
   for (int r = 0; r < tp; ++r) ranks.push_back(std::make_unique<CpuBackend>(sample_where_logits_are, &group->rank(r)));
-  InProcessGroup* g = group.get();
-  return std::make_unique<MultiRankBackend>(
-      std::move(ranks), [g](const absl::Status& why) { g->Abort(why); }, std::move(group));
+  return std::make_unique<MultiRankBackend>(std::move(ranks), std::move(group));
 }
 
 }  // namespace ag::runtime

@@ -19,15 +19,15 @@
 #include <vector>
 
 #include "runtime/backend.h"
+#include "runtime/communicator.h"
 
 namespace ag::runtime {
 
 class MultiRankBackend : public Backend {
  public:
-  // `ranks[r]` runs rank r; `abort` wakes the group's blocked ranks; `group`
-  // (the communicators) is kept alive until the ranks are gone.
-  MultiRankBackend(std::vector<std::unique_ptr<Backend>> ranks, std::function<void(const absl::Status&)> abort,
-                   std::shared_ptr<void> group);
+  // `ranks[r]` runs rank r over `group`'s communicators; the group is aborted
+  // when a rank fails, and kept alive until the ranks are gone.
+  MultiRankBackend(std::vector<std::unique_ptr<Backend>> ranks, std::shared_ptr<CommunicatorGroup> group);
   ~MultiRankBackend() override;
 
   absl::string_view name() const override { return name_; }
@@ -47,9 +47,8 @@ class MultiRankBackend : public Backend {
   absl::Status OnAllRanks(const std::function<absl::Status(int)>& job);
   void Worker(int rank);
 
-  std::shared_ptr<void> group_;  // destroyed after the ranks (declared first)
+  std::shared_ptr<CommunicatorGroup> group_;  // destroyed after the ranks (declared first)
   std::vector<std::unique_ptr<Backend>> ranks_;
-  std::function<void(const absl::Status&)> abort_;
   std::string name_;
 
   std::mutex mu_;

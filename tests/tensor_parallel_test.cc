@@ -200,14 +200,13 @@ TEST(TensorParallelFailure, ARankThatFailsStopsEveryRankWithItsError) {
   const compiler::Plan plan = compiler::Compile(*glm::LoadModelConfig(dir), Options(4))->plan;
   for (int failing_rank : {0, 1, 3}) {
     // Through the engine: steps 1 and 2 work, step 3 fails on one rank.
-    auto group2 = std::make_shared<runtime::InProcessGroup>(4);
-    std::vector<std::unique_ptr<runtime::Backend>> ranks2;
+    auto group = std::make_shared<runtime::InProcessGroup>(4);
+    std::vector<std::unique_ptr<runtime::Backend>> ranks;
     for (int r = 0; r < 4; ++r) {
-      ranks2.push_back(r == failing_rank ? std::unique_ptr<runtime::Backend>(new FailingBackend(&group2->rank(r), 3))
-                                         : std::make_unique<runtime::CpuBackend>(false, &group2->rank(r)));
+      ranks.push_back(r == failing_rank ? std::unique_ptr<runtime::Backend>(new FailingBackend(&group->rank(r), 3))
+                                         : std::make_unique<runtime::CpuBackend>(false, &group->rank(r)));
     }
-    runtime::InProcessGroup* g2 = group2.get();
-    runtime::MultiRankBackend multi(std::move(ranks2), [g2](const absl::Status& why) { g2->Abort(why); }, group2);
+    runtime::MultiRankBackend multi(std::move(ranks), group);
     absl::StatusOr<std::unique_ptr<runtime::Engine>> engine = runtime::Engine::Create(plan, multi, weights, {});
     ASSERT_TRUE(engine.ok()) << engine.status();
     runtime::Request request;

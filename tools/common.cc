@@ -43,11 +43,14 @@ absl::StatusOr<ir::DType> ParseModelDType(const std::string& name) {
   return absl::InvalidArgumentError(absl::StrCat("--dtype must be bf16 or f32, got '", name, "'"));
 }
 
+absl::Status CheckTpFlag(int64_t tp) {
+  if (tp >= 0 && tp <= ir::kMaxTensorParallel) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat("--tp must be in [1, ", ir::kMaxTensorParallel, "], got ", tp));
+}
+
 absl::StatusOr<compiler::Plan> PlanForModel(const Model& model, const std::string& plan_file,
                                             compiler::CompileOptions options, int64_t tp) {
-  if (tp < 0 || tp > ir::kMaxTensorParallel) {
-    return absl::InvalidArgumentError(absl::StrCat("--tp must be in [1, ", ir::kMaxTensorParallel, "], got ", tp));
-  }
+  RETURN_IF_ERROR(CheckTpFlag(tp));
   compiler::Plan plan;
   if (!plan_file.empty()) {
     ASSIGN_OR_RETURN(plan, compiler::ReadPlanFile(plan_file));
@@ -130,9 +133,7 @@ absl::StatusOr<std::unique_ptr<runtime::Backend>> MakeCudaBackend(int32_t plan_t
     ASSIGN_OR_RETURN(std::unique_ptr<runtime::Backend> rank, runtime::CreateCudaBackend(o));
     ranks.push_back(std::move(rank));
   }
-  runtime::NcclGroup* raw = group.get();
-  return std::unique_ptr<runtime::Backend>(new runtime::MultiRankBackend(
-      std::move(ranks), [raw](const absl::Status& why) { raw->Abort(why); }, std::move(group)));
+  return std::unique_ptr<runtime::Backend>(new runtime::MultiRankBackend(std::move(ranks), std::move(group)));
 }
 #endif
 

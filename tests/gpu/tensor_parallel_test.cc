@@ -173,9 +173,7 @@ std::unique_ptr<runtime::Backend> NcclBackend(int tp, bool graphs, bool one_shot
     o.use_graphs = graphs;
     ranks.push_back(std::move(*runtime::CreateCudaBackend(o)));
   }
-  runtime::NcclGroup* raw = group.get();
-  return std::make_unique<runtime::MultiRankBackend>(
-      std::move(ranks), [raw](const absl::Status& why) { raw->Abort(why); }, std::move(group));
+  return std::make_unique<runtime::MultiRankBackend>(std::move(ranks), std::move(group));
 }
 
 // tiny-glm in bf16 over NCCL (decode steps in captured graphs, prefill eager),
