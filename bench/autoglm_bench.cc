@@ -161,7 +161,7 @@ absl::Status Run() {
   options.build.max_batch_tokens = std::max<int64_t>({prompt, max_batch, 64});
   options.build.max_seqs = max_batch;
   const ParallelOptions parallel = ParallelFlags();
-  if (parallel.tp < 0 || parallel.tp > ir::kMaxTensorParallel) return absl::InvalidArgumentError("bad --tp");
+  RETURN_IF_ERROR(CheckTpFlag(parallel.tp));
   options.tp = static_cast<int32_t>(std::max<int64_t>(parallel.tp, 1));
   ASSIGN_OR_RETURN(compiler::CompileResult compiled, compiler::Compile(config, options));
   const compiler::Plan& plan = compiled.plan;

@@ -1,7 +1,5 @@
 #include "compiler/driver.h"
 
-#include <algorithm>
-
 #include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "absl/strings/match.h"
@@ -11,6 +9,7 @@
 #include "ir/status_macros.h"
 #include "models/glm/weight_map.h"
 #include "passes/pipeline.h"
+#include "passes/shard.h"
 
 namespace ag::compiler {
 
@@ -47,8 +46,7 @@ absl::StatusOr<CompileResult> Compile(const glm::ModelConfig& config, const Comp
 absl::Status CheckPlanAgainstModel(const Plan& plan, const glm::ModelConfig& config,
                                    const glm::Checkpoint* checkpoint) {
   const ModelInfo& m = plan.model;
-  // KV heads per rank: split over the ranks, or one each when the degree exceeds them.
-  const int64_t kv_heads = std::max<int64_t>(1, config.num_kv_heads / plan.tp);
+  const int64_t kv_heads = passes::KvHeadsPerRank(config.num_kv_heads, plan.tp);
   if (m.layout != glm::LayoutName(config.layout) || m.vocab_size != config.vocab_size ||
       m.hidden_size != config.hidden_size || m.num_layers != config.num_layers || plan.kv.kv_heads != kv_heads ||
       plan.kv.head_dim != config.head_dim) {

@@ -164,20 +164,18 @@ absl::Status ValidatePlan(const Plan& plan) {
         return Invalid("weight ", w.name, ": bad slice of ", p.tensor);
       }
       const ir::ShardSpec& sh = p.shard;
-      if (sh.axis < -1 || sh.axis > 1 || sh.parts < 1 || (!sh.sharded() && sh.parts != 1) ||
-          (sh.sharded() && plan.tp % sh.parts != 0) || (sh.axis == 1 && w.shape.size() != 2) ||
+      if (!sh.Fits(plan.tp) || (sh.axis == 1 && w.shape.size() != 2) ||
           (sh.axis == 0 && (p.row_end - p.row_begin) % sh.parts != 0) ||
           (sh.axis == 1 && p.tensor_shape[1] % sh.parts != 0)) {
-        return Invalid("weight ", w.name, ": bad shard ", sh.ToString(), " of ", p.tensor, " at tp=", plan.tp);
+        return Invalid("weight ", w.name, ": bad shard (axis ", sh.axis, ", parts ", sh.parts, ") of ", p.tensor,
+                       " at tp=", plan.tp);
       }
       // Every rank's slice has the same size; rank 0's stands for all.
       const PieceSlice slice = SliceForRank(p, 0, plan.tp);
       if (slice.row_end - slice.row_begin > w.shape[0] - rows) return Invalid("weight ", w.name, ": bad slice of ", p.tensor);
-      const int64_t cols = slice.col_end - slice.col_begin;
-      int64_t expected_cols = 1;
-      for (size_t i = 1; i < w.shape.size(); ++i) expected_cols *= w.shape[i];
-      if (cols != expected_cols || (sh.axis != 1 && w.shape.size() > 1 && p.tensor_shape[1] != w.shape[1])) {
-        return Invalid("weight ", w.name, ": ", p.tensor, " has other columns");
+      for (size_t i = 1; i < w.shape.size(); ++i) {
+        const int64_t have = sh.axis == 1 ? p.tensor_shape[i] / sh.parts : p.tensor_shape[i];  // axis 1: 2-D only
+        if (have != w.shape[i]) return Invalid("weight ", w.name, ": ", p.tensor, " has other columns");
       }
       rows += slice.row_end - slice.row_begin;
     }

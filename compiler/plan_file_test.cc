@@ -94,6 +94,34 @@ TEST(PlanValidation, CatchesInconsistentPlans) {
   EXPECT_NE(ValidatePlan(p).message().find("unknown runtime input"), std::string::npos);
 }
 
+TEST(PlanValidation, ShardsMustFitTheDegreeAndTheWeight) {
+  CompileOptions options;
+  options.tp = 2;
+  const Plan good = Compile(*glm::LoadModelConfig(testing::TestDataDir() + "/tiny-glm"), options)->plan;
+  ASSERT_TRUE(ValidatePlan(good).ok());
+  int sharded = -1;  // a column-split weight (o_proj or down_proj)
+  for (size_t i = 0; i < good.weights.size() && sharded < 0; ++i) {
+    if (good.weights[i].pieces[0].shard.axis == 1) sharded = static_cast<int>(i);
+  }
+  ASSERT_GE(sharded, 0);
+  const struct {
+    ir::ShardSpec shard;
+    const char* error;
+  } cases[] = {{{1, 3}, "bad shard (axis 1, parts 3)"},   // 3 does not divide tp 2
+               {{2, 2}, "bad shard (axis 2, parts 2)"},   // no such axis
+               {{-1, 2}, "bad shard (axis -1, parts 2)"}, // whole, but in parts
+               {{1, 1}, "has other columns"},            // one part of all the columns: the weight is half as wide
+               {{0, 2}, "has other columns"}};           // rows split instead: the columns are all there
+  for (const auto& c : cases) {
+    Plan p = good;
+    p.weights[sharded].pieces[0].shard = c.shard;
+    EXPECT_NE(ValidatePlan(p).message().find(c.error), std::string::npos) << c.error << ": " << ValidatePlan(p);
+  }
+  Plan p = good;
+  p.tp = 4;  // the gather's parts and the plan's degree disagree
+  EXPECT_FALSE(ValidatePlan(p).ok());
+}
+
 // Regressions (fuzzing): numbers that wrapped int64 arithmetic let plans
 // through that then read or wrote out of bounds. Each must be rejected by
 // validation, and by the file reader behind a correct checksum.

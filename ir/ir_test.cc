@@ -136,6 +136,26 @@ TEST(Verifier, StateOnlyWhereAnOpTakesState) {
   EXPECT_FALSE(Verify(*g).ok());
 }
 
+TEST(Verifier, ShardsMustFitTheGraphsDegree) {
+  const char* text = R"(graph g tp=2 {
+  param @w : f32[4,8] = concat(@w PARTS)
+  input %x : f32[2,8]
+  %y = linear(%x, @w) : f32[2,4]
+  output %y
+}
+)";
+  auto with = [&](const std::string& parts) {
+    std::string t = text;
+    t.replace(t.find("PARTS"), 5, parts);
+    return ParseGraph(t);
+  };
+  EXPECT_TRUE(with("rows/2").ok()) << with("rows/2").status();
+  EXPECT_TRUE(with("rows/1").ok());
+  absl::StatusOr<Graph> bad = with("rows/4");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("does not fit the degree tp=2"), std::string::npos) << bad.status();
+}
+
 TEST(Verifier, ArenaBounds) {
   absl::StatusOr<Graph> g = ParseGraph(WithNorm4(kSmallGraph));
   ASSERT_TRUE(g.ok());

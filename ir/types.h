@@ -86,6 +86,8 @@ struct ShardSpec {
   int32_t parts = 1;
 
   bool sharded() const { return axis >= 0; }
+  // Well formed (whole, or rows/cols in parts >= 1) with parts dividing the degree `tp`.
+  bool Fits(int32_t tp) const { return sharded() ? axis <= 1 && parts >= 1 && tp % parts == 0 : axis == -1 && parts == 1; }
   bool operator==(const ShardSpec&) const = default;
   std::string ToString() const;  // "rows/4", "cols/2"
 };

@@ -23,13 +23,9 @@ absl::Status Verify(const Graph& graph) {
       return Fail("%", value.name, " has concat_of but is not a parameter");
     }
     for (const ParamPart& part : value.concat_of) {
-      const ShardSpec& s = part.shard;
-      if (s.axis < -1 || s.axis > 1 || s.parts < 1 || (!s.sharded() && s.parts != 1)) {
-        return Fail("@", value.name, ": part @", part.name, " has a bad shard (axis ", s.axis, ", parts ", s.parts, ")");
-      }
-      if (s.sharded() && (s.parts > graph.tp() || graph.tp() % s.parts != 0)) {
-        return Fail("@", value.name, ": part @", part.name, " is split in ", s.parts,
-                    " parts, which does not divide the degree tp=", graph.tp());
+      if (!part.shard.Fits(graph.tp())) {
+        return Fail("@", value.name, ": part @", part.name, " has a shard (axis ", part.shard.axis, ", parts ",
+                    part.shard.parts, ") that does not fit the degree tp=", graph.tp());
       }
     }
     if (value.kind == ValueKind::kResult) {

@@ -98,8 +98,8 @@ class Sharder {
       return Err("--tp ", tp_, " cannot split or replicate the ", kv,
                  " KV heads evenly (num_key_value_heads; the degree must divide them or be a multiple of them)");
     }
-    const int32_t kv_parts = static_cast<int32_t>(std::min<int64_t>(tp_, kv));
-    const int64_t kv_local = kv / kv_parts;
+    const int64_t kv_local = KvHeadsPerRank(kv, tp_);
+    const int32_t kv_parts = static_cast<int32_t>(kv / kv_local);
     const ValueId q_rot = att.operands[0], k_rot = att.operands[1], v = att.operands[2], cache = att.operands[3];
     ASSIGN_OR_RETURN(const int32_t qrot, Producer(q_rot, OpId::k_rotary, "the attention's q"));
     ASSIGN_OR_RETURN(const int32_t krot, Producer(k_rot, OpId::k_rotary, "the attention's k"));
@@ -238,6 +238,8 @@ class Sharder {
 };
 
 }  // namespace
+
+int64_t KvHeadsPerRank(int64_t kv_heads, int32_t tp) { return kv_heads / std::min<int64_t>(tp, kv_heads); }
 
 absl::StatusOr<bool> ShardPass::Run(Graph& g) {
   if (tp_ < 1 || tp_ > ir::kMaxTensorParallel) {

@@ -30,6 +30,10 @@
 
 namespace ag::passes {
 
+// KV heads each rank holds at degree `tp`: its share when the degree divides
+// them, one (replicated) when the degree is a multiple of them.
+int64_t KvHeadsPerRank(int64_t kv_heads, int32_t tp);
+
 class ShardPass : public Pass {
  public:
   explicit ShardPass(int32_t tp, bool even_alone = false) : tp_(tp), even_alone_(even_alone) {}

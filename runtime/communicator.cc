@@ -25,24 +25,24 @@ class InProcessCommunicator : public Communicator {
     // Every rank sums all buffers in rank order into its own copy; the buffers
     // are overwritten only after every rank has read them.
     const int n = group_.size();
-    std::vector<float> sum(static_cast<size_t>(count));
-    if (dtype == ir::DType::kF32) {
-      std::vector<const float*> parts(static_cast<size_t>(n));
-      for (int r = 0; r < n; ++r) parts[r] = static_cast<const float*>(group_.slots_[r].data);
-      ref::SumParts(parts.data(), n, count, sum.data());
-    } else {
-      std::vector<float> widened(static_cast<size_t>(count * n));
-      for (int r = 0; r < n; ++r) {
-        const auto* h = static_cast<const uint16_t*>(group_.slots_[r].data);
-        for (int64_t i = 0; i < count; ++i) widened[r * count + i] = BF16ToFloat(h[i]);
+    const bool bf16 = dtype == ir::DType::kBF16;
+    std::vector<float> widened(bf16 ? static_cast<size_t>(count * n) : 0);  // bf16 parts, as float
+    std::vector<const float*> parts(static_cast<size_t>(n));
+    for (int r = 0; r < n; ++r) {
+      const void* theirs = group_.slots_[r].data;
+      if (!bf16) {
+        parts[r] = static_cast<const float*>(theirs);
+        continue;
       }
-      std::vector<const float*> parts(static_cast<size_t>(n));
-      for (int r = 0; r < n; ++r) parts[r] = widened.data() + r * count;
-      ref::SumParts(parts.data(), n, count, sum.data());
+      float* w = widened.data() + r * count;
+      for (int64_t i = 0; i < count; ++i) w[i] = BF16ToFloat(static_cast<const uint16_t*>(theirs)[i]);
+      parts[r] = w;
     }
+    std::vector<float> sum(static_cast<size_t>(count));
+    ref::SumParts(parts.data(), n, count, sum.data());
     ok = group_.Arrive();
     if (!ok.ok()) return ok;
-    if (dtype == ir::DType::kF32) {
+    if (!bf16) {
       std::memcpy(data, sum.data(), sum.size() * sizeof(float));
     } else {
       auto* h = static_cast<uint16_t*>(data);

@@ -117,17 +117,19 @@ void AllGather(const A& a) {
   }
   ref::InterleaveColumns(rank_major.data(), parts, x.dim(0), x.dim(1), a.results[0].f());
 }
-void AllReduceResidual(const A& a) {
-  const int64_t n = a.results[0].numel();
-  std::vector<float> sum(a.operands[0].f(), a.operands[0].f() + n);
-  a.status = SumOverRanks(a, sum.data(), n);
-  ref::Add(a.operands[1].f(), sum.data(), n, a.results[0].f());
-}
-void AllReduceNormResidual(const A& a) {
+// Operand 0 summed over the ranks, in a copy (the operand stays as it is).
+std::vector<float> Summed(const A& a) {
   const CpuTensor& x = a.operands[0];
   std::vector<float> sum(x.f(), x.f() + x.numel());
   a.status = SumOverRanks(a, sum.data(), x.numel());
-  ref::RmsNormResidual(sum.data(), a.operands[1].f(), a.operands[2].f(), x.dim(0), x.dim(1), a.Float("eps"),
+  return sum;
+}
+void AllReduceResidual(const A& a) {
+  ref::Add(a.operands[1].f(), Summed(a).data(), a.results[0].numel(), a.results[0].f());
+}
+void AllReduceNormResidual(const A& a) {
+  const CpuTensor& x = a.operands[0];
+  ref::RmsNormResidual(Summed(a).data(), a.operands[1].f(), a.operands[2].f(), x.dim(0), x.dim(1), a.Float("eps"),
                        a.results[0].f());
 }
 

@@ -156,11 +156,13 @@ absl::Status NormLinear(const A& a) {
 
 // Collectives: NCCL on the step stream (captured into the step's graph like
 // the kernels). Without a communicator the group is this rank alone.
+// A communicator's error, naming the step (as Check does for CUDA errors).
+absl::Status InStep(const A& a, const absl::Status& s) {
+  return s.ok() ? s : absl::Status(s.code(), absl::StrCat("step ", a.step->name, ": ", s.message()));
+}
 absl::Status ReduceInPlace(const A& a, bf16* data, int64_t n) {
   if (a.comm == nullptr) return absl::OkStatus();
-  absl::Status ok = a.comm->AllReduceSum(data, n, ir::DType::kBF16, a.stream);
-  if (ok.ok()) return ok;
-  return absl::Status(ok.code(), absl::StrCat("step ", a.step->name, ": ", ok.message()));
+  return InStep(a, a.comm->AllReduceSum(data, n, ir::DType::kBF16, a.stream));
 }
 absl::Status AllReduce(const A& a) {
   const int64_t n = a.results[0].numel();
@@ -186,8 +188,7 @@ absl::Status AllGather(const A& a) {
                                           cudaMemcpyDeviceToDevice, a.stream),
                           a));
   } else {
-    absl::Status ok = a.comm->AllGather(In(a, 0), landing, rows * cols, ir::DType::kBF16, a.stream);
-    if (!ok.ok()) return absl::Status(ok.code(), absl::StrCat("step ", a.step->name, ": ", ok.message()));
+    RETURN_IF_ERROR(InStep(a, a.comm->AllGather(In(a, 0), landing, rows * cols, ir::DType::kBF16, a.stream)));
   }
   if (rows == 1) return absl::OkStatus();
   const size_t block = static_cast<size_t>(cols) * 2;

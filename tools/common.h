@@ -38,6 +38,9 @@ struct ParallelOptions {
   std::string master;    // --master ADDR:PORT (node 0), when nnodes > 1
 };
 
+// --tp as given: 0 (not given) or a degree in [1, ir::kMaxTensorParallel].
+absl::Status CheckTpFlag(int64_t tp);
+
 // Loads and checks `plan_file` against the model, or compiles one at degree
 // `tp` (0: 1). A plan file's degree wins; a `tp` that differs is an error.
 absl::StatusOr<compiler::Plan> PlanForModel(const Model& model, const std::string& plan_file,
