@@ -1,7 +1,6 @@
 #include "passes/shard.h"
 
 #include <algorithm>
-#include <optional>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"

@@ -92,23 +92,22 @@ absl::Status MultiRankBackend::RowLogprobs(const std::vector<LogprobRequest>& ro
   return ranks_[0]->RowLogprobs(rows, out);
 }
 
-absl::StatusOr<std::vector<double>> MultiRankBackend::TimeExecute(const StepBatch& batch, int warmup,
-                                                                  int iterations) {
+absl::StatusOr<std::vector<double>> MultiRankBackend::Rank0Times(const std::function<Times(Backend&)>& run) {
   std::vector<std::vector<double>> times(ranks_.size());
   RETURN_IF_ERROR(OnAllRanks([&](int r) -> absl::Status {
-    ASSIGN_OR_RETURN(times[r], ranks_[r]->TimeExecute(batch, warmup, iterations));
+    ASSIGN_OR_RETURN(times[r], run(*ranks_[r]));
     return absl::OkStatus();
   }));
   return times[0];
 }
 
+absl::StatusOr<std::vector<double>> MultiRankBackend::TimeExecute(const StepBatch& batch, int warmup,
+                                                                  int iterations) {
+  return Rank0Times([&](Backend& b) { return b.TimeExecute(batch, warmup, iterations); });
+}
+
 absl::StatusOr<std::vector<double>> MultiRankBackend::ProfileExecute(const StepBatch& batch) {
-  std::vector<std::vector<double>> times(ranks_.size());
-  RETURN_IF_ERROR(OnAllRanks([&](int r) -> absl::Status {
-    ASSIGN_OR_RETURN(times[r], ranks_[r]->ProfileExecute(batch));
-    return absl::OkStatus();
-  }));
-  return times[0];
+  return Rank0Times([&](Backend& b) { return b.ProfileExecute(batch); });
 }
 
 std::unique_ptr<Backend> CreateCpuTensorParallel(int tp, bool sample_where_logits_are) {

@@ -45,6 +45,9 @@ class MultiRankBackend : public Backend {
  private:
   // Runs `job(rank)` on every rank's thread; the first failure (by rank) or OK.
   absl::Status OnAllRanks(const std::function<absl::Status(int)>& job);
+  // Runs a timing call on every rank (they meet in the collectives); rank 0's times.
+  using Times = absl::StatusOr<std::vector<double>>;
+  Times Rank0Times(const std::function<Times(Backend&)>& run);
   void Worker(int rank);
 
   std::shared_ptr<CommunicatorGroup> group_;  // destroyed after the ranks (declared first)
