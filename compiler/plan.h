@@ -17,7 +17,8 @@ namespace ag::compiler {
 
 // 2: ModelInfo.config, the fingerprint of the config the plan was compiled from.
 // 3: the tensor-parallel degree and each weight piece's shard.
-inline constexpr uint32_t kPlanVersion = 3;
+// 4: rotary frequencies are fp32 for every checkpoint dtype (no freq_dtype attribute).
+inline constexpr uint32_t kPlanVersion = 4;
 inline constexpr int64_t kArenaAlignment = 256;
 // Bounds a plan must keep; the compiler refuses options beyond them.
 inline constexpr int64_t kMaxArenaBytes = int64_t{1} << 40;

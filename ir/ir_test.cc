@@ -23,7 +23,7 @@ constexpr char kSmallGraph[] = R"(graph tiny (R<=8, S<=4, T<=8) {
   %q = slice(%qkv) {axis=1, size=4, start=0} : f32[T,4] loc(0)
   %k = slice(%qkv) {axis=1, size=4, start=4} : f32[T,4] loc(0)
   %v = slice(%qkv) {axis=1, size=4, start=8} : f32[T,4] loc(0)
-  %qr = rotary(%q, %positions) {freq_dtype="f32", head_dim=4, heads=1, rot=2, theta=10000.0} : f32[T,4] loc(0)
+  %qr = rotary(%q, %positions) {head_dim=4, heads=1, rot=2, theta=10000.0} : f32[T,4] loc(0)
   %a = attention(%qr, %k, %v, $kv.0) {head_dim=4, heads=1, kv_heads=1} : f32[T,4] loc(0)
   %s, %n = add_rms_norm(%a, %q, @norm4) {eps=0.5} : f32[T,4], f32[T,4]
   %last = gather_rows(%n, %rows) : f32[R,4]

@@ -85,8 +85,6 @@ absl::Status CheckRotaryAttrs(const Attrs& attrs, int64_t head_dim) {
     return Errf("rot (", rot, ") must be even and within head_dim (", head_dim, ")");
   }
   if (!(theta > 0)) return Err("theta must be positive");
-  ASSIGN_OR_RETURN(std::string freq, GetString(attrs, "freq_dtype"));
-  if (freq != "f32" && freq != "bf16" && freq != "f16") return Err("freq_dtype must be f32, bf16 or f16");
   return absl::OkStatus();
 }
 
@@ -337,15 +335,13 @@ absl::StatusOr<Types> InferAllReduceNormResidual(Operands o, const Attrs& a) {
 
 constexpr AttrSpec kEps[] = {{"eps", AttrKind::kFloat}};
 constexpr AttrSpec kRotary[] = {
-    {"heads", AttrKind::kInt}, {"head_dim", AttrKind::kInt}, {"rot", AttrKind::kInt}, {"theta", AttrKind::kFloat},
-    {"freq_dtype", AttrKind::kString}};
+    {"heads", AttrKind::kInt}, {"head_dim", AttrKind::kInt}, {"rot", AttrKind::kInt}, {"theta", AttrKind::kFloat}};
 constexpr AttrSpec kHeads[] = {{"heads", AttrKind::kInt}, {"kv_heads", AttrKind::kInt}, {"head_dim", AttrKind::kInt}};
 constexpr AttrSpec kParts[] = {{"parts", AttrKind::kInt}};
 constexpr AttrSpec kSlice[] = {{"axis", AttrKind::kInt}, {"start", AttrKind::kInt}, {"size", AttrKind::kInt}};
 constexpr AttrSpec kNormQkvRope[] = {{"eps", AttrKind::kFloat},   {"heads", AttrKind::kInt},
                                      {"kv_heads", AttrKind::kInt}, {"head_dim", AttrKind::kInt},
-                                     {"rot", AttrKind::kInt},      {"theta", AttrKind::kFloat},
-                                     {"freq_dtype", AttrKind::kString}};
+                                     {"rot", AttrKind::kInt},      {"theta", AttrKind::kFloat}};
 
 constexpr std::span<const AttrSpec> kNone{};
 

@@ -129,7 +129,7 @@ absl::StatusOr<bool> NormQkvRopeKvWrite(Graph& g, int32_t n, const Users& users)
   if (!HasExactlyUsers(g, users, q, 1) || users[q].size() != 1) return false;
   const Node& qrot = g.nodes()[users[q][0]];
   if (qrot.op != OpId::k_rotary || qrot.operands[0] != q || qrot.operands[1] != krot->operands[1]) return false;
-  for (const char* a : {"head_dim", "rot", "theta", "freq_dtype"}) {
+  for (const char* a : {"head_dim", "rot", "theta"}) {
     if (!SameAttr(qrot, *krot, a)) return false;
   }
   if (!(Attr(*krot, "heads") == Attr(write, "kv_heads")) || !(Attr(*krot, "head_dim") == Attr(write, "head_dim"))) {
@@ -146,8 +146,7 @@ absl::StatusOr<bool> NormQkvRopeKvWrite(Graph& g, int32_t n, const Users& users)
   r.layer = write.layer;
   r.attrs = {{"eps", Attr(*norm, "eps")},           {"heads", Attr(qrot, "heads")},
              {"kv_heads", Attr(*krot, "heads")},    {"head_dim", Attr(qrot, "head_dim")},
-             {"rot", Attr(qrot, "rot")},             {"theta", Attr(qrot, "theta")},
-             {"freq_dtype", Attr(qrot, "freq_dtype")}};
+             {"rot", Attr(qrot, "rot")},             {"theta", Attr(qrot, "theta")}};
   r.replaces = {qrot.results[0]};
   r.pattern = {ProducerIndex(g, h), ProducerIndex(g, q), ProducerIndex(g, krot->operands[0]), ProducerIndex(g, v),
                ProducerIndex(g, qrot.results[0]), ProducerIndex(g, kr), n};

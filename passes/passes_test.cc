@@ -124,8 +124,8 @@ constexpr char kFuseIn3[] = R"(graph t (S<=2, T<=4) {
   %q = linear(%h, @l.q_proj.weight, @l.q_proj.bias) : f32[T,8] loc(0)
   %k = linear(%h, @l.k_proj.weight, @l.k_proj.bias) : f32[T,4] loc(0)
   %v = linear(%h, @l.v_proj.weight, @l.v_proj.bias) : f32[T,4] loc(0)
-  %q_rot = rotary(%q, %positions) {freq_dtype="f32", head_dim=4, heads=2, rot=2, theta=10000.0} : f32[T,8] loc(0)
-  %k_rot = rotary(%k, %positions) {freq_dtype="f32", head_dim=4, heads=1, rot=2, theta=10000.0} : f32[T,4] loc(0)
+  %q_rot = rotary(%q, %positions) {head_dim=4, heads=2, rot=2, theta=10000.0} : f32[T,8] loc(0)
+  %k_rot = rotary(%k, %positions) {head_dim=4, heads=1, rot=2, theta=10000.0} : f32[T,4] loc(0)
   kv_cache_write(%k_rot, %v, %slot_mapping, $kv.0) {head_dim=4, heads=2, kv_heads=1} loc(0)
   %a = paged_attention(%q_rot, $kv.0, %seq_offsets, %block_tables, %context_lens) {head_dim=4, heads=2, kv_heads=1} : f32[T,8] loc(0)
   output %a
@@ -142,7 +142,7 @@ constexpr char kFuseOut3[] = R"(graph t (S<=2, T<=4) {
   input %block_tables : i32[S,MB]
   input %context_lens : i32[S]
   state $kv.0 : f32[2,NB,4,1,4]
-  %q_rot = norm_qkv_rope_kv_write(%x, @ln, @l.qkv_proj.weight, %positions, %slot_mapping, $kv.0, @l.qkv_proj.bias) {eps=1e-05, freq_dtype="f32", head_dim=4, heads=2, kv_heads=1, rot=2, theta=10000.0} : f32[T,8] loc(0)
+  %q_rot = norm_qkv_rope_kv_write(%x, @ln, @l.qkv_proj.weight, %positions, %slot_mapping, $kv.0, @l.qkv_proj.bias) {eps=1e-05, head_dim=4, heads=2, kv_heads=1, rot=2, theta=10000.0} : f32[T,8] loc(0)
   %a = paged_attention(%q_rot, $kv.0, %seq_offsets, %block_tables, %context_lens) {head_dim=4, heads=2, kv_heads=1} : f32[T,8] loc(0)
   output %a
 }

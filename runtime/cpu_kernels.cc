@@ -7,10 +7,6 @@ namespace ag::runtime {
 
 int64_t CpuStepArgs::Int(const char* name) const { return *ir::GetInt(step->attrs, name); }
 float CpuStepArgs::Float(const char* name) const { return static_cast<float>(*ir::GetFloat(step->attrs, name)); }
-ref::FreqPrecision CpuStepArgs::Freq() const {
-  const std::string f = *ir::GetString(step->attrs, "freq_dtype");
-  return f == "bf16" ? ref::FreqPrecision::kBF16 : f == "f16" ? ref::FreqPrecision::kF16 : ref::FreqPrecision::kF32;
-}
 
 namespace {
 
@@ -30,7 +26,7 @@ void Linear(const A& a) {
 }
 void Rotary(const A& a) {
   ref::Rotary(a.operands[0].f(), a.operands[1].i(), a.operands[0].dim(0), a.Int("heads"), a.Int("head_dim"),
-              a.Int("rot"), a.Float("theta"), a.Freq(), a.results[0].f());
+              a.Int("rot"), a.Float("theta"), a.results[0].f());
 }
 void Attention(const A& a) {
   ref::KvCacheWrite(a.operands[1].f(), a.operands[2].f(), a.slot_mapping, a.operands[1].dim(0), a.kv);
@@ -61,7 +57,7 @@ void NormQkvRopeKvWrite(const A& a) {
   std::vector<float> k(tokens * kv_width), v(tokens * kv_width);
   ref::NormQkvRope(x.f(), a.operands[1].f(), a.operands[2].f(), a.Optional(6), a.operands[3].i(), tokens, x.dim(1),
                    a.Float("eps"), a.Int("heads"), a.Int("kv_heads"), a.Int("head_dim"), a.Int("rot"), a.Float("theta"),
-                   a.Freq(), a.results[0].f(), k.data(), v.data());
+                   a.results[0].f(), k.data(), v.data());
   ref::KvCacheWrite(k.data(), v.data(), a.operands[4].i(), tokens, a.kv);
 }
 void NormGateUpSilu(const A& a) {

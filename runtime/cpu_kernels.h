@@ -27,7 +27,6 @@ struct CpuStepArgs {
 
   int64_t Int(const char* name) const;
   float Float(const char* name) const;
-  ref::FreqPrecision Freq() const;  // the rotary freq_dtype attribute
   // Optional trailing operand (a bias), or null.
   const float* Optional(size_t index) const {
     return index < operands.size() ? operands[index].f() : nullptr;

@@ -11,11 +11,6 @@
 
 namespace ag::runtime {
 
-cuda::FreqPrecision CudaStepArgs::Freq() const {
-  const std::string f = *ir::GetString(step->attrs, "freq_dtype");
-  return f == "bf16" ? cuda::FreqPrecision::kBF16 : f == "f16" ? cuda::FreqPrecision::kF16 : cuda::FreqPrecision::kF32;
-}
-
 namespace {
 
 using A = CudaStepArgs;
@@ -67,7 +62,7 @@ absl::Status LinearOp(const A& a) {
 }
 absl::Status Rotary(const A& a) {
   return Check(cuda::LaunchRotary(In(a, 0), a.operands[1].as<const int32_t>(), a.operands[0].dim(0), a.Int("heads"),
-                                  a.Int("head_dim"), a.Int("rot"), a.Float("theta"), a.Freq(), Out(a), a.stream),
+                                  a.Int("head_dim"), a.Int("rot"), a.Float("theta"), Out(a), a.stream),
                a);
 }
 absl::Status PagedAttention(const A& a) {
@@ -122,7 +117,6 @@ absl::Status NormQkvRopeKvWrite(const A& a) {
   r.head_dim = static_cast<int>(a.Int("head_dim"));
   r.rot = static_cast<int>(a.Int("rot"));
   r.theta = a.Float("theta");
-  r.freq = a.Freq();
   return Check(cuda::LaunchLinear(p, a.stream), a);
 }
 // The gate/up weight was uploaded with its rows interleaved (see the backend).

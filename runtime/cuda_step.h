@@ -44,7 +44,6 @@ struct CudaStepArgs {
 
   int64_t Int(const char* name) const { return *ir::GetInt(step->attrs, name); }
   float Float(const char* name) const { return static_cast<float>(*ir::GetFloat(step->attrs, name)); }
-  cuda::FreqPrecision Freq() const;
 };
 
 using CudaKernel = absl::Status (*)(const CudaStepArgs& args);

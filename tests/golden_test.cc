@@ -3,6 +3,11 @@
 // golden ones and every logits row must be within 1e-3 of golden.
 #include <gtest/gtest.h>
 
+#include <fstream>
+
+#include <nlohmann/json.hpp>
+
+#include "kernels/ref/ref.h"
 #include "tests/testing/engine_runner.h"
 
 namespace ag {
@@ -29,9 +34,10 @@ TEST_P(Golden, TokensAndLogitsMatchTransformers) {
     ASSERT_EQ(out.logits.size(), rows) << "P + N - 1 rows";
     ASSERT_EQ(out.logits[0].size(), c.logits[0].size());
     EXPECT_EQ(runner.steps(), static_cast<int64_t>(c.new_tokens.size())) << "one prefill, then one step per token";
-    const double err = testing::MaxAbsDiff(out.logits, testing::FirstRows(c.logits, rows));
-    EXPECT_LE(err, kTolerance) << fixture << " case " << i;
-    std::printf("%s case %zu: %zu rows, max |logit - golden| = %.3g\n", fixture.c_str(), i, rows, err);
+    const testing::WorstDiff worst = testing::MaxAbsDiffRow(out.logits, testing::FirstRows(c.logits, rows));
+    EXPECT_LE(worst.err, kTolerance) << fixture << " case " << i << ": worst row " << worst.row << " of " << rows;
+    std::printf("%s case %zu: %zu rows, max |logit - golden| = %.3g (row %zu)\n", fixture.c_str(), i, rows, worst.err,
+                worst.row);
   }
 }
 
@@ -46,7 +52,39 @@ TEST_P(Golden, ChunkedPrefillGivesTheSameAnswer) {
     const testing::Generation out = testing::FixtureRunner(fixture, options).Run({c})[0];
     EXPECT_EQ(out.tokens, c.new_tokens);
     const size_t rows = c.input_ids.size() + c.new_tokens.size() - 1;
-    EXPECT_LE(testing::MaxAbsDiff(out.logits, testing::FirstRows(c.logits, rows)), kTolerance);
+    const testing::WorstDiff worst = testing::MaxAbsDiffRow(out.logits, testing::FirstRows(c.logits, rows));
+    EXPECT_LE(worst.err, kTolerance) << fixture << ": worst row " << worst.row << " of " << rows;
+  }
+}
+
+// The bug this guards against: a bf16 checkpoint's rotary inverse frequencies
+// rounded to bf16 (transformers computes them fresh in fp32 at every load; a
+// golden made from a model cast whole to bf16 and back had them rounded).
+TEST(Rotary, Bf16FixtureUsesTheFp32Frequencies) {
+  const std::string dir = testing::TestDataDir() + "/tiny-glm4";
+  std::ifstream in(dir + "/config.json");
+  ASSERT_EQ(nlohmann::json::parse(in).at("dtype"), "bfloat16") << "the fixture must be a bf16 checkpoint";
+  // model.rotary_emb.inv_freq of a fresh transformers 5.24 load of tiny-glm4 (dtype auto: bf16 weights).
+  const float transformers_inv_freq[] = {0x1p+0f, 0x1.99999ap-4f, 0x1.47ae14p-7f, 0x1.0624dep-10f};
+  absl::StatusOr<glm::ModelConfig> config = glm::LoadModelConfig(dir);
+  ASSERT_TRUE(config.ok()) << config.status();
+  for (ir::DType dtype : {ir::DType::kF32, ir::DType::kBF16}) {
+    compiler::CompileOptions options;
+    options.build.dtype = dtype;
+    absl::StatusOr<compiler::CompileResult> compiled = compiler::Compile(*config, options);
+    ASSERT_TRUE(compiled.ok()) << compiled.status();
+    int rotary_steps = 0;
+    for (const compiler::PlanStep& step : compiled->plan.steps) {
+      if (!step.attrs.contains("theta")) continue;
+      ++rotary_steps;
+      EXPECT_EQ(step.attrs.size(), ir::GetOpInfo(step.kernel).attrs.size()) << "no precision attribute: " << step.name;
+      const int64_t rot = *ir::GetInt(step.attrs, "rot");
+      ASSERT_EQ(rot / 2, 4) << step.name;
+      float inv_freq[4];
+      ref::RotaryInvFreq(rot, static_cast<float>(*ir::GetFloat(step.attrs, "theta")), inv_freq);
+      for (int i = 0; i < 4; ++i) EXPECT_EQ(inv_freq[i], transformers_inv_freq[i]) << step.name << " pair " << i;
+    }
+    EXPECT_EQ(rotary_steps, config->num_layers) << "one fused QKV/rotary step per layer";
   }
 }
 

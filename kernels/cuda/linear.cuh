@@ -38,7 +38,6 @@ struct QkvRope {
   PagedKv cache;
   int heads = 0, kv_heads = 0, head_dim = 0, rot = 0;
   float theta = 10000.0f;
-  FreqPrecision freq = FreqPrecision::kF32;
 };
 
 struct LinearParams {

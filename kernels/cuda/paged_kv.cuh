@@ -28,23 +28,16 @@ struct SeqBatch {
   int64_t max_blocks = 0;
 };
 
-// Precision of the rotary inverse frequencies (see ModelConfig::rope_freq_dtype).
-enum class FreqPrecision : int { kF32, kBF16, kF16 };
-
 #ifdef __CUDACC__  // device helpers; host code only needs the types above
 
-// inv_freq[i] = 1 / theta^(2i / rot) in fp32, rounded to `precision`: as kernels/ref computes it.
-__device__ __forceinline__ float InvFreq(int i, int rot, float theta, FreqPrecision precision) {
-  const float f = 1.0f / powf(theta, static_cast<float>(2 * i) / static_cast<float>(rot));
-  if (precision == FreqPrecision::kBF16) return __bfloat162float(__float2bfloat16(f));
-  if (precision == FreqPrecision::kF16) return __half2float(__float2half(f));
-  return f;
+// inv_freq[i] = 1 / theta^(2i / rot) in fp32, for every checkpoint dtype: as kernels/ref computes it.
+__device__ __forceinline__ float InvFreq(int i, int rot, float theta) {
+  return 1.0f / powf(theta, static_cast<float>(2 * i) / static_cast<float>(rot));
 }
 
 // Rotates the pair (x0, x1) = channels (2i, 2i+1) of a head at `position`.
-__device__ __forceinline__ void RotatePair(float& x0, float& x1, int i, int rot, int position, float theta,
-                                           FreqPrecision precision) {
-  const float angle = static_cast<float>(position) * InvFreq(i, rot, theta, precision);
+__device__ __forceinline__ void RotatePair(float& x0, float& x1, int i, int rot, int position, float theta) {
+  const float angle = static_cast<float>(position) * InvFreq(i, rot, theta);
   float s, c;
   sincosf(angle, &s, &c);
   const float a = x0 * c - x1 * s;

@@ -3,25 +3,21 @@
 #include <cmath>
 #include <vector>
 
-#include "kernels/ref/half.h"
 #include "kernels/ref/ref.h"
 
 namespace ag::ref {
 
-void RotaryInvFreq(int64_t rot, float theta, FreqPrecision precision, float* inv_freq) {
+void RotaryInvFreq(int64_t rot, float theta, float* inv_freq) {
   for (int64_t i = 0; i < rot / 2; ++i) {
-    const float f = 1.0f / std::pow(theta, static_cast<float>(2 * i) / static_cast<float>(rot));
-    inv_freq[i] = precision == FreqPrecision::kBF16 ? RoundToBF16(f)
-                  : precision == FreqPrecision::kF16 ? HalfToFloat(FloatToHalf(f))
-                                                     : f;
+    inv_freq[i] = 1.0f / std::pow(theta, static_cast<float>(2 * i) / static_cast<float>(rot));
   }
 }
 
 void Rotary(const float* x, const int32_t* positions, int64_t tokens, int64_t heads, int64_t head_dim, int64_t rot,
-            float theta, FreqPrecision precision, float* out) {
+            float theta, float* out) {
   const int64_t width = heads * head_dim;
   std::vector<float> inv_freq(rot / 2);
-  RotaryInvFreq(rot, theta, precision, inv_freq.data());
+  RotaryInvFreq(rot, theta, inv_freq.data());
   for (int64_t t = 0; t < tokens; ++t) {
     const float pos = static_cast<float>(positions[t]);
     for (int64_t h = 0; h < heads; ++h) {

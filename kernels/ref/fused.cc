@@ -8,15 +8,15 @@ namespace ag::ref {
 
 void NormQkvRope(const float* x, const float* norm_w, const float* w, const float* bias, const int32_t* positions,
                  int64_t tokens, int64_t hidden, float eps, int64_t heads, int64_t kv_heads, int64_t head_dim,
-                 int64_t rot, float theta, FreqPrecision precision, float* q, float* k, float* v) {
+                 int64_t rot, float theta, float* q, float* k, float* v) {
   const int64_t qw = heads * head_dim, kvw = kv_heads * head_dim;
   std::vector<float> normed(tokens * hidden);
   RmsNorm(x, norm_w, tokens, hidden, eps, normed.data());
   Linear(normed.data(), w, bias, tokens, hidden, qw, q);
   Linear(normed.data(), w + qw * hidden, bias != nullptr ? bias + qw : nullptr, tokens, hidden, kvw, k);
   Linear(normed.data(), w + (qw + kvw) * hidden, bias != nullptr ? bias + qw + kvw : nullptr, tokens, hidden, kvw, v);
-  Rotary(q, positions, tokens, heads, head_dim, rot, theta, precision, q);
-  Rotary(k, positions, tokens, kv_heads, head_dim, rot, theta, precision, k);
+  Rotary(q, positions, tokens, heads, head_dim, rot, theta, q);
+  Rotary(k, positions, tokens, kv_heads, head_dim, rot, theta, k);
 }
 
 void NormGateUpSilu(const float* x, const float* norm_w, const float* w, int64_t rows, int64_t hidden, int64_t inter,

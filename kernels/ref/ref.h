@@ -50,15 +50,13 @@ void RmsNorm(const float* x, const float* w, int64_t rows, int64_t n, float eps,
 // y[rows, out_features] = x[rows, in] W^T (+ bias). bias may be null.
 void Linear(const float* x, const float* w, const float* bias, int64_t rows, int64_t in, int64_t out_features,
             float* y);
-// Precision the rotary inverse frequencies are rounded to (see ModelConfig::rope_freq_dtype).
-enum class FreqPrecision { kF32, kBF16, kF16 };
-
-// inv_freq[i] = 1 / theta^(2i / rot) for i < rot / 2, in fp32, then rounded to `precision`.
-void RotaryInvFreq(int64_t rot, float theta, FreqPrecision precision, float* inv_freq);
+// inv_freq[i] = 1 / theta^(2i / rot) for i < rot / 2, in fp32 whatever the
+// checkpoint's dtype (transformers computes it fresh in fp32 at every load).
+void RotaryInvFreq(int64_t rot, float theta, float* inv_freq);
 // Interleaved (GPT-J style) partial rotary on the first `rot` channels of each head.
 // In place is allowed (out == x).
 void Rotary(const float* x, const int32_t* positions, int64_t tokens, int64_t heads, int64_t head_dim, int64_t rot,
-            float theta, FreqPrecision precision, float* out);
+            float theta, float* out);
 void Add(const float* a, const float* b, int64_t n, float* out);
 void Mul(const float* a, const float* b, int64_t n, float* out);
 void Silu(const float* x, int64_t n, float* out);
@@ -117,7 +115,7 @@ void PagedAttention(const float* q, int64_t heads, const KvCache& cache, const S
 // x -> rms_norm -> [q | k | v] = x W^T + b -> rotary on q and k.
 void NormQkvRope(const float* x, const float* norm_w, const float* w, const float* bias, const int32_t* positions,
                  int64_t tokens, int64_t hidden, float eps, int64_t heads, int64_t kv_heads, int64_t head_dim,
-                 int64_t rot, float theta, FreqPrecision precision, float* q, float* k, float* v);
+                 int64_t rot, float theta, float* q, float* k, float* v);
 // silu(gate) * up where [gate | up] = rms_norm(x) W^T; W is [2 * inter, hidden].
 void NormGateUpSilu(const float* x, const float* norm_w, const float* w, int64_t rows, int64_t hidden, int64_t inter,
                     float eps, float* out);

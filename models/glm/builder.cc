@@ -116,8 +116,7 @@ class Builder {
     return {{"heads", heads},
             {"head_dim", c_.head_dim},
             {"rot", c_.rotary_dim},
-            {"theta", c_.rope_theta},
-            {"freq_dtype", c_.rope_freq_dtype}};
+            {"theta", c_.rope_theta}};
   }
   static Attrs Slice(int64_t start, int64_t size) {
     return {{"axis", int64_t{1}}, {"start", start}, {"size", size}};

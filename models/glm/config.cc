@@ -187,8 +187,7 @@ std::string ConfigFingerprint(const ModelConfig& c) {
                       "\nvocab_size=", c.vocab_size, "\nrms_norm_eps=", absl::StrFormat("%.17g", c.rms_norm_eps),
                       "\nattention_bias=", c.attention_bias, "\nmax_position_embeddings=", c.max_position_embeddings,
                       "\ntie_word_embeddings=", c.tie_word_embeddings,
-                      "\nrope_theta=", absl::StrFormat("%.17g", c.rope_theta), "\nrotary_dim=", c.rotary_dim,
-                      "\nrope_freq_dtype=", c.rope_freq_dtype, "\neos_token_ids=", absl::StrJoin(c.eos_token_ids, ","),
+                      "\nrope_theta=", absl::StrFormat("%.17g", c.rope_theta), "\nrotary_dim=", c.rotary_dim, "\neos_token_ids=", absl::StrJoin(c.eos_token_ids, ","),
                       "\n");
 }
 
@@ -223,11 +222,10 @@ absl::StatusOr<ModelConfig> ParseModelConfig(absl::string_view json_text, absl::
   if (dtype.empty()) {
     ASSIGN_OR_RETURN(dtype, f.String("torch_dtype", "float32"));
   }
-  if (dtype == "bfloat16") {
-    c.rope_freq_dtype = "bf16";
-  } else if (dtype == "float16") {
-    c.rope_freq_dtype = "f16";
-  } else if (dtype != "float32") {
+  // The checkpoint's dtype changes nothing we compute (the rotary inverse
+  // frequencies stay fp32, as transformers computes them at load), but a dtype
+  // we do not know means a checkpoint we do not understand.
+  if (dtype != "bfloat16" && dtype != "float16" && dtype != "float32") {
     return f.Error(f.Has("dtype") ? "dtype" : "torch_dtype", absl::StrCat("'", dtype, "' is not supported"));
   }
   if (f.Has("pad_token_id")) {

@@ -43,11 +43,6 @@ struct ModelConfig {
   double rope_theta = 10000.0;
   double partial_rotary_factor = 0.5;
   int64_t rotary_dim = 0;  // int(head_dim * partial_rotary_factor), even
-  // The precision of the rotary inverse frequencies: "f32", or the
-  // checkpoint's dtype ("bf16", "f16"). transformers keeps inv_freq as a model
-  // buffer, so loading a bf16 checkpoint rounds it to bf16 even when the model
-  // then computes in fp32; the fixtures' golden logits show it.
-  std::string rope_freq_dtype = "f32";
   std::vector<int64_t> eos_token_ids;
   int64_t pad_token_id = -1;
 

@@ -131,19 +131,28 @@ TEST(Config, EosDefaultsToGlm4sThreeIds) {
   absl::StatusOr<ModelConfig> c = ParseModelConfig(text, "config.json");
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_EQ(c->eos_token_ids, (std::vector<int64_t>{151329, 151336, 151338}));
-  EXPECT_EQ(c->rope_freq_dtype, "f32");
 }
 
-TEST(Config, CheckpointDtypeSetsTheRotaryFrequencyPrecision) {
-  for (auto [key, value, want] : {std::tuple{"dtype", "bfloat16", "bf16"}, std::tuple{"torch_dtype", "float16", "f16"},
-                                  std::tuple{"torch_dtype", "float32", "f32"}}) {
+TEST(Config, CheckpointDtypeIsCheckedButChangesNoFingerprint) {
+  // The rotary frequencies are fp32 whatever the dtype (transformers computes
+  // inv_freq fresh at every load), so a bf16 and an fp32 config compile alike.
+  std::string fingerprint;
+  for (auto [key, value] : {std::pair{"dtype", "bfloat16"}, std::pair{"torch_dtype", "float16"},
+                            std::pair{"torch_dtype", "float32"}}) {
     const std::string text = std::string(R"({"model_type":"glm","hidden_size":64,"intermediate_size":8,)") +
                              R"("num_hidden_layers":1,"num_attention_heads":4,"vocab_size":10,")" + key + "\":\"" +
                              value + "\"}";
     absl::StatusOr<ModelConfig> c = ParseModelConfig(text, "config.json");
     ASSERT_TRUE(c.ok()) << c.status();
-    EXPECT_EQ(c->rope_freq_dtype, want) << key << "=" << value;
+    if (fingerprint.empty()) fingerprint = ConfigFingerprint(*c);
+    EXPECT_EQ(ConfigFingerprint(*c), fingerprint) << key << "=" << value;
   }
+  absl::StatusOr<ModelConfig> bad = ParseModelConfig(
+      R"({"model_type":"glm","hidden_size":64,"intermediate_size":8,"num_hidden_layers":1,)"
+      R"("num_attention_heads":4,"vocab_size":10,"dtype":"int3"})",
+      "config.json");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("dtype"), std::string::npos) << bad.status();
 }
 
 }  // namespace

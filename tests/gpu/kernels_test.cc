@@ -102,13 +102,12 @@ TEST(GpuKernels, RotaryAndKvCacheWrite) {
   const std::vector<float> x = RandomBf16(tokens * heads * head_dim, 8);
   std::vector<int32_t> pos(tokens);
   for (int64_t t = 0; t < tokens; ++t) pos[t] = static_cast<int32_t>(t * 37 + 5);
-  for (auto [rot, freq] : {std::pair{8, cuda::FreqPrecision::kBF16}, std::pair{16, cuda::FreqPrecision::kF32}}) {
+  for (int64_t rot : {8, 16}) {
     Bf16Array dx(x), out(x.size());
     DeviceArray<int32_t> dpos(pos);
-    ASSERT_CUDA(cuda::LaunchRotary(dx.get(), dpos.get(), tokens, heads, head_dim, rot, 10000.0f, freq, out.get(), nullptr));
+    ASSERT_CUDA(cuda::LaunchRotary(dx.get(), dpos.get(), tokens, heads, head_dim, rot, 10000.0f, out.get(), nullptr));
     std::vector<float> want(x.size());
-    ref::Rotary(x.data(), pos.data(), tokens, heads, head_dim, rot, 10000.0f,
-                freq == cuda::FreqPrecision::kBF16 ? ref::FreqPrecision::kBF16 : ref::FreqPrecision::kF32, want.data());
+    ref::Rotary(x.data(), pos.data(), tokens, heads, head_dim, rot, 10000.0f, want.data());
     ExpectClose(out.Download(), want, kAtol, kRtol, "rotary");
   }
   for (int64_t block : {1, 16}) {
@@ -234,23 +233,22 @@ void CheckLinear(const LinearCase& c, Path path) {
       p.y = q.get();
       p.bias = db.get();
       p.qkv = {dpos.get(), dslots.get(), {kc.get(), vc.get(), block, kv_heads, head_dim}, heads, kv_heads, head_dim,
-               rot, 10000.0f, cuda::FreqPrecision::kBF16};
+               rot, 10000.0f};
       ASSERT_CUDA(launch());
       std::vector<float> wq(q_width * c.k), wk(kv_width * c.k), wv(kv_width * c.k);
       std::vector<float> want_q(c.m * q_width), k(c.m * kv_width), v(c.m * kv_width);
       std::vector<float> want_kc(kc.size(), 0.0f), want_vc(vc.size(), 0.0f);
       if (c.norm) {
         ref::NormQkvRope(x.data(), nw.data(), w.data(), bias.data(), pos.data(), c.m, c.k, 1e-5f, heads, kv_heads,
-                         head_dim, rot, 10000.0f, ref::FreqPrecision::kBF16, want_q.data(), k.data(), v.data());
+                         head_dim, rot, 10000.0f, want_q.data(), k.data(), v.data());
       } else {
         std::vector<float> qkv(c.m * c.n);
         ref::Linear(x.data(), w.data(), bias.data(), c.m, c.k, c.n, qkv.data());
         ref::SliceColumns(qkv.data(), c.m, c.n, 0, q_width, want_q.data());
         ref::SliceColumns(qkv.data(), c.m, c.n, q_width, kv_width, k.data());
         ref::SliceColumns(qkv.data(), c.m, c.n, q_width + kv_width, kv_width, v.data());
-        ref::Rotary(want_q.data(), pos.data(), c.m, heads, head_dim, rot, 10000.0f, ref::FreqPrecision::kBF16,
-                    want_q.data());
-        ref::Rotary(k.data(), pos.data(), c.m, kv_heads, head_dim, rot, 10000.0f, ref::FreqPrecision::kBF16, k.data());
+        ref::Rotary(want_q.data(), pos.data(), c.m, heads, head_dim, rot, 10000.0f, want_q.data());
+        ref::Rotary(k.data(), pos.data(), c.m, kv_heads, head_dim, rot, 10000.0f, k.data());
       }
       ref::KvCacheWrite(k.data(), v.data(), slots.data(), c.m,
                         {want_kc.data(), want_vc.data(), blocks, block, kv_heads, head_dim});

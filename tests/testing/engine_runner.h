@@ -101,13 +101,24 @@ class FixtureRunner {
   int64_t steps_ = 0;
 };
 
-inline double MaxAbsDiff(const std::vector<std::vector<float>>& a, const std::vector<std::vector<float>>& b) {
-  double worst = a.size() == b.size() ? 0.0 : INFINITY;
+// The largest |a - b| over two row lists, and the row it is in (infinite when the shapes differ).
+struct WorstDiff {
+  double err = 0.0;
+  size_t row = 0;
+};
+inline WorstDiff MaxAbsDiffRow(const std::vector<std::vector<float>>& a, const std::vector<std::vector<float>>& b) {
+  WorstDiff worst{a.size() == b.size() ? 0.0 : INFINITY, 0};
   for (size_t r = 0; r < a.size() && r < b.size(); ++r) {
-    if (a[r].size() != b[r].size()) return INFINITY;
-    for (size_t i = 0; i < a[r].size(); ++i) worst = std::max(worst, std::fabs(double{a[r][i]} - double{b[r][i]}));
+    if (a[r].size() != b[r].size()) return {INFINITY, r};
+    for (size_t i = 0; i < a[r].size(); ++i) {
+      const double d = std::fabs(double{a[r][i]} - double{b[r][i]});
+      if (d > worst.err) worst = {d, r};
+    }
   }
   return worst;
+}
+inline double MaxAbsDiff(const std::vector<std::vector<float>>& a, const std::vector<std::vector<float>>& b) {
+  return MaxAbsDiffRow(a, b).err;
 }
 
 // The first `rows` rows of golden logits.
