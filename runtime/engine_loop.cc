@@ -10,24 +10,41 @@ EngineLoop::EngineLoop(std::unique_ptr<Engine> engine) : engine_(std::move(engin
 }
 
 EngineLoop::~EngineLoop() {
+  Stop();
+  thread_.join();
+}
+
+void EngineLoop::Stop() {
   {
     std::lock_guard<std::mutex> lock(mu_);
     stopping_ = true;
   }
   wake_.notify_all();
-  thread_.join();
 }
 
 int64_t EngineLoop::Submit(Request request, Callback on_event, int n, int top_logprobs) {
   if (top_logprobs >= 0) request.logprobs = std::min(top_logprobs, kMaxTopLogprobs);
   int64_t handle;
+  bool queued = false;
   {
     std::lock_guard<std::mutex> lock(mu_);
     handle = next_handle_++;
-    queued_.push_back({handle, std::move(request), std::move(on_event), n});
-    ++in_flight_;
+    if (!stopping_) {
+      queued_.push_back({handle, std::move(request), std::move(on_event), n});
+      ++in_flight_;
+      queued = true;
+    }
   }
-  wake_.notify_all();
+  if (queued) {
+    wake_.notify_all();
+    return handle;
+  }
+  // Stopped: the engine thread may have taken its last requests already, so nobody else would answer.
+  StreamEvent refused;
+  refused.finished = true;
+  refused.reason = FinishReason::kCancelled;
+  refused.error = absl::UnavailableError("the engine is shutting down");
+  on_event(refused);
   return handle;
 }
 
@@ -141,11 +158,12 @@ void EngineLoop::Run() {
       Deliver(e.request, event);
     }
   }
-  // Shutting down: whatever is still in flight is cancelled, and told so.
+  // Shutting down: whatever is still in flight is cancelled, and told why.
   TakeQueued();
   StreamEvent cancelled;
   cancelled.finished = true;
   cancelled.reason = FinishReason::kCancelled;
+  cancelled.error = absl::UnavailableError("the engine is shutting down");
   EndAll(cancelled);
 }
 

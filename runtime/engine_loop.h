@@ -51,11 +51,16 @@ class EngineLoop {
   using Callback = std::function<void(const StreamEvent&)>;
 
   explicit EngineLoop(std::unique_ptr<Engine> engine);
-  // Cancels whatever is still in flight (each callback hears it) and joins the thread.
+  // Stop(), then joins the thread.
   ~EngineLoop();
   EngineLoop(const EngineLoop&) = delete;
   EngineLoop& operator=(const EngineLoop&) = delete;
 
+  // Stops taking steps, without waiting: at the next step boundary whatever is
+  // in flight or queued is cancelled (each callback hears kCancelled with an
+  // Unavailable error) and the thread ends. A request submitted after Stop is
+  // refused at once, the same way.
+  void Stop();
   // Queues a request; returns the handle Cancel takes. Never blocks on a step.
   // `n` choices of one prompt (Engine::SubmitChoices) each hear their own
   // events; `top_logprobs` >= 0 adds log-probabilities to every token event.

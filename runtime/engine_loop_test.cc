@@ -98,38 +98,79 @@ TEST_F(EngineLoopTest, RefusalsCancellationAndShutdown) {
   EXPECT_FALSE(refused.error.ok());
   EXPECT_NE(refused.error.message().find("prompt is empty"), std::string::npos);
 
-  // Cancelled after its first token, from another thread than the engine's.
+  // Cancelled from its first token's callback (on the engine thread): the
+  // cancel is taken before the next step, and nothing else can end the
+  // request first (no eos stop, a length far off), so exactly one token comes.
   Request longer = Make(0);
   longer.max_new_tokens = 200;
+  longer.stop_on_eos = false;
   auto got = std::make_shared<Result>();
-  std::promise<void> first, last;
-  std::atomic<bool> seen_first{false};
-  const int64_t handle = loop->Submit(longer, [&, got](const StreamEvent& e) {
-    if (e.token >= 0) got->tokens.push_back(e.token);
-    if (e.token >= 0 && !seen_first.exchange(true)) first.set_value();
+  std::promise<int64_t> handle_promise;
+  std::shared_future<int64_t> handle = handle_promise.get_future().share();
+  std::promise<void> last;
+  EngineLoop* raw = loop.get();
+  handle_promise.set_value(loop->Submit(longer, [&, got, handle, raw](const StreamEvent& e) {
+    if (e.token >= 0) {
+      got->tokens.push_back(e.token);
+      if (got->tokens.size() == 1) raw->Cancel(handle.get());
+    }
     if (e.finished) {
       got->reason = e.reason;
       last.set_value();
     }
-  });
-  first.get_future().wait();
-  loop->Cancel(handle);
+  }));
   last.get_future().wait();
   EXPECT_EQ(got->reason, FinishReason::kCancelled);
-  EXPECT_LT(got->tokens.size(), 200u);
+  EXPECT_EQ(got->tokens.size(), 1u);
   EXPECT_EQ(loop->in_flight(), 0);
 
-  // Shutdown with requests in flight: each hears it was cancelled.
-  std::atomic<int> cancelled{0};
+  // Shutdown with requests in flight: each hears it was cancelled. The engine
+  // thread is held in a token callback while the requests are queued and Stop
+  // is called, so none of them can finish (or even start) before the stop.
+  std::atomic<int> cancelled{0}, tokens_after_gate{0};
+  std::promise<void> entered, gate;
+  std::shared_future<void> gate_open = gate.get_future().share();
+  Request held = Make(1);
+  held.max_new_tokens = 200;
+  held.stop_on_eos = false;
+  bool first = true;
+  loop->Submit(held, [&, gate_open](const StreamEvent& e) {
+    if (e.finished && e.reason == FinishReason::kCancelled) ++cancelled;
+    if (e.token < 0) return;
+    if (!first) ++tokens_after_gate;
+    if (std::exchange(first, false)) {
+      entered.set_value();
+      gate_open.wait();
+    }
+  });
+  entered.get_future().wait();
   for (int i = 0; i < 5; ++i) {
     Request r = Make(i);
     r.max_new_tokens = 200;
+    r.stop_on_eos = false;
     loop->Submit(r, [&](const StreamEvent& e) {
+      if (e.token >= 0) ++tokens_after_gate;
       if (e.finished && e.reason == FinishReason::kCancelled) ++cancelled;
     });
   }
+  loop->Stop();
+  gate.set_value();
   loop.reset();
-  EXPECT_EQ(cancelled.load(), 5);
+  EXPECT_EQ(cancelled.load(), 6);
+  EXPECT_EQ(tokens_after_gate.load(), 0) << "no step after the stop";
+}
+
+TEST_F(EngineLoopTest, SubmitAfterStopIsRefusedAtOnce) {
+  CpuBackend backend;
+  EngineLoop loop(MakeEngine(backend));
+  loop.Stop();
+  Result r;
+  loop.Submit(Make(0), [&](const StreamEvent& e) {
+    r.reason = e.reason;
+    r.error = e.error;
+  });
+  EXPECT_TRUE(absl::IsUnavailable(r.error)) << r.error;
+  EXPECT_EQ(loop.in_flight(), 0);
 }
 
 }  // namespace
