@@ -4,6 +4,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "compiler/lower.h"
 #include "ir/status_macros.h"
@@ -43,6 +44,47 @@ absl::StatusOr<CompileResult> Compile(const glm::ModelConfig& config, const Comp
   return CompileResult{std::move(plan), std::move(graph), std::move(ran)};
 }
 
+namespace {
+
+// The model facts a plan's steps carry as attributes: each must be the
+// config's (a plan resealed with another eps or theta would run and answer
+// differently). The config fingerprint covers the plan's header, not its steps.
+absl::Status CheckStepFacts(const Plan& plan, const glm::ModelConfig& config) {
+  const int64_t heads = config.num_heads / plan.tp;
+  const int64_t kv_heads = passes::KvHeadsPerRank(config.num_kv_heads, plan.tp);
+  for (size_t i = 0; i < plan.steps.size(); ++i) {
+    const PlanStep& step = plan.steps[i];
+    for (const auto& [name, value] : step.attrs) {
+      std::string want;
+      if (name == "eps" && *ir::GetFloat(step.attrs, name) != config.rms_norm_eps) {
+        want = absl::StrCat(config.rms_norm_eps);
+      } else if (name == "theta" && *ir::GetFloat(step.attrs, name) != config.rope_theta) {
+        want = absl::StrCat(config.rope_theta);
+      } else if (name == "rot" && *ir::GetInt(step.attrs, name) != config.rotary_dim) {
+        want = absl::StrCat(config.rotary_dim);
+      } else if (name == "head_dim" && *ir::GetInt(step.attrs, name) != config.head_dim) {
+        want = absl::StrCat(config.head_dim);
+      } else if (name == "kv_heads" && *ir::GetInt(step.attrs, name) != kv_heads) {
+        want = absl::StrCat(kv_heads);
+      } else if (name == "heads") {  // a rotary step rotates the query heads or the KV heads
+        const int64_t got = *ir::GetInt(step.attrs, name);
+        const bool rotary = step.kernel == ir::OpId::k_rotary;
+        if (got != heads && !(rotary && got == kv_heads)) {
+          want = rotary ? absl::StrCat(heads, " or ", kv_heads) : absl::StrCat(heads);
+        }
+      }
+      if (!want.empty()) {
+        return absl::InvalidArgumentError(absl::StrCat("step ", i, " (", step.name, "): ", name, " is ",
+                                                       ir::AttrValueToString(value), " but the model's config gives ", want,
+                                                       " (recompile the plan)"));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 absl::Status CheckPlanAgainstModel(const Plan& plan, const glm::ModelConfig& config,
                                    const glm::Checkpoint* checkpoint) {
   const ModelInfo& m = plan.model;
@@ -66,6 +108,19 @@ absl::Status CheckPlanAgainstModel(const Plan& plan, const glm::ModelConfig& con
         "the plan was compiled from a different config: plan has '", i < planned.size() ? planned[i] : "",
         "', the model has '", i < actual.size() ? actual[i] : "", "' (recompile the plan)"));
   }
+  // The fingerprint matches, so a fact that disagrees with it was edited into the plan.
+  // The facts the runtime reads from the plan's header must be the model's:
+  if (m.max_position_embeddings != config.max_position_embeddings) {
+    return absl::InvalidArgumentError(absl::StrCat("the plan says the model has ", m.max_position_embeddings,
+                                                   " positions; its config says ", config.max_position_embeddings,
+                                                   " (recompile the plan)"));
+  }
+  if (m.eos_token_ids != config.eos_token_ids) {
+    return absl::InvalidArgumentError(absl::StrCat("the plan's end-of-sequence ids (", absl::StrJoin(m.eos_token_ids, ","),
+                                                   ") are not the model's (", absl::StrJoin(config.eos_token_ids, ","),
+                                                   ") (recompile the plan)"));
+  }
+  RETURN_IF_ERROR(CheckStepFacts(plan, config));
   if (checkpoint == nullptr) return absl::OkStatus();
   absl::flat_hash_set<absl::string_view> used;
   for (const WeightEntry& w : plan.weights) {

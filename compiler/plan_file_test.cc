@@ -2,8 +2,10 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <tuple>
 
 #include "compiler/driver.h"
 #include "compiler/summary.h"
@@ -186,6 +188,39 @@ TEST(PlanValidation, ConfigFingerprintMustMatchTheModel) {
   const absl::Status s = CheckPlanAgainstModel(plan, other, nullptr);
   EXPECT_NE(s.message().find("plan has 'rope_theta=10000', the model has 'rope_theta=500000'"), std::string::npos)
       << s;
+}
+
+// A plan edited behind a fingerprint that still matches (fuzzing found these
+// ran): every model fact it carries must be the config's, and numeric
+// attributes must be what a compiler could produce.
+TEST(PlanValidation, ModelFactsAndAttributesMustBeTheConfigs) {
+  absl::StatusOr<glm::ModelConfig> config = glm::LoadModelConfig(testing::TestDataDir() + "/tiny-glm");
+  ASSERT_TRUE(config.ok());
+  auto expect = [&](const Plan& p, const std::string& want) {
+    absl::Status s = ValidatePlan(p);
+    if (s.ok()) s = CheckPlanAgainstModel(p, *config, nullptr);
+    EXPECT_NE(s.message().find(want), std::string::npos) << want << " in: " << s;
+  };
+  Plan p = TinyPlan();
+  p.model.eos_token_ids.push_back(7);
+  expect(p, "end-of-sequence ids (1,7) are not the model's (1)");
+  p = TinyPlan();
+  p.model.max_position_embeddings = 4096;
+  expect(p, "4096 positions; its config says 256");
+  int fused = -1;
+  for (size_t i = 0; i < p.steps.size() && fused < 0; ++i) {
+    if (p.steps[i].kernel == ir::OpId::k_norm_qkv_rope_kv_write) fused = static_cast<int>(i);
+  }
+  ASSERT_GE(fused, 0);
+  for (auto [attr, value, want] : {std::tuple{"eps", ir::AttrValue{INFINITY}, "eps must be in [0, 1]"},
+                                   std::tuple{"theta", ir::AttrValue{5e-324}, "theta must be in [1, 1e+12]"},
+                                   std::tuple{"eps", ir::AttrValue{1e-3}, "eps is 0.001 but the model's config gives"},
+                                   std::tuple{"theta", ir::AttrValue{20000.0}, "theta is 20000.0 but"},
+                                   std::tuple{"rot", ir::AttrValue{int64_t{4}}, "rot is 4 but"}}) {
+    p = TinyPlan();
+    p.steps[fused].attrs[attr] = value;
+    expect(p, want);
+  }
 }
 
 TEST(Summary, LaunchesPerLayerAfterFusion) {

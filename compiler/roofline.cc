@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "ir/attrs.h"
+#include "ir/checked_math.h"
 #include "ir/status_macros.h"
 
 namespace ag::compiler {
@@ -32,12 +33,13 @@ absl::StatusOr<Roofline> PlanRoofline(const Plan& plan, const StepShape& shape, 
   if (shape.seqs <= 0 || shape.tokens_per_seq <= 0 || shape.context < shape.tokens_per_seq) {
     return absl::InvalidArgumentError("a step shape needs sequences, tokens, and a context of at least the tokens");
   }
-  const int64_t tokens = shape.seqs * shape.tokens_per_seq;
-  if (tokens > plan.max_batch_tokens || shape.seqs > plan.max_seqs) {
-    return absl::InvalidArgumentError(absl::StrCat(tokens, " tokens in ", shape.seqs, " sequences exceed the plan's ",
-                                                   plan.max_batch_tokens, " tokens and ", plan.max_seqs,
-                                                   " sequences (compile with larger limits)"));
+  const std::optional<int64_t> product = ir::CheckedMul(shape.seqs, shape.tokens_per_seq);
+  if (!product || *product > plan.max_batch_tokens || shape.seqs > plan.max_seqs) {
+    return absl::InvalidArgumentError(absl::StrCat(shape.seqs, " sequences of ", shape.tokens_per_seq,
+                                                   " tokens exceed the plan's ", plan.max_batch_tokens, " tokens and ",
+                                                   plan.max_seqs, " sequences (compile with larger limits)"));
   }
+  const int64_t tokens = *product;
   if (shape.context > plan.model.max_position_embeddings) {
     return absl::InvalidArgumentError(absl::StrCat("context ", shape.context, " exceeds the model's ",
                                                    plan.model.max_position_embeddings, " positions"));

@@ -84,13 +84,15 @@ absl::Status CheckRotaryAttrs(const Attrs& attrs, int64_t head_dim) {
   if (rot < 0 || rot > head_dim || rot % 2 != 0) {
     return Errf("rot (", rot, ") must be even and within head_dim (", head_dim, ")");
   }
-  if (!(theta > 0)) return Err("theta must be positive");
+  if (!(theta >= kMinRopeTheta && theta <= kMaxRopeTheta)) {
+    return Errf("theta must be in [", kMinRopeTheta, ", ", kMaxRopeTheta, "], got ", theta);
+  }
   return absl::OkStatus();
 }
 
 absl::Status CheckEps(const Attrs& attrs) {
   ASSIGN_OR_RETURN(double eps, GetFloat(attrs, "eps"));
-  if (!(eps >= 0)) return Err("eps must be non-negative");
+  if (!(eps >= 0 && eps <= kMaxNormEps)) return Errf("eps must be in [0, ", kMaxNormEps, "], got ", eps);
   return absl::OkStatus();
 }
 

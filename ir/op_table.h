@@ -69,6 +69,13 @@ enum OpProperty : uint32_t {
   kCollective = 1u << 4,  // communicates across the tensor-parallel group: every rank runs it, in plan order
 };
 
+// Ranges of the numeric attributes a compiler can produce from a model's
+// config (the config parser enforces the same bounds): a norm's eps and a
+// rotary's theta. Anything else (inf, a denormal theta) is a corrupt plan.
+inline constexpr double kMaxNormEps = 1.0;
+inline constexpr double kMinRopeTheta = 1.0;
+inline constexpr double kMaxRopeTheta = 1e12;
+
 struct AttrSpec {
   absl::string_view name;
   AttrKind kind;

@@ -42,7 +42,7 @@ class InProcessCommunicator : public Communicator {
     ref::SumParts(parts.data(), n, count, sum.data());
     ok = group_.Arrive();
     if (!ok.ok()) return ok;
-    if (!bf16) {
+    if (!bf16 && count > 0) {  // memcpy from an empty vector's null data is undefined even for 0 bytes
       std::memcpy(data, sum.data(), sum.size() * sizeof(float));
     } else {
       auto* h = static_cast<uint16_t*>(data);
@@ -55,7 +55,7 @@ class InProcessCommunicator : public Communicator {
     absl::Status ok = group_.Gather(rank_, {send, count, kAllGather, dtype});
     if (!ok.ok()) return ok;
     const size_t bytes = static_cast<size_t>(count) * ir::DTypeSize(dtype);
-    for (int r = 0; r < group_.size(); ++r) {
+    for (int r = 0; r < group_.size() && bytes > 0; ++r) {  // a step with no rows sends nothing (and null pointers)
       std::memcpy(static_cast<char*>(recv) + r * bytes, group_.slots_[r].data, bytes);
     }
     return group_.Arrive();

@@ -1,11 +1,13 @@
 #include "serve/app.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <ctime>
 #include <utility>
 
 #include <nlohmann/json.hpp>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "models/glm/chat.h"
@@ -40,6 +42,15 @@ void Send(const std::shared_ptr<Responder>& out, const ApiError& e) {
   out->Respond(e.http_status, "application/json", e.ToJson());
 }
 
+// Equal strings, in a time that depends only on `expected`'s length (an API key).
+bool ConstantTimeEquals(absl::string_view given, absl::string_view expected) {
+  unsigned char diff = given.size() == expected.size() ? 0 : 1;
+  for (size_t i = 0; i < expected.size(); ++i) {
+    diff |= static_cast<unsigned char>((i < given.size() ? given[i] : 0) ^ expected[i]);
+  }
+  return diff == 0;
+}
+
 std::vector<double> LatencyBuckets() {
   return {0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0};
 }
@@ -65,20 +76,55 @@ App::App(AppOptions options) : options_(std::move(options)) {
                                  LatencyBuckets());
   e2e_ = &metrics_.AddHistogram("autoglm:e2e_request_latency_seconds", "Time from arrival to the last token.",
                                 LatencyBuckets());
+  workers_ = std::make_unique<WorkQueue>(std::max(1, options_.workers));
 }
 
-App::~App() { Shutdown(); }
+App::~App() {
+  Shutdown();
+  workers_.reset();  // finishes what they run, before the model goes
+}
 
-void App::SetModel(LoadedModel model) {
+bool App::SetModel(LoadedModel model) {
+  std::lock_guard<std::mutex> lock(state_mu_);
+  if (closed_) return false;
   model_ = std::move(model);
   ready_ = true;
+  return true;
 }
 
-int64_t App::in_flight() const { return ready_ && model_.loop ? model_.loop->in_flight() : 0; }
+bool App::CloseIfLoading() {
+  std::lock_guard<std::mutex> lock(state_mu_);
+  if (ready_) return false;
+  closed_ = true;
+  return true;
+}
+
+int64_t App::in_flight() const { return ready_ ? model_.loop->in_flight() : 0; }
 
 void App::Shutdown() {
-  if (!ready_.exchange(false)) return;
-  model_.loop.reset();  // cancels whatever runs; every callback hears it
+  admitting_ = false;
+  if (ready_) model_.loop->Stop();  // every request in it hears that the server is shutting down
+}
+
+void App::Guarded(const char* what, const std::shared_ptr<Responder>& out, const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "autoglm-serve: internal error in %s: %s\n", what, e.what());
+    Error(out, 500, "internal error");
+  } catch (...) {
+    std::fprintf(stderr, "autoglm-serve: internal error in %s\n", what);
+    Error(out, 500, "internal error");
+  }
+}
+
+bool App::Authorized(const std::string& authorization) const {
+  if (options_.api_key.empty()) return true;
+  // "Bearer KEY": the scheme is case-insensitive (RFC 9110), the key compared in constant time.
+  absl::string_view h = absl::StripAsciiWhitespace(authorization);
+  const size_t space = h.find(' ');
+  if (space == absl::string_view::npos || !absl::EqualsIgnoreCase(h.substr(0, space), "bearer")) return false;
+  return ConstantTimeEquals(absl::StripAsciiWhitespace(h.substr(space + 1)), options_.api_key);
 }
 
 std::string App::RenderMetrics() {
@@ -97,9 +143,14 @@ std::string App::RenderMetrics() {
   return metrics_.Render();
 }
 
-void App::Handle(const HttpRequest& request, std::shared_ptr<Responder> out) {
+void App::Handle(HttpRequest request, std::shared_ptr<Responder> out) {
+  Guarded("a request", out, [&] { Route(request, out); });
+}
+
+void App::Route(HttpRequest& request, const std::shared_ptr<Responder>& out) {
   std::string path = request.target.substr(0, request.target.find('?'));
-  const bool get = request.method == "GET", post = request.method == "POST";
+  // HEAD is GET without the body (the HTTP layer leaves it out).
+  const bool get = request.method == "GET" || request.method == "HEAD", post = request.method == "POST";
   if (path == "/health") {
     if (!get) return Error(out, 405, "use GET for /health");
     if (!ready_) return out->Respond(503, "application/json", R"({"status": "loading", "model_loaded": false})");
@@ -112,7 +163,7 @@ void App::Handle(const HttpRequest& request, std::shared_ptr<Responder> out) {
   const bool known = path == "/v1/models" || path == "/v1/chat/completions" || path == "/v1/completions" ||
                      path == "/tokenize" || path == "/detokenize";
   if (!known) return Error(out, 404, absl::StrCat("no such path: ", path.substr(0, 200)));
-  if (!options_.api_key.empty() && request.authorization != absl::StrCat("Bearer ", options_.api_key)) {
+  if (!Authorized(request.authorization)) {
     return Error(out, 401, "a valid API key is needed (Authorization: Bearer KEY)");
   }
   if (!ready_) return Error(out, 503, "the model is still loading", "", "", {{"Retry-After", "5"}});
@@ -127,10 +178,15 @@ void App::Handle(const HttpRequest& request, std::shared_ptr<Responder> out) {
     return out->Respond(200, "application/json", JsonText(body));
   }
   if (!post) return Error(out, 405, absl::StrCat("use POST for ", path));
-  if (path == "/v1/chat/completions") return Chat(request, std::move(out));
-  if (path == "/v1/completions") return Completions(request, std::move(out));
-  if (path == "/tokenize") return Tokenize(request, std::move(out));
-  return Detokenize(request, std::move(out));
+  // Parsing and tokenizing a body may take long: off the I/O thread.
+  workers_->Post([this, path = std::move(path), request = std::move(request), out] {
+    Guarded(path.c_str(), out, [&] {
+      if (path == "/v1/chat/completions") return Chat(request, out);
+      if (path == "/v1/completions") return Completions(request, out);
+      if (path == "/tokenize") return Tokenize(request, out);
+      return Detokenize(request, out);
+    });
+  });
 }
 
 bool App::Admit(const GenerationOptions& options, int64_t prompt_tokens, const std::shared_ptr<Responder>& out) {
@@ -254,37 +310,25 @@ void App::Completions(const HttpRequest& http, std::shared_ptr<Responder> out) {
 }
 
 void App::Tokenize(const HttpRequest& http, std::shared_ptr<Responder> out) {
-  const json j = json::parse(http.body, nullptr, /*allow_exceptions=*/false);
-  if (!j.is_object()) return Error(out, 400, "the body must be a JSON object");
+  std::variant<TokenizeRequest, ApiError> parsed = ParseTokenizeRequest(http.body);
+  if (auto* e = std::get_if<ApiError>(&parsed)) return Send(out, *e);
+  const TokenizeRequest& req = std::get<TokenizeRequest>(parsed);
   std::vector<int32_t> ids;
-  if (j.contains("prompt") && j["prompt"].is_string()) {
-    ids = model_.tokenizer->Encode(j["prompt"].get<std::string>());
-  } else if (j.contains("messages")) {
-    absl::StatusOr<std::vector<glm::ChatMessage>> messages = glm::ParseChatMessages(j["messages"].dump());
-    if (!messages.ok()) return Error(out, 400, std::string(messages.status().message()), "messages");
-    absl::StatusOr<std::vector<int32_t>> encoded = glm::EncodeChat(*model_.tokenizer, *messages);
+  if (req.prompt) {
+    ids = model_.tokenizer->Encode(*req.prompt);
+  } else {
+    absl::StatusOr<std::vector<int32_t>> encoded = glm::EncodeChat(*model_.tokenizer, req.messages);
     if (!encoded.ok()) return Error(out, 400, std::string(encoded.status().message()), "messages");
     ids = std::move(*encoded);
-  } else {
-    return Error(out, 400, "give 'prompt' (a string) or 'messages'", "prompt");
   }
   out->Respond(200, "application/json",
                JsonText({{"tokens", ids}, {"count", ids.size()}, {"max_model_len", model_.max_context}}));
 }
 
 void App::Detokenize(const HttpRequest& http, std::shared_ptr<Responder> out) {
-  const json j = json::parse(http.body, nullptr, /*allow_exceptions=*/false);
-  if (!j.is_object() || !j.contains("tokens") || !j["tokens"].is_array()) {
-    return Error(out, 400, "the body must be {\"tokens\": [ids]}", "tokens");
-  }
-  std::vector<int32_t> ids;
-  for (const json& t : j["tokens"]) {
-    if (!t.is_number_integer() || t.get<int64_t>() < 0 || t.get<int64_t>() >= model_.tokenizer->vocab_size()) {
-      return Error(out, 400, "'tokens' must hold ids of this tokenizer's vocabulary", "tokens");
-    }
-    ids.push_back(static_cast<int32_t>(t.get<int64_t>()));
-  }
-  absl::StatusOr<std::string> text = model_.tokenizer->Decode(ids);
+  std::variant<DetokenizeRequest, ApiError> parsed = ParseDetokenizeRequest(http.body, model_.tokenizer->vocab_size());
+  if (auto* e = std::get_if<ApiError>(&parsed)) return Send(out, *e);
+  absl::StatusOr<std::string> text = model_.tokenizer->Decode(std::get<DetokenizeRequest>(parsed).tokens);
   if (!text.ok()) return Error(out, 400, std::string(text.status().message()), "tokens");
   out->Respond(200, "application/json", JsonText({{"prompt", *text}}));
 }

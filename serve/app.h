@@ -2,11 +2,17 @@
 // key, the queue limit, the endpoints (chat and text completions, models,
 // tokenize and detokenize, health, Prometheus metrics), every error shaped
 // as OpenAI's. It answers 503 until the model is loaded (SetModel).
+//
+// Health, metrics and refusals are answered on the calling (I/O) thread; the
+// requests that parse and tokenize a body run on a small pool of workers, so
+// that one large body never stalls another client. No exception leaves a
+// handler: it becomes a 500, logged, and the server keeps running.
 #ifndef AUTOGLM_SERVE_APP_H_
 #define AUTOGLM_SERVE_APP_H_
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -17,6 +23,7 @@
 #include "runtime/metrics.h"
 #include "serve/http_server.h"
 #include "serve/openai.h"
+#include "serve/work_queue.h"
 
 namespace ag::serve {
 
@@ -25,6 +32,7 @@ struct AppOptions {
   std::string api_key;        // empty: no key needed
   int64_t max_queue = 256;    // requests in flight at once; more get 429
   RequestLimits limits;
+  int workers = 4;            // threads that parse and tokenize request bodies
 };
 
 // What the app needs of the loaded model.
@@ -40,17 +48,29 @@ class App {
  public:
   explicit App(AppOptions options);
   ~App();
-  void SetModel(LoadedModel model);
+  // Opens the API with the loaded model; false (and nothing opens) when
+  // CloseIfLoading came first.
+  bool SetModel(LoadedModel model);
+  // While the model is still loading: closes the app for good (no request
+  // will ever be admitted) and returns true. Once it is open: false, and the
+  // caller must drain what was admitted.
+  bool CloseIfLoading();
   bool ready() const { return ready_.load(); }
-  void Handle(const HttpRequest& request, std::shared_ptr<Responder> out);
+  void Handle(HttpRequest request, std::shared_ptr<Responder> out);
   // Refuses new generations (503) from now on.
   void StopAdmitting() { admitting_ = false; }
   int64_t in_flight() const;
-  // Cancels what is still running and stops the engine thread.
+  // Cancels whatever still runs: a streamed request ends with an error event
+  // and [DONE], another gets a 503. Returns at once; the answers are written
+  // by the I/O threads (HttpServer::WaitForResponses waits for them).
   void Shutdown();
   std::string RenderMetrics();
 
  private:
+  void Route(HttpRequest& request, const std::shared_ptr<Responder>& out);
+  // Runs f; an exception becomes a logged 500 (if nothing was answered yet).
+  void Guarded(const char* what, const std::shared_ptr<Responder>& out, const std::function<void()>& f);
+  bool Authorized(const std::string& authorization) const;
   void Chat(const HttpRequest& request, std::shared_ptr<Responder> out);
   void Completions(const HttpRequest& request, std::shared_ptr<Responder> out);
   void Tokenize(const HttpRequest& request, std::shared_ptr<Responder> out);
@@ -62,6 +82,8 @@ class App {
 
   AppOptions options_;
   std::atomic<bool> ready_{false}, admitting_{true};
+  std::mutex state_mu_;  // SetModel against CloseIfLoading
+  bool closed_ = false;  // guarded by state_mu_
   LoadedModel model_;
   runtime::MetricsRegistry metrics_;
   runtime::Gauge *running_, *waiting_, *kv_usage_;
@@ -70,6 +92,7 @@ class App {
   runtime::Histogram *ttft_, *tpot_, *e2e_;
   std::mutex stats_mu_;  // the counters fed from the loop's cumulative stats
   runtime::LoopStats last_stats_;
+  std::unique_ptr<WorkQueue> workers_;  // last: joined first, before the model goes
 };
 
 }  // namespace ag::serve

@@ -1,6 +1,7 @@
 #include "serve/generation.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <ctime>
 #include <random>
 #include <utility>
@@ -87,6 +88,15 @@ void Generation::Start(runtime::EngineLoop& loop, runtime::Request request) {
 void Generation::OnEvent(const runtime::StreamEvent& e) {
   std::lock_guard<std::mutex> lock(mu_);
   if (finished_) return;
+  try {
+    Handle(e);
+  } catch (const std::exception& ex) {  // the engine thread must survive whatever one response does
+    std::fprintf(stderr, "autoglm-serve: internal error in a response: %s\n", ex.what());
+    Fail(absl::InternalError("internal error"));
+  }
+}
+
+void Generation::Handle(const runtime::StreamEvent& e) {
   if (!e.error.ok()) return Fail(e.error);
   if (e.choice < 0 || e.choice >= static_cast<int>(choices_.size())) return;
   Choice& c = choices_[e.choice];
@@ -287,6 +297,9 @@ void Generation::Fail(const absl::Status& status) {
     error.http_status = 400;
   } else if (absl::IsResourceExhausted(status)) {
     error.http_status = 413;
+  } else if (absl::IsUnavailable(status)) {  // shutting down
+    error.http_status = 503;
+    error.type = "server_error";
   } else {
     error.http_status = 500;
     error.type = "server_error";

@@ -74,6 +74,7 @@ class Generation : public std::enable_shared_from_this<Generation> {
     std::string finish_reason;
   };
   void OnEvent(const runtime::StreamEvent& e);
+  void Handle(const runtime::StreamEvent& e);
   void AddToken(Choice& c, int index, const runtime::StreamEvent& e);
   void Finish(Choice& c, int index, const std::string& reason);
   void Fail(const absl::Status& status);

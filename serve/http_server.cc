@@ -2,15 +2,18 @@
 
 #include <sys/socket.h>
 
+#include <algorithm>
 #include <atomic>
 #include <boost/asio.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 #include <chrono>
+#include <cstdio>
 #include <deque>
 #include <optional>
 #include <sstream>
 #include <thread>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -24,8 +27,9 @@ namespace net = boost::asio;
 using tcp = net::ip::tcp;
 using boost::system::error_code;
 
+// A whole response; for a HEAD request the headers alone (with the Content-Length the body would have).
 std::string Serialize(int status, const std::string& content_type, std::string body, const Headers& headers,
-                      bool keep_alive) {
+                      bool keep_alive, bool head = false) {
   http::response<http::string_body> res{static_cast<http::status>(status), 11};
   res.set(http::field::server, "autoglm");
   res.set(http::field::content_type, content_type);
@@ -34,7 +38,11 @@ std::string Serialize(int status, const std::string& content_type, std::string b
   res.body() = std::move(body);
   res.prepare_payload();
   std::ostringstream out;
-  out << res;
+  if (head) {
+    out << res.base();
+  } else {
+    out << res;
+  }
   return out.str();
 }
 
@@ -45,33 +53,52 @@ std::string ErrorBody(const std::string& message, const std::string& type) {
 
 class Server;
 
+// The server's counts that sessions keep up to date.
+struct Counts {
+  std::atomic<int64_t> open{0};        // connections
+  std::atomic<int64_t> unanswered{0};  // requests handed to the handler whose response is not written yet
+};
+
 // One connection: requests one after another (keep-alive), each answered
-// through a Responder. Everything below runs on the connection's strand.
+// through a Responder. Everything below runs on the connection's strand,
+// except the atomics that Responder::Write reads from other threads.
 class Session : public std::enable_shared_from_this<Session> {
  public:
-  Session(tcp::socket socket, const HttpLimits& limits, const HttpHandler& handler, std::atomic<int64_t>& open)
-      : stream_(std::move(socket)), read_timer_(stream_.get_executor()), limits_(limits), handler_(handler), open_(open) {
-    ++open_;
+  Session(tcp::socket socket, const HttpLimits& limits, const HttpHandler& handler, Counts& counts)
+      : stream_(std::move(socket)), read_timer_(stream_.get_executor()), limits_(limits), handler_(handler),
+        counts_(counts) {
+    ++counts_.open;
   }
-  ~Session() { --open_; }
+  ~Session() {
+    FinishExchange();
+    --counts_.open;
+  }
 
   void Start() {
     net::dispatch(stream_.get_executor(), [self = shared_from_this()] { self->Read(); });
   }
 
   // ---- the Responder side, from any thread ----
-  void Post(uint64_t exchange, std::function<void(Session&)> f) {
-    net::post(stream_.get_executor(), [self = shared_from_this(), exchange, f = std::move(f)] {
-      if (self->exchange_ == exchange && !self->complete_) f(*self);
+  // Runs f on the strand if the exchange is still the current one and not complete; else `dropped`.
+  void Post(uint64_t exchange, std::function<void(Session&)> f, std::function<void(Session&)> dropped = nullptr) {
+    net::post(stream_.get_executor(), [self = shared_from_this(), exchange, f = std::move(f), dropped = std::move(dropped)] {
+      if (self->exchange_ == exchange && !self->complete_) {
+        f(*self);
+      } else if (dropped) {
+        dropped(*self);
+      }
     });
   }
+  const HttpLimits& limits() const { return limits_; }
   bool closed() const { return closed_flag_.load(); }
+  // Stream bytes accepted by Write and not yet written to the socket.
+  std::atomic<size_t>& unsent() { return unsent_; }
 
   void Respond(int status, const std::string& content_type, std::string body, const Headers& headers) {
     if (started_) return;
     started_ = true;
     complete_ = true;
-    Enqueue(Serialize(status, content_type, std::move(body), headers, keep_alive_));
+    Enqueue(Serialize(status, content_type, std::move(body), headers, keep_alive_, head_));
   }
   void StartStream(int status, const std::string& content_type) {
     if (started_) return;
@@ -81,21 +108,32 @@ class Session : public std::enable_shared_from_this<Session> {
     res.set(http::field::server, "autoglm");
     res.set(http::field::content_type, content_type);
     res.set(http::field::cache_control, "no-cache");
-    res.chunked(true);
+    // An HTTP/1.0 client knows no chunked encoding: its stream ends when the connection closes.
+    close_delimited_ = http10_;
+    if (close_delimited_) keep_alive_ = false;
+    res.chunked(!close_delimited_);
     res.keep_alive(keep_alive_);
     std::ostringstream out;
     out << res.base();
     Enqueue(out.str());
   }
-  void WriteChunk(std::string chunk) {
-    if (!streaming_ || chunk.empty()) return;
-    Enqueue(absl::StrCat(absl::Hex(chunk.size()), "\r\n", chunk, "\r\n"));
+  // `counted`: the bytes Write added to unsent() for this chunk.
+  void WriteChunk(std::string chunk, size_t counted) {
+    if (!streaming_ || chunk.empty()) {
+      unsent_ -= counted;
+      return;
+    }
+    if (close_delimited_) return Enqueue(std::move(chunk), counted);
+    Enqueue(absl::StrCat(absl::Hex(chunk.size()), "\r\n", chunk, "\r\n"), counted);
   }
   void End() {
     if (!streaming_) return;
     complete_ = true;
-    Enqueue("0\r\n\r\n");
+    if (!close_delimited_) return Enqueue("0\r\n\r\n");
+    if (!writing_ && queue_.empty()) AfterWrites();
   }
+  // A client that reads slower than its stream is produced: dropped as if it had gone.
+  void DropSlowConsumer() { Disconnected(); }
   void SetDisconnect(std::function<void()> callback) {
     if (closed_) {
       callback();
@@ -145,22 +183,28 @@ class Session : public std::enable_shared_from_this<Session> {
     stream_.expires_never();
     http::request<http::string_body> req = parser_->release();
     keep_alive_ = req.keep_alive();
+    http10_ = req.version() < 11;
+    head_ = req.method() == http::verb::head;
     ++exchange_;
-    started_ = streaming_ = complete_ = false;
+    started_ = streaming_ = complete_ = close_delimited_ = false;
     on_disconnect_ = nullptr;
+    exchange_open_ = true;
+    ++counts_.unanswered;
     HttpRequest request;
     request.method = std::string(req.method_string());
     request.target = std::string(req.target());
     request.body = std::move(req.body());
     if (auto it = req.find(http::field::authorization); it != req.end()) request.authorization = std::string(it->value());
     WatchForDisconnect();
-    handler_(request, MakeResponder());
+    handler_(std::move(request), MakeResponder());
   }
 
   std::shared_ptr<Responder> MakeResponder();
 
-  // A client that closes its connection while its answer is being produced:
-  // the socket becomes readable with nothing to read.
+  // A client that goes away while its answer is being produced: the socket
+  // becomes readable with an error (a reset). A plain end of stream is only
+  // a half-close (the client may still read its answer), so it is not taken
+  // as a disconnect; a client that has really gone fails the next write.
   void WatchForDisconnect() {
     if (buffer_.size() > 0) return;  // a pipelined request is already here
     stream_.socket().async_wait(tcp::socket::wait_read,
@@ -172,10 +216,9 @@ class Session : public std::enable_shared_from_this<Session> {
                                   const size_t n =
                                       self->stream_.socket().receive(net::buffer(&byte, 1), MSG_PEEK, peek_ec);
                                   self->stream_.socket().non_blocking(false);
-                                  if (ec || peek_ec == net::error::eof || (!peek_ec && n == 0) ||
-                                      (peek_ec && peek_ec != net::error::would_block)) {
-                                    self->Disconnected();
-                                  }
+                                  const bool end_of_stream = peek_ec == net::error::eof || (!peek_ec && n == 0);
+                                  if (end_of_stream) return;  // half-closed: answer anyway
+                                  if (ec || (peek_ec && peek_ec != net::error::would_block)) self->Disconnected();
                                 });
   }
 
@@ -187,30 +230,46 @@ class Session : public std::enable_shared_from_this<Session> {
     Enqueue(Serialize(status, "application/json", ErrorBody(message, "invalid_request_error"), {}, false));
   }
 
-  void Enqueue(std::string bytes) {
-    if (closed_) return;
-    queue_.push_back(std::move(bytes));
+  void Enqueue(std::string bytes, size_t counted = 0) {
+    if (closed_) {
+      unsent_ -= counted;
+      return;
+    }
+    queue_.push_back({std::move(bytes), counted});
     if (!writing_) WriteNext();
   }
   void WriteNext() {
     writing_ = true;
     stream_.expires_after(std::chrono::seconds(60));  // a client that stops reading is dropped
-    net::async_write(stream_, net::buffer(queue_.front()),
+    net::async_write(stream_, net::buffer(queue_.front().bytes),
                      [self = shared_from_this()](error_code ec, size_t) { self->OnWrite(ec); });
   }
   void OnWrite(error_code ec) {
     writing_ = false;
     if (closed_) {
-      queue_.clear();
+      ClearQueue();
       return;
     }
     if (ec) return Disconnected();
+    unsent_ -= queue_.front().counted;
     queue_.pop_front();
     if (!queue_.empty()) return WriteNext();
+    AfterWrites();
+  }
+  // Everything queued is written: the next request, or the end of the connection.
+  void AfterWrites() {
     stream_.expires_never();
     if (!complete_) return;
+    FinishExchange();
     if (keep_alive_) return Read();
     Linger();
+  }
+  void FinishExchange() {
+    if (std::exchange(exchange_open_, false)) --counts_.unanswered;
+  }
+  void ClearQueue() {
+    for (const Pending& p : queue_) unsent_ -= p.counted;
+    queue_.clear();
   }
   // Ends a connection whose client may still be sending (a refused body): closing with unread bytes
   // would reset the connection and could destroy the answer in flight, so stop sending, read and
@@ -239,7 +298,8 @@ class Session : public std::enable_shared_from_this<Session> {
   void Close() {
     closed_ = true;
     closed_flag_ = true;
-    if (!writing_) queue_.clear();  // a write in flight still reads its buffer (OnWrite drops the rest)
+    FinishExchange();
+    if (!writing_) ClearQueue();  // a write in flight still reads its buffer (OnWrite drops the rest)
     error_code ignored;
     stream_.socket().shutdown(tcp::socket::shutdown_both, ignored);
     stream_.socket().close(ignored);
@@ -252,14 +312,21 @@ class Session : public std::enable_shared_from_this<Session> {
   std::optional<http::request_parser<http::string_body>> parser_;
   const HttpLimits& limits_;
   const HttpHandler& handler_;
-  std::atomic<int64_t>& open_;
-  std::deque<std::string> queue_;
+  Counts& counts_;
+  struct Pending {
+    std::string bytes;
+    size_t counted;  // of unsent_
+  };
+  std::deque<Pending> queue_;
   char drain_[16384];
   std::function<void()> on_disconnect_;
   uint64_t exchange_ = 0;
   bool keep_alive_ = false, started_ = false, streaming_ = false, complete_ = false;
+  bool http10_ = false, head_ = false, close_delimited_ = false;
+  bool exchange_open_ = false;  // counted in counts_.unanswered
   bool writing_ = false, closed_ = false;
   std::atomic<bool> closed_flag_{false};
+  std::atomic<size_t> unsent_{0};
 };
 
 class SessionResponder : public Responder {
@@ -275,7 +342,15 @@ class SessionResponder : public Responder {
   }
   bool Write(std::string chunk) override {
     if (session_->closed()) return false;
-    session_->Post(exchange_, [chunk = std::move(chunk)](Session& s) mutable { s.WriteChunk(std::move(chunk)); });
+    if (session_->unsent().load() > session_->limits().max_queued_bytes) {
+      session_->Post(exchange_, [](Session& s) { s.DropSlowConsumer(); });
+      return false;
+    }
+    const size_t n = chunk.size();
+    session_->unsent() += n;
+    session_->Post(
+        exchange_, [chunk = std::move(chunk), n](Session& s) mutable { s.WriteChunk(std::move(chunk), n); },
+        [n](Session& s) { s.unsent() -= n; });  // the exchange ended: nobody writes it
     return true;
   }
   void End() override {
@@ -297,7 +372,8 @@ std::shared_ptr<Responder> Session::MakeResponder() {
 class Server : public HttpServer {
  public:
   Server(HttpLimits limits, HttpHandler handler)
-      : limits_(limits), handler_(std::move(handler)), acceptor_(net::make_strand(ioc_)) {}
+      : limits_(limits), handler_(std::move(handler)), acceptor_(net::make_strand(ioc_)),
+        backoff_timer_(acceptor_.get_executor()) {}
   ~Server() override { Stop(); }
 
   absl::Status Listen(const std::string& host, int port) {
@@ -316,11 +392,20 @@ class Server : public HttpServer {
     return absl::OkStatus();
   }
   int port() const override { return port_; }
-  int64_t open_connections() const override { return open_.load(); }
+  int64_t open_connections() const override { return counts_.open.load(); }
+  bool WaitForResponses(double seconds) override {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+    while (counts_.unanswered.load() > 0) {
+      if (std::chrono::steady_clock::now() >= deadline) return false;
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    return true;
+  }
   void StopAccepting() override {
     net::post(acceptor_.get_executor(), [this] {
       error_code ignored;
       acceptor_.close(ignored);
+      backoff_timer_.cancel();
     });
   }
   void Stop() override {
@@ -334,8 +419,23 @@ class Server : public HttpServer {
   void Accept() {
     acceptor_.async_accept(net::make_strand(ioc_), [this](error_code ec, tcp::socket socket) {
       if (!acceptor_.is_open()) return;
-      if (!ec) std::make_shared<Session>(std::move(socket), limits_, handler_, open_)->Start();
-      Accept();
+      if (!ec) {
+        backoff_ms_ = 0;
+        error_code ignored;
+        socket.set_option(net::socket_base::send_buffer_size(limits_.socket_send_buffer_bytes), ignored);
+        std::make_shared<Session>(std::move(socket), limits_, handler_, counts_)->Start();
+        return Accept();
+      }
+      // Out of descriptors (or memory): retrying at once would spin a core until connections close.
+      // Wait, longer each time up to a second, and say so once per episode.
+      if (backoff_ms_ == 0) {
+        std::fprintf(stderr, "http server: accept failed (%s); backing off until it succeeds\n", ec.message().c_str());
+      }
+      backoff_ms_ = std::clamp(backoff_ms_ * 2, 5, 1000);
+      backoff_timer_.expires_after(std::chrono::milliseconds(backoff_ms_));
+      backoff_timer_.async_wait([this](error_code timer_ec) {
+        if (!timer_ec) Accept();
+      });
     });
   }
 
@@ -343,8 +443,10 @@ class Server : public HttpServer {
   HttpHandler handler_;
   net::io_context ioc_;
   tcp::acceptor acceptor_;
+  net::steady_timer backoff_timer_;
+  int backoff_ms_ = 0;  // on the acceptor's strand
   std::vector<std::thread> threads_;
-  std::atomic<int64_t> open_{0};
+  Counts counts_;
   std::atomic<bool> stopped_{false};
   int port_ = 0;
 };

@@ -1,5 +1,6 @@
 #include "serve/openai.h"
 
+#include <algorithm>
 #include <cmath>
 #include <initializer_list>
 
@@ -98,7 +99,11 @@ void ReadOptions(Reader& r, const RequestLimits& limits, GenerationOptions& o) {
   o.stream = r.Bool("stream", false);
   if (r.ok() && r.Has("stream_options")) {
     const json& so = r["stream_options"];
-    if (!so.is_object() || (so.contains("include_usage") && !so["include_usage"].is_boolean())) {
+    const bool only_known = so.is_object() && std::all_of(so.items().begin(), so.items().end(), [](const auto& item) {
+      return item.key() == "include_usage" || item.key() == "continuous_usage_stats";
+    });
+    if (!only_known || (so.contains("include_usage") && !so["include_usage"].is_boolean()) ||
+        (so.contains("continuous_usage_stats") && so["continuous_usage_stats"] != false)) {
       r.Fail("stream_options", "'stream_options' must be {\"include_usage\": boolean}");
     } else if (!o.stream) {
       r.Fail("stream_options", "'stream_options' is only allowed with 'stream': true");
@@ -141,34 +146,134 @@ void ReadOptions(Reader& r, const RequestLimits& limits, GenerationOptions& o) {
   r.Neutral("response_format", json{{"type", "text"}});
 }
 
+// A string member of `j`, or null when absent or of another type (never an exception).
+const std::string* StringMember(const json& j, const char* key) {
+  if (!j.is_object()) return nullptr;
+  const auto it = j.find(key);
+  return it != j.end() && it->is_string() ? it->get_ptr<const std::string*>() : nullptr;
+}
+
 // "content" as a string, or as a list of {"type": "text", "text": ...} parts.
 std::optional<std::string> Content(const json& content) {
   if (content.is_string()) return content.get<std::string>();
   if (!content.is_array()) return std::nullopt;
   std::string text;
   for (const json& part : content) {
-    if (!part.is_object() || part.value("type", "") != "text" || !part.contains("text") || !part["text"].is_string()) {
-      return std::nullopt;
-    }
-    text += part["text"].get<std::string>();
+    const std::string* type = StringMember(part, "type");
+    const std::string* part_text = StringMember(part, "text");
+    if (type == nullptr || *type != "text" || part_text == nullptr) return std::nullopt;
+    text += *part_text;
   }
   return text;
 }
 
+// 'messages': a non-empty list of {role, content} with roles GLM-4 knows.
+void ReadMessages(Reader& r, std::vector<glm::ChatMessage>* out) {
+  if (!r.ok()) return;
+  if (!r.Has("messages") || !r["messages"].is_array() || r["messages"].empty()) {
+    return r.Fail("messages", "'messages' must be a non-empty list");
+  }
+  const json& messages = r["messages"];
+  for (size_t i = 0; i < messages.size(); ++i) {
+    const json& m = messages[i];
+    const std::string where = absl::StrCat("messages[", i, "]");
+    const std::string* role = StringMember(m, "role");
+    if (role == nullptr) return r.Fail(where + ".role", absl::StrCat("'", where, ".role' must be a string"));
+    if (*role != "system" && *role != "user" && *role != "assistant" && *role != "observation") {
+      return r.Fail(where + ".role", absl::StrCat("'", where, ".role' must be system, user, assistant or observation"));
+    }
+    const std::optional<std::string> content = m.contains("content") ? Content(m["content"]) : std::nullopt;
+    if (!content) {
+      return r.Fail(where + ".content", absl::StrCat("'", where, ".content' must be a string or a list of text parts"));
+    }
+    out->push_back({*role, *content});
+  }
+}
+
+// The nesting depth of JSON text goes past `max_depth` (brackets inside strings do not count).
+bool NestedDeeperThan(std::string_view text, int max_depth) {
+  int depth = 0;
+  bool in_string = false, escaped = false;
+  for (const char c : text) {
+    if (in_string) {
+      if (escaped) {
+        escaped = false;
+      } else if (c == '\\') {
+        escaped = true;
+      } else if (c == '"') {
+        in_string = false;
+      }
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      if (++depth > max_depth) return true;
+    } else if (c == ']' || c == '}') {
+      --depth;
+    }
+  }
+  return false;
+}
+
 std::optional<json> ParseObject(std::string_view body, ApiError* error) {
-  json j = json::parse(body.begin(), body.end(), nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded()) {
-    *error = Invalid("", "the request body is not valid JSON (or not UTF-8)");
+  std::variant<json, ApiError> parsed = ParseJsonObject(body);
+  if (auto* e = std::get_if<ApiError>(&parsed)) {
+    *error = std::move(*e);
     return std::nullopt;
   }
-  if (!j.is_object()) {
-    *error = Invalid("", "the request body must be a JSON object");
-    return std::nullopt;
-  }
-  return j;
+  return std::move(std::get<json>(parsed));
 }
 
 }  // namespace
+
+std::variant<json, ApiError> ParseJsonObject(std::string_view body) {
+  if (NestedDeeperThan(body, kMaxJsonDepth)) {
+    return Invalid("", absl::StrCat("the request body is nested deeper than ", kMaxJsonDepth, " levels"));
+  }
+  json j = json::parse(body.begin(), body.end(), nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded()) return Invalid("", "the request body is not valid JSON (or not UTF-8)");
+  if (!j.is_object()) return Invalid("", "the request body must be a JSON object");
+  return j;
+}
+
+std::variant<TokenizeRequest, ApiError> ParseTokenizeRequest(std::string_view body) {
+  ApiError error;
+  const std::optional<json> j = ParseObject(body, &error);
+  if (!j) return error;
+  Reader r(*j);
+  r.OnlyKnown({"model", "prompt", "messages"});
+  TokenizeRequest req;
+  if (r.ok() && r.Has("prompt")) {
+    req.prompt = r.String("prompt", true);
+  } else if (r.ok() && r.Has("messages")) {
+    ReadMessages(r, &req.messages);
+  } else {
+    r.Fail("prompt", "give 'prompt' (a string) or 'messages'");
+  }
+  if (!r.ok()) return *r.error();
+  return req;
+}
+
+std::variant<DetokenizeRequest, ApiError> ParseDetokenizeRequest(std::string_view body, int64_t vocab_size) {
+  ApiError error;
+  const std::optional<json> j = ParseObject(body, &error);
+  if (!j) return error;
+  Reader r(*j);
+  r.OnlyKnown({"model", "tokens"});
+  DetokenizeRequest req;
+  if (r.ok() && (!r.Has("tokens") || !r["tokens"].is_array())) r.Fail("tokens", "the body must be {\"tokens\": [ids]}");
+  if (r.ok()) {
+    for (const json& t : r["tokens"]) {
+      if (!t.is_number_integer() || (t.is_number_unsigned() && t.get<uint64_t>() > INT32_MAX) ||
+          t.get<int64_t>() < 0 || t.get<int64_t>() >= vocab_size) {
+        r.Fail("tokens", "'tokens' must hold ids of this tokenizer's vocabulary");
+        break;
+      }
+      req.tokens.push_back(static_cast<int32_t>(t.get<int64_t>()));
+    }
+  }
+  if (!r.ok()) return *r.error();
+  return req;
+}
 
 std::string JsonText(const json& j) { return j.dump(-1, ' ', /*ensure_ascii=*/false, json::error_handler_t::replace); }
 
@@ -193,32 +298,7 @@ ChatResult ParseChatRequest(std::string_view body, const RequestLimits& limits) 
   req.logprobs = r.Bool("logprobs", false);
   req.top_logprobs = static_cast<int>(r.Int("top_logprobs", 0, limits.max_top_logprobs).value_or(0));
   if (r.ok() && req.top_logprobs > 0 && !req.logprobs) r.Fail("top_logprobs", "'top_logprobs' needs 'logprobs': true");
-  if (r.ok()) {
-    if (!r.Has("messages") || !r["messages"].is_array() || r["messages"].empty()) {
-      r.Fail("messages", "'messages' must be a non-empty list");
-    } else {
-      const json& messages = r["messages"];
-      for (size_t i = 0; i < messages.size() && r.ok(); ++i) {
-        const json& m = messages[i];
-        const std::string where = absl::StrCat("messages[", i, "]");
-        if (!m.is_object() || !m.contains("role") || !m["role"].is_string()) {
-          r.Fail(where + ".role", absl::StrCat("'", where, ".role' must be a string"));
-          break;
-        }
-        const std::string role = m["role"].get<std::string>();
-        if (role != "system" && role != "user" && role != "assistant" && role != "observation") {
-          r.Fail(where + ".role", absl::StrCat("'", where, ".role' must be system, user, assistant or observation"));
-          break;
-        }
-        const std::optional<std::string> content = m.contains("content") ? Content(m["content"]) : std::nullopt;
-        if (!content) {
-          r.Fail(where + ".content", absl::StrCat("'", where, ".content' must be a string or a list of text parts"));
-          break;
-        }
-        req.messages.push_back({role, *content});
-      }
-    }
-  }
+  ReadMessages(r, &req.messages);
   if (!r.ok()) return *r.error();
   return req;
 }

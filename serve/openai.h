@@ -12,7 +12,7 @@
 #include <variant>
 #include <vector>
 
-#include <nlohmann/json_fwd.hpp>
+#include <nlohmann/json.hpp>
 
 #include "models/glm/chat.h"
 #include "runtime/sampler.h"
@@ -68,6 +68,27 @@ struct CompletionRequest {
   std::optional<int> logprobs;       // 0-5: this many alternatives per token
   bool return_token_ids = false;     // vLLM's extension
 };
+
+// JSON nesting deeper than any valid request needs. Bodies are refused before
+// parsing past it: copying or printing a deeply nested value recurses, and
+// 60,000 levels overflow the stack.
+inline constexpr int kMaxJsonDepth = 64;
+
+// The body as a JSON object: a 400 ApiError if it is not valid JSON (or not
+// UTF-8), nested deeper than kMaxJsonDepth, or not an object.
+std::variant<nlohmann::json, ApiError> ParseJsonObject(std::string_view body);
+
+// POST /tokenize: {"prompt": text} or {"messages": [...]}; POST /detokenize: {"tokens": [ids]}.
+struct TokenizeRequest {
+  std::optional<std::string> prompt;      // set, or
+  std::vector<glm::ChatMessage> messages;  // the chat to render
+};
+struct DetokenizeRequest {
+  std::vector<int32_t> tokens;
+};
+std::variant<TokenizeRequest, ApiError> ParseTokenizeRequest(std::string_view body);
+// `vocab_size` bounds the ids.
+std::variant<DetokenizeRequest, ApiError> ParseDetokenizeRequest(std::string_view body, int64_t vocab_size);
 
 using ChatResult = std::variant<ChatRequest, ApiError>;
 using CompletionResult = std::variant<CompletionRequest, ApiError>;

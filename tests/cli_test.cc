@@ -147,6 +147,18 @@ TEST_F(Cli, TensorParallelRunsReproduceOneRank) {
       << devices.err;
 }
 
+TEST_F(Cli, HelpListsEachToolsFlagsWithDefaults) {
+  const std::string tokenize = Tool("AUTOGLM_TOKENIZE", "build/tools/autoglm-tokenize");
+  for (const auto& [tool, flag] : {std::pair{Compile(), "--max-batch-tokens [256]"},
+                                   std::pair{Inspect(), "--roofline [false]"}, std::pair{RunTool(), "--max-new-tokens ["},
+                                   std::pair{RunTool(), "--tp [0]"}, std::pair{tokenize, "--tokenizer ["}}) {
+    const CommandResult r = RunCommand(tool + " --help");
+    EXPECT_EQ(r.exit_code, 0) << tool;
+    const std::string text = r.out + r.err;
+    EXPECT_NE(text.find(flag), std::string::npos) << tool << " --help does not list " << flag << ":\n" << text;
+  }
+}
+
 TEST_F(Cli, DumpAfterAndDisablePass) {
   const std::string model = testing::TestDataDir() + "/tiny-glm";
   CommandResult c = RunCommand(Compile() + " --model " + model + " -o " + Path("p.agplan") + " --dump-after=fuse");

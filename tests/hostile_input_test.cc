@@ -49,6 +49,23 @@ TEST_F(Hostile, HugeMaxNewTokensRunsToTheEndOfTheContext) {
   EXPECT_NE(r.out.find("finish: context"), std::string::npos) << r.out;
 }
 
+// Round 3 (issue 20): what UBSan found in the release CLIs; the sanitizer job runs these too.
+TEST_F(Hostile, RooflineShapesThatOverflowAreOneLineErrors) {
+  const std::string plan = Path("p.agplan");
+  ASSERT_EQ(RunCommand(CompileTool() + " --model " + dir_.string() + " -o " + plan).exit_code, 0);
+  ExpectOneLineError(RunCommand(Tool("AUTOGLM_INSPECT", "build/tools/autoglm-inspect") + " " + plan +
+                                " --roofline --batch 4611686018427387904 --tokens-per-seq 4"),
+                     "exceed the plan's");
+}
+
+TEST_F(Hostile, TensorParallelStepsOfOneTokenGatherNothingEmpty) {
+  // --max-batch-tokens 1 at tp 2: steps whose all-gather has rows for no rank still run.
+  const CommandResult r = RunCommand(RunTool() + " --model " + dir_.string() +
+                                     " --prompt-ids 1,2,3 --max-new-tokens 3 --tp 2 --max-batch-tokens 1");
+  EXPECT_FALSE(r.signaled) << r.err;
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+}
+
 TEST_F(Hostile, AbsurdSizesFromFlagsAreOneLineErrors) {
   ExpectError("--prompt-ids 1 --kv-cache-tokens 2147483648", "slots can address");
   ExpectError("--prompt-ids 1 --kv-cache-tokens 2000000000", "tokens would fit");

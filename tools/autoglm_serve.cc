@@ -49,6 +49,8 @@ ABSL_FLAG(int64_t, kv_block_size, 16, "when compiling: tokens per KV-cache block
 ABSL_FLAG(bool, prefix_caching, true, "reuse cached K/V of shared prompt prefixes");
 ABSL_FLAG(int32_t, http_threads, 4, "I/O threads serving connections");
 ABSL_FLAG(int64_t, max_body_mb, 8, "largest request body in MiB; larger is answered 413");
+ABSL_FLAG(int64_t, max_stream_backlog_kb, 4096,
+          "a streaming client that leaves more than this unread is dropped and its request cancelled");
 ABSL_FLAG(int32_t, request_timeout_seconds, 30, "a request (headers and body) must arrive within this; else 408");
 ABSL_FLAG(int32_t, shutdown_grace_seconds, 30, "on SIGTERM, how long in-flight requests may still run");
 ABSL_FLAG(std::string, log_level, "info", "error, info or debug (env LOG_LEVEL)");
@@ -163,7 +165,7 @@ absl::Status Load(Loaded& loaded, serve::App& app, const std::string& device) {
   }
   while (pending > 0) std::this_thread::sleep_for(std::chrono::milliseconds(5));
   if (!warm_status.ok()) return absl::InternalError(absl::StrCat("warm-up failed: ", warm_status.message()));
-  app.SetModel(std::move(model));
+  if (!app.SetModel(std::move(model))) return absl::CancelledError("a signal came while loading");
   return absl::OkStatus();
 }
 
@@ -204,6 +206,11 @@ int Serve(const std::vector<std::string>& args) {
                        absl::InvalidArgumentError("--http-threads must be in [1, 256], --max-body-mb in [1, 1024]"));
   }
   limits.max_body_bytes = static_cast<size_t>(body_mb) << 20;
+  const int64_t backlog_kb = absl::GetFlag(FLAGS_max_stream_backlog_kb);
+  if (backlog_kb < 1 || backlog_kb > (int64_t{1} << 30)) {
+    return ReportError("autoglm-serve", absl::InvalidArgumentError("--max-stream-backlog-kb must be in [1, 2^30]"));
+  }
+  limits.max_queued_bytes = static_cast<size_t>(backlog_kb) << 10;
   limits.read_timeout_seconds = absl::GetFlag(FLAGS_request_timeout_seconds);
   if (limits.read_timeout_seconds < 1 || limits.read_timeout_seconds > 3600) {
     return ReportError("autoglm-serve", absl::InvalidArgumentError("--request-timeout-seconds must be in [1, 3600]"));
@@ -221,9 +228,9 @@ int Serve(const std::vector<std::string>& args) {
   const bool debug = level == "debug";
   absl::StatusOr<std::unique_ptr<serve::HttpServer>> server = serve::HttpServer::Start(
       absl::GetFlag(FLAGS_host), absl::GetFlag(FLAGS_port), limits,
-      [&app, debug](const serve::HttpRequest& request, std::shared_ptr<serve::Responder> out) {
+      [&app, debug](serve::HttpRequest request, std::shared_ptr<serve::Responder> out) {
         if (debug) std::fprintf(stderr, "autoglm-serve: %s %s\n", request.method.c_str(), request.target.substr(0, 200).c_str());
-        app.Handle(request, std::move(out));
+        app.Handle(std::move(request), std::move(out));
       });
   if (!server.ok()) return ReportError("autoglm-serve", server.status());
   if (info) std::fprintf(stderr, "autoglm-serve: listening on %s:%d; loading %s on %s\n",
@@ -241,7 +248,9 @@ int Serve(const std::vector<std::string>& args) {
   });
   int signal = 0;
   sigwait(&signals, &signal);
-  if (!load_done) {  // a signal during loading: nothing to drain
+  const bool load_failed = load_done && !load_status.ok();
+  // A signal while loading: nothing was admitted, and CloseIfLoading makes sure nothing will be.
+  if (!load_failed && app.CloseIfLoading()) {
     if (info) std::fprintf(stderr, "autoglm-serve: signal %d while loading; exiting\n", signal);
     std::_Exit(0);
   }
@@ -259,9 +268,13 @@ int Serve(const std::vector<std::string>& args) {
   while (app.in_flight() > 0 && std::chrono::steady_clock::now() < deadline) {
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
-  std::this_thread::sleep_for(std::chrono::milliseconds(200));  // the last chunks reach their sockets
+  // Whatever outlived the grace period is cancelled: its client gets an error event and [DONE] (a
+  // stream) or a 503, and the I/O threads get a moment to write those before they stop.
+  app.Shutdown();
+  if (!(*server)->WaitForResponses(5.0) && info) {
+    std::fprintf(stderr, "autoglm-serve: some answers could not be written within 5 s\n");
+  }
   (*server)->Stop();  // no request handler runs after this
-  app.Shutdown();     // cancels whatever outlived the grace period
   if (info) std::fprintf(stderr, "autoglm-serve: stopped\n");
   return 0;
 }

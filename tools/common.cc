@@ -1,11 +1,13 @@
 #include "tools/common.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 
 #include "absl/flags/commandlineflag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/reflection.h"
+#include "absl/flags/usage.h"
 #include "absl/status/status.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/match.h"
@@ -236,7 +238,35 @@ absl::Status CheckCommandLine(int argc, char** argv, int max_positional) {
   return absl::OkStatus();
 }
 
+// The tool's own flags (those defined in the project's tools/ and bench/
+// folders: Abseil's --help matches flags to the program by file name, and
+// ours live in autoglm_run.cc, parallel_flags.cc, ...), as users type them.
+void PrintHelp(const char* tool) {
+  std::printf("%s: %s\n\nflags (dashes or underscores; default in brackets):\n", tool,
+              std::string(absl::ProgramUsageMessage()).c_str());
+  std::vector<const absl::CommandLineFlag*> flags;
+  for (const auto& [name, flag] : absl::GetAllFlags()) {
+    const std::string file = flag->Filename();
+    if (absl::StrContains(file, "tools/") || absl::StrContains(file, "bench/")) flags.push_back(flag);
+  }
+  std::sort(flags.begin(), flags.end(), [](auto* a, auto* b) { return a->Name() < b->Name(); });
+  for (const absl::CommandLineFlag* flag : flags) {
+    std::string name = std::string(flag->Name());
+    std::replace(name.begin(), name.end(), '_', '-');
+    const std::string def = flag->DefaultValue();
+    std::printf("  --%s [%s]\n      %s\n", name.c_str(), def.empty() ? "\"\"" : def.c_str(), flag->Help().c_str());
+  }
+}
+
 std::vector<std::string> ParseFlagsOrExit(int argc, char** argv, const char* tool, int max_positional) {
+  for (int i = 1; i < argc; ++i) {
+    const absl::string_view arg = argv[i];
+    if (arg == "--") break;
+    if (arg == "--help" || arg == "-help" || arg == "-h") {
+      PrintHelp(tool);
+      std::exit(0);
+    }
+  }
   NormalizeFlagNames(argc, argv);
   absl::Status ok = CheckCommandLine(argc, argv, max_positional);
   if (!ok.ok()) std::exit(ReportError(tool, ok));

@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "ir/op_table.h"
 #include "ir/status_macros.h"
 #include "models/glm/read_file.h"
 
@@ -236,8 +237,12 @@ absl::StatusOr<ModelConfig> ParseModelConfig(absl::string_view json_text, absl::
     return f.Error("num_attention_heads",
                    absl::StrCat("(", c.num_heads, ") must be a multiple of the KV head count (", c.num_kv_heads, ")"));
   }
-  if (!(c.rms_norm_eps >= 0)) return f.Error("rms_norm_eps", "must be non-negative");
-  if (!(c.rope_theta > 0)) return f.Error("rope_theta", "must be positive");
+  if (!(c.rms_norm_eps >= 0 && c.rms_norm_eps <= ir::kMaxNormEps)) {
+    return f.Error("rms_norm_eps", absl::StrCat("must be in [0, ", ir::kMaxNormEps, "]"));
+  }
+  if (!(c.rope_theta >= ir::kMinRopeTheta && c.rope_theta <= ir::kMaxRopeTheta)) {
+    return f.Error("rope_theta", absl::StrCat("must be in [", ir::kMinRopeTheta, ", ", ir::kMaxRopeTheta, "]"));
+  }
   if (!(c.partial_rotary_factor > 0 && c.partial_rotary_factor <= 1)) {
     return f.Error("partial_rotary_factor", "must be in (0, 1]");
   }

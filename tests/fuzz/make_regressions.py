@@ -71,6 +71,20 @@ def plan_cases():
         edited[at + len(key):at + len(key) + 8] = struct.pack("<q", 4 + 2**62)
         at = edited.find(key, at + 1)
     put("plan", "heads-4-plus-2-pow-62", bytes(edited))
+    # Model facts that disagree with the config behind a fingerprint that agrees (issue 20).
+    layout_end = 4 + struct.unpack("<I", payload[:4])[0]
+    positions_at = layout_end + 24                              # vocab, hidden, layers, positions
+    put("plan", "positions-4096", payload[:positions_at] + struct.pack("<q", 4096) + payload[positions_at + 8:])
+    eos_at = layout_end + 32
+    count = struct.unpack("<I", payload[eos_at:eos_at + 4])[0]
+    put("plan", "eos-list-gains-an-id", payload[:eos_at] + struct.pack("<I", count + 1) +
+        payload[eos_at + 4:eos_at + 4 + 8 * count] + struct.pack("<q", 7) + payload[eos_at + 4 + 8 * count:])
+    for name, attr, value in [("eps-inf", b"eps", float("inf")), ("theta-5e-324", b"theta", 5e-324)]:
+        key = struct.pack("<I", len(attr)) + attr + b"\x01"   # a float attribute
+        at = payload.find(key)
+        assert at >= 0, name
+        at += len(key)
+        put("plan", name, payload[:at] + struct.pack("<d", value) + payload[at + 8:])
 
 
 def tokenizer_cases():
@@ -98,6 +112,12 @@ def openai_cases():
     put("openai", "invalid-utf8", b'{"model": "m", "messages": [{"role": "user", "content": "\xff\xfe"}]}')
     put("openai", "nested-deep", '{"model": ' + "[" * 5000 + "]" * 5000 + "}")
     put("openai", "ids-past-int32", '{"model": "m", "prompt": [4294967296, -1]}')
+    # Round 3 (issue 20): each crashed the server.
+    put("openai", "content-part-type-not-a-string",
+        '{"model": "m", "messages": [{"role": "user", "content": [{"type": 5, "text": "x"}, {"type": null}]}]}')
+    put("openai", "stop-nested-60000-deep", '{"model": "m", "prompt": "a", "stop": ' + "[" * 60000 + "]" * 60000 + "}")
+    put("openai", "messages-nested-objects",
+        '{"model": "m", "messages": ' + '{"a":' * 30000 + "1" + "}" * 30000 + "}")
 
 
 if __name__ == "__main__":
