@@ -3,7 +3,7 @@
 the hostile inputs of issue 11, each one a file. Run from the repository root
 after a build (the plan cases start from a plan that build/tools/autoglm-compile
 writes). Crashes that fuzzing finds are added to the corpora by hand."""
-import json, os, struct, subprocess, tempfile
+import json, os, struct, subprocess, tempfile, zlib
 
 from make_seeds import byte_alphabet
 
@@ -87,6 +87,24 @@ def plan_cases():
         put("plan", name, payload[:at] + struct.pack("<d", value) + payload[at + 8:])
 
 
+def png_header(width, height):
+    chunk = b"IHDR" + struct.pack(">II", width, height) + bytes([8, 2, 0, 0, 0])
+    return b"\x89PNG\r\n\x1a\n" + struct.pack(">I", 13) + chunk + struct.pack(">I", zlib.crc32(chunk))
+
+
+def image_cases():
+    images = os.path.join(os.path.dirname(TINY), "tiny-glm4v", "images")
+    png = open(os.path.join(images, "rgb.png"), "rb").read()
+    jpeg = open(os.path.join(images, "q90-420.jpg"), "rb").read()
+    webp = open(os.path.join(images, "lossy.webp"), "rb").read()
+    put("image", "png-100000-squared-header", png_header(100000, 100000) + png[33:])
+    put("image", "png-truncated", png[:len(png) // 2])
+    put("image", "jpeg-truncated", jpeg[:len(jpeg) // 2])
+    put("image", "jpeg-header-only", jpeg[:20])
+    put("image", "webp-truncated", webp[:-40])
+    put("image", "png-aspect-ratio-300", png_header(300, 1) + png[33:])
+
+
 def tokenizer_cases():
     # The byte-level vocabulary of 256 single bytes, as tokenizer.json spells it.
     spell = byte_alphabet()
@@ -128,3 +146,4 @@ if __name__ == "__main__":
     tokenizer_cases()
     chat_cases()
     openai_cases()
+    image_cases()

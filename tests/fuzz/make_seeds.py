@@ -64,6 +64,9 @@ def main(out, compile_tool):
                                            "stream": True, "stream_options": {"include_usage": True},
                                            "max_tokens": 8, "temperature": 0.7, "top_p": 0.9, "n": 2,
                                            "stop": ["\n"], "logprobs": True, "top_logprobs": 2, "seed": 1}))
+    images = os.path.join(DATA, "tiny-glm4v", "images")
+    for name in sorted(os.listdir(images)):
+        put(out, "image", name, open(os.path.join(images, name), "rb").read())
     put(out, "openai", "completion", json.dumps({"model": "glm", "prompt": [5, 17, 42], "echo": True,
                                                  "logprobs": 1, "return_token_ids": True, "ignore_eos": True}))
 

@@ -227,6 +227,9 @@ class Lifecycle(unittest.TestCase):
         self.assertEqual(sse_events(data)[-1], b"[DONE]", data[-300:])
         self.assertEqual(s.proc.wait(60), 0)
 
+    @unittest.skipIf("UBSAN_OPTIONS" in os.environ or "TSAN_OPTIONS" in os.environ,
+                     "sanitizer runtimes need descriptors of their own: out of them, UBSan's vptr check cannot "
+                     "probe memory (it opens a pipe) and reports every virtual call falsely")
     def test_out_of_descriptors_backs_off_instead_of_spinning(self):
         def limit():
             resource.setrlimit(resource.RLIMIT_NOFILE, (64, 64))

@@ -1,0 +1,123 @@
+// The antialiased bicubic resize of 8-bit images that the GLM-4.1V default
+// processor runs (torchvision's resize on a uint8 tensor, which is ATen's
+// uint8 path, Pillow-SIMD's integer algorithm): for each axis, per output
+// sample the Keys cubic (a = -0.5) stretched by the downscale factor over the
+// input samples it covers, normalised in double, then turned into int16
+// weights with the most precision that keeps the largest weight below 2^15;
+// the sum of weights times samples (int32, starting from half an output step)
+// shifted right by that precision and clamped to [0, 255]. The horizontal
+// pass runs first into an 8-bit buffer, then the vertical pass; an axis whose
+// size does not change is not passed over at all.
+#include "image/resize.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <vector>
+
+namespace ag::image {
+namespace {
+
+double Cubic(double x) {
+  constexpr double a = -0.5;
+  x = std::fabs(x);
+  if (x < 1.0) return ((a + 2) * x - (a + 3)) * x * x + 1;
+  if (x < 2.0) return ((a * x - 5 * a) * x + 8 * a) * x - 4 * a;
+  return 0.0;
+}
+
+// The taps of one axis: for output sample i, `size[i]` weights starting at input `first[i]`.
+struct Taps {
+  std::vector<int64_t> first, size;
+  std::vector<int16_t> weight;  // [out, max_taps]
+  int max_taps = 0;
+  int precision = 0;
+};
+
+Taps AxisTaps(int64_t in, int64_t out) {
+  const double scale = static_cast<double>(in) / static_cast<double>(out);
+  const double support = scale >= 1.0 ? 2.0 * scale : 2.0;  // interp_size 4, halved, stretched when shrinking
+  const int max_taps = static_cast<int>(std::ceil(support)) * 2 + 1;
+  const double invscale = scale >= 1.0 ? 1.0 / scale : 1.0;
+  Taps t;
+  t.max_taps = max_taps;
+  t.first.resize(out);
+  t.size.resize(out);
+  std::vector<double> w(static_cast<size_t>(out) * max_taps, 0.0);
+  double w_max = 0.0;
+  for (int64_t i = 0; i < out; ++i) {
+    const double center = scale * (static_cast<double>(i) + 0.5);
+    const int64_t xmin = std::max<int64_t>(static_cast<int64_t>(center - support + 0.5), 0);
+    const int64_t xsize = std::clamp<int64_t>(std::min<int64_t>(static_cast<int64_t>(center + support + 0.5), in) - xmin,
+                                              0, max_taps);
+    double total = 0.0;
+    double* wi = w.data() + i * max_taps;
+    for (int64_t j = 0; j < xsize; ++j) {
+      wi[j] = Cubic((static_cast<double>(j + xmin) - center + 0.5) * invscale);
+      total += wi[j];
+    }
+    if (total != 0.0) {
+      for (int64_t j = 0; j < xsize; ++j) {
+        wi[j] /= total;
+        w_max = std::max(w_max, wi[j]);
+      }
+    }
+    t.first[i] = xmin;
+    t.size[i] = xsize;
+  }
+  int precision = 0;
+  for (; precision < 22; ++precision) {
+    const int next = static_cast<int>(0.5 + w_max * (1 << (precision + 1)));
+    if (next >= (1 << 15)) break;
+  }
+  t.precision = precision;
+  t.weight.resize(w.size());
+  for (size_t k = 0; k < w.size(); ++k) {
+    const double v = w[k] * (1 << precision);
+    t.weight[k] = static_cast<int16_t>(v < 0 ? static_cast<int>(-0.5 + v) : static_cast<int>(0.5 + v));
+  }
+  return t;
+}
+
+uint8_t Finish(int32_t sum, int precision) {
+  return static_cast<uint8_t>(std::clamp(sum >> precision, 0, 255));  // arithmetic shift: floor, as srai
+}
+
+}  // namespace
+
+RgbImage ResizeBicubicAntialias(const RgbImage& src, int out_height, int out_width) {
+  RgbImage cur = src;
+  if (out_width != src.width) {
+    const Taps t = AxisTaps(src.width, out_width);
+    RgbImage next{src.height, out_width, std::vector<uint8_t>(static_cast<size_t>(src.height) * out_width * 3)};
+    for (int y = 0; y < src.height; ++y) {
+      for (int x = 0; x < out_width; ++x) {
+        const int16_t* w = t.weight.data() + static_cast<size_t>(x) * t.max_taps;
+        for (int c = 0; c < 3; ++c) {
+          int32_t sum = t.precision > 0 ? 1 << (t.precision - 1) : 0;
+          for (int64_t j = 0; j < t.size[x]; ++j) sum += w[j] * cur.at(y, static_cast<int>(t.first[x] + j), c);
+          next.rgb[(static_cast<size_t>(y) * out_width + x) * 3 + c] = Finish(sum, t.precision);
+        }
+      }
+    }
+    cur = std::move(next);
+  }
+  if (out_height != src.height) {
+    const Taps t = AxisTaps(src.height, out_height);
+    RgbImage next{out_height, cur.width, std::vector<uint8_t>(static_cast<size_t>(out_height) * cur.width * 3)};
+    for (int y = 0; y < out_height; ++y) {
+      const int16_t* w = t.weight.data() + static_cast<size_t>(y) * t.max_taps;
+      for (int x = 0; x < cur.width; ++x) {
+        for (int c = 0; c < 3; ++c) {
+          int32_t sum = t.precision > 0 ? 1 << (t.precision - 1) : 0;
+          for (int64_t j = 0; j < t.size[y]; ++j) sum += w[j] * cur.at(static_cast<int>(t.first[y] + j), x, c);
+          next.rgb[(static_cast<size_t>(y) * cur.width + x) * 3 + c] = Finish(sum, t.precision);
+        }
+      }
+    }
+    cur = std::move(next);
+  }
+  return cur;
+}
+
+}  // namespace ag::image
