@@ -148,7 +148,7 @@ void BM_Linear(benchmark::State& state) {
   p.scratch = scratch;
   if (s.epilogue == ag::cuda::Epilogue::kQkvRope) {
     p.bias = bias;
-    p.qkv = {pos, slots, {kc, vc, 16, 2, 128}, 32, 2, 128, 64, 10000.0f};
+    p.qkv = {{pos, m}, slots, {kc, vc, 16, 2, 128}, 32, 2, 128, 64, 10000.0f};
   }
   TimeLaunches(
       state,

@@ -114,6 +114,25 @@ absl::Status ExpectIndexVector(const TensorType& t, const Dim& n, absl::string_v
   return ExpectSameDim(t.shape[0], n, absl::StrCat(what, " length"));
 }
 
+// The positions a rotary step reads: one stream [T], or M-RoPE's three
+// [3, T] (temporal, height, width) when the optional mrope_section attribute
+// says how many rotary pairs take each stream (they add up to rot / 2).
+absl::Status CheckRotaryPositions(const TensorType& positions, const Dim& t, const Attrs& attrs) {
+  const auto it = attrs.find("mrope_section");
+  if (it == attrs.end()) return ExpectIndexVector(positions, t, "positions");
+  ASSIGN_OR_RETURN(int64_t rot, GetInt(attrs, "rot"));
+  const std::vector<int64_t>& sections = std::get<std::vector<int64_t>>(it->second);
+  int64_t pairs = 0;
+  for (int64_t s : sections) pairs += s >= 0 && s <= kMaxHeadAttr ? s : kMaxHeadAttr + 1;
+  if (sections.size() != 3 || 2 * pairs != rot) {
+    return Errf("mrope_section must be three pair counts adding up to rot / 2 (", rot / 2, ")");
+  }
+  RETURN_IF_ERROR(ExpectRank(positions, 2, "positions"));
+  RETURN_IF_ERROR(ExpectDType(positions, DType::kI32, "positions"));
+  RETURN_IF_ERROR(ExpectSameDim(positions.shape[0], Dim(3), "M-RoPE position streams"));
+  return ExpectSameDim(positions.shape[1], t, "positions length");
+}
+
 absl::Status ExpectRows(const TensorType& x, const Dim& rows, int64_t width, absl::string_view what) {
   RETURN_IF_ERROR(ExpectRank(x, 2, what));
   RETURN_IF_ERROR(ExpectSameDim(x.shape[0], rows, absl::StrCat(what, " rows")));
@@ -151,7 +170,7 @@ absl::StatusOr<Types> InferRotary(Operands o, const Attrs& a) {
   RETURN_IF_ERROR(ExpectFloat(o[0], "input"));
   RETURN_IF_ERROR(ExpectRank(o[0], 2, "input"));
   RETURN_IF_ERROR(ExpectRows(o[0], o[0].shape[0], heads * head_dim, "input"));
-  RETURN_IF_ERROR(ExpectIndexVector(o[1], o[0].shape[0], "positions"));
+  RETURN_IF_ERROR(CheckRotaryPositions(o[1], o[0].shape[0], a));
   return Types{o[0]};
 }
 
@@ -208,6 +227,97 @@ absl::StatusOr<Types> InferArgmax(Operands o, const Attrs&) {
   return Types{{DType::kI32, {o[0].shape[0]}}};
 }
 
+// ---- the vision tower's ops (GLM-4.1V) ----
+
+// (x [T, H], src [M, H], rows i32[M]) -> x with row rows[i] replaced by src[i].
+absl::StatusOr<Types> InferScatterRows(Operands o, const Attrs&) {
+  RETURN_IF_ERROR(ExpectRank(o[0], 2, "input"));
+  RETURN_IF_ERROR(ExpectFloat(o[0], "input"));
+  RETURN_IF_ERROR(ExpectRank(o[1], 2, "rows to scatter"));
+  RETURN_IF_ERROR(ExpectDType(o[1], o[0].dtype, "rows to scatter"));
+  RETURN_IF_ERROR(ExpectSameDim(o[1].shape[1], o[0].shape[1], "scattered row width"));
+  RETURN_IF_ERROR(ExpectIndexVector(o[2], o[1].shape[0], "row indices"));
+  return Types{o[0]};
+}
+
+// (x, w [n], b [n]) -> w * (x - mean) / sqrt(var + eps) + b, per row of n.
+absl::StatusOr<Types> InferLayerNorm(Operands o, const Attrs& a) {
+  RETURN_IF_ERROR(CheckEps(a));
+  RETURN_IF_ERROR(ExpectFloat(o[0], "input"));
+  if (o[0].rank() < 1) return Err("input must have rank >= 1");
+  RETURN_IF_ERROR(ExpectVector(o[1], o[0].shape.back(), o[0].dtype, "norm weight"));
+  RETURN_IF_ERROR(ExpectVector(o[2], o[0].shape.back(), o[0].dtype, "norm bias"));
+  return Types{o[0]};
+}
+
+// Per patch row: (h, w, grid_h, grid_w).
+absl::Status ExpectPatchPositions(const TensorType& t, const Dim& rows) {
+  RETURN_IF_ERROR(ExpectRank(t, 2, "patch positions"));
+  RETURN_IF_ERROR(ExpectDType(t, DType::kI32, "patch positions"));
+  RETURN_IF_ERROR(ExpectSameDim(t.shape[0], rows, "patch positions rows"));
+  return ExpectSameDim(t.shape[1], Dim(4), "patch positions width");
+}
+
+// (x [P, C], table [side * side, C], patch_pos i32[P, 4]) -> x + the table resampled bicubically to each grid.
+absl::StatusOr<Types> InferVisionPosEmbed(Operands o, const Attrs& a) {
+  ASSIGN_OR_RETURN(int64_t side, GetHeadAttr(a, "side"));
+  RETURN_IF_ERROR(ExpectRank(o[0], 2, "input"));
+  RETURN_IF_ERROR(ExpectFloat(o[0], "input"));
+  RETURN_IF_ERROR(ExpectRank(o[1], 2, "position table"));
+  RETURN_IF_ERROR(ExpectDType(o[1], o[0].dtype, "position table"));
+  RETURN_IF_ERROR(ExpectSameDim(o[1].shape[0], Dim(side * side), "position table rows"));
+  RETURN_IF_ERROR(ExpectSameDim(o[1].shape[1], o[0].shape[1], "position table width"));
+  RETURN_IF_ERROR(ExpectPatchPositions(o[2], o[0].shape[0]));
+  return Types{o[0]};
+}
+
+// (x [P, heads * head_dim], patch_pos) -> 2-D rotary, rotate-half over each whole head.
+absl::StatusOr<Types> InferVisionRotary(Operands o, const Attrs& a) {
+  ASSIGN_OR_RETURN(int64_t heads, GetHeadAttr(a, "heads"));
+  ASSIGN_OR_RETURN(int64_t head_dim, GetHeadAttr(a, "head_dim"));
+  ASSIGN_OR_RETURN(double theta, GetFloat(a, "theta"));
+  if (head_dim % 4 != 0) return Errf("head_dim (", head_dim, ") must be a multiple of 4 for the 2-D rotary");
+  if (!(theta >= kMinRopeTheta && theta <= kMaxRopeTheta)) {
+    return Errf("theta must be in [", kMinRopeTheta, ", ", kMaxRopeTheta, "], got ", theta);
+  }
+  RETURN_IF_ERROR(ExpectFloat(o[0], "input"));
+  RETURN_IF_ERROR(ExpectRank(o[0], 2, "input"));
+  RETURN_IF_ERROR(ExpectRows(o[0], o[0].shape[0], heads * head_dim, "input"));
+  RETURN_IF_ERROR(ExpectPatchPositions(o[1], o[0].shape[0]));
+  return Types{o[0]};
+}
+
+// (q, k, v [P, heads * head_dim], offsets i32[I+1]) -> full attention within each segment.
+absl::StatusOr<Types> InferSegmentAttention(Operands o, const Attrs& a) {
+  ASSIGN_OR_RETURN(int64_t heads, GetHeadAttr(a, "heads"));
+  ASSIGN_OR_RETURN(int64_t head_dim, GetHeadAttr(a, "head_dim"));
+  RETURN_IF_ERROR(ExpectFloat(o[0], "q"));
+  RETURN_IF_ERROR(ExpectRank(o[0], 2, "q"));
+  const Dim& p = o[0].shape[0];
+  for (int i = 0; i < 3; ++i) {
+    RETURN_IF_ERROR(ExpectRows(o[i], p, heads * head_dim, "q, k and v"));
+    RETURN_IF_ERROR(ExpectDType(o[i], o[0].dtype, "q, k and v"));
+  }
+  RETURN_IF_ERROR(ExpectRank(o[3], 1, "segment offsets"));
+  RETURN_IF_ERROR(ExpectDType(o[3], DType::kI32, "segment offsets"));
+  if (!o[3].shape[0].is_symbolic() || o[3].shape[0].offset() != 1) return Err("segment offsets must be [I+1]");
+  return Types{o[0]};
+}
+
+// x [P, C] -> [rows, group * C]: each group of rows side by side, channel-major
+// (out[e, c * group + k] = x[e * group + k, c]: a 2x2 Conv2d's weight, reshaped, reads it so).
+absl::StatusOr<Types> InferMergeRows(Operands o, const Attrs& a) {
+  ASSIGN_OR_RETURN(int64_t group, GetHeadAttr(a, "group"));
+  ASSIGN_OR_RETURN(std::string rows, GetString(a, "rows"));
+  if (rows.empty()) return Err("rows must name the merged rows' dimension");
+  RETURN_IF_ERROR(ExpectRank(o[0], 2, "input"));
+  RETURN_IF_ERROR(ExpectFloat(o[0], "input"));
+  if (!o[0].shape[0].is_symbolic() || o[0].shape[1].is_symbolic()) return Err("input must be [symbol, width]");
+  const std::optional<int64_t> width = CheckedMul(o[0].shape[1].offset(), group);
+  if (!width) return Err("merged width too large");
+  return Types{{o[0].dtype, {Dim::Sym(rows), Dim(*width)}}};
+}
+
 absl::StatusOr<Types> InferKvCacheWrite(Operands o, const Attrs& a) {
   ASSIGN_OR_RETURN(AttentionDims d, CheckHeads(a));
   RETURN_IF_ERROR(ExpectFloat(o[0], "k"));
@@ -251,7 +361,7 @@ absl::StatusOr<Types> CheckNormQkvRope(const TensorType& x, const TensorType& no
   const int64_t q = d.heads * d.head_dim, kv = d.kv_heads * d.head_dim;
   RETURN_IF_ERROR(ExpectSameDim(n, Dim(q + 2 * kv), "qkv weight rows"));
   RETURN_IF_ERROR(ExpectVector(norm_w, x.shape[1], x.dtype, "norm weight"));
-  RETURN_IF_ERROR(ExpectIndexVector(positions, x.shape[0], "positions"));
+  RETURN_IF_ERROR(CheckRotaryPositions(positions, x.shape[0], a));
   if (bias != nullptr) RETURN_IF_ERROR(ExpectVector(*bias, n, x.dtype, "bias"));
   *dims = d;
   const Dim& t = x.shape[0];
@@ -336,14 +446,22 @@ absl::StatusOr<Types> InferAllReduceNormResidual(Operands o, const Attrs& a) {
 // ---- attribute schemas ----
 
 constexpr AttrSpec kEps[] = {{"eps", AttrKind::kFloat}};
-constexpr AttrSpec kRotary[] = {
-    {"heads", AttrKind::kInt}, {"head_dim", AttrKind::kInt}, {"rot", AttrKind::kInt}, {"theta", AttrKind::kFloat}};
+constexpr AttrSpec kRotary[] = {{"heads", AttrKind::kInt},
+                                 {"head_dim", AttrKind::kInt},
+                                 {"rot", AttrKind::kInt},
+                                 {"theta", AttrKind::kFloat},
+                                 {"mrope_section", AttrKind::kIntList, /*optional=*/true}};
+constexpr AttrSpec kVisionRotary[] = {{"heads", AttrKind::kInt}, {"head_dim", AttrKind::kInt}, {"theta", AttrKind::kFloat}};
+constexpr AttrSpec kSide[] = {{"side", AttrKind::kInt}};
+constexpr AttrSpec kMergeRows[] = {{"group", AttrKind::kInt}, {"rows", AttrKind::kString}};
+constexpr AttrSpec kAttentionHeads[] = {{"heads", AttrKind::kInt}, {"head_dim", AttrKind::kInt}};
 constexpr AttrSpec kHeads[] = {{"heads", AttrKind::kInt}, {"kv_heads", AttrKind::kInt}, {"head_dim", AttrKind::kInt}};
 constexpr AttrSpec kParts[] = {{"parts", AttrKind::kInt}};
 constexpr AttrSpec kSlice[] = {{"axis", AttrKind::kInt}, {"start", AttrKind::kInt}, {"size", AttrKind::kInt}};
 constexpr AttrSpec kNormQkvRope[] = {{"eps", AttrKind::kFloat},   {"heads", AttrKind::kInt},
                                      {"kv_heads", AttrKind::kInt}, {"head_dim", AttrKind::kInt},
-                                     {"rot", AttrKind::kInt},      {"theta", AttrKind::kFloat}};
+                                     {"rot", AttrKind::kInt},      {"theta", AttrKind::kFloat},
+                                     {"mrope_section", AttrKind::kIntList, /*optional=*/true}};
 
 constexpr std::span<const AttrSpec> kNone{};
 
@@ -361,6 +479,13 @@ constexpr std::array<OpInfo, kOpCount> kOps = {{
   {OpId::k_slice,               "slice",                  1, 1, 1, kSlice,       0,                                  -1, -1, InferSlice},
   {OpId::k_gather_rows,         "gather_rows",            2, 2, 1, kNone,        0,                                  -1, -1, InferGatherRows},
   {OpId::k_argmax,              "argmax",                 1, 1, 1, kNone,        0,                                  -1, -1, InferArgmax},
+  {OpId::k_scatter_rows,        "scatter_rows",           3, 3, 1, kNone,        0,                                  -1,  0, InferScatterRows},
+  {OpId::k_layer_norm,          "layer_norm",             3, 3, 1, kEps,         0,                                  -1,  0, InferLayerNorm},
+  {OpId::k_gelu,                "gelu",                   1, 1, 1, kNone,        kElementwise,                       -1,  0, InferUnary},
+  {OpId::k_vision_pos_embed,    "vision_pos_embed",       3, 3, 1, kSide,        0,                                  -1,  0, InferVisionPosEmbed},
+  {OpId::k_vision_rotary,       "vision_rotary",          2, 2, 1, kVisionRotary, 0,                                 -1,  0, InferVisionRotary},
+  {OpId::k_segment_attention,   "segment_attention",      4, 4, 1, kAttentionHeads, 0,                               -1, -1, InferSegmentAttention},
+  {OpId::k_merge_rows,          "merge_rows",             1, 1, 1, kMergeRows,   0,                                  -1, -1, InferMergeRows},
   {OpId::k_kv_cache_write,      "kv_cache_write",         4, 4, 0, kHeads,       kSideEffect,                         3, -1, InferKvCacheWrite},
   {OpId::k_paged_attention,     "paged_attention",        5, 5, 1, kHeads,       0,                                   1, -1, InferPagedAttention},
   {OpId::k_norm_qkv_rope_kv_write, "norm_qkv_rope_kv_write", 6, 7, 1, kNormQkvRope, kFused | kSideEffect,           5, -1, InferNormQkvRopeKvWrite},
@@ -407,6 +532,7 @@ absl::StatusOr<std::vector<TensorType>> InferResultTypes(OpId op, std::span<cons
   }
   for (const AttrSpec& spec : info.attrs) {
     auto it = attrs.find(spec.name);
+    if (it == attrs.end() && spec.optional) continue;
     if (it == attrs.end()) return Errf(info.name, ": missing attribute '", spec.name, "'");
     if (KindOf(it->second) != spec.kind) {
       return Errf(info.name, ": attribute '", spec.name, "' must be ", AttrKindName(spec.kind));

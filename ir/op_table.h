@@ -22,8 +22,9 @@
 
 namespace ag::ir {
 
-// Builder-level ops, then ops made by lower-kv-cache, then fused ops, then the
-// collectives of tensor parallelism (made by shard; fused ones by fuse).
+// Builder-level ops (the vision tower's from scatter_rows), then ops made by
+// lower-kv-cache, then fused ops, then the collectives of tensor parallelism
+// (made by shard; fused ones by fuse).
 #define AG_IR_OPS(X)        \
   X(embedding)              \
   X(rms_norm)               \
@@ -36,6 +37,13 @@ namespace ag::ir {
   X(slice)                  \
   X(gather_rows)            \
   X(argmax)                 \
+  X(scatter_rows)           \
+  X(layer_norm)             \
+  X(gelu)                   \
+  X(vision_pos_embed)       \
+  X(vision_rotary)          \
+  X(segment_attention)      \
+  X(merge_rows)             \
   X(kv_cache_write)         \
   X(paged_attention)        \
   X(norm_qkv_rope_kv_write) \
@@ -79,6 +87,7 @@ inline constexpr double kMaxRopeTheta = 1e12;
 struct AttrSpec {
   absl::string_view name;
   AttrKind kind;
+  bool optional = false;  // may be absent (rotary's mrope_section: text models have none)
 };
 
 using InferFn = absl::StatusOr<std::vector<TensorType>> (*)(std::span<const TensorType> operands,
@@ -90,7 +99,7 @@ struct OpInfo {
   int min_operands;
   int max_operands;  // operands past min_operands are optional (a bias)
   int num_results;
-  std::span<const AttrSpec> attrs;  // all required
+  std::span<const AttrSpec> attrs;  // required unless marked optional
   uint32_t properties;
   int state_operand;    // index of the operand that must be a state value, or -1
   int inplace_operand;  // result 0 may share this operand's buffer when it dies here, or -1

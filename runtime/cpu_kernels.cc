@@ -7,6 +7,16 @@ namespace ag::runtime {
 
 int64_t CpuStepArgs::Int(const char* name) const { return *ir::GetInt(step->attrs, name); }
 float CpuStepArgs::Float(const char* name) const { return static_cast<float>(*ir::GetFloat(step->attrs, name)); }
+ref::RotaryPositions CpuStepArgs::Positions(size_t index) const {
+  ref::RotaryPositions p{operands[index].i(), operands[index].dims.back()};
+  if (const auto it = step->attrs.find("mrope_section"); it != step->attrs.end()) {
+    const auto& s = std::get<std::vector<int64_t>>(it->second);
+    p.mrope = true;
+    p.section0 = s[0];
+    p.section1 = s[0] + s[1];
+  }
+  return p;
+}
 
 namespace {
 
@@ -25,8 +35,8 @@ void Linear(const A& a) {
   ref::Linear(x.f(), a.operands[1].f(), a.Optional(2), x.dim(0), x.dim(1), a.operands[1].dim(0), a.results[0].f());
 }
 void Rotary(const A& a) {
-  ref::Rotary(a.operands[0].f(), a.operands[1].i(), a.operands[0].dim(0), a.Int("heads"), a.Int("head_dim"),
-              a.Int("rot"), a.Float("theta"), a.results[0].f());
+  ref::Rotary(a.operands[0].f(), a.Positions(1), a.operands[0].dim(0), a.Int("heads"), a.Int("head_dim"), a.Int("rot"),
+              a.Float("theta"), a.results[0].f());
 }
 void Attention(const A& a) {
   ref::KvCacheWrite(a.operands[1].f(), a.operands[2].f(), a.slot_mapping, a.operands[1].dim(0), a.kv);
@@ -45,6 +55,39 @@ void GatherRows(const A& a) {
 void Argmax(const A& a) {
   ref::Argmax(a.operands[0].f(), a.operands[0].dim(0), a.operands[0].dim(1), a.results[0].i());
 }
+void ScatterRows(const A& a) {
+  const CpuTensor& x = a.operands[0];
+  ref::ScatterRows(x.f(), x.dim(0), a.operands[1].f(), a.operands[2].i(), a.operands[2].dim(0), x.dim(1),
+                   a.results[0].f());
+}
+void LayerNorm(const A& a) {
+  const CpuTensor& x = a.operands[0];
+  const int64_t n = x.dims.back();
+  ref::LayerNorm(x.f(), a.operands[1].f(), a.operands[2].f(), x.numel() / n, n, a.Float("eps"), a.results[0].f());
+}
+void Gelu(const A& a) { ref::Gelu(a.operands[0].f(), a.results[0].numel(), a.results[0].f()); }
+void VisionPosEmbed(const A& a) {
+  const CpuTensor& x = a.operands[0];
+  ref::VisionPosEmbed(x.f(), a.operands[1].f(), a.Int("side"), a.operands[2].i(), x.dim(0), x.dim(1), a.results[0].f());
+}
+void VisionRotary(const A& a) {
+  ref::VisionRotary(a.operands[0].f(), a.operands[1].i(), a.operands[0].dim(0), a.Int("heads"), a.Int("head_dim"),
+                    a.Float("theta"), a.results[0].f());
+}
+void SegmentAttention(const A& a) {
+  ref::SegmentAttention(a.operands[0].f(), a.operands[1].f(), a.operands[2].f(), a.operands[3].i(),
+                        a.operands[3].dim(0) - 1, a.Int("heads"), a.Int("head_dim"), a.results[0].f());
+}
+void MergeRows(const A& a) {
+  const CpuTensor& x = a.operands[0];
+  const int64_t group = a.Int("group");
+  if (x.dim(0) != a.results[0].dim(0) * group) {
+    a.status = absl::InvalidArgumentError("merge_rows: the rows do not make whole groups");
+    return;
+  }
+  ref::MergeRows(x.f(), x.dim(0), x.dim(1), group, a.results[0].f());
+}
+
 void KvCacheWrite(const A& a) {
   ref::KvCacheWrite(a.operands[0].f(), a.operands[1].f(), a.operands[2].i(), a.operands[0].dim(0), a.kv);
 }
@@ -55,7 +98,7 @@ void NormQkvRopeKvWrite(const A& a) {
   const CpuTensor& x = a.operands[0];
   const int64_t tokens = x.dim(0), kv_width = a.Int("kv_heads") * a.Int("head_dim");
   std::vector<float> k(tokens * kv_width), v(tokens * kv_width);
-  ref::NormQkvRope(x.f(), a.operands[1].f(), a.operands[2].f(), a.Optional(6), a.operands[3].i(), tokens, x.dim(1),
+  ref::NormQkvRope(x.f(), a.operands[1].f(), a.operands[2].f(), a.Optional(6), a.Positions(3), tokens, x.dim(1),
                    a.Float("eps"), a.Int("heads"), a.Int("kv_heads"), a.Int("head_dim"), a.Int("rot"), a.Float("theta"),
                    a.results[0].f(), k.data(), v.data());
   ref::KvCacheWrite(k.data(), v.data(), a.operands[4].i(), tokens, a.kv);
@@ -147,6 +190,13 @@ constexpr std::array<Row, ir::kOpCount> kKernels = {{
     {OpId::k_slice, Slice},
     {OpId::k_gather_rows, GatherRows},
     {OpId::k_argmax, Argmax},
+    {OpId::k_scatter_rows, ScatterRows},
+    {OpId::k_layer_norm, LayerNorm},
+    {OpId::k_gelu, Gelu},
+    {OpId::k_vision_pos_embed, VisionPosEmbed},
+    {OpId::k_vision_rotary, VisionRotary},
+    {OpId::k_segment_attention, SegmentAttention},
+    {OpId::k_merge_rows, MergeRows},
     {OpId::k_kv_cache_write, KvCacheWrite},
     {OpId::k_paged_attention, PagedAttention},
     {OpId::k_norm_qkv_rope_kv_write, NormQkvRopeKvWrite},

@@ -27,6 +27,8 @@ struct CpuStepArgs {
 
   int64_t Int(const char* name) const;
   float Float(const char* name) const;
+  // The rotary positions operand `index` of the step (M-RoPE's three streams when it has mrope_section).
+  ref::RotaryPositions Positions(size_t index) const;
   // Optional trailing operand (a bias), or null.
   const float* Optional(size_t index) const {
     return index < operands.size() ? operands[index].f() : nullptr;

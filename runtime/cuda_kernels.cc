@@ -6,10 +6,22 @@
 #include "kernels/cuda/linear.cuh"
 #include "kernels/cuda/norm.cuh"
 #include "ir/status_macros.h"
+#include "kernels/cuda/vision.cuh"
 #include "kernels/cuda/vocab.cuh"
 #include "runtime/cuda_step.h"
 
 namespace ag::runtime {
+
+cuda::RopePositions CudaStepArgs::Positions(size_t index) const {
+  cuda::RopePositions p{operands[index].as<const int32_t>(), operands[index].dims.back()};
+  if (const auto it = step->attrs.find("mrope_section"); it != step->attrs.end()) {
+    const auto& s = std::get<std::vector<int64_t>>(it->second);
+    p.mrope = true;
+    p.section0 = static_cast<int>(s[0]);
+    p.section1 = static_cast<int>(s[0] + s[1]);
+  }
+  return p;
+}
 
 namespace {
 
@@ -61,7 +73,7 @@ absl::Status LinearOp(const A& a) {
   return Check(cuda::LaunchLinear(p, a.stream), a);
 }
 absl::Status Rotary(const A& a) {
-  return Check(cuda::LaunchRotary(In(a, 0), a.operands[1].as<const int32_t>(), a.operands[0].dim(0), a.Int("heads"),
+  return Check(cuda::LaunchRotary(In(a, 0), a.Positions(1), a.operands[0].dim(0), a.Int("heads"),
                                   a.Int("head_dim"), a.Int("rot"), a.Float("theta"), Out(a), a.stream),
                a);
 }
@@ -98,6 +110,43 @@ absl::Status Argmax(const A& a) {
                                   a.results[0].as<int32_t>(), a.stream),
                a);
 }
+absl::Status ScatterRows(const A& a) {
+  const CudaTensor& x = a.operands[0];
+  return Check(cuda::LaunchScatterRows(In(a, 0), x.dim(0), In(a, 1), a.operands[2].as<const int32_t>(),
+                                       a.operands[2].dim(0), x.dim(1), Out(a), a.stream),
+               a);
+}
+absl::Status LayerNorm(const A& a) {
+  const CudaTensor& x = a.operands[0];
+  const int64_t n = x.dims.back();
+  return Check(cuda::LaunchLayerNorm(In(a, 0), In(a, 1), In(a, 2), x.numel() / n, n, a.Float("eps"), Out(a), a.stream),
+               a);
+}
+absl::Status Gelu(const A& a) { return Check(cuda::LaunchGelu(In(a, 0), a.results[0].numel(), Out(a), a.stream), a); }
+absl::Status VisionPosEmbed(const A& a) {
+  const CudaTensor& x = a.operands[0];
+  return Check(cuda::LaunchVisionPosEmbed(In(a, 0), In(a, 1), a.Int("side"), a.operands[2].as<const int32_t>(), x.dim(0),
+                                          x.dim(1), Out(a), a.stream),
+               a);
+}
+absl::Status VisionRotary(const A& a) {
+  return Check(cuda::LaunchVisionRotary(In(a, 0), a.operands[1].as<const int32_t>(), a.operands[0].dim(0),
+                                        a.Int("heads"), a.Int("head_dim"), a.Float("theta"), Out(a), a.stream),
+               a);
+}
+absl::Status SegmentAttention(const A& a) {
+  return Check(cuda::LaunchSegmentAttention(In(a, 0), In(a, 1), In(a, 2), a.operands[3].as<const int32_t>(),
+                                            a.operands[3].dim(0) - 1, a.operands[0].dim(0), a.Int("heads"),
+                                            a.Int("head_dim"), Out(a), a.stream),
+               a);
+}
+absl::Status MergeRows(const A& a) {
+  const CudaTensor& x = a.operands[0];
+  if (x.dim(0) != a.results[0].dim(0) * a.Int("group")) {
+    return absl::InvalidArgumentError("merge_rows: the rows do not make whole groups");
+  }
+  return Check(cuda::LaunchMergeRows(In(a, 0), x.dim(0), x.dim(1), a.Int("group"), Out(a), a.stream), a);
+}
 absl::Status KvCacheWrite(const A& a) {
   return Check(cuda::LaunchKvCacheWrite(In(a, 0), In(a, 1), a.operands[2].as<const int32_t>(), a.operands[0].dim(0),
                                         a.kv, a.stream),
@@ -109,7 +158,7 @@ absl::Status NormQkvRopeKvWrite(const A& a) {
   p.epilogue = cuda::Epilogue::kQkvRope;
   p.bias = Optional(a, 6);
   cuda::QkvRope& r = p.qkv;
-  r.positions = a.operands[3].as<const int32_t>();
+  r.positions = a.Positions(3);
   r.slots = a.operands[4].as<const int32_t>();
   r.cache = a.kv;
   r.heads = static_cast<int>(a.Int("heads"));
@@ -243,6 +292,13 @@ constexpr std::array<Row, ir::kOpCount> kKernels = {{
     {OpId::k_slice, Slice},
     {OpId::k_gather_rows, GatherRows},
     {OpId::k_argmax, Argmax},
+    {OpId::k_scatter_rows, ScatterRows},
+    {OpId::k_layer_norm, LayerNorm},
+    {OpId::k_gelu, Gelu},
+    {OpId::k_vision_pos_embed, VisionPosEmbed},
+    {OpId::k_vision_rotary, VisionRotary},
+    {OpId::k_segment_attention, SegmentAttention},
+    {OpId::k_merge_rows, MergeRows},
     {OpId::k_kv_cache_write, KvCacheWrite},
     {OpId::k_paged_attention, PagedAttention},
     {OpId::k_norm_qkv_rope_kv_write, NormQkvRopeKvWrite},

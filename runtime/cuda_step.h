@@ -44,6 +44,8 @@ struct CudaStepArgs {
 
   int64_t Int(const char* name) const { return *ir::GetInt(step->attrs, name); }
   float Float(const char* name) const { return static_cast<float>(*ir::GetFloat(step->attrs, name)); }
+  // The rotary positions operand `index` (M-RoPE's three streams when the step has mrope_section).
+  cuda::RopePositions Positions(size_t index) const;
 };
 
 using CudaKernel = absl::Status (*)(const CudaStepArgs& args);

@@ -48,7 +48,7 @@ __global__ void GatherKernel(const bf16* x, const int32_t* rows, int64_t num_row
 }
 
 // One thread per channel pair of the rotated part; the rest is copied when not in place.
-__global__ void RotaryKernel(const bf16* x, const int32_t* positions, int64_t tokens, int64_t heads, int64_t head_dim,
+__global__ void RotaryKernel(const bf16* x, RopePositions positions, int64_t tokens, int64_t heads, int64_t head_dim,
                              int64_t rot, float theta, bf16* out) {
   AllowNextKernel();
   WaitForPreviousKernel();
@@ -59,7 +59,8 @@ __global__ void RotaryKernel(const bf16* x, const int32_t* positions, int64_t to
     const int64_t base = i / pairs * head_dim + 2 * p;  // (t, h) row offset + channel 2p
     float x0 = __bfloat162float(x[base]), x1 = __bfloat162float(x[base + 1]);
     if (2 * p < rot) {
-      RotatePair(x0, x1, static_cast<int>(p), static_cast<int>(rot), positions[t], theta);
+      RotatePair(x0, x1, static_cast<int>(p), static_cast<int>(rot), RopePosition(positions, t, static_cast<int>(p)),
+                 theta);
     }
     out[base] = __float2bfloat16(x0);
     out[base + 1] = __float2bfloat16(x1);
@@ -109,7 +110,7 @@ cudaError_t LaunchGatherRows(const bf16* x, const int32_t* rows, int64_t num_row
                       out);
 }
 
-cudaError_t LaunchRotary(const bf16* x, const int32_t* positions, int64_t tokens, int64_t heads, int64_t head_dim,
+cudaError_t LaunchRotary(const bf16* x, const RopePositions& positions, int64_t tokens, int64_t heads, int64_t head_dim,
                          int64_t rot, float theta, bf16* out, cudaStream_t stream) {
   if (tokens == 0) return cudaSuccess;
   if (head_dim % 2 != 0 || rot % 2 != 0 || rot > head_dim) return cudaErrorInvalidValue;

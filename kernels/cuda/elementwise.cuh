@@ -24,7 +24,7 @@ cudaError_t LaunchSliceColumns(const __nv_bfloat16* x, int64_t rows, int64_t col
 cudaError_t LaunchGatherRows(const __nv_bfloat16* x, const int32_t* rows, int64_t num_rows, int64_t width,
                              __nv_bfloat16* out, cudaStream_t stream);
 // Interleaved rotary on the first `rot` channels of each head; out may alias x.
-cudaError_t LaunchRotary(const __nv_bfloat16* x, const int32_t* positions, int64_t tokens, int64_t heads,
+cudaError_t LaunchRotary(const __nv_bfloat16* x, const RopePositions& positions, int64_t tokens, int64_t heads,
                          int64_t head_dim, int64_t rot, float theta, __nv_bfloat16* out, cudaStream_t stream);
 // Writes each token's K and V rows ([tokens, kv_heads * head_dim]) to its cache slot; slot < 0 skips.
 cudaError_t LaunchKvCacheWrite(const __nv_bfloat16* k, const __nv_bfloat16* v, const int32_t* slots, int64_t tokens,

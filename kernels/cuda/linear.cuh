@@ -33,7 +33,7 @@ namespace ag::cuda {
 enum class Epilogue : int { kNone, kBias, kResidual, kSiluMul, kQkvRope };
 
 struct QkvRope {
-  const int32_t* positions = nullptr;  // [m]
+  RopePositions positions;             // [m], or [3, m] for M-RoPE
   const int32_t* slots = nullptr;      // [m], < 0: do not write the cache
   PagedKv cache;
   int heads = 0, kv_heads = 0, head_dim = 0, rot = 0;

@@ -45,7 +45,8 @@ __device__ __forceinline__ void StorePair(const LinearParams& p, int64_t m, int6
     if (n0 < q_width + kv_width) {  // q or k: rotate the pair
       const int64_t channel = (n0 < q_width ? n0 : n0 - q_width) % r.head_dim;
       if (channel < r.rot) {
-        RotatePair(a0, a1, static_cast<int>(channel / 2), r.rot, r.positions[m], r.theta);
+        const int pair = static_cast<int>(channel / 2);
+        RotatePair(a0, a1, pair, r.rot, RopePosition(r.positions, m, pair), r.theta);
       }
     }
     const __nv_bfloat162 pair = __floats2bfloat162_rn(a0, a1);

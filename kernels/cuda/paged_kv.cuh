@@ -28,7 +28,23 @@ struct SeqBatch {
   int64_t max_blocks = 0;
 };
 
+// The positions of a rotary step: one stream [tokens], or M-RoPE's three
+// [3, tokens] where rotary pair p takes stream 0 below section0, stream 1
+// below section1, stream 2 from there (see kernels/ref RotaryPositions).
+struct RopePositions {
+  const int32_t* data = nullptr;
+  int64_t tokens = 0;  // the stride between the streams
+  bool mrope = false;
+  int section0 = 0, section1 = 0;
+};
+
 #ifdef __CUDACC__  // device helpers; host code only needs the types above
+
+__device__ __forceinline__ int RopePosition(const RopePositions& p, int64_t token, int pair) {
+  if (!p.mrope) return p.data[token];
+  const int stream = pair < p.section0 ? 0 : pair < p.section1 ? 1 : 2;
+  return p.data[stream * p.tokens + token];
+}
 
 // inv_freq[i] = 1 / theta^(2i / rot) in fp32, for every checkpoint dtype: as kernels/ref computes it.
 __device__ __forceinline__ float InvFreq(int i, int rot, float theta) {

@@ -13,18 +13,17 @@ void RotaryInvFreq(int64_t rot, float theta, float* inv_freq) {
   }
 }
 
-void Rotary(const float* x, const int32_t* positions, int64_t tokens, int64_t heads, int64_t head_dim, int64_t rot,
-            float theta, float* out) {
+void Rotary(const float* x, const RotaryPositions& positions, int64_t tokens, int64_t heads, int64_t head_dim,
+            int64_t rot, float theta, float* out) {
   const int64_t width = heads * head_dim;
   std::vector<float> inv_freq(rot / 2);
   RotaryInvFreq(rot, theta, inv_freq.data());
   for (int64_t t = 0; t < tokens; ++t) {
-    const float pos = static_cast<float>(positions[t]);
     for (int64_t h = 0; h < heads; ++h) {
       const float* xh = x + t * width + h * head_dim;
       float* oh = out + t * width + h * head_dim;
       for (int64_t i = 0; i < rot / 2; ++i) {
-        const float angle = pos * inv_freq[i];
+        const float angle = static_cast<float>(positions.At(t, i)) * inv_freq[i];
         const float c = std::cos(angle), s = std::sin(angle);
         const float x0 = xh[2 * i], x1 = xh[2 * i + 1];
         oh[2 * i] = x0 * c - x1 * s;

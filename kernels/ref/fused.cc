@@ -6,9 +6,9 @@
 
 namespace ag::ref {
 
-void NormQkvRope(const float* x, const float* norm_w, const float* w, const float* bias, const int32_t* positions,
-                 int64_t tokens, int64_t hidden, float eps, int64_t heads, int64_t kv_heads, int64_t head_dim,
-                 int64_t rot, float theta, float* q, float* k, float* v) {
+void NormQkvRope(const float* x, const float* norm_w, const float* w, const float* bias,
+                 const RotaryPositions& positions, int64_t tokens, int64_t hidden, float eps, int64_t heads,
+                 int64_t kv_heads, int64_t head_dim, int64_t rot, float theta, float* q, float* k, float* v) {
   const int64_t qw = heads * head_dim, kvw = kv_heads * head_dim;
   std::vector<float> normed(tokens * hidden);
   RmsNorm(x, norm_w, tokens, hidden, eps, normed.data());

@@ -53,10 +53,28 @@ void Linear(const float* x, const float* w, const float* bias, int64_t rows, int
 // inv_freq[i] = 1 / theta^(2i / rot) for i < rot / 2, in fp32 whatever the
 // checkpoint's dtype (transformers computes it fresh in fp32 at every load).
 void RotaryInvFreq(int64_t rot, float theta, float* inv_freq);
+
+// The positions of a rotary step: one stream [tokens], or M-RoPE's three
+// [3, tokens] (temporal, height, width), rotary pair p taking stream 0 below
+// `section0`, stream 1 below `section1`, stream 2 from there (GLM-4.1V's
+// mrope_section [8, 12, 12] gives section0 8, section1 20).
+struct RotaryPositions {
+  const int32_t* data = nullptr;
+  int64_t tokens = 0;
+  bool mrope = false;
+  int64_t section0 = 0, section1 = 0;
+
+  int32_t At(int64_t token, int64_t pair) const {
+    if (!mrope) return data[token];
+    const int64_t stream = pair < section0 ? 0 : pair < section1 ? 1 : 2;
+    return data[stream * tokens + token];
+  }
+};
+
 // Interleaved (GPT-J style) partial rotary on the first `rot` channels of each head.
 // In place is allowed (out == x).
-void Rotary(const float* x, const int32_t* positions, int64_t tokens, int64_t heads, int64_t head_dim, int64_t rot,
-            float theta, float* out);
+void Rotary(const float* x, const RotaryPositions& positions, int64_t tokens, int64_t heads, int64_t head_dim,
+            int64_t rot, float theta, float* out);
 void Add(const float* a, const float* b, int64_t n, float* out);
 void Mul(const float* a, const float* b, int64_t n, float* out);
 void Silu(const float* x, int64_t n, float* out);
@@ -66,6 +84,32 @@ void SliceColumns(const float* x, int64_t rows, int64_t cols, int64_t start, int
 void GatherRows(const float* x, const int32_t* rows, int64_t num_rows, int64_t width, float* out);
 // out[r] = index of the largest element of row r (the first one on ties).
 void Argmax(const float* x, int64_t rows, int64_t n, int32_t* out);
+
+// ---- the vision tower (GLM-4.1V) ----
+
+// out = x, then out[rows[i]] = src[i] for i < m (rows must be valid). In place is allowed.
+void ScatterRows(const float* x, int64_t tokens, const float* src, const int32_t* rows, int64_t m, int64_t width,
+                 float* out);
+// out = w * (x - mean) / sqrt(var + eps) + b per row of n (var: the biased one), in fp32.
+void LayerNorm(const float* x, const float* w, const float* b, int64_t rows, int64_t n, float eps, float* out);
+// The exact GELU: x * (1 + erf(x / sqrt 2)) / 2.
+void Gelu(const float* x, int64_t n, float* out);
+// out = x + the [side, side, width] position table sampled bicubically at each
+// patch's place in its grid (torch grid_sample: bicubic, A = -0.75, corners
+// not aligned, border padding). `patch_pos` rows are (h, w, grid_h, grid_w).
+void VisionPosEmbed(const float* x, const float* table, int64_t side, const int32_t* patch_pos, int64_t rows,
+                    int64_t width, float* out);
+// The 2-D rotary of the vision heads: with f[k] = theta^(-4k / head_dim),
+// k < head_dim / 4, angle a = [h f, w f] duplicated to [a, a] over the head,
+// out = x cos + rotate_half(x) sin (rotate_half(x) = [-x2, x1] of the halves).
+void VisionRotary(const float* x, const int32_t* patch_pos, int64_t rows, int64_t heads, int64_t head_dim, float theta,
+                  float* out);
+// Non-causal attention within each segment [offsets[s], offsets[s + 1]) of the
+// rows, per head (q, k and v have the same heads); softmax in fp32, scale 1/sqrt(head_dim).
+void SegmentAttention(const float* q, const float* k, const float* v, const int32_t* offsets, int64_t segments,
+                      int64_t heads, int64_t head_dim, float* out);
+// out[e, c * group + j] = x[e * group + j, c]: groups of rows side by side, channel-major.
+void MergeRows(const float* x, int64_t rows, int64_t width, int64_t group, float* out);
 
 // ---- collectives of tensor parallelism (what every communicator computes) ----
 
@@ -113,9 +157,9 @@ void PagedAttention(const float* q, int64_t heads, const KvCache& cache, const S
 // ---- fused ops (each equals the composition of the ops above) ----
 
 // x -> rms_norm -> [q | k | v] = x W^T + b -> rotary on q and k.
-void NormQkvRope(const float* x, const float* norm_w, const float* w, const float* bias, const int32_t* positions,
-                 int64_t tokens, int64_t hidden, float eps, int64_t heads, int64_t kv_heads, int64_t head_dim,
-                 int64_t rot, float theta, float* q, float* k, float* v);
+void NormQkvRope(const float* x, const float* norm_w, const float* w, const float* bias,
+                 const RotaryPositions& positions, int64_t tokens, int64_t hidden, float eps, int64_t heads,
+                 int64_t kv_heads, int64_t head_dim, int64_t rot, float theta, float* q, float* k, float* v);
 // silu(gate) * up where [gate | up] = rms_norm(x) W^T; W is [2 * inter, hidden].
 void NormGateUpSilu(const float* x, const float* norm_w, const float* w, int64_t rows, int64_t hidden, int64_t inter,
                     float eps, float* out);

@@ -50,7 +50,7 @@ TEST(Ref, RotaryIsInterleavedAndPartial) {
   const std::vector<float> x = {1, 0, 0, 1, 5, 6, 7, 8};
   const int32_t pos = 3;
   std::vector<float> out(8);
-  Rotary(x.data(), &pos, 1, 1, 8, 4, 10000.0f, out.data());
+  Rotary(x.data(), {&pos, 1}, 1, 1, 8, 4, 10000.0f, out.data());
   const float a0 = 3.0f, a1 = 3.0f / 100.0f;  // inv_freq = 1, 1/10000^(2/4)
   EXPECT_NEAR(out[0], std::cos(a0), 1e-6);
   EXPECT_NEAR(out[1], std::sin(a0), 1e-6);
@@ -61,7 +61,7 @@ TEST(Ref, RotaryIsInterleavedAndPartial) {
   // Position 0 is the identity; in place gives the same as out of place.
   const int32_t zero = 0;
   std::vector<float> same = x;
-  Rotary(same.data(), &zero, 1, 1, 8, 4, 10000.0f, same.data());
+  Rotary(same.data(), {&zero, 1}, 1, 1, 8, 4, 10000.0f, same.data());
   EXPECT_EQ(same, x);
 }
 
@@ -204,6 +204,25 @@ TEST(Ref, FusedOpsEqualTheirCompositions) {
 
 namespace ag::ref {
 namespace {
+
+TEST(Ref, MRopeWithEqualStreamsIsTheTextRope) {
+  // A text-only GLM-4.1V prompt has three equal position streams: bit for bit glm4's rotary.
+  const int64_t tokens = 5, heads = 2, head_dim = 16, rot = 8;
+  std::vector<float> x(tokens * heads * head_dim);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = std::sin(static_cast<float>(i) * 0.37f);
+  std::vector<int32_t> one(tokens), three(3 * tokens);
+  for (int64_t t = 0; t < tokens; ++t) one[t] = three[t] = three[tokens + t] = three[2 * tokens + t] = 100 + 7 * t;
+  std::vector<float> text(x.size()), mrope(x.size());
+  Rotary(x.data(), {one.data(), tokens}, tokens, heads, head_dim, rot, 10000.0f, text.data());
+  Rotary(x.data(), {three.data(), tokens, true, 1, 3}, tokens, heads, head_dim, rot, 10000.0f, mrope.data());
+  EXPECT_EQ(text, mrope);
+  // Different streams: pair 0 follows stream 0, pairs 1-2 stream 1, pair 3 stream 2.
+  for (int64_t t = 0; t < tokens; ++t) three[2 * tokens + t] += 9;
+  Rotary(x.data(), {three.data(), tokens, true, 1, 3}, tokens, heads, head_dim, rot, 10000.0f, mrope.data());
+  for (int64_t d = 0; d < head_dim; ++d) {
+    EXPECT_EQ(mrope[d] == text[d], d < 6 || d >= rot) << "channel " << d;
+  }
+}
 
 TEST(Ref, InvFreqIsFp32) {
   float f[4];

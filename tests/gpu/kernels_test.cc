@@ -105,9 +105,10 @@ TEST(GpuKernels, RotaryAndKvCacheWrite) {
   for (int64_t rot : {8, 16}) {
     Bf16Array dx(x), out(x.size());
     DeviceArray<int32_t> dpos(pos);
-    ASSERT_CUDA(cuda::LaunchRotary(dx.get(), dpos.get(), tokens, heads, head_dim, rot, 10000.0f, out.get(), nullptr));
+    ASSERT_CUDA(cuda::LaunchRotary(dx.get(), {dpos.get(), tokens}, tokens, heads, head_dim, rot, 10000.0f, out.get(),
+                                   nullptr));
     std::vector<float> want(x.size());
-    ref::Rotary(x.data(), pos.data(), tokens, heads, head_dim, rot, 10000.0f, want.data());
+    ref::Rotary(x.data(), {pos.data(), tokens}, tokens, heads, head_dim, rot, 10000.0f, want.data());
     ExpectClose(out.Download(), want, kAtol, kRtol, "rotary");
   }
   for (int64_t block : {1, 16}) {
@@ -232,14 +233,14 @@ void CheckLinear(const LinearCase& c, Path path) {
       cudaMemset(vc.get(), 0, vc.size() * 2);
       p.y = q.get();
       p.bias = db.get();
-      p.qkv = {dpos.get(), dslots.get(), {kc.get(), vc.get(), block, kv_heads, head_dim}, heads, kv_heads, head_dim,
+      p.qkv = {{dpos.get(), c.m}, dslots.get(), {kc.get(), vc.get(), block, kv_heads, head_dim}, heads, kv_heads, head_dim,
                rot, 10000.0f};
       ASSERT_CUDA(launch());
       std::vector<float> wq(q_width * c.k), wk(kv_width * c.k), wv(kv_width * c.k);
       std::vector<float> want_q(c.m * q_width), k(c.m * kv_width), v(c.m * kv_width);
       std::vector<float> want_kc(kc.size(), 0.0f), want_vc(vc.size(), 0.0f);
       if (c.norm) {
-        ref::NormQkvRope(x.data(), nw.data(), w.data(), bias.data(), pos.data(), c.m, c.k, 1e-5f, heads, kv_heads,
+        ref::NormQkvRope(x.data(), nw.data(), w.data(), bias.data(), {pos.data(), c.m}, c.m, c.k, 1e-5f, heads, kv_heads,
                          head_dim, rot, 10000.0f, want_q.data(), k.data(), v.data());
       } else {
         std::vector<float> qkv(c.m * c.n);
@@ -247,8 +248,8 @@ void CheckLinear(const LinearCase& c, Path path) {
         ref::SliceColumns(qkv.data(), c.m, c.n, 0, q_width, want_q.data());
         ref::SliceColumns(qkv.data(), c.m, c.n, q_width, kv_width, k.data());
         ref::SliceColumns(qkv.data(), c.m, c.n, q_width + kv_width, kv_width, v.data());
-        ref::Rotary(want_q.data(), pos.data(), c.m, heads, head_dim, rot, 10000.0f, want_q.data());
-        ref::Rotary(k.data(), pos.data(), c.m, kv_heads, head_dim, rot, 10000.0f, k.data());
+        ref::Rotary(want_q.data(), {pos.data(), c.m}, c.m, heads, head_dim, rot, 10000.0f, want_q.data());
+        ref::Rotary(k.data(), {pos.data(), c.m}, c.m, kv_heads, head_dim, rot, 10000.0f, k.data());
       }
       ref::KvCacheWrite(k.data(), v.data(), slots.data(), c.m,
                         {want_kc.data(), want_vc.data(), blocks, block, kv_heads, head_dim});
