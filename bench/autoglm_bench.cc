@@ -112,7 +112,7 @@ absl::Status Profile(runtime::Backend& backend, const compiler::Plan& plan, int6
   const runtime::StepBatch step = DecodeStep(plan, batch, context, per_seq);
   RETURN_IF_ERROR(backend.Execute(step));  // warm-up: first-use costs stay out of the profile
   const int iterations = std::max(1, absl::GetFlag(FLAGS_iterations) / 5);
-  std::vector<std::vector<double>> samples(plan.steps.size());
+  std::vector<std::vector<double>> samples(plan.decoder().steps.size());
   for (int i = 0; i < iterations; ++i) {
     ASSIGN_OR_RETURN(std::vector<double> us, backend.ProfileExecute(step));
     for (size_t k = 0; k < us.size() && k < samples.size(); ++k) samples[k].push_back(us[k]);

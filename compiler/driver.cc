@@ -52,8 +52,8 @@ namespace {
 absl::Status CheckStepFacts(const Plan& plan, const glm::ModelConfig& config) {
   const int64_t heads = config.num_heads / plan.tp;
   const int64_t kv_heads = passes::KvHeadsPerRank(config.num_kv_heads, plan.tp);
-  for (size_t i = 0; i < plan.steps.size(); ++i) {
-    const PlanStep& step = plan.steps[i];
+  for (size_t i = 0; i < plan.decoder().steps.size(); ++i) {
+    const PlanStep& step = plan.decoder().steps[i];
     for (const auto& [name, value] : step.attrs) {
       std::string want;
       if (name == "eps" && *ir::GetFloat(step.attrs, name) != config.rms_norm_eps) {

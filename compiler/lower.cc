@@ -24,29 +24,17 @@ absl::StatusOr<std::vector<int64_t>> StaticShape(const ir::TensorType& type, abs
 
 }  // namespace
 
-absl::StatusOr<Plan> LowerToPlan(const ir::Graph& graph, const glm::ModelConfig& config,
-                                 const glm::BuildOptions& options, std::vector<std::string> passes) {
-  Plan plan;
-  plan.model = {std::string(glm::LayoutName(config.layout)), config.vocab_size, config.hidden_size, config.num_layers,
-                config.max_position_embeddings, config.eos_token_ids, glm::ConfigFingerprint(config)};
-  plan.dtype = options.dtype;
-  plan.max_batch_tokens = options.max_batch_tokens;
-  plan.max_seqs = options.max_seqs;
-  plan.passes = std::move(passes);
-  plan.tp = graph.tp();
-  // Per rank: the shard pass may have left fewer KV heads on each (the states say how many).
-  int64_t kv_heads = config.num_kv_heads;
-  for (ir::ValueId v : graph.ValuesOfKind(ir::ValueKind::kState)) {
-    const ir::TensorType& t = graph.value(v).type;
-    if (t.rank() == 5 && !t.shape[3].is_symbolic()) kv_heads = t.shape[3].offset();
-  }
-  plan.kv = {config.num_layers, options.kv_block_size, kv_heads, config.head_dim, options.dtype};
-  const ir::SymbolBindings bounds = plan.MaxBindings();
+absl::StatusOr<Program> LowerProgram(const ir::Graph& graph, std::string name, const WeightMapper& map,
+                                     int64_t kv_layers, Plan& plan) {
+  Program program;
+  program.name = std::move(name);
+  program.bounds = graph.symbol_bounds();
+  const ir::SymbolBindings& bounds = program.bounds;
 
   // Where each value lives.
   absl::flat_hash_map<ir::ValueId, PlanTensor> where;
-  plan.states.resize(config.num_layers);
-  std::vector<bool> have_state(config.num_layers, false);
+  program.states.resize(kv_layers);
+  std::vector<bool> have_state(kv_layers, false);
   int64_t next_free = 0;  // for graphs without a memory plan
   for (ir::ValueId v = 0; v < graph.num_values(); ++v) {
     const ir::Value& value = graph.value(v);
@@ -54,19 +42,19 @@ absl::StatusOr<Plan> LowerToPlan(const ir::Graph& graph, const glm::ModelConfig&
     switch (value.kind) {
       case ir::ValueKind::kInput:
         t.kind = TensorKind::kInput;
-        t.index = static_cast<int64_t>(plan.inputs.size());
-        plan.inputs.push_back({value.name, value.type});
+        t.index = static_cast<int64_t>(program.inputs.size());
+        program.inputs.push_back({value.name, value.type});
         break;
       case ir::ValueKind::kState: {
         int layer = -1;
         if (!absl::StartsWith(value.name, "kv.") || !absl::SimpleAtoi(value.name.substr(3), &layer) || layer < 0 ||
-            layer >= config.num_layers || have_state[layer]) {
+            layer >= kv_layers || have_state[layer]) {
           return absl::InvalidArgumentError(absl::StrCat("unexpected state $", value.name));
         }
         have_state[layer] = true;
         t.kind = TensorKind::kState;
         t.index = layer;
-        plan.states[layer] = {value.name, value.type};
+        program.states[layer] = {value.name, value.type};
         break;
       }
       case ir::ValueKind::kParam: {
@@ -80,7 +68,7 @@ absl::StatusOr<Plan> LowerToPlan(const ir::Graph& graph, const glm::ModelConfig&
             value.concat_of.empty() ? std::vector<ir::ParamPart>{{value.name, {}}} : value.concat_of;
         int64_t rows_left = entry.shape[0];
         for (const ir::ParamPart& part : parts) {
-          ASSIGN_OR_RETURN(glm::WeightSource src, glm::MapWeight(config, part.name));
+          ASSIGN_OR_RETURN(glm::WeightSource src, map(part.name));
           entry.pieces.push_back({src.tensor, src.tensor_shape, src.row_begin, src.row_end, part.shard});
           const PieceSlice slice = SliceForRank(entry.pieces.back(), 0, plan.tp);
           rows_left -= slice.row_end - slice.row_begin;
@@ -104,10 +92,10 @@ absl::StatusOr<Plan> LowerToPlan(const ir::Graph& graph, const glm::ModelConfig&
     }
     where[v] = std::move(t);
   }
-  for (int layer = 0; layer < config.num_layers; ++layer) {
+  for (int64_t layer = 0; layer < kv_layers; ++layer) {
     if (!have_state[layer]) return absl::InvalidArgumentError(absl::StrCat("graph has no KV state for layer ", layer));
   }
-  plan.arena_bytes = graph.arena_bytes() >= 0 ? AlignUp(graph.arena_bytes(), kArenaAlignment) : next_free;
+  program.arena_bytes = graph.arena_bytes() >= 0 ? AlignUp(graph.arena_bytes(), kArenaAlignment) : next_free;
 
   for (const ir::Node& node : graph.nodes()) {
     PlanStep step;
@@ -117,12 +105,50 @@ absl::StatusOr<Plan> LowerToPlan(const ir::Graph& graph, const glm::ModelConfig&
     step.name = node.results.empty() ? std::string(ir::OpName(node.op)) : graph.value(node.results[0]).name;
     for (ir::ValueId v : node.operands) step.operands.push_back(where[v]);
     for (ir::ValueId v : node.results) step.results.push_back(where[v]);
-    plan.steps.push_back(std::move(step));
+    program.steps.push_back(std::move(step));
   }
   for (ir::ValueId v : graph.outputs()) {
-    plan.output_names.push_back(graph.value(v).name);
-    plan.outputs.push_back(where[v]);
+    program.output_names.push_back(graph.value(v).name);
+    program.outputs.push_back(where[v]);
   }
+  return program;
+}
+
+Plan PlanHeader(const glm::ModelConfig& config, const glm::BuildOptions& options, std::vector<std::string> passes,
+                int32_t tp, int64_t kv_heads_per_rank) {
+  Plan plan;
+  plan.model.layout = std::string(glm::LayoutName(config.layout));
+  plan.model.vocab_size = config.vocab_size;
+  plan.model.hidden_size = config.hidden_size;
+  plan.model.num_layers = config.num_layers;
+  plan.model.max_position_embeddings = config.max_position_embeddings;
+  plan.model.eos_token_ids = config.eos_token_ids;
+  plan.model.config = glm::ConfigFingerprint(config);
+  plan.dtype = options.dtype;
+  plan.max_batch_tokens = options.max_batch_tokens;
+  plan.max_seqs = options.max_seqs;
+  plan.passes = std::move(passes);
+  plan.tp = tp;
+  plan.kv = {config.num_layers, options.kv_block_size, kv_heads_per_rank, config.head_dim, options.dtype};
+  return plan;
+}
+
+int64_t KvHeadsOfGraph(const ir::Graph& graph, int64_t fallback) {
+  // Per rank: the shard pass may have left fewer KV heads on each (the states say how many).
+  int64_t kv_heads = fallback;
+  for (ir::ValueId v : graph.ValuesOfKind(ir::ValueKind::kState)) {
+    const ir::TensorType& t = graph.value(v).type;
+    if (t.rank() == 5 && !t.shape[3].is_symbolic()) kv_heads = t.shape[3].offset();
+  }
+  return kv_heads;
+}
+
+absl::StatusOr<Plan> LowerToPlan(const ir::Graph& graph, const glm::ModelConfig& config,
+                                 const glm::BuildOptions& options, std::vector<std::string> passes) {
+  Plan plan = PlanHeader(config, options, std::move(passes), graph.tp(), KvHeadsOfGraph(graph, config.num_kv_heads));
+  const WeightMapper map = [&config](absl::string_view param) { return glm::MapWeight(config, param); };
+  ASSIGN_OR_RETURN(Program decoder, LowerProgram(graph, kDecoderProgram, map, config.num_layers, plan));
+  plan.programs.push_back(std::move(decoder));
   RETURN_IF_ERROR(ValidatePlan(plan));
   return plan;
 }

@@ -4,6 +4,7 @@
 #ifndef AUTOGLM_COMPILER_LOWER_H_
 #define AUTOGLM_COMPILER_LOWER_H_
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -12,11 +13,27 @@
 #include "ir/graph.h"
 #include "models/glm/builder.h"
 #include "models/glm/config.h"
+#include "models/glm/weight_map.h"
 
 namespace ag::compiler {
 
-// When the graph has no memory plan (plan-memory disabled) every buffer gets
-// its own slot, no reuse.
+// Graph parameter -> the checkpoint tensor (slice) it is read from.
+using WeightMapper = std::function<absl::StatusOr<glm::WeightSource>(absl::string_view param)>;
+
+// Lowers one final graph to a program named `name`, appending its weights to
+// `plan`'s manifest (the graph's symbol bounds become the program's; it holds
+// `kv_layers` KV states). When the graph has no memory plan (plan-memory
+// disabled) every buffer gets its own slot, no reuse.
+absl::StatusOr<Program> LowerProgram(const ir::Graph& graph, std::string name, const WeightMapper& map,
+                                     int64_t kv_layers, Plan& plan);
+
+// A plan with no programs yet: the model's facts, the options, the passes that ran.
+Plan PlanHeader(const glm::ModelConfig& config, const glm::BuildOptions& options, std::vector<std::string> passes,
+                int32_t tp, int64_t kv_heads_per_rank);
+// The KV heads per rank a final decoder graph holds (`fallback` when it has no KV state).
+int64_t KvHeadsOfGraph(const ir::Graph& graph, int64_t fallback);
+
+// A text model: its decoder graph lowered to a validated one-program plan.
 absl::StatusOr<Plan> LowerToPlan(const ir::Graph& graph, const glm::ModelConfig& config,
                                  const glm::BuildOptions& options, std::vector<std::string> passes);
 

@@ -19,16 +19,37 @@ absl::Status Invalid(const Args&... args) {
 
 }  // namespace
 
-absl::StatusOr<ir::TensorType> RuntimeInputType(absl::string_view name) {
+absl::Status CheckRuntimeInput(absl::string_view name, const ir::TensorType& type, ir::DType dtype) {
   using ir::Dim;
   using ir::DType;
-  const Dim t = Dim::Sym("T"), s = Dim::Sym("S");
-  if (name == "tokens" || name == "positions" || name == "slot_mapping") return ir::TensorType{DType::kI32, {t}};
-  if (name == "logit_rows") return ir::TensorType{DType::kI32, {Dim::Sym("R")}};
-  if (name == "seq_offsets") return ir::TensorType{DType::kI32, {Dim::Sym("S", 1)}};
-  if (name == "context_lens") return ir::TensorType{DType::kI32, {s}};
-  if (name == "block_tables") return ir::TensorType{DType::kI32, {s, Dim::Sym("MB")}};
-  return absl::InvalidArgumentError(absl::StrCat("unknown runtime input '", name, "'"));
+  const Dim t = Dim::Sym("T"), s = Dim::Sym("S"), p = Dim::Sym("P"), m = Dim::Sym("M");
+  auto is = [&](const ir::TensorType& want) -> absl::Status {
+    if (type == want) return absl::OkStatus();
+    return Invalid("input ", name, " must be ", want.ToString(), ", got ", type.ToString());
+  };
+  // dtype[rows, width] with a static width (the model's).
+  auto rows_of = [&](const Dim& rows) -> absl::Status {
+    if (type.rank() != 2 || type.dtype != dtype || !(type.shape[0] == rows) || type.shape[1].is_symbolic() ||
+        type.shape[1].offset() <= 0) {
+      return Invalid("input ", name, " must be ", ir::DTypeName(dtype), "[", rows.ToString(), ", width], got ",
+                     type.ToString());
+    }
+    return absl::OkStatus();
+  };
+  if (name == "tokens" || name == "slot_mapping") return is({DType::kI32, {t}});
+  if (name == "positions") {  // one stream, or M-RoPE's three
+    return type.rank() == 2 ? is({DType::kI32, {Dim(3), t}}) : is({DType::kI32, {t}});
+  }
+  if (name == "logit_rows") return is({DType::kI32, {Dim::Sym("R")}});
+  if (name == "seq_offsets") return is({DType::kI32, {Dim::Sym("S", 1)}});
+  if (name == "context_lens") return is({DType::kI32, {s}});
+  if (name == "block_tables") return is({DType::kI32, {s, Dim::Sym("MB")}});
+  if (name == "mm_embeds") return rows_of(m);
+  if (name == "mm_rows") return is({DType::kI32, {m}});
+  if (name == "pixels") return rows_of(p);
+  if (name == "patch_pos") return is({DType::kI32, {p, Dim(4)}});
+  if (name == "image_offsets") return is({DType::kI32, {Dim::Sym("I", 1)}});
+  return Invalid("unknown runtime input '", name, "'");
 }
 
 namespace {
@@ -51,6 +72,11 @@ constexpr IndexOperand kIndexOperands[] = {
     {ir::OpId::k_paged_attention, 4, "context_lens"},
     {ir::OpId::k_norm_qkv_rope_kv_write, 3, "positions"},
     {ir::OpId::k_norm_qkv_rope_kv_write, 4, "slot_mapping"},
+    {ir::OpId::k_scatter_rows, 1, "mm_embeds"},
+    {ir::OpId::k_scatter_rows, 2, "mm_rows"},
+    {ir::OpId::k_vision_pos_embed, 2, "patch_pos"},
+    {ir::OpId::k_vision_rotary, 1, "patch_pos"},
+    {ir::OpId::k_segment_attention, 3, "image_offsets"},
 };
 
 const char* RequiredInput(ir::OpId op, int operand) {
@@ -67,22 +93,25 @@ int64_t WeightEntry::NumElements() const {
   return ir::CheckedProduct(shape).value_or(ir::kMaxSize);
 }
 
-int Plan::FindInput(absl::string_view name) const {
+int Program::FindInput(absl::string_view name) const {
   for (size_t i = 0; i < inputs.size(); ++i) {
     if (inputs[i].name == name) return static_cast<int>(i);
   }
   return -1;
 }
 
-int Plan::FindOutput(absl::string_view name) const {
+int Program::FindOutput(absl::string_view name) const {
   for (size_t i = 0; i < output_names.size(); ++i) {
     if (output_names[i] == name) return static_cast<int>(i);
   }
   return -1;
 }
 
-ir::SymbolBindings Plan::MaxBindings() const {
-  return {{"T", max_batch_tokens}, {"R", max_batch_tokens}, {"S", max_seqs}};
+const Program* Plan::FindProgram(absl::string_view name) const {
+  for (const Program& p : programs) {
+    if (p.name == name) return &p;
+  }
+  return nullptr;
 }
 
 PieceSlice SliceForRank(const WeightPiece& piece, int32_t rank, int32_t tp) {
@@ -107,90 +136,54 @@ PieceSlice SliceForRank(const WeightPiece& piece, int32_t rank, int32_t tp) {
   return s;
 }
 
-absl::Status ValidatePlan(const Plan& plan) {
-  if (plan.version != kPlanVersion) return Invalid("version ", plan.version, ", expected ", kPlanVersion);
-  if (!ir::IsFloat(plan.dtype)) return Invalid("model dtype must be a float type");
-  if (plan.max_batch_tokens <= 0 || plan.max_seqs <= 0 || plan.max_batch_tokens > kMaxBatchTokens ||
-      plan.max_seqs > kMaxSeqs) {
-    return Invalid("batch limits (", plan.max_batch_tokens, " tokens, ", plan.max_seqs, " sequences) outside [1, ",
-                   kMaxBatchTokens, "] and [1, ", kMaxSeqs, "]");
-  }
-  if (plan.arena_bytes < 0 || plan.arena_bytes > kMaxArenaBytes || plan.arena_bytes % kArenaAlignment != 0) {
-    return Invalid("arena size ", plan.arena_bytes, " is not a multiple of ", kArenaAlignment, " in [0, ",
+namespace {
+
+// One program's inputs, state, steps and outputs (the plan-wide facts are checked already).
+absl::Status ValidateProgram(const Plan& plan, const Program& program) {
+  const ModelInfo& m = plan.model;
+  const KvGeometry& kv = plan.kv;
+  const bool decoder = program.name == kDecoderProgram;
+  if (program.arena_bytes < 0 || program.arena_bytes > kMaxArenaBytes || program.arena_bytes % kArenaAlignment != 0) {
+    return Invalid("arena size ", program.arena_bytes, " is not a multiple of ", kArenaAlignment, " in [0, ",
                    kMaxArenaBytes, "]");
   }
-  if (plan.tp < 1 || plan.tp > ir::kMaxTensorParallel) {
-    return Invalid("tensor-parallel degree ", plan.tp, " outside [1, ", ir::kMaxTensorParallel, "]");
+  // The symbols a program's inputs use, and what bounds them.
+  for (const auto& [symbol, bound] : program.bounds) {
+    const bool known = decoder ? (symbol == "T" || symbol == "R" || symbol == "S" || symbol == "M")
+                               : (symbol == "P" || symbol == "I" || symbol == "E");
+    if (!known || bound <= 0 || bound > kMaxBatchTokens) {
+      return Invalid(program.name, ": bound ", symbol, " = ", bound, " is not one of its symbols in [1, ",
+                     kMaxBatchTokens, "]");
+    }
   }
-  const ModelInfo& m = plan.model;
-  if (m.vocab_size <= 0 || m.hidden_size <= 0 || m.num_layers <= 0 || m.max_position_embeddings <= 0 ||
-      m.vocab_size > glm::kMaxVocabSize || m.hidden_size > glm::kMaxHiddenSize || m.num_layers > glm::kMaxLayers ||
-      m.max_position_embeddings > glm::kMaxPositions) {
-    return Invalid("model dimensions must be positive and within the config limits");
+  if (decoder) {
+    const ir::SymbolBindings want = {{"T", plan.max_batch_tokens}, {"R", plan.max_batch_tokens},
+                                     {"S", plan.max_seqs}, {"M", plan.max_batch_tokens}};
+    if (program.bounds != want) return Invalid("the decoder's bounds must be the plan's batch limits");
+  } else if (!program.bounds.contains("P") || !program.bounds.contains("I") || !program.bounds.contains("E")) {
+    return Invalid(program.name, ": bounds of P, I and E expected");
   }
-  for (int64_t id : m.eos_token_ids) {
-    if (id < 0 || id >= m.vocab_size) return Invalid("eos id ", id, " outside the vocabulary");
-  }
-  const KvGeometry& kv = plan.kv;
-  if (kv.num_layers != m.num_layers || kv.block_size <= 0 || kv.block_size > kMaxKvBlockSize || kv.kv_heads <= 0 ||
-      kv.kv_heads > glm::kMaxHeads || kv.head_dim <= 0 || kv.head_dim > glm::kMaxHeadDim || kv.dtype != plan.dtype) {
-    return Invalid("KV-cache geometry does not match the model");
-  }
-
   absl::flat_hash_set<std::string> names;
-  for (const PlanInput& in : plan.inputs) {
-    ASSIGN_OR_RETURN(ir::TensorType expected, RuntimeInputType(in.name));
-    if (!(in.type == expected)) return Invalid("input ", in.name, " must be ", expected.ToString());
+  for (const PlanInput& in : program.inputs) {
+    RETURN_IF_ERROR(CheckRuntimeInput(in.name, in.type, plan.dtype));
     if (!names.insert(in.name).second) return Invalid("input ", in.name, " declared twice");
   }
-  if (static_cast<int64_t>(plan.states.size()) != kv.num_layers) return Invalid("one KV state per layer expected");
+  if (static_cast<int64_t>(program.states.size()) != (decoder ? kv.num_layers : 0)) {
+    return Invalid(program.name, ": one KV state per decoder layer expected");
+  }
   const ir::TensorType kv_type{plan.dtype, {2, ir::Dim::Sym("NB"), kv.block_size, kv.kv_heads, kv.head_dim}};
-  for (const PlanInput& st : plan.states) {
+  for (const PlanInput& st : program.states) {
     if (!(st.type == kv_type)) return Invalid("state ", st.name, " must be ", kv_type.ToString());
   }
-  names.clear();
-  for (const WeightEntry& w : plan.weights) {
-    if (!names.insert(w.name).second) return Invalid("weight ", w.name, " declared twice");
-    if (w.dtype != plan.dtype) return Invalid("weight ", w.name, " has a different dtype than the model");
-    if (w.shape.empty() || w.pieces.empty()) return Invalid("weight ", w.name, " needs a shape and sources");
-    for (int64_t d : w.shape) {
-      if (d <= 0) return Invalid("weight ", w.name, " has a bad dimension");
-    }
-    if (!ir::CheckedProduct(w.shape)) return Invalid("weight ", w.name, " is implausibly large");
-    int64_t rows = 0;
-    for (const WeightPiece& p : w.pieces) {
-      if (p.tensor_shape.size() != w.shape.size() || p.row_begin < 0 || p.row_end <= p.row_begin ||
-          p.row_end > p.tensor_shape[0] || !ir::CheckedProduct(p.tensor_shape)) {
-        return Invalid("weight ", w.name, ": bad slice of ", p.tensor);
-      }
-      const ir::ShardSpec& sh = p.shard;
-      if (!sh.Fits(plan.tp) || (sh.axis == 1 && w.shape.size() != 2) ||
-          (sh.axis == 0 && (p.row_end - p.row_begin) % sh.parts != 0) ||
-          (sh.axis == 1 && p.tensor_shape[1] % sh.parts != 0)) {
-        return Invalid("weight ", w.name, ": bad shard (axis ", sh.axis, ", parts ", sh.parts, ") of ", p.tensor,
-                       " at tp=", plan.tp);
-      }
-      // Every rank's slice has the same size; rank 0's stands for all.
-      const PieceSlice slice = SliceForRank(p, 0, plan.tp);
-      if (slice.row_end - slice.row_begin > w.shape[0] - rows) return Invalid("weight ", w.name, ": bad slice of ", p.tensor);
-      for (size_t i = 1; i < w.shape.size(); ++i) {
-        const int64_t have = sh.axis == 1 ? p.tensor_shape[i] / sh.parts : p.tensor_shape[i];  // axis 1: 2-D only
-        if (have != w.shape[i]) return Invalid("weight ", w.name, ": ", p.tensor, " has other columns");
-      }
-      rows += slice.row_end - slice.row_begin;
-    }
-    if (rows != w.shape[0]) return Invalid("weight ", w.name, ": pieces give ", rows, " rows, not ", w.shape[0]);
-  }
-
-  const ir::SymbolBindings bounds = plan.MaxBindings();
+  ir::SymbolBindings bounds = program.bounds;
   // Arena buffers written so far: offset -> types written there.
   std::map<int64_t, std::vector<ir::TensorType>> written;
   auto check_arena = [&](const PlanTensor& t, const std::string& where) -> absl::Status {
     ASSIGN_OR_RETURN(int64_t bytes, t.type.ByteSize(bounds));
-    if (t.index < 0 || t.index % kArenaAlignment != 0 || t.index > plan.arena_bytes ||
-        bytes > plan.arena_bytes - t.index) {
+    if (t.index < 0 || t.index % kArenaAlignment != 0 || t.index > program.arena_bytes ||
+        bytes > program.arena_bytes - t.index) {
       return Invalid(where, ": arena buffer of ", bytes, " bytes at ", t.index, " outside the arena of ",
-                     plan.arena_bytes, " bytes");
+                     program.arena_bytes, " bytes");
     }
     return absl::OkStatus();
   };
@@ -213,13 +206,13 @@ absl::Status ValidatePlan(const Plan& plan) {
         return absl::OkStatus();
       }
       case TensorKind::kInput:
-        if (t.index < 0 || t.index >= static_cast<int64_t>(plan.inputs.size()) ||
-            !(plan.inputs[t.index].type == t.type)) {
+        if (t.index < 0 || t.index >= static_cast<int64_t>(program.inputs.size()) ||
+            !(program.inputs[t.index].type == t.type)) {
           return Invalid(where, ": bad input reference");
         }
         return absl::OkStatus();
       case TensorKind::kState:
-        if (t.index < 0 || t.index >= static_cast<int64_t>(plan.states.size()) || !(plan.states[t.index].type == t.type)) {
+        if (t.index < 0 || t.index >= static_cast<int64_t>(program.states.size()) || !(program.states[t.index].type == t.type)) {
           return Invalid(where, ": bad state reference");
         }
         return absl::OkStatus();
@@ -227,12 +220,12 @@ absl::Status ValidatePlan(const Plan& plan) {
     return Invalid(where, ": unknown operand kind");
   };
 
-  for (size_t i = 0; i < plan.steps.size(); ++i) {
-    const PlanStep& step = plan.steps[i];
+  for (size_t i = 0; i < program.steps.size(); ++i) {
+    const PlanStep& step = program.steps[i];
     if (static_cast<int>(step.kernel) >= ir::kOpCount) return Invalid("step ", i, ": unknown kernel id");
     const ir::OpInfo& info = ir::GetOpInfo(step.kernel);
     const std::string where = absl::StrCat("step ", i, " (", info.name, ")");
-    if (step.layer < -1 || step.layer >= m.num_layers) return Invalid(where, ": bad layer");
+    if (step.layer < -1 || step.layer >= (decoder ? m.num_layers : glm::kMaxLayers)) return Invalid(where, ": bad layer");
     if (step.kernel == ir::OpId::k_all_gather) {
       const absl::StatusOr<int64_t> parts = ir::GetInt(step.attrs, "parts");
       if (parts.ok() && *parts != plan.tp) {
@@ -247,7 +240,7 @@ absl::Status ValidatePlan(const Plan& plan) {
         return Invalid(where, ": operand ", j, " has the wrong kind");
       }
       if (const char* input = RequiredInput(step.kernel, static_cast<int>(j))) {
-        if (t.kind != TensorKind::kInput || plan.inputs[t.index].name != input) {
+        if (t.kind != TensorKind::kInput || program.inputs[t.index].name != input) {
           return Invalid(where, ": operand ", j, " must be the runtime input %", input);
         }
       }
@@ -264,17 +257,109 @@ absl::Status ValidatePlan(const Plan& plan) {
       written[r.index].push_back(r.type);
     }
   }
-  if (plan.outputs.size() != plan.output_names.size()) return Invalid("outputs and output names differ in number");
-  for (size_t i = 0; i < plan.outputs.size(); ++i) {
-    if (plan.outputs[i].kind != TensorKind::kArena) return Invalid("output ", plan.output_names[i], " not in arena");
-    RETURN_IF_ERROR(check_ref(plan.outputs[i], absl::StrCat("output ", plan.output_names[i])));
+  if (program.outputs.size() != program.output_names.size()) return Invalid("outputs and output names differ in number");
+  for (size_t i = 0; i < program.outputs.size(); ++i) {
+    if (program.outputs[i].kind != TensorKind::kArena) return Invalid("output ", program.output_names[i], " not in arena");
+    RETURN_IF_ERROR(check_ref(program.outputs[i], absl::StrCat("output ", program.output_names[i])));
+  }
+  if (!decoder) {
+    const int embeds = program.FindOutput("image_embeds");
+    if (embeds < 0) return Invalid(program.name, ": no 'image_embeds' output");
+    const ir::TensorType& et = program.outputs[embeds].type;
+    if (et.rank() != 2 || !(et.shape[0] == ir::Dim::Sym("E")) || !(et.shape[1] == ir::Dim(m.hidden_size))) {
+      return Invalid("image_embeds must be [E, hidden]");
+    }
+    return absl::OkStatus();
   }
   for (const char* required : {"logits", "next_tokens"}) {
-    if (plan.FindOutput(required) < 0) return Invalid("no '", required, "' output");
+    if (program.FindOutput(required) < 0) return Invalid("no '", required, "' output");
   }
-  const int logits = plan.FindOutput("logits");
-  const ir::TensorType& lt = plan.outputs[logits].type;
+  const int logits = program.FindOutput("logits");
+  const ir::TensorType& lt = program.outputs[logits].type;
   if (lt.rank() != 2 || !(lt.shape[1] == ir::Dim(m.vocab_size))) return Invalid("logits must be [R, vocab]");
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status ValidatePlan(const Plan& plan) {
+  if (plan.version != kPlanVersion) return Invalid("version ", plan.version, ", expected ", kPlanVersion);
+  if (!ir::IsFloat(plan.dtype)) return Invalid("model dtype must be a float type");
+  if (plan.max_batch_tokens <= 0 || plan.max_seqs <= 0 || plan.max_batch_tokens > kMaxBatchTokens ||
+      plan.max_seqs > kMaxSeqs) {
+    return Invalid("batch limits (", plan.max_batch_tokens, " tokens, ", plan.max_seqs, " sequences) outside [1, ",
+                   kMaxBatchTokens, "] and [1, ", kMaxSeqs, "]");
+  }
+  if (plan.tp < 1 || plan.tp > ir::kMaxTensorParallel) {
+    return Invalid("tensor-parallel degree ", plan.tp, " outside [1, ", ir::kMaxTensorParallel, "]");
+  }
+  const ModelInfo& m = plan.model;
+  if (m.vocab_size <= 0 || m.hidden_size <= 0 || m.num_layers <= 0 || m.max_position_embeddings <= 0 ||
+      m.vocab_size > glm::kMaxVocabSize || m.hidden_size > glm::kMaxHiddenSize || m.num_layers > glm::kMaxLayers ||
+      m.max_position_embeddings > glm::kMaxPositions) {
+    return Invalid("model dimensions must be positive and within the config limits");
+  }
+  for (int64_t id : m.eos_token_ids) {
+    if (id < 0 || id >= m.vocab_size) return Invalid("eos id ", id, " outside the vocabulary");
+  }
+  const KvGeometry& kv = plan.kv;
+  if (kv.num_layers != m.num_layers || kv.block_size <= 0 || kv.block_size > kMaxKvBlockSize || kv.kv_heads <= 0 ||
+      kv.kv_heads > glm::kMaxHeads || kv.head_dim <= 0 || kv.head_dim > glm::kMaxHeadDim || kv.dtype != plan.dtype) {
+    return Invalid("KV-cache geometry does not match the model");
+  }
+
+  absl::flat_hash_set<std::string> names;
+  for (const WeightEntry& w : plan.weights) {
+    if (!names.insert(w.name).second) return Invalid("weight ", w.name, " declared twice");
+    if (w.dtype != plan.dtype) return Invalid("weight ", w.name, " has a different dtype than the model");
+    if (w.shape.empty() || w.pieces.empty()) return Invalid("weight ", w.name, " needs a shape and sources");
+    for (int64_t d : w.shape) {
+      if (d <= 0) return Invalid("weight ", w.name, " has a bad dimension");
+    }
+    if (!ir::CheckedProduct(w.shape)) return Invalid("weight ", w.name, " is implausibly large");
+    int64_t rows = 0;
+    for (const WeightPiece& p : w.pieces) {
+      // A piece has the weight's rank, or a 2-D weight takes a tensor's trailing dimensions
+      // flattened into its columns (a convolution's kernel read as a linear's weight).
+      const bool flattened = w.shape.size() == 2 && p.tensor_shape.size() > 2;
+      if ((p.tensor_shape.size() != w.shape.size() && !flattened) || p.tensor_shape.empty() || p.row_begin < 0 ||
+          p.row_end <= p.row_begin || p.row_end > p.tensor_shape[0] || !ir::CheckedProduct(p.tensor_shape)) {
+        return Invalid("weight ", w.name, ": bad slice of ", p.tensor);
+      }
+      const ir::ShardSpec& sh = p.shard;
+      if (!sh.Fits(plan.tp) || (sh.axis == 1 && (w.shape.size() != 2 || flattened)) ||
+          (sh.axis == 0 && (p.row_end - p.row_begin) % sh.parts != 0) ||
+          (sh.axis == 1 && p.tensor_shape[1] % sh.parts != 0)) {
+        return Invalid("weight ", w.name, ": bad shard (axis ", sh.axis, ", parts ", sh.parts, ") of ", p.tensor,
+                       " at tp=", plan.tp);
+      }
+      // Every rank's slice has the same size; rank 0's stands for all.
+      const PieceSlice slice = SliceForRank(p, 0, plan.tp);
+      if (slice.row_end - slice.row_begin > w.shape[0] - rows) return Invalid("weight ", w.name, ": bad slice of ", p.tensor);
+      if (flattened) {
+        if (slice.row_elems != w.shape[1]) return Invalid("weight ", w.name, ": ", p.tensor, " has other columns");
+      }
+      for (size_t i = 1; i < w.shape.size() && !flattened; ++i) {
+        const int64_t have = sh.axis == 1 ? p.tensor_shape[i] / sh.parts : p.tensor_shape[i];  // axis 1: 2-D only
+        if (have != w.shape[i]) return Invalid("weight ", w.name, ": ", p.tensor, " has other columns");
+      }
+      rows += slice.row_end - slice.row_begin;
+    }
+    if (rows != w.shape[0]) return Invalid("weight ", w.name, ": pieces give ", rows, " rows, not ", w.shape[0]);
+  }
+
+  if (plan.programs.empty() || plan.programs.front().name != kDecoderProgram) {
+    return Invalid("the first program must be the decoder");
+  }
+  if (plan.programs.size() > 2 || (plan.programs.size() == 2 && plan.programs[1].name != kVisionProgram)) {
+    return Invalid("a plan has a decoder and at most a vision program");
+  }
+  if ((plan.programs.size() == 2) != (m.image_token_id >= 0) ||
+      (m.image_token_id >= 0 && (m.image_token_id >= m.vocab_size || m.patches_per_token < 1 ||
+                                 m.patches_per_token > 64))) {
+    return Invalid("an image token id (and patches per token) goes with a vision program, and only with one");
+  }
+  for (const Program& program : plan.programs) RETURN_IF_ERROR(ValidateProgram(plan, program));
   return absl::OkStatus();
 }
 

@@ -18,7 +18,8 @@ namespace ag::compiler {
 // 2: ModelInfo.config, the fingerprint of the config the plan was compiled from.
 // 3: the tensor-parallel degree and each weight piece's shard.
 // 4: rotary frequencies are fp32 for every checkpoint dtype (no freq_dtype attribute).
-inline constexpr uint32_t kPlanVersion = 4;
+// 5: named programs (decoder, vision), the GLM-4.1V ops (kernel ids moved), M-RoPE.
+inline constexpr uint32_t kPlanVersion = 5;
 inline constexpr int64_t kArenaAlignment = 256;
 // Bounds a plan must keep; the compiler refuses options beyond them.
 inline constexpr int64_t kMaxArenaBytes = int64_t{1} << 40;
@@ -26,14 +27,19 @@ inline constexpr int64_t kMaxBatchTokens = int64_t{1} << 20;
 inline constexpr int64_t kMaxSeqs = int64_t{1} << 16;
 inline constexpr int64_t kMaxKvBlockSize = int64_t{1} << 12;
 
-// The step's runtime inputs. Every plan declares the ones it reads; the
-// runtime fills them all. Types: tokens, positions, slot_mapping i32[T];
-// logit_rows i32[R]; seq_offsets i32[S+1]; context_lens i32[S];
-// block_tables i32[S,MB].
-inline constexpr const char* kRuntimeInputNames[] = {"tokens",      "positions",    "logit_rows",  "seq_offsets",
-                                                     "slot_mapping", "block_tables", "context_lens"};
-// The type a runtime input must have, or an error for an unknown name.
-absl::StatusOr<ir::TensorType> RuntimeInputType(absl::string_view name);
+// A step's runtime inputs. Every program declares the ones it reads; the
+// runtime fills them all. The decoder's: tokens, slot_mapping i32[T];
+// positions i32[T] (i32[3,T] with M-RoPE); logit_rows i32[R]; seq_offsets
+// i32[S+1]; context_lens i32[S]; block_tables i32[S,MB]; mm_embeds
+// dtype[M,hidden] and mm_rows i32[M] (image rows for the embeddings). The
+// vision program's: pixels dtype[P,patch values], patch_pos i32[P,4],
+// image_offsets i32[I+1].
+inline constexpr const char* kRuntimeInputNames[] = {
+    "tokens",   "positions", "logit_rows", "seq_offsets",   "slot_mapping", "block_tables", "context_lens",
+    "mm_embeds", "mm_rows",  "pixels",     "patch_pos",     "image_offsets"};
+// Checks a runtime input's declared type (its dtype may have to be the plan's
+// `dtype`); an unknown name is an error.
+absl::Status CheckRuntimeInput(absl::string_view name, const ir::TensorType& type, ir::DType dtype);
 
 enum class TensorKind : uint8_t { kArena, kWeight, kInput, kState };
 
@@ -99,6 +105,10 @@ struct KvGeometry {
 // What the runtime must know about the model beyond the step itself.
 struct ModelInfo {
   std::string layout;
+  // GLM-4.1V: the prompt token that stands for an image (each is expanded to
+  // the image's rows), and the patches that make one such row; -1, 0 for text models.
+  int64_t image_token_id = -1;
+  int64_t patches_per_token = 0;
   int64_t vocab_size = 0;
   int64_t hidden_size = 0;
   int64_t num_layers = 0;
@@ -109,6 +119,29 @@ struct ModelInfo {
   std::string config;
 };
 
+// One step function of the model over its own runtime inputs, state, arena and
+// outputs. A text model's plan has one program, the decoder; GLM-4.1V's has a
+// second, the vision tower (pixels in, rows for the decoder's embeddings out).
+struct Program {
+  std::string name;  // "decoder", "vision"
+  // The largest value of each symbolic dimension of its inputs (decoder: T, R,
+  // S; vision: P patches, I images, E merged rows); arena sizes are planned for them.
+  ir::SymbolBindings bounds;
+  int64_t arena_bytes = 0;
+  std::vector<PlanInput> inputs;
+  std::vector<PlanInput> states;  // the decoder's KV cache: kv.L, one per layer, [2,NB,B,KV,D]
+  std::vector<PlanStep> steps;
+  std::vector<std::string> output_names;  // decoder: "logits", "next_tokens"; vision: "image_embeds"
+  std::vector<PlanTensor> outputs;
+
+  // Index of the named input/output, or -1.
+  int FindInput(absl::string_view name) const;
+  int FindOutput(absl::string_view name) const;
+};
+
+inline constexpr const char* kDecoderProgram = "decoder";
+inline constexpr const char* kVisionProgram = "vision";
+
 struct Plan {
   uint32_t version = kPlanVersion;
   ModelInfo model;
@@ -116,28 +149,29 @@ struct Plan {
   // runs them); weights name each rank's slice; `kv` is the geometry per rank.
   int32_t tp = 1;
   ir::DType dtype = ir::DType::kF32;
-  int64_t max_batch_tokens = 0;
-  int64_t max_seqs = 0;
-  int64_t arena_bytes = 0;
+  int64_t max_batch_tokens = 0;  // the decoder's T and R
+  int64_t max_seqs = 0;          // the decoder's S
   std::vector<std::string> passes;  // in the order they ran
-  std::vector<PlanInput> inputs;
-  std::vector<PlanInput> states;    // kv.L, one per layer, type [2,NB,B,KV,D]
   std::vector<WeightEntry> weights;
   KvGeometry kv;
-  std::vector<PlanStep> steps;
-  std::vector<std::string> output_names;  // "logits", "next_tokens"
-  std::vector<PlanTensor> outputs;
+  std::vector<Program> programs;  // the decoder first
 
-  // Index of the named input/output, or -1.
-  int FindInput(absl::string_view name) const;
-  int FindOutput(absl::string_view name) const;
-  // Bounds of the symbolic dims for memory sizes: T, R <= max_batch_tokens, S <= max_seqs.
-  ir::SymbolBindings MaxBindings() const;
+  // Every program's arena, added up (each program has its own).
+  int64_t ArenaBytes() const {
+    int64_t bytes = 0;
+    for (const Program& p : programs) bytes += p.arena_bytes;
+    return bytes;
+  }
+  const Program& decoder() const { return programs.front(); }
+  Program& decoder() { return programs.front(); }
+  // The named program, or null.
+  const Program* FindProgram(absl::string_view name) const;
 };
 
-// Checks every invariant the runtime relies on: known kernels, operand kinds
-// and indices, types that follow the op table, arena buffers inside the arena
-// and written before they are read, weight pieces that cover each weight.
+// Checks every invariant the runtime relies on: a decoder first, known
+// kernels, operand kinds and indices, types that follow the op table, arena
+// buffers inside their program's arena and written before they are read,
+// weight pieces that cover each weight.
 absl::Status ValidatePlan(const Plan& plan);
 
 }  // namespace ag::compiler

@@ -211,6 +211,78 @@ std::vector<T> ReadList(Reader& r, size_t min_item_bytes, F read_one) {
   return items;
 }
 
+void WriteProgram(Writer& w, const Program& program) {
+  w.Str(program.name);
+  std::vector<std::pair<std::string, int64_t>> bounds(program.bounds.begin(), program.bounds.end());
+  std::sort(bounds.begin(), bounds.end());  // a fixed order: equal plans are equal files
+  w.U32(static_cast<uint32_t>(bounds.size()));
+  for (const auto& [symbol, bound] : bounds) {
+    w.Str(symbol);
+    w.I64(bound);
+  }
+  w.I64(program.arena_bytes);
+  for (const auto* list : {&program.inputs, &program.states}) {
+    w.U32(static_cast<uint32_t>(list->size()));
+    for (const PlanInput& in : *list) {
+      w.Str(in.name);
+      w.Type(in.type);
+    }
+  }
+  w.U32(static_cast<uint32_t>(program.steps.size()));
+  for (const PlanStep& s : program.steps) {
+    w.U8(static_cast<uint8_t>(s.kernel));
+    w.Attrs(s.attrs);
+    for (const auto* list : {&s.operands, &s.results}) {
+      w.U32(static_cast<uint32_t>(list->size()));
+      for (const PlanTensor& t : *list) w.Tensor(t);
+    }
+    w.I64(s.layer);
+    w.Str(s.name);
+  }
+  w.U32(static_cast<uint32_t>(program.outputs.size()));
+  for (size_t i = 0; i < program.outputs.size(); ++i) {
+    w.Str(program.output_names[i]);
+    w.Tensor(program.outputs[i]);
+  }
+}
+
+Program ReadProgram(Reader& r) {
+  Program program;
+  program.name = r.Str();
+  const uint32_t bounds = r.Count(12);
+  for (uint32_t i = 0; i < bounds && r.ok(); ++i) {
+    std::string symbol = r.Str();
+    program.bounds[symbol] = r.I64();
+  }
+  program.arena_bytes = r.I64();
+  auto read_input = [&] {
+    PlanInput in;
+    in.name = r.Str();
+    in.type = r.Type();
+    return in;
+  };
+  program.inputs = ReadList<PlanInput>(r, 9, read_input);
+  program.states = ReadList<PlanInput>(r, 9, read_input);
+  program.steps = ReadList<PlanStep>(r, 22, [&] {
+    PlanStep s;
+    const uint8_t kernel = r.U8();
+    if (kernel >= ir::kOpCount) r.Fail(absl::StrCat("unknown kernel id ", kernel));
+    s.kernel = static_cast<ir::OpId>(r.ok() ? kernel : 0);
+    s.attrs = r.Attrs();
+    s.operands = ReadList<PlanTensor>(r, 13, [&] { return r.Tensor(); });
+    s.results = ReadList<PlanTensor>(r, 13, [&] { return r.Tensor(); });
+    s.layer = static_cast<int32_t>(r.I64());
+    s.name = r.Str();
+    return s;
+  });
+  const uint32_t outputs = r.Count(17);
+  for (uint32_t i = 0; i < outputs && r.ok(); ++i) {
+    program.output_names.push_back(r.Str());
+    program.outputs.push_back(r.Tensor());
+  }
+  return program;
+}
+
 }  // namespace
 
 std::string SerializePlan(const Plan& plan) {
@@ -223,20 +295,14 @@ std::string SerializePlan(const Plan& plan) {
   w.I64(m.max_position_embeddings);
   w.Ints(m.eos_token_ids);
   w.Str(m.config);
+  w.I64(m.image_token_id);
+  w.I64(m.patches_per_token);
   w.U8(static_cast<uint8_t>(plan.dtype));
   w.I64(plan.max_batch_tokens);
   w.I64(plan.max_seqs);
-  w.I64(plan.arena_bytes);
   w.U32(static_cast<uint32_t>(plan.tp));
   w.U32(static_cast<uint32_t>(plan.passes.size()));
   for (const std::string& p : plan.passes) w.Str(p);
-  for (const auto* list : {&plan.inputs, &plan.states}) {
-    w.U32(static_cast<uint32_t>(list->size()));
-    for (const PlanInput& in : *list) {
-      w.Str(in.name);
-      w.Type(in.type);
-    }
-  }
   w.U32(static_cast<uint32_t>(plan.weights.size()));
   for (const WeightEntry& e : plan.weights) {
     w.Str(e.name);
@@ -257,23 +323,8 @@ std::string SerializePlan(const Plan& plan) {
   w.I64(plan.kv.kv_heads);
   w.I64(plan.kv.head_dim);
   w.U8(static_cast<uint8_t>(plan.kv.dtype));
-  w.U32(static_cast<uint32_t>(plan.steps.size()));
-  for (const PlanStep& s : plan.steps) {
-    w.U8(static_cast<uint8_t>(s.kernel));
-    w.Attrs(s.attrs);
-    for (const auto* list : {&s.operands, &s.results}) {
-      w.U32(static_cast<uint32_t>(list->size()));
-      for (const PlanTensor& t : *list) w.Tensor(t);
-    }
-    w.I64(s.layer);
-    w.Str(s.name);
-  }
-  w.U32(static_cast<uint32_t>(plan.outputs.size()));
-  for (size_t i = 0; i < plan.outputs.size(); ++i) {
-    w.Str(plan.output_names[i]);
-    w.Tensor(plan.outputs[i]);
-  }
-
+  w.U32(static_cast<uint32_t>(plan.programs.size()));
+  for (const Program& program : plan.programs) WriteProgram(w, program);
   return SealPlanPayload(w.bytes());
 }
 
@@ -322,22 +373,15 @@ absl::StatusOr<Plan> DeserializePlan(absl::string_view bytes, absl::string_view 
   m.max_position_embeddings = r.I64();
   m.eos_token_ids = r.Ints();
   m.config = r.Str();
+  m.image_token_id = r.I64();
+  m.patches_per_token = r.I64();
   const uint8_t dtype = r.U8();
   if (dtype >= ir::kDTypeCount) r.Fail("unknown dtype code");
   plan.dtype = static_cast<ir::DType>(r.ok() ? dtype : 0);
   plan.max_batch_tokens = r.I64();
   plan.max_seqs = r.I64();
-  plan.arena_bytes = r.I64();
   plan.tp = static_cast<int32_t>(std::min<uint32_t>(r.U32(), 1u << 30));
   plan.passes = ReadList<std::string>(r, 4, [&] { return r.Str(); });
-  auto read_input = [&] {
-    PlanInput in;
-    in.name = r.Str();
-    in.type = r.Type();
-    return in;
-  };
-  plan.inputs = ReadList<PlanInput>(r, 9, read_input);
-  plan.states = ReadList<PlanInput>(r, 9, read_input);
   plan.weights = ReadList<WeightEntry>(r, 13, [&] {
     WeightEntry e;
     e.name = r.Str();
@@ -364,23 +408,7 @@ absl::StatusOr<Plan> DeserializePlan(absl::string_view bytes, absl::string_view 
   const uint8_t kvd = r.U8();
   if (kvd >= ir::kDTypeCount) r.Fail("unknown dtype code");
   plan.kv.dtype = static_cast<ir::DType>(r.ok() ? kvd : 0);
-  plan.steps = ReadList<PlanStep>(r, 22, [&] {
-    PlanStep s;
-    const uint8_t kernel = r.U8();
-    if (kernel >= ir::kOpCount) r.Fail(absl::StrCat("unknown kernel id ", kernel));
-    s.kernel = static_cast<ir::OpId>(r.ok() ? kernel : 0);
-    s.attrs = r.Attrs();
-    s.operands = ReadList<PlanTensor>(r, 13, [&] { return r.Tensor(); });
-    s.results = ReadList<PlanTensor>(r, 13, [&] { return r.Tensor(); });
-    s.layer = static_cast<int32_t>(r.I64());
-    s.name = r.Str();
-    return s;
-  });
-  const uint32_t outputs = r.Count(17);
-  for (uint32_t i = 0; i < outputs && r.ok(); ++i) {
-    plan.output_names.push_back(r.Str());
-    plan.outputs.push_back(r.Tensor());
-  }
+  plan.programs = ReadList<Program>(r, 30, [&] { return ReadProgram(r); });
   if (!r.ok()) return fail(r.error());
   if (!r.at_end()) return fail("trailing bytes after the plan");
   absl::Status valid = ValidatePlan(plan);

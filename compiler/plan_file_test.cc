@@ -39,7 +39,7 @@ TEST(PlanFile, RoundTrips) {
     absl::StatusOr<Plan> back = DeserializePlan(bytes, "x.agplan");
     ASSERT_TRUE(back.ok()) << back.status();
     EXPECT_EQ(SerializePlan(*back), bytes);
-    EXPECT_EQ(DescribeSteps(*back), DescribeSteps(plan));
+    EXPECT_EQ(DescribeSteps(*back, back->decoder()), DescribeSteps(plan, plan.decoder()));
     EXPECT_EQ(back->weights.size(), plan.weights.size());
   }
 }
@@ -77,22 +77,22 @@ TEST(PlanValidation, CatchesInconsistentPlans) {
   const Plan good = TinyPlan();
   ASSERT_TRUE(ValidatePlan(good).ok());
   Plan p = good;
-  p.steps[1].results[0].index = p.arena_bytes;  // outside the arena
+  p.decoder().steps[1].results[0].index = p.decoder().arena_bytes;  // outside the arena
   EXPECT_NE(ValidatePlan(p).message().find("outside the arena"), std::string::npos);
   p = good;
-  p.steps[1].operands[0].index += 256;  // reads memory nothing wrote
+  p.decoder().steps[1].operands[0].index += 256;  // reads memory nothing wrote
   EXPECT_NE(ValidatePlan(p).message().find("before anything writes it"), std::string::npos) << ValidatePlan(p);
   p = good;
-  p.steps[1].operands[1].type.shape[0] = ir::Dim(65);  // weight type mismatch
+  p.decoder().steps[1].operands[1].type.shape[0] = ir::Dim(65);  // weight type mismatch
   EXPECT_FALSE(ValidatePlan(p).ok());
   p = good;
-  p.steps[2].attrs["heads"] = int64_t{3};  // shape rule fails
+  p.decoder().steps[2].attrs["heads"] = int64_t{3};  // shape rule fails
   EXPECT_FALSE(ValidatePlan(p).ok());
   p = good;
   p.weights[0].pieces[0].row_end += 1;
   EXPECT_NE(ValidatePlan(p).message().find("bad slice"), std::string::npos) << ValidatePlan(p);
   p = good;
-  p.inputs[0].name = "bogus";
+  p.decoder().inputs[0].name = "bogus";
   EXPECT_NE(ValidatePlan(p).message().find("unknown runtime input"), std::string::npos);
 }
 
@@ -134,15 +134,15 @@ TEST(PlanValidation, RejectsSizesThatWouldOverflow) {
     EXPECT_FALSE(DeserializePlan(SerializePlan(p), "x.agplan").ok()) << what;
   };
   Plan p = good;
-  p.steps[1].results[0].index = INT64_MAX - 255;  // 2^63 - 256: index + bytes wrapped
+  p.decoder().steps[1].results[0].index = INT64_MAX - 255;  // 2^63 - 256: index + bytes wrapped
   expect_rejected(p, "arena offset 2^63-256");
   p = good;
-  for (PlanStep& step : p.steps) {
+  for (PlanStep& step : p.decoder().steps) {
     if (step.attrs.contains("heads")) step.attrs["heads"] = int64_t{4} + (int64_t{1} << 62);  // heads*head_dim wrapped
   }
   expect_rejected(p, "heads 4 + 2^62");
   p = good;
-  p.arena_bytes = int64_t{1} << 62;
+  p.decoder().arena_bytes = int64_t{1} << 62;
   expect_rejected(p, "arena of 2^62 bytes");
   p = good;
   p.weights[0].shape = {int64_t{1} << 32, int64_t{1} << 32};
@@ -159,17 +159,17 @@ TEST(PlanValidation, RejectsSizesThatWouldOverflow) {
 // validation, and the KV write then indexed the cache with token ids.
 TEST(PlanValidation, IndexOperandsMustBeTheirRuntimeInputs) {
   const Plan good = TinyPlan();
-  int tokens = good.FindInput("tokens"), positions = good.FindInput("positions");
+  int tokens = good.decoder().FindInput("tokens"), positions = good.decoder().FindInput("positions");
   ASSERT_GE(tokens, 0);
   ASSERT_GE(positions, 0);
   int checked = 0;
-  for (size_t i = 0; i < good.steps.size(); ++i) {
-    for (size_t j = 0; j < good.steps[i].operands.size(); ++j) {
-      const PlanTensor& t = good.steps[i].operands[j];
-      if (t.kind != TensorKind::kInput || !(t.type == good.inputs[tokens].type)) continue;
+  for (size_t i = 0; i < good.decoder().steps.size(); ++i) {
+    for (size_t j = 0; j < good.decoder().steps[i].operands.size(); ++j) {
+      const PlanTensor& t = good.decoder().steps[i].operands[j];
+      if (t.kind != TensorKind::kInput || !(t.type == good.decoder().inputs[tokens].type)) continue;
       Plan p = good;
       // Another input of the same type: tokens for anything else, positions for tokens.
-      p.steps[i].operands[j].index = good.inputs[t.index].name == "tokens" ? positions : tokens;
+      p.decoder().steps[i].operands[j].index = good.decoder().inputs[t.index].name == "tokens" ? positions : tokens;
       const absl::Status s = ValidatePlan(p);
       EXPECT_NE(s.message().find("must be the runtime input %"), std::string::npos) << s;
       ++checked;
@@ -208,8 +208,8 @@ TEST(PlanValidation, ModelFactsAndAttributesMustBeTheConfigs) {
   p.model.max_position_embeddings = 4096;
   expect(p, "4096 positions; its config says 256");
   int fused = -1;
-  for (size_t i = 0; i < p.steps.size() && fused < 0; ++i) {
-    if (p.steps[i].kernel == ir::OpId::k_norm_qkv_rope_kv_write) fused = static_cast<int>(i);
+  for (size_t i = 0; i < p.decoder().steps.size() && fused < 0; ++i) {
+    if (p.decoder().steps[i].kernel == ir::OpId::k_norm_qkv_rope_kv_write) fused = static_cast<int>(i);
   }
   ASSERT_GE(fused, 0);
   for (auto [attr, value, want] : {std::tuple{"eps", ir::AttrValue{INFINITY}, "eps must be in [0, 1]"},
@@ -218,7 +218,7 @@ TEST(PlanValidation, ModelFactsAndAttributesMustBeTheConfigs) {
                                    std::tuple{"theta", ir::AttrValue{20000.0}, "theta is 20000.0 but"},
                                    std::tuple{"rot", ir::AttrValue{int64_t{4}}, "rot is 4 but"}}) {
     p = TinyPlan();
-    p.steps[fused].attrs[attr] = value;
+    p.decoder().steps[fused].attrs[attr] = value;
     expect(p, want);
   }
 }

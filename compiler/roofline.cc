@@ -57,7 +57,7 @@ absl::StatusOr<Roofline> PlanRoofline(const Plan& plan, const StepShape& shape, 
                                   static_cast<double>(shape.context - shape.tokens_per_seq) +
                               static_cast<double>(shape.tokens_per_seq) * (shape.tokens_per_seq + 1) / 2.0;
   Roofline r;
-  for (const PlanStep& step : plan.steps) {
+  for (const PlanStep& step : plan.decoder().steps) {
     StepCost c;
     c.name = step.name;
     c.kernel = std::string(ir::OpName(step.kernel));

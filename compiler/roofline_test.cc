@@ -29,7 +29,7 @@ TEST(Roofline, Glm4DecodeFloorMatchesTheBudget) {
   const Plan plan = Glm4_9B(ir::DType::kBF16, 512);
   absl::StatusOr<Roofline> r = PlanRoofline(plan, {1, 1, 512});
   ASSERT_TRUE(r.ok()) << r.status();
-  EXPECT_EQ(r->steps.size(), plan.steps.size());
+  EXPECT_EQ(r->steps.size(), plan.decoder().steps.size());
   const double kv = 512.0 * 40 * 2 * 2 * 128 * 2;
   EXPECT_NEAR(r->bytes, 17.56e9 + kv, 0.01e9);
   EXPECT_NEAR(r->floor_us, 3950, 15);

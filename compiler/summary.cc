@@ -8,14 +8,15 @@
 
 namespace ag::compiler {
 
-PlanSummary Summarize(const Plan& plan) {
+PlanSummary Summarize(const Plan& plan, const Program& program) {
   PlanSummary s;
-  s.total_steps = static_cast<int64_t>(plan.steps.size());
+  s.total_steps = static_cast<int64_t>(program.steps.size());
   s.tp = plan.tp;
-  const size_t layers = static_cast<size_t>(plan.model.num_layers);
+  size_t layers = 0;
+  for (const PlanStep& step : program.steps) layers = std::max(layers, static_cast<size_t>(step.layer + 1));
   std::vector<int64_t> per_layer(layers, 0), collectives(layers, 0), launches(layers, 0);
-  std::vector<bool> streamed(plan.weights.size(), false);
-  for (const PlanStep& step : plan.steps) {
+  std::vector<bool> streamed(plan.weights.size(), false), used(plan.weights.size(), false);
+  for (const PlanStep& step : program.steps) {
     ++s.kernels[std::string(ir::OpName(step.kernel))];
     const ir::OpInfo& info = ir::GetOpInfo(step.kernel);
     const bool collective = info.Has(ir::kCollective);
@@ -29,7 +30,9 @@ PlanSummary Summarize(const Plan& plan) {
       ++s.steps_outside_layers;
     }
     for (const PlanTensor& t : step.operands) {
-      if (t.kind == TensorKind::kWeight && step.kernel != ir::OpId::k_embedding) streamed[t.index] = true;
+      if (t.kind != TensorKind::kWeight) continue;
+      used[t.index] = true;
+      if (step.kernel != ir::OpId::k_embedding) streamed[t.index] = true;
     }
   }
   if (layers > 0) {
@@ -41,7 +44,7 @@ PlanSummary Summarize(const Plan& plan) {
   for (size_t i = 0; i < plan.weights.size(); ++i) {
     const WeightEntry& w = plan.weights[i];
     const int64_t bytes = w.NumElements() * ir::DTypeSize(w.dtype);
-    s.weight_bytes += bytes;
+    if (used[i]) s.weight_bytes += bytes;
     if (streamed[i]) s.weight_bytes_read_per_step += bytes;
   }
   return s;
@@ -49,29 +52,29 @@ PlanSummary Summarize(const Plan& plan) {
 
 namespace {
 
-std::string Ref(const Plan& plan, const PlanTensor& t) {
+std::string Ref(const Plan& plan, const Program& program, const PlanTensor& t) {
   switch (t.kind) {
     case TensorKind::kArena:
       return absl::StrCat("arena+", t.index);
     case TensorKind::kWeight:
       return absl::StrCat("@", plan.weights[t.index].name);
     case TensorKind::kInput:
-      return absl::StrCat("%", plan.inputs[t.index].name);
+      return absl::StrCat("%", program.inputs[t.index].name);
     case TensorKind::kState:
-      return absl::StrCat("$", plan.states[t.index].name);
+      return absl::StrCat("$", program.states[t.index].name);
   }
   return "?";
 }
 
 }  // namespace
 
-std::string DescribeSteps(const Plan& plan) {
+std::string DescribeSteps(const Plan& plan, const Program& program) {
   std::string out;
-  for (size_t i = 0; i < plan.steps.size(); ++i) {
-    const PlanStep& step = plan.steps[i];
+  for (size_t i = 0; i < program.steps.size(); ++i) {
+    const PlanStep& step = program.steps[i];
     absl::StrAppend(&out, "  ", i, " ", step.name, " = ", ir::OpName(step.kernel), "(",
                     absl::StrJoin(step.operands, ", ",
-                                  [&](std::string* o, const PlanTensor& t) { o->append(Ref(plan, t)); }),
+                                  [&](std::string* o, const PlanTensor& t) { o->append(Ref(plan, program, t)); }),
                     ")");
     if (!step.attrs.empty()) {
       absl::StrAppend(&out, " {", absl::StrJoin(step.attrs, ", ", [](std::string* o, const auto& kv) {
@@ -81,7 +84,7 @@ std::string DescribeSteps(const Plan& plan) {
     }
     if (!step.results.empty()) {
       absl::StrAppend(&out, " -> ", absl::StrJoin(step.results, ", ", [&](std::string* o, const PlanTensor& t) {
-                        absl::StrAppend(o, t.type.ToString(), " ", Ref(plan, t));
+                        absl::StrAppend(o, t.type.ToString(), " ", Ref(plan, program, t));
                       }));
     }
     if (step.layer >= 0) absl::StrAppend(&out, " [layer ", step.layer, "]");

@@ -29,10 +29,12 @@ struct PlanSummary {
   std::map<std::string, int64_t> kernels;  // kernel name -> steps
 };
 
-PlanSummary Summarize(const Plan& plan);
+// The counts of one program of the plan (its layers: the decoder's layers or the vision tower's blocks).
+PlanSummary Summarize(const Plan& plan, const Program& program);
+inline PlanSummary Summarize(const Plan& plan) { return Summarize(plan, plan.decoder()); }
 
 // One line per step: "  12 l1.o = linear(l1.attn, @model.layers.1.self_attn.o_proj.weight) : f32[T,64] @arena+512".
-std::string DescribeSteps(const Plan& plan);
+std::string DescribeSteps(const Plan& plan, const Program& program);
 
 }  // namespace ag::compiler
 

@@ -18,19 +18,32 @@ absl::StatusOr<RankInfo> CheckRank(const compiler::Plan& plan, const Communicato
   return RankInfo{comm == nullptr ? 0 : comm->rank(), size};
 }
 
-const std::vector<int32_t>* StepBatch::Input(absl::string_view name) const {
-  if (name == "tokens") return &tokens;
-  if (name == "positions") return &positions;
-  if (name == "slot_mapping") return &slot_mapping;
-  if (name == "logit_rows") return &logit_rows;
-  if (name == "seq_offsets") return &seq_offsets;
-  if (name == "context_lens") return &context_lens;
-  if (name == "block_tables") return &block_tables;
-  return nullptr;
+std::optional<HostInput> StepBatch::Input(absl::string_view name) const {
+  auto ints = [](const std::vector<int32_t>& v) {
+    return HostInput{ir::DType::kI32, v.data(), static_cast<int64_t>(v.size())};
+  };
+  auto floats = [](const std::vector<float>& v) {
+    return HostInput{ir::DType::kF32, v.data(), static_cast<int64_t>(v.size())};
+  };
+  if (name == "tokens") return ints(tokens);
+  if (name == "positions") return ints(positions);
+  if (name == "slot_mapping") return ints(slot_mapping);
+  if (name == "logit_rows") return ints(logit_rows);
+  if (name == "seq_offsets") return ints(seq_offsets);
+  if (name == "context_lens") return ints(context_lens);
+  if (name == "block_tables") return ints(block_tables);
+  if (name == "mm_embeds") return floats(mm_embeds);
+  if (name == "mm_rows") return ints(mm_rows);
+  if (name == "pixels") return floats(pixels);
+  if (name == "patch_pos") return ints(patch_pos);
+  if (name == "image_offsets") return ints(image_offsets);
+  return std::nullopt;
 }
 
 ir::SymbolBindings StepBatch::Bindings(int64_t num_kv_blocks) const {
-  return {{"T", num_tokens}, {"S", num_seqs}, {"R", num_logit_rows}, {"MB", max_blocks}, {"NB", num_kv_blocks}};
+  return {{"T", num_tokens},     {"S", num_seqs},        {"R", num_logit_rows}, {"MB", max_blocks},
+          {"NB", num_kv_blocks}, {"M", num_mm_rows},     {"P", num_patches},    {"I", num_images},
+          {"E", num_merged_rows}};
 }
 
 }  // namespace ag::runtime

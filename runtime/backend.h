@@ -3,6 +3,7 @@
 #define AUTOGLM_RUNTIME_BACKEND_H_
 
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -14,20 +15,38 @@
 
 namespace ag::runtime {
 
-// The runtime inputs of one step, on the host. Every plan input is one of these.
+// A runtime input on the host: int32 indices, or float data the backend
+// stores in the plan's dtype.
+struct HostInput {
+  ir::DType dtype = ir::DType::kI32;  // kI32 or kF32
+  const void* data = nullptr;
+  int64_t elements = 0;
+};
+
+// The runtime inputs of one step, on the host. Every program input is one of these.
 struct StepBatch {
+  // The decoder's.
   int64_t num_tokens = 0;      // T
   int64_t num_seqs = 0;        // S
   int64_t num_logit_rows = 0;  // R
   int64_t max_blocks = 0;      // MB: block-table width
-  std::vector<int32_t> tokens, positions, slot_mapping;  // [T]
-  std::vector<int32_t> logit_rows;                       // [R], indices into the step's tokens
-  std::vector<int32_t> seq_offsets;                      // [S+1]
-  std::vector<int32_t> context_lens;                     // [S]
-  std::vector<int32_t> block_tables;                     // [S, MB]
+  std::vector<int32_t> tokens, slot_mapping;  // [T]
+  std::vector<int32_t> positions;             // [T], or M-RoPE's three streams [3, T] (GLM-4.1V)
+  std::vector<int32_t> logit_rows;            // [R], indices into the step's tokens
+  std::vector<int32_t> seq_offsets;           // [S+1]
+  std::vector<int32_t> context_lens;          // [S]
+  std::vector<int32_t> block_tables;          // [S, MB]
+  int64_t num_mm_rows = 0;                    // M: image rows that replace token embeddings
+  std::vector<float> mm_embeds;               // [M, hidden]
+  std::vector<int32_t> mm_rows;               // [M]: the step's token rows they replace
+  // The vision program's (GLM-4.1V): the patches of some images.
+  int64_t num_patches = 0, num_images = 0, num_merged_rows = 0;  // P, I, E
+  std::vector<float> pixels;                  // [P, patch values]
+  std::vector<int32_t> patch_pos;             // [P, 4]: (h, w, grid_h, grid_w)
+  std::vector<int32_t> image_offsets;         // [I+1]: each image's first patch row
 
-  // The array behind a plan input name (see compiler::kRuntimeInputNames).
-  const std::vector<int32_t>* Input(absl::string_view name) const;
+  // The data behind a program input name (see compiler::kRuntimeInputNames), or nothing.
+  std::optional<HostInput> Input(absl::string_view name) const;
   ir::SymbolBindings Bindings(int64_t num_kv_blocks) const;
 };
 
@@ -80,8 +99,12 @@ class Backend {
   virtual absl::string_view name() const = 0;
   // Allocates the arena and a KV pool of `kv_blocks` blocks per layer, and loads the weights.
   virtual absl::Status Load(const compiler::Plan& plan, const WeightSource& weights, int64_t kv_blocks) = 0;
-  // Runs every step of the plan for one batch.
+  // Runs every step of the plan's decoder for one batch.
   virtual absl::Status Execute(const StepBatch& batch) = 0;
+  // Runs the plan's other program `program` (GLM-4.1V's vision tower) for one
+  // batch and reads its output `output` back as float ([E, hidden] image rows).
+  virtual absl::Status RunProgram(absl::string_view program, const StepBatch& batch, absl::string_view output,
+                                  std::vector<float>* out) = 0;
   // The last step's outputs: logits [R, vocab] as float, greedy tokens [R].
   virtual absl::Status ReadLogits(int64_t rows, std::vector<float>* out) = 0;
   virtual absl::Status ReadNextTokens(int64_t rows, std::vector<int32_t>* out) = 0;

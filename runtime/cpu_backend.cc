@@ -36,7 +36,10 @@ absl::Status CpuBackend::Load(const compiler::Plan& plan, const WeightSource& we
   plan_ = &plan;
   element_bytes_ = ir::DTypeSize(plan.dtype);
   kv_blocks_ = kv_blocks;
-  arena_.assign(static_cast<size_t>(plan.arena_bytes / element_bytes_), 0.0f);
+  arenas_.clear();
+  for (const compiler::Program& program : plan.programs) {
+    arenas_.emplace_back(static_cast<size_t>(program.arena_bytes / element_bytes_), 0.0f);
+  }
   weights_.clear();
   for (const compiler::WeightEntry& entry : plan.weights) {
     std::vector<float> w(static_cast<size_t>(entry.NumElements()));
@@ -50,22 +53,51 @@ absl::Status CpuBackend::Load(const compiler::Plan& plan, const WeightSource& we
   return absl::OkStatus();
 }
 
-absl::Status CpuBackend::Execute(const StepBatch& batch) { return Run(batch, nullptr); }
+absl::Status CpuBackend::Execute(const StepBatch& batch) { return Run(0, batch, nullptr); }
+
+absl::Status CpuBackend::RunProgram(absl::string_view name, const StepBatch& batch, absl::string_view output,
+                                    std::vector<float>* out) {
+  if (plan_ == nullptr) return absl::FailedPreconditionError("run before Load");
+  for (size_t p = 0; p < plan_->programs.size(); ++p) {
+    const compiler::Program& program = plan_->programs[p];
+    if (program.name != name) continue;
+    RETURN_IF_ERROR(Run(p, batch, nullptr));
+    const int index = program.FindOutput(output);
+    if (index < 0) return absl::NotFoundError(absl::StrCat(name, " has no output ", output));
+    ASSIGN_OR_RETURN(const int64_t elements, program.outputs[index].type.NumElements(bindings_));
+    const float* data = static_cast<const float*>(ArenaPointer(p, program.outputs[index].index));
+    out->assign(data, data + elements);
+    return absl::OkStatus();
+  }
+  return absl::NotFoundError(absl::StrCat("the plan has no program ", name));
+}
 
 absl::StatusOr<std::vector<double>> CpuBackend::ProfileExecute(const StepBatch& batch) {
   std::vector<double> us;
-  RETURN_IF_ERROR(Run(batch, &us));
+  RETURN_IF_ERROR(Run(0, batch, &us));
   return us;
 }
 
-absl::Status CpuBackend::Run(const StepBatch& batch, std::vector<double>* step_us) {
+absl::Status CpuBackend::Run(size_t index, const StepBatch& batch, std::vector<double>* step_us) {
   if (plan_ == nullptr) return absl::FailedPreconditionError("Execute before Load");
   const compiler::Plan& plan = *plan_;
-  if (batch.num_tokens > plan.max_batch_tokens || batch.num_logit_rows > plan.max_batch_tokens ||
-      batch.num_seqs > plan.max_seqs) {
-    return absl::InvalidArgumentError("batch exceeds the plan's limits");
-  }
+  const compiler::Program& program = plan.programs[index];
   bindings_ = batch.Bindings(kv_blocks_);
+  for (const auto& [symbol, bound] : program.bounds) {
+    if (bindings_.at(symbol) > bound) {
+      return absl::InvalidArgumentError(absl::StrCat("batch exceeds the plan's limits (", symbol, " = ",
+                                                     bindings_.at(symbol), " > ", bound, ")"));
+    }
+  }
+  // Float inputs in the plan's storage (bf16 plans round them, as a bf16 device holds them).
+  float_inputs_.assign(program.inputs.size(), {});
+  for (size_t i = 0; i < program.inputs.size(); ++i) {
+    const std::optional<HostInput> in = batch.Input(program.inputs[i].name);
+    if (!in || in->dtype != ir::DType::kF32) continue;
+    const float* data = static_cast<const float*>(in->data);
+    float_inputs_[i].assign(data, data + in->elements);
+    if (plan.dtype == ir::DType::kBF16) RoundAllToBF16(float_inputs_[i].data(), in->elements);
+  }
   const compiler::KvGeometry& geo = plan.kv;
   const int64_t pool = kv_blocks_ * geo.block_size * geo.kv_heads * geo.head_dim;
   const bool bf16 = plan.dtype == ir::DType::kBF16;
@@ -80,18 +112,18 @@ absl::Status CpuBackend::Run(const StepBatch& batch, std::vector<double>* step_u
     }
     switch (t.kind) {
       case compiler::TensorKind::kArena:
-        out.data = ArenaPointer(t.index);
+        out.data = ArenaPointer(index, t.index);
         break;
       case compiler::TensorKind::kWeight:
         out.data = weights_[t.index].data();
         break;
       case compiler::TensorKind::kInput: {
-        const std::vector<int32_t>* in = batch.Input(plan.inputs[t.index].name);
-        if (in == nullptr || static_cast<int64_t>(in->size()) != out.numel()) {
-          return absl::InvalidArgumentError(absl::StrCat("runtime input ", plan.inputs[t.index].name,
-                                                         " has the wrong size"));
+        const std::string& name = program.inputs[t.index].name;
+        const std::optional<HostInput> in = batch.Input(name);
+        if (!in || in->elements != out.numel() || (in->dtype == ir::DType::kI32) != (t.type.dtype == ir::DType::kI32)) {
+          return absl::InvalidArgumentError(absl::StrCat("runtime input ", name, " has the wrong size"));
         }
-        out.data = const_cast<int32_t*>(in->data());
+        out.data = in->dtype == ir::DType::kI32 ? const_cast<void*>(in->data) : float_inputs_[t.index].data();
         break;
       }
       case compiler::TensorKind::kState:
@@ -102,7 +134,7 @@ absl::Status CpuBackend::Run(const StepBatch& batch, std::vector<double>* step_u
   };
 
   if (step_us != nullptr) step_us->clear();
-  for (const compiler::PlanStep& step : plan.steps) {
+  for (const compiler::PlanStep& step : program.steps) {
     const auto start = std::chrono::steady_clock::now();
     CpuStepArgs args;
     args.step = &step;
@@ -157,9 +189,10 @@ absl::StatusOr<std::vector<double>> CpuBackend::TimeExecute(const StepBatch& bat
 
 absl::Status CpuBackend::ReadOutput(absl::string_view name, int64_t elements, void* out, size_t element_size) {
   if (plan_ == nullptr) return absl::FailedPreconditionError("read before Load");
-  const int index = plan_->FindOutput(name);
+  const compiler::Program& decoder = plan_->decoder();
+  const int index = decoder.FindOutput(name);
   if (index < 0) return absl::NotFoundError(absl::StrCat("plan has no output ", name));
-  std::memcpy(out, ArenaPointer(plan_->outputs[index].index), static_cast<size_t>(elements) * element_size);
+  std::memcpy(out, ArenaPointer(0, decoder.outputs[index].index), static_cast<size_t>(elements) * element_size);
   return absl::OkStatus();
 }
 

@@ -28,6 +28,8 @@ class CpuBackend : public Backend {
   absl::string_view name() const override { return "cpu"; }
   absl::Status Load(const compiler::Plan& plan, const WeightSource& weights, int64_t kv_blocks) override;
   absl::Status Execute(const StepBatch& batch) override;
+  absl::Status RunProgram(absl::string_view program, const StepBatch& batch, absl::string_view output,
+                          std::vector<float>* out) override;
   absl::Status ReadLogits(int64_t rows, std::vector<float>* out) override;
   absl::Status ReadNextTokens(int64_t rows, std::vector<int32_t>* out) override;
   absl::Status SampleRows(const std::vector<RowSampling>& rows, std::vector<int32_t>* out) override;
@@ -37,9 +39,11 @@ class CpuBackend : public Backend {
   absl::StatusOr<std::vector<double>> ProfileExecute(const StepBatch& batch) override;
 
  private:
-  // Execute; with `step_us`, also the time of each step.
-  absl::Status Run(const StepBatch& batch, std::vector<double>* step_us);
-  void* ArenaPointer(int64_t byte_offset) { return arena_.data() + byte_offset / element_bytes_; }
+  // Runs program `program` (0: the decoder); with `step_us`, also the time of each step.
+  absl::Status Run(size_t program, const StepBatch& batch, std::vector<double>* step_us);
+  void* ArenaPointer(size_t program, int64_t byte_offset) {
+    return arenas_[program].data() + byte_offset / element_bytes_;
+  }
   absl::Status ReadOutput(absl::string_view name, int64_t elements, void* out, size_t element_size);
   // The last step's logits rows 0 .. `rows` - 1 (each below the step's row count).
   absl::Status LogitsUpTo(int64_t rows, std::vector<float>* logits);
@@ -49,7 +53,8 @@ class CpuBackend : public Backend {
   const compiler::Plan* plan_ = nullptr;
   int64_t element_bytes_ = 4;  // the plan dtype's size: the divisor of arena offsets
   int64_t kv_blocks_ = 0;
-  std::vector<float> arena_;
+  std::vector<std::vector<float>> arenas_;  // one per program
+  std::vector<std::vector<float>> float_inputs_;  // the last run's float inputs, in the plan's storage
   std::vector<std::vector<float>> weights_;
   std::vector<std::vector<float>> kv_;  // per layer: K pool then V pool
   ir::SymbolBindings bindings_;         // of the last executed step

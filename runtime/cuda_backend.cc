@@ -53,6 +53,47 @@ absl::StatusOr<PinnedBuffer> PinnedAlloc(size_t bytes) {
   return PinnedBuffer(p);
 }
 
+// Where each runtime input of `program` lives in its inputs buffer, sized for
+// `bounds`: int32 indices, float data as bf16 (the plan's storage).
+absl::StatusOr<std::map<std::string, size_t>> InputLayout(const compiler::Program& program,
+                                                          const ir::SymbolBindings& bounds, size_t* total) {
+  std::map<std::string, size_t> offsets;
+  size_t offset = 0;
+  for (const compiler::PlanInput& in : program.inputs) {
+    ASSIGN_OR_RETURN(const int64_t elements, in.type.NumElements(bounds));
+    offsets[in.name] = offset;
+    offset += Round256(static_cast<size_t>(elements) * (in.type.dtype == ir::DType::kI32 ? 4 : 2));
+  }
+  *total = offset;
+  return offsets;
+}
+
+// Copies the batch's input `name` to `dst` in device storage (float data rounded to bf16).
+void StageInput(const StepBatch& batch, const std::string& name, char* dst) {
+  const std::optional<HostInput> in = batch.Input(name);
+  if (!in || in->elements == 0) return;
+  if (in->dtype == ir::DType::kI32) {
+    std::memcpy(dst, in->data, static_cast<size_t>(in->elements) * 4);
+    return;
+  }
+  const float* src = static_cast<const float*>(in->data);
+  auto* out = reinterpret_cast<uint16_t*>(dst);
+  for (int64_t i = 0; i < in->elements; ++i) out[i] = FloatToBF16(src[i]);
+}
+
+// Every input holds exactly the elements its type gives for the batch (no more than the buffer holds).
+absl::Status CheckInputSizes(const compiler::Program& program, const StepBatch& batch, int64_t kv_blocks) {
+  const ir::SymbolBindings bindings = batch.Bindings(kv_blocks);
+  for (const compiler::PlanInput& in : program.inputs) {
+    ASSIGN_OR_RETURN(const int64_t want, in.type.NumElements(bindings));
+    const std::optional<HostInput> have = batch.Input(in.name);
+    if (!have || have->elements != want) {
+      return absl::InvalidArgumentError(absl::StrCat("runtime input ", in.name, " has the wrong size"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 int64_t NextPowerOfTwo(int64_t v) {
   int64_t p = 1;
   while (p < v) p *= 2;
@@ -73,6 +114,8 @@ class CudaBackend : public Backend {
   absl::string_view name() const override { return "cuda"; }
   absl::Status Load(const compiler::Plan& plan, const WeightSource& weights, int64_t kv_blocks) override;
   absl::Status Execute(const StepBatch& batch) override;
+  absl::Status RunProgram(absl::string_view program, const StepBatch& batch, absl::string_view output,
+                          std::vector<float>* out) override;
   absl::Status ReadLogits(int64_t rows, std::vector<float>* out) override;
   absl::Status ReadNextTokens(int64_t rows, std::vector<int32_t>* out) override;
   absl::Status SampleRows(const std::vector<RowSampling>& rows, std::vector<int32_t>* out) override;
@@ -89,9 +132,14 @@ class CudaBackend : public Backend {
                             void* dst);
   absl::Status EnsureCapacity(const StepBatch& batch, int64_t context_bucket);
   absl::Status UploadInputs(const StepBatch& batch);
-  // With `events` (one more than the plan has steps), records events[i] before step i and the last after all.
+  // Launches the decoder's steps. With `events` (one more than it has steps), records events[i]
+  // before step i and the last after all.
   absl::Status LaunchSteps(const StepBatch& batch, int64_t context_bucket, bool nvtx,
                            const std::vector<cudaEvent_t>* events = nullptr);
+  // Launches a program's steps over `arena`, its runtime inputs at `inputs` + offsets.
+  absl::Status LaunchProgram(const compiler::Program& program, void* arena, char* inputs,
+                             const std::map<std::string, size_t>& offsets, const StepBatch& batch,
+                             int64_t context_bucket, bool nvtx, const std::vector<cudaEvent_t>* events);
   absl::StatusOr<int64_t> PrepareStep(const StepBatch& batch);  // checks, capacity, inputs; returns the context bucket
   absl::Status ReadOutput(absl::string_view name, size_t bytes, void* out);
   void DropGraphs();
@@ -101,6 +149,11 @@ class CudaBackend : public Backend {
   cudaStream_t stream_ = nullptr;
   int64_t kv_blocks_ = 0;
   DeviceBuffer arena_, kv_, inputs_, attention_workspace_, linear_scratch_, gather_scratch_;
+  // The vision program (GLM-4.1V): its own arena and inputs, run eagerly.
+  DeviceBuffer vision_arena_, vision_inputs_;
+  PinnedBuffer vision_staging_;
+  std::map<std::string, size_t> vision_offsets_;
+  size_t vision_inputs_bytes_ = 0;
   RankInfo rank_;
   DeviceBuffer sample_buffer_;  // SampleRows and RowLogprobs: the rows' parameters, then the results
   size_t sample_buffer_bytes_ = 0;
@@ -198,7 +251,15 @@ absl::Status CudaBackend::Load(const compiler::Plan& plan, const WeightSource& w
   kv_blocks_ = kv_blocks;
   input_blocks_capacity_ = -1;
   workspace_floats_ = 0;
-  ASSIGN_OR_RETURN(arena_, DeviceAlloc(static_cast<size_t>(plan.arena_bytes), "the activation arena"));
+  ASSIGN_OR_RETURN(arena_, DeviceAlloc(static_cast<size_t>(plan.decoder().arena_bytes), "the activation arena"));
+  vision_arena_ = DeviceBuffer();
+  vision_inputs_ = DeviceBuffer();
+  if (const compiler::Program* vision = plan.FindProgram(compiler::kVisionProgram)) {
+    ASSIGN_OR_RETURN(vision_arena_, DeviceAlloc(static_cast<size_t>(vision->arena_bytes), "the vision arena"));
+    ASSIGN_OR_RETURN(vision_offsets_, InputLayout(*vision, vision->bounds, &vision_inputs_bytes_));
+    ASSIGN_OR_RETURN(vision_inputs_, DeviceAlloc(vision_inputs_bytes_, "the vision inputs"));
+    ASSIGN_OR_RETURN(vision_staging_, PinnedAlloc(vision_inputs_bytes_));
+  }
   const compiler::KvGeometry& kv = plan.kv;
   const size_t kv_bytes =
       static_cast<size_t>(kv.num_layers * 2 * kv_blocks * kv.block_size * kv.kv_heads * kv.head_dim) * 2;
@@ -209,7 +270,12 @@ absl::Status CudaBackend::Load(const compiler::Plan& plan, const WeightSource& w
   std::vector<bool> interleave(plan.weights.size(), false);
   scratch_k_ = 0;
   int64_t gather_width = 0;
-  for (const compiler::PlanStep& step : plan.steps) {
+  std::vector<const compiler::PlanStep*> all_steps;
+  for (const compiler::Program& program : plan.programs) {
+    for (const compiler::PlanStep& step : program.steps) all_steps.push_back(&step);
+  }
+  for (const compiler::PlanStep* s : all_steps) {
+    const compiler::PlanStep& step = *s;
     if (step.kernel == ir::OpId::k_norm_gate_up_silu) interleave[step.operands[2].index] = true;
     // The tensor-core paths (M > 1) normalise x into the scratch for the linear ops with a norm prologue.
     const bool norm_prologue = step.kernel == ir::OpId::k_norm_gate_up_silu ||
@@ -219,7 +285,8 @@ absl::Status CudaBackend::Load(const compiler::Plan& plan, const WeightSource& w
     // An all_gather of more than one row lands rank-major in the scratch, then moves into columns.
     if (step.kernel == ir::OpId::k_all_gather) gather_width = std::max(gather_width, step.results[0].type.shape[1].offset());
   }
-  for (const compiler::PlanStep& step : plan.steps) {
+  for (const compiler::PlanStep* s : all_steps) {
+    const compiler::PlanStep& step = *s;
     for (size_t i = 0; i < step.operands.size(); ++i) {
       const compiler::PlanTensor& t = step.operands[i];
       const bool as_gate_up = step.kernel == ir::OpId::k_norm_gate_up_silu && i == 2;
@@ -236,8 +303,13 @@ absl::Status CudaBackend::Load(const compiler::Plan& plan, const WeightSource& w
     RETURN_IF_ERROR(UploadWeight(entry, weights, interleave[i], buffer.get()));
     weights_.push_back(std::move(buffer));
   }
+  // The norm prologue's scratch holds up to the most rows any program runs (the vision tower's patches).
+  int64_t scratch_rows = plan.max_batch_tokens;
+  for (const compiler::Program& program : plan.programs) {
+    if (program.bounds.contains("P")) scratch_rows = std::max(scratch_rows, program.bounds.at("P"));
+  }
   ASSIGN_OR_RETURN(linear_scratch_,
-                   DeviceAlloc(static_cast<size_t>(plan.max_batch_tokens * std::max<int64_t>(scratch_k_, 1)) * 2,
+                   DeviceAlloc(static_cast<size_t>(scratch_rows * std::max<int64_t>(scratch_k_, 1)) * 2,
                                "the linear scratch"));
   gather_scratch_ = DeviceBuffer();
   if (gather_width > 0) {
@@ -258,18 +330,9 @@ absl::Status CudaBackend::EnsureCapacity(const StepBatch& batch, int64_t context
   const compiler::Plan& plan = *plan_;
   if (batch.max_blocks > input_blocks_capacity_) {
     // Fixed capacities, so that captured graphs keep valid pointers until a batch outgrows them.
-    const int64_t t = plan.max_batch_tokens, s = plan.max_seqs;
-    const std::pair<const char*, int64_t> sizes[] = {
-        {"tokens", t},       {"positions", t},   {"slot_mapping", t},
-        {"logit_rows", t},   {"seq_offsets", s + 1}, {"context_lens", s},
-        {"block_tables", s * batch.max_blocks}};
-    size_t offset = 0;
-    input_offsets_.clear();
-    for (const auto& [name, count] : sizes) {
-      input_offsets_[name] = offset;
-      offset += Round256(static_cast<size_t>(count) * 4);
-    }
-    inputs_bytes_ = offset;
+    ir::SymbolBindings bounds = plan.decoder().bounds;
+    bounds["MB"] = batch.max_blocks;
+    ASSIGN_OR_RETURN(input_offsets_, InputLayout(plan.decoder(), bounds, &inputs_bytes_));
     DropGraphs();
     ASSIGN_OR_RETURN(inputs_, DeviceAlloc(inputs_bytes_, "the step inputs"));
     for (cudaEvent_t e : input_copied_) CUDA_RETURN_IF_ERROR(cudaEventSynchronize(e));  // old halves idle
@@ -282,7 +345,7 @@ absl::Status CudaBackend::EnsureCapacity(const StepBatch& batch, int64_t context
   }
   // Attention partial results, for the largest head count and width in the plan.
   int64_t floats = 0;
-  for (const compiler::PlanStep& step : plan.steps) {
+  for (const compiler::PlanStep& step : plan.decoder().steps) {
     if (step.kernel != ir::OpId::k_paged_attention && step.kernel != ir::OpId::k_attention) continue;
     const cuda::AttentionShape shape{plan.max_batch_tokens, *ir::GetInt(step.attrs, "heads"), context_bucket};
     floats = std::max(floats, cuda::PagedAttentionWorkspace(shape, *ir::GetInt(step.attrs, "kv_heads"),
@@ -302,10 +365,7 @@ absl::Status CudaBackend::UploadInputs(const StepBatch& batch) {
   input_half_ ^= 1;
   CUDA_RETURN_IF_ERROR(cudaEventSynchronize(input_copied_[half]));
   auto* host = static_cast<char*>(input_staging_[half].get());
-  for (const auto& [name, offset] : input_offsets_) {
-    const std::vector<int32_t>* values = batch.Input(name);
-    std::memcpy(host + offset, values->data(), values->size() * 4);
-  }
+  for (const auto& [name, offset] : input_offsets_) StageInput(batch, name, host + offset);
   // Stream order puts this copy after the previous step's kernels, which read inputs_.
   CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(inputs_.get(), host, inputs_bytes_, cudaMemcpyHostToDevice, stream_));
   CUDA_RETURN_IF_ERROR(cudaEventRecord(input_copied_[half], stream_));
@@ -314,16 +374,25 @@ absl::Status CudaBackend::UploadInputs(const StepBatch& batch) {
 
 absl::Status CudaBackend::LaunchSteps(const StepBatch& batch, int64_t context_bucket, bool nvtx,
                                       const std::vector<cudaEvent_t>* events) {
+  return LaunchProgram(plan_->decoder(), arena_.get(), static_cast<char*>(inputs_.get()), input_offsets_, batch,
+                       context_bucket, nvtx, events);
+}
+
+absl::Status CudaBackend::LaunchProgram(const compiler::Program& program, void* arena, char* inputs,
+                                        const std::map<std::string, size_t>& offsets, const StepBatch& batch,
+                                        int64_t context_bucket, bool nvtx, const std::vector<cudaEvent_t>* events) {
   const compiler::Plan& plan = *plan_;
   const ir::SymbolBindings bindings = batch.Bindings(kv_blocks_);
   const compiler::KvGeometry& geo = plan.kv;
   const int64_t layer_bytes = 2 * kv_blocks_ * geo.block_size * geo.kv_heads * geo.head_dim * 2;
-  auto* inputs = static_cast<char*>(inputs_.get());
-  auto input = [&](const char* name) { return reinterpret_cast<const int32_t*>(inputs + input_offsets_[name]); };
+  auto input = [&](const char* name) -> const int32_t* {
+    const auto it = offsets.find(name);
+    return it == offsets.end() ? nullptr : reinterpret_cast<const int32_t*>(inputs + it->second);
+  };
   const cuda::SeqBatch seqs{input("seq_offsets"), input("context_lens"), input("block_tables"), batch.num_seqs,
                             batch.max_blocks};
-  for (size_t i = 0; i < plan.steps.size(); ++i) {
-    const compiler::PlanStep& step = plan.steps[i];
+  for (size_t i = 0; i < program.steps.size(); ++i) {
+    const compiler::PlanStep& step = program.steps[i];
     if (events != nullptr) CUDA_RETURN_IF_ERROR(cudaEventRecord((*events)[i], stream_));
     CudaStepArgs args;
     args.step = &step;
@@ -344,13 +413,13 @@ absl::Status CudaBackend::LaunchSteps(const StepBatch& batch, int64_t context_bu
       }
       switch (t.kind) {
         case compiler::TensorKind::kArena:
-          out.data = static_cast<char*>(arena_.get()) + t.index;
+          out.data = static_cast<char*>(arena) + t.index;
           break;
         case compiler::TensorKind::kWeight:
           out.data = weights_[t.index].get();
           break;
         case compiler::TensorKind::kInput:
-          out.data = inputs + input_offsets_[plan.inputs[t.index].name];
+          out.data = inputs + offsets.at(program.inputs[t.index].name);
           break;
         case compiler::TensorKind::kState: {
           char* layer = static_cast<char*>(kv_.get()) + t.index * layer_bytes;
@@ -389,16 +458,48 @@ absl::StatusOr<int64_t> CudaBackend::PrepareStep(const StepBatch& batch) {
   int64_t longest = 1;
   for (int32_t len : batch.context_lens) longest = std::max<int64_t>(longest, len);
   const int64_t bucket = NextPowerOfTwo(std::max<int64_t>(longest, 256));
+  RETURN_IF_ERROR(CheckInputSizes(plan.decoder(), batch, kv_blocks_));
   RETURN_IF_ERROR(EnsureCapacity(batch, bucket));
   RETURN_IF_ERROR(UploadInputs(batch));
   return bucket;
+}
+
+absl::Status CudaBackend::RunProgram(absl::string_view name, const StepBatch& batch, absl::string_view output,
+                                     std::vector<float>* out) {
+  CUDA_RETURN_IF_ERROR(cudaSetDevice(options_.device));
+  if (plan_ == nullptr) return absl::FailedPreconditionError("run before Load");
+  const compiler::Program* program = plan_->FindProgram(name);
+  if (program == nullptr || program == &plan_->decoder()) {
+    return absl::NotFoundError(absl::StrCat("the plan has no program ", name, " besides its decoder"));
+  }
+  const ir::SymbolBindings bindings = batch.Bindings(kv_blocks_);
+  for (const auto& [symbol, bound] : program->bounds) {
+    if (bindings.at(symbol) > bound) return absl::InvalidArgumentError(absl::StrCat(name, ": ", symbol, " over its bound"));
+  }
+  RETURN_IF_ERROR(CheckInputSizes(*program, batch, kv_blocks_));
+  auto* host = static_cast<char*>(vision_staging_.get());
+  for (const auto& [input, offset] : vision_offsets_) StageInput(batch, input, host + offset);
+  CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(vision_inputs_.get(), host, vision_inputs_bytes_, cudaMemcpyHostToDevice, stream_));
+  // Eager: a vision step's shapes change with every image, and its kernels are long next to launches.
+  RETURN_IF_ERROR(LaunchProgram(*program, vision_arena_.get(), static_cast<char*>(vision_inputs_.get()),
+                                vision_offsets_, batch, /*context_bucket=*/0, /*nvtx=*/true, nullptr));
+  const int index = program->FindOutput(output);
+  if (index < 0) return absl::NotFoundError(absl::StrCat(name, " has no output ", output));
+  ASSIGN_OR_RETURN(const int64_t elements, program->outputs[index].type.NumElements(bindings));
+  std::vector<uint16_t> bits(static_cast<size_t>(elements));
+  CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(bits.data(), static_cast<char*>(vision_arena_.get()) + program->outputs[index].index,
+                                       bits.size() * 2, cudaMemcpyDeviceToHost, stream_));
+  CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
+  out->resize(bits.size());
+  for (size_t i = 0; i < bits.size(); ++i) (*out)[i] = BF16ToFloat(bits[i]);
+  return absl::OkStatus();
 }
 
 absl::StatusOr<std::vector<double>> CudaBackend::ProfileExecute(const StepBatch& batch) {
   // Tensor-parallel ranks call from their own threads: the device is per thread.
   CUDA_RETURN_IF_ERROR(cudaSetDevice(options_.device));
   ASSIGN_OR_RETURN(const int64_t bucket, PrepareStep(batch));
-  std::vector<cudaEvent_t> events(plan_->steps.size() + 1, nullptr);
+  std::vector<cudaEvent_t> events(plan_->decoder().steps.size() + 1, nullptr);
   absl::Status status = absl::OkStatus();
   for (cudaEvent_t& e : events) {
     const cudaError_t created = cudaEventCreate(&e);
@@ -455,11 +556,12 @@ absl::Status CudaBackend::Execute(const StepBatch& batch) {
 
 absl::Status CudaBackend::ReadOutput(absl::string_view name, size_t bytes, void* out) {
   if (plan_ == nullptr) return absl::FailedPreconditionError("read before Load");
-  const int index = plan_->FindOutput(name);
+  const compiler::Program& decoder = plan_->decoder();
+  const int index = decoder.FindOutput(name);
   if (index < 0) return absl::NotFoundError(absl::StrCat("plan has no output ", name));
   if (bytes > staging_bytes_) return absl::InternalError("output larger than the staging buffer");
   CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(output_staging_.get(),
-                                       static_cast<char*>(arena_.get()) + plan_->outputs[index].index, bytes,
+                                       static_cast<char*>(arena_.get()) + decoder.outputs[index].index, bytes,
                                        cudaMemcpyDeviceToHost, stream_));
   CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
   std::memcpy(out, output_staging_.get(), bytes);
@@ -479,9 +581,10 @@ absl::Status CudaBackend::ReadLogits(int64_t rows, std::vector<float>* out) {
 
 absl::StatusOr<const __nv_bfloat16*> CudaBackend::DeviceLogits() const {
   if (plan_ == nullptr) return absl::FailedPreconditionError("sampling before Load");
-  const int index = plan_->FindOutput("logits");
+  const int index = plan_->decoder().FindOutput("logits");
   if (index < 0) return absl::NotFoundError("plan has no output logits");
-  return reinterpret_cast<const __nv_bfloat16*>(static_cast<const char*>(arena_.get()) + plan_->outputs[index].index);
+  return reinterpret_cast<const __nv_bfloat16*>(static_cast<const char*>(arena_.get()) +
+                                                plan_->decoder().outputs[index].index);
 }
 
 absl::Status CudaBackend::RoundTrip(size_t in_bytes, size_t out_offset, size_t out_bytes,

@@ -36,7 +36,7 @@ absl::Status CheckPlanFits(const compiler::Plan& plan, int64_t kv_blocks, const 
     weights = CheckedAdd(*weights, CheckedMul(w.NumElements(), layout.weight_element_bytes).value_or(ir::kMaxSize));
     if (!weights) break;
   }
-  const std::optional<int64_t> arena_scaled = CheckedMul(plan.arena_bytes, layout.arena_scale_num);
+  const std::optional<int64_t> arena_scaled = CheckedMul(plan.ArenaBytes(), layout.arena_scale_num);
   const int64_t arena = arena_scaled ? *arena_scaled / layout.arena_scale_den : ir::kMaxSize;
   const compiler::KvGeometry& kv = plan.kv;
   const int64_t per_token = kv.num_layers * 2 * kv.kv_heads * kv.head_dim * layout.kv_element_bytes;

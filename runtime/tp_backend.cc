@@ -76,6 +76,11 @@ absl::Status MultiRankBackend::Execute(const StepBatch& batch) {
   return OnAllRanks([&](int r) { return ranks_[r]->Execute(batch); });
 }
 
+absl::Status MultiRankBackend::RunProgram(absl::string_view program, const StepBatch& batch, absl::string_view output,
+                                          std::vector<float>* out) {
+  return OnAllRanks([&](int r) { return r == 0 ? ranks_[0]->RunProgram(program, batch, output, out) : absl::OkStatus(); });
+}
+
 absl::Status MultiRankBackend::ReadLogits(int64_t rows, std::vector<float>* out) {
   return ranks_[0]->ReadLogits(rows, out);
 }

@@ -75,7 +75,7 @@ TEST(Rotary, Bf16FixtureUsesTheFp32Frequencies) {
     absl::StatusOr<compiler::CompileResult> compiled = compiler::Compile(*config, options);
     ASSERT_TRUE(compiled.ok()) << compiled.status();
     int rotary_steps = 0;
-    for (const compiler::PlanStep& step : compiled->plan.steps) {
+    for (const compiler::PlanStep& step : compiled->plan.decoder().steps) {
       if (!step.attrs.contains("theta")) continue;
       ++rotary_steps;
       for (const auto& [name, value] : step.attrs) {  // the rotary's attributes: heads, sizes, theta, M-RoPE; no precision

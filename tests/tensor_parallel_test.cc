@@ -115,7 +115,7 @@ TEST_P(TensorParallel, OneRankWithCollectivesMatchesThePlainPlan) {
                                   group ? runtime::CreateCpuTensorParallel(1) : std::make_unique<runtime::CpuBackend>());
     EXPECT_EQ(runner.plan().tp, 1);
     int collectives = 0;
-    for (const compiler::PlanStep& step : runner.plan().steps) collectives += ir::GetOpInfo(step.kernel).Has(ir::kCollective);
+    for (const compiler::PlanStep& step : runner.plan().decoder().steps) collectives += ir::GetOpInfo(step.kernel).Has(ir::kCollective);
     EXPECT_EQ(collectives, 2 * runner.plan().model.num_layers + 1);
     const std::vector<testing::Generation> got = runner.Run(cases);
     for (size_t i = 0; i < cases.size(); ++i) {

@@ -80,8 +80,13 @@ absl::Status Run() {
               static_cast<long long>(s.total_steps), static_cast<long long>(s.steps_per_layer),
               static_cast<long long>(s.steps_outside_layers));
   std::printf("arena: %lld bytes for up to %lld tokens and %lld sequences per step\n",
-              static_cast<long long>(plan.arena_bytes), static_cast<long long>(plan.max_batch_tokens),
+              static_cast<long long>(plan.decoder().arena_bytes), static_cast<long long>(plan.max_batch_tokens),
               static_cast<long long>(plan.max_seqs));
+  if (const compiler::Program* vision = plan.FindProgram(compiler::kVisionProgram)) {
+    std::printf("vision arena: %lld bytes for up to %lld patches of %lld images per step\n",
+                static_cast<long long>(vision->arena_bytes), static_cast<long long>(vision->bounds.at("P")),
+                static_cast<long long>(vision->bounds.at("I")));
+  }
   std::printf("kv cache: %lld bytes per token (blocks of %lld tokens)\n",
               static_cast<long long>(plan.kv.BytesPerToken()), static_cast<long long>(plan.kv.block_size));
   std::printf("weights: %zu tensors, %lld bytes%s\n", plan.weights.size(), static_cast<long long>(s.weight_bytes),

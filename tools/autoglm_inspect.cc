@@ -53,7 +53,7 @@ absl::Status Run(const std::string& path) {
     j["steps_per_layer"] = s.steps_per_layer;
     j["total_steps"] = s.total_steps;
     j["steps_outside_layers"] = s.steps_outside_layers;
-    j["arena_bytes"] = plan.arena_bytes;
+    j["arena_bytes"] = plan.decoder().arena_bytes;
     j["kernels"] = s.kernels;
     j["layers"] = plan.model.num_layers;
     j["layout"] = plan.model.layout;
@@ -70,6 +70,19 @@ absl::Status Run(const std::string& path) {
     j["launches_per_layer_nccl"] = s.launches_per_layer_nccl;
     j["weight_bytes_read_per_step"] = s.weight_bytes_read_per_step;
     j["passes"] = plan.passes;
+    if (const compiler::Program* vision = plan.FindProgram(compiler::kVisionProgram)) {
+      const compiler::PlanSummary v = compiler::Summarize(plan, *vision);
+      j["vision"] = {{"total_steps", v.total_steps},
+                     {"steps_per_block", v.steps_per_layer},
+                     {"steps_outside_blocks", v.steps_outside_layers},
+                     {"blocks", v.steps_per_layer > 0 ? (v.total_steps - v.steps_outside_layers) / v.steps_per_layer : 0},
+                     {"arena_bytes", vision->arena_bytes},
+                     {"kernels", v.kernels},
+                     {"weight_bytes", v.weight_bytes},
+                     {"max_patches", vision->bounds.at("P")},
+                     {"max_images", vision->bounds.at("I")},
+                     {"image_token_id", plan.model.image_token_id}};
+    }
     std::printf("%s\n", j.dump(2).c_str());
     return absl::OkStatus();
   }
@@ -89,14 +102,16 @@ absl::Status Run(const std::string& path) {
               static_cast<long long>(s.weight_bytes_read_per_step), static_cast<long long>(s.weight_bytes));
   std::printf("limits: T<=%lld tokens, S<=%lld sequences per step; arena %lld bytes\n",
               static_cast<long long>(plan.max_batch_tokens), static_cast<long long>(plan.max_seqs),
-              static_cast<long long>(plan.arena_bytes));
+              static_cast<long long>(plan.decoder().arena_bytes));
   std::printf("kv cache (per rank): %lld layers x [2, blocks, %lld, %lld, %lld], %lld bytes per token\n",
               static_cast<long long>(plan.kv.num_layers), static_cast<long long>(plan.kv.block_size),
               static_cast<long long>(plan.kv.kv_heads), static_cast<long long>(plan.kv.head_dim),
               static_cast<long long>(plan.kv.BytesPerToken()));
   std::printf("passes: %s\n", absl::StrJoin(plan.passes, ", ").c_str());
   std::printf("inputs:");
-  for (const compiler::PlanInput& in : plan.inputs) std::printf(" %%%s %s", in.name.c_str(), in.type.ToString().c_str());
+  for (const compiler::PlanInput& in : plan.decoder().inputs) {
+    std::printf(" %%%s %s", in.name.c_str(), in.type.ToString().c_str());
+  }
   std::printf("\nweights: %zu (%lld bytes)\n", plan.weights.size(), static_cast<long long>(s.weight_bytes));
   for (const compiler::WeightEntry& w : plan.weights) {
     std::vector<std::string> pieces;
@@ -107,13 +122,31 @@ absl::Status Run(const std::string& path) {
     std::printf("  @%s %s[%s] <- %s\n", w.name.c_str(), std::string(ir::DTypeName(w.dtype)).c_str(),
                 absl::StrJoin(w.shape, ",").c_str(), absl::StrJoin(pieces, " + ").c_str());
   }
-  std::printf("steps: %lld (%lld per layer)\n%s", static_cast<long long>(s.total_steps),
-              static_cast<long long>(s.steps_per_layer), compiler::DescribeSteps(plan).c_str());
-  std::printf("outputs:");
-  for (size_t i = 0; i < plan.outputs.size(); ++i) {
-    std::printf(" %s=arena+%lld", plan.output_names[i].c_str(), static_cast<long long>(plan.outputs[i].index));
+  for (const compiler::Program& program : plan.programs) {
+    const compiler::PlanSummary ps = compiler::Summarize(plan, program);
+    const bool decoder = &program == &plan.decoder();
+    if (!decoder) {
+      std::printf("%s program: up to %lld patches of %lld images per step (image token %lld, %lld patches a token); "
+                  "arena %lld bytes; %lld weight bytes\n  inputs:",
+                  program.name.c_str(), static_cast<long long>(program.bounds.at("P")),
+                  static_cast<long long>(program.bounds.at("I")), static_cast<long long>(plan.model.image_token_id),
+                  static_cast<long long>(plan.model.patches_per_token), static_cast<long long>(program.arena_bytes),
+                  static_cast<long long>(ps.weight_bytes));
+      for (const compiler::PlanInput& in : program.inputs) {
+        std::printf(" %%%s %s", in.name.c_str(), in.type.ToString().c_str());
+      }
+      std::printf("\n");
+    }
+    std::printf("%s steps: %lld (%lld per %s, %lld launches per %s)\n%s", program.name.c_str(),
+                static_cast<long long>(ps.total_steps), static_cast<long long>(ps.steps_per_layer),
+                decoder ? "layer" : "block", static_cast<long long>(ps.launches_per_layer), decoder ? "layer" : "block",
+                compiler::DescribeSteps(plan, program).c_str());
+    std::printf("%s outputs:", program.name.c_str());
+    for (size_t i = 0; i < program.outputs.size(); ++i) {
+      std::printf(" %s=arena+%lld", program.output_names[i].c_str(), static_cast<long long>(program.outputs[i].index));
+    }
+    std::printf("\n");
   }
-  std::printf("\n");
   return absl::OkStatus();
 }
 

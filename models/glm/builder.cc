@@ -27,6 +27,7 @@ class Builder {
     g_.set_symbol_bound("T", o_.max_batch_tokens);
     g_.set_symbol_bound("R", o_.max_batch_tokens);
     g_.set_symbol_bound("S", o_.max_seqs);
+    g_.set_symbol_bound("M", o_.max_batch_tokens);  // image rows of a step (GLM-4.1V)
     const ir::Dim t = ir::Dim::Sym("T");
     ASSIGN_OR_RETURN(ValueId tokens, g_.AddInput("tokens", {DType::kI32, {t}}));
     ASSIGN_OR_RETURN(positions_, g_.AddInput("positions", {DType::kI32, {t}}));

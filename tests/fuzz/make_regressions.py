@@ -53,17 +53,41 @@ def config_cases():
     put("config", "chatglm-seq-length", json.dumps(chatglm))
 
 
+def skip_type_dims(payload, pos):
+    """Past a type's dims: rank, then (symbol, offset) each."""
+    rank = struct.unpack("<I", payload[pos:pos + 4])[0]
+    pos += 4
+    for _ in range(rank):
+        pos += 4 + struct.unpack("<I", payload[pos:pos + 4])[0] + 8
+    return pos
+
+
 def plan_cases():
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, "p.agplan")
         subprocess.run(["build/tools/autoglm-compile", "--model", TINY, "-o", path], check=True,
                        stdout=subprocess.DEVNULL)
         payload = open(path, "rb").read()[32:]
-    pos = 4 + struct.unpack("<I", payload[:4])[0] + 32          # layout, four dims
-    pos += 4 + 8 * struct.unpack("<I", payload[pos:pos + 4])[0]  # eos ids
-    pos += 4 + struct.unpack("<I", payload[pos:pos + 4])[0]      # config fingerprint
-    arena_at = pos + 1 + 16                                     # dtype, batch limits
+    decoder = payload.find(struct.pack("<I", 7) + b"decoder")  # the first program's name
+    bounds_at = decoder + 11
+    pos = bounds_at + 4
+    for _ in range(struct.unpack("<I", payload[bounds_at:bounds_at + 4])[0]):  # (symbol, bound) pairs
+        pos += 4 + struct.unpack("<I", payload[pos:pos + 4])[0] + 8
+    arena_at = pos
     put("plan", "arena-2-pow-62", payload[:arena_at] + struct.pack("<q", 2**62) + payload[arena_at + 8:])
+    # The decoder's inputs (name, type): %tokens wired in where %slot_mapping belongs (a fuzzing find:
+    # both are i32[T], and kernels index memory with the slot mapping).
+    pos, names = arena_at + 8 + 4, []
+    for _ in range(struct.unpack("<I", payload[arena_at + 8:arena_at + 12])[0]):
+        n = struct.unpack("<I", payload[pos:pos + 4])[0]
+        names.append(payload[pos + 4:pos + 4 + n].decode())
+        pos = skip_type_dims(payload, pos + 4 + n + 1)  # name, dtype, dims
+    i32_t = bytes([4]) + struct.pack("<I", 1) + struct.pack("<I", 1) + b"T" + struct.pack("<q", 0)
+    record = lambda index: bytes([2]) + struct.pack("<q", index) + i32_t
+    slot = payload.find(record(names.index("slot_mapping")), pos)
+    assert slot >= 0
+    put("plan", "fuzzed-tokens-as-slot-mapping",
+        payload[:slot] + record(names.index("tokens")) + payload[slot + len(record(0)):])
     key = struct.pack("<I", 5) + b"heads" + b"\0"
     edited = bytearray(payload)
     at = edited.find(key)

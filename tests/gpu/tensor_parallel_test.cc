@@ -197,7 +197,7 @@ TEST(GpuTensorParallel, FixtureOverNcclMatchesOneGpu) {
     std::unique_ptr<runtime::Backend> backend = NcclBackend(tp, graphs, one_shot);
     ASSERT_NE(backend, nullptr);
     testing::FixtureRunner sharded("tiny-glm", options, std::move(backend));
-    ASSERT_GT(sharded.plan().steps.size(), single.plan().steps.size()) << "the plan carries its collectives";
+    ASSERT_GT(sharded.plan().decoder().steps.size(), single.plan().decoder().steps.size()) << "the plan carries its collectives";
     const std::vector<testing::Generation> got = sharded.Run(cases, /*stagger=*/true);
     for (size_t i = 0; i < cases.size(); ++i) {
       // The sums round differently (a partial product is stored in bf16 before the
