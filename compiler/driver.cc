@@ -1,5 +1,7 @@
 #include "compiler/driver.h"
 
+#include <optional>
+
 #include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "absl/strings/match.h"
@@ -10,6 +12,8 @@
 #include "ir/status_macros.h"
 #include "models/glm/weight_map.h"
 #include "passes/pipeline.h"
+#include "models/glm4v/vision_builder.h"
+#include "models/glm4v/weight_map.h"
 #include "passes/shard.h"
 
 namespace ag::compiler {
@@ -18,7 +22,9 @@ std::vector<std::string> StandardPassNames() {
   return passes::BuildStandardPipeline({}, {})->Names();
 }
 
-absl::StatusOr<CompileResult> Compile(const glm::ModelConfig& config, const CompileOptions& options) {
+namespace {
+
+absl::Status CheckLimits(const CompileOptions& options) {
   const glm::BuildOptions& b = options.build;
   struct Limit {
     const char* flag;
@@ -26,22 +32,66 @@ absl::StatusOr<CompileResult> Compile(const glm::ModelConfig& config, const Comp
   };
   for (const Limit& l : {Limit{"--max-batch-tokens", b.max_batch_tokens, kMaxBatchTokens},
                          Limit{"--max-seqs", b.max_seqs, kMaxSeqs},
-                         Limit{"--kv-block-size", b.kv_block_size, kMaxKvBlockSize}}) {
+                         Limit{"--kv-block-size", b.kv_block_size, kMaxKvBlockSize},
+                         Limit{"--max-vision-patches", options.max_vision_patches, kMaxBatchTokens},
+                         Limit{"--max-images", options.max_images, kMaxSeqs}}) {
     if (l.value <= 0 || l.value > l.max) {
       return absl::InvalidArgumentError(absl::StrCat(l.flag, " must be in [1, ", l.max, "], got ", l.value));
     }
   }
-  ASSIGN_OR_RETURN(ir::Graph graph, glm::BuildGlmGraph(config, options.build));
+  return absl::OkStatus();
+}
+
+// The standard pipeline over one graph, at tensor-parallel degree `tp`.
+absl::StatusOr<std::vector<passes::PassRecord>> RunPipeline(ir::Graph& graph, const CompileOptions& options,
+                                                            int32_t tp) {
   passes::StandardPassOptions pass_options;
   pass_options.kv_block_size = options.build.kv_block_size;
-  pass_options.tp = options.tp;
-  pass_options.collectives_at_tp1 = options.collectives_at_tp1;
-  std::unique_ptr<passes::Pipeline> pipeline = passes::BuildStandardPipeline(options.pipeline, pass_options);
-  ASSIGN_OR_RETURN(std::vector<passes::PassRecord> ran, pipeline->Run(graph));
+  pass_options.tp = tp;
+  pass_options.collectives_at_tp1 = options.collectives_at_tp1 && tp == options.tp;
+  return passes::BuildStandardPipeline(options.pipeline, pass_options)->Run(graph);
+}
+
+std::vector<std::string> Names(const std::vector<passes::PassRecord>& ran) {
   std::vector<std::string> names;
   for (const passes::PassRecord& r : ran) names.push_back(r.name);
-  ASSIGN_OR_RETURN(Plan plan, LowerToPlan(graph, config, options.build, names));
+  return names;
+}
+
+}  // namespace
+
+absl::StatusOr<CompileResult> Compile(const glm::ModelConfig& config, const CompileOptions& options) {
+  RETURN_IF_ERROR(CheckLimits(options));
+  ASSIGN_OR_RETURN(ir::Graph graph, glm::BuildGlmGraph(config, options.build));
+  ASSIGN_OR_RETURN(std::vector<passes::PassRecord> ran, RunPipeline(graph, options, options.tp));
+  ASSIGN_OR_RETURN(Plan plan, LowerToPlan(graph, config, options.build, Names(ran)));
   return CompileResult{std::move(plan), std::move(graph), std::move(ran)};
+}
+
+absl::StatusOr<CompileResult> Compile(const glm4v::Config& config, const CompileOptions& options) {
+  RETURN_IF_ERROR(CheckLimits(options));
+  glm::BuildOptions build = options.build;
+  build.image_rows = true;
+  ASSIGN_OR_RETURN(ir::Graph decoder, glm::BuildGlmGraph(config.text, build));
+  ASSIGN_OR_RETURN(std::vector<passes::PassRecord> ran, RunPipeline(decoder, options, options.tp));
+  // The vision tower is small next to the decoder: every rank holds it whole (no shard).
+  const int64_t group = config.vision.patches_per_token();
+  const glm4v::VisionBuildOptions vision_options{options.build.dtype, options.max_vision_patches / group * group,
+                                                 options.max_images};
+  ASSIGN_OR_RETURN(ir::Graph vision, glm4v::BuildVisionGraph(config, vision_options));
+  RETURN_IF_ERROR(RunPipeline(vision, options, /*tp=*/1).status());
+
+  Plan plan = PlanHeader(config.text, build, Names(ran), decoder.tp(), KvHeadsOfGraph(decoder, config.text.num_kv_heads));
+  plan.model.config = glm4v::ConfigFingerprint(config);
+  plan.model.image_token_id = config.image_token_id;
+  plan.model.patches_per_token = group;
+  const WeightMapper map = [&config](absl::string_view param) { return glm4v::MapWeight(config, param); };
+  ASSIGN_OR_RETURN(Program decoder_program, LowerProgram(decoder, kDecoderProgram, map, config.text.num_layers, plan));
+  plan.programs.push_back(std::move(decoder_program));
+  ASSIGN_OR_RETURN(Program vision_program, LowerProgram(vision, kVisionProgram, map, 0, plan));
+  plan.programs.push_back(std::move(vision_program));
+  RETURN_IF_ERROR(ValidatePlan(plan));
+  return CompileResult{std::move(plan), std::move(decoder), std::move(ran)};
 }
 
 namespace {
@@ -83,10 +133,59 @@ absl::Status CheckStepFacts(const Plan& plan, const glm::ModelConfig& config) {
   return absl::OkStatus();
 }
 
+
+// The vision program's facts, as CheckStepFacts does for the decoder's.
+absl::Status CheckVisionStepFacts(const Plan& plan, const glm4v::Config& config) {
+  const Program* vision = plan.FindProgram(kVisionProgram);
+  if (vision == nullptr) return absl::InvalidArgumentError("a GLM-4.1V plan needs its vision program (recompile the plan)");
+  const glm4v::VisionConfig& v = config.vision;
+  if (plan.model.image_token_id != config.image_token_id || plan.model.patches_per_token != v.patches_per_token()) {
+    return absl::InvalidArgumentError("the plan's image token or merge size is not the model's (recompile the plan)");
+  }
+  for (size_t i = 0; i < vision->steps.size(); ++i) {
+    const PlanStep& step = vision->steps[i];
+    for (const auto& [name, value] : step.attrs) {
+      std::optional<ir::AttrValue> want;
+      if (name == "eps") want = step.kernel == ir::OpId::k_layer_norm ? 1e-5 : v.rms_norm_eps;
+      if (name == "theta") want = v.rope_theta;
+      if (name == "heads") want = v.num_heads;
+      if (name == "head_dim") want = v.head_dim();
+      if (name == "side") want = v.side();
+      if (name == "group") want = v.patches_per_token();
+      if (want && !(*want == value)) {
+        return absl::InvalidArgumentError(absl::StrCat("vision step ", i, " (", step.name, "): ", name, " is ",
+                                                       ir::AttrValueToString(value), " but the model's config gives ",
+                                                       ir::AttrValueToString(*want), " (recompile the plan)"));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+// What both families share: the decoder's facts against `config`, the plan's
+// config fingerprint against `fingerprint`, and the checkpoint's tensors.
+absl::Status CheckPlan(const Plan& plan, const glm::ModelConfig& config, const std::string& fingerprint,
+                       const glm::Checkpoint* checkpoint);
+
 }  // namespace
 
 absl::Status CheckPlanAgainstModel(const Plan& plan, const glm::ModelConfig& config,
                                    const glm::Checkpoint* checkpoint) {
+  if (plan.programs.size() != 1) {
+    return absl::InvalidArgumentError("the plan has a vision program; the model is a text model (recompile the plan)");
+  }
+  return CheckPlan(plan, config, glm::ConfigFingerprint(config), checkpoint);
+}
+
+absl::Status CheckPlanAgainstModel(const Plan& plan, const glm4v::Config& config, const glm::Checkpoint* checkpoint) {
+  RETURN_IF_ERROR(CheckVisionStepFacts(plan, config));
+  return CheckPlan(plan, config.text, glm4v::ConfigFingerprint(config), checkpoint);
+}
+
+namespace {
+
+absl::Status CheckPlan(const Plan& plan, const glm::ModelConfig& config, const std::string& fingerprint,
+                       const glm::Checkpoint* checkpoint) {
   const ModelInfo& m = plan.model;
   const int64_t kv_heads = passes::KvHeadsPerRank(config.num_kv_heads, plan.tp);
   if (m.layout != glm::LayoutName(config.layout) || m.vocab_size != config.vocab_size ||
@@ -98,7 +197,6 @@ absl::Status CheckPlanAgainstModel(const Plan& plan, const glm::ModelConfig& con
         config.num_layers, " layers, hidden ", config.hidden_size, ", vocab ", config.vocab_size, ")"));
   }
   // Same shapes are not enough: eps, rope, positions and eos ids change the answer too.
-  const std::string fingerprint = glm::ConfigFingerprint(config);
   if (m.config != fingerprint) {
     const std::vector<absl::string_view> planned = absl::StrSplit(m.config, '\n');
     const std::vector<absl::string_view> actual = absl::StrSplit(fingerprint, '\n');
@@ -148,4 +246,5 @@ absl::Status CheckPlanAgainstModel(const Plan& plan, const glm::ModelConfig& con
   return absl::OkStatus();
 }
 
+}  // namespace
 }  // namespace ag::compiler

@@ -132,6 +132,10 @@ absl::StatusOr<bool> NormQkvRopeKvWrite(Graph& g, int32_t n, const Users& users)
   for (const char* a : {"head_dim", "rot", "theta"}) {
     if (!SameAttr(qrot, *krot, a)) return false;
   }
+  if (qrot.attrs.contains("mrope_section") != krot->attrs.contains("mrope_section") ||
+      (qrot.attrs.contains("mrope_section") && !SameAttr(qrot, *krot, "mrope_section"))) {
+    return false;
+  }
   if (!(Attr(*krot, "heads") == Attr(write, "kv_heads")) || !(Attr(*krot, "head_dim") == Attr(write, "head_dim"))) {
     return false;
   }
@@ -147,6 +151,7 @@ absl::StatusOr<bool> NormQkvRopeKvWrite(Graph& g, int32_t n, const Users& users)
   r.attrs = {{"eps", Attr(*norm, "eps")},           {"heads", Attr(qrot, "heads")},
              {"kv_heads", Attr(*krot, "heads")},    {"head_dim", Attr(qrot, "head_dim")},
              {"rot", Attr(qrot, "rot")},             {"theta", Attr(qrot, "theta")}};
+  if (qrot.attrs.contains("mrope_section")) r.attrs["mrope_section"] = Attr(qrot, "mrope_section");
   r.replaces = {qrot.results[0]};
   r.pattern = {ProducerIndex(g, h), ProducerIndex(g, q), ProducerIndex(g, krot->operands[0]), ProducerIndex(g, v),
                ProducerIndex(g, qrot.results[0]), ProducerIndex(g, kr), n};

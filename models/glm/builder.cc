@@ -30,11 +30,21 @@ class Builder {
     g_.set_symbol_bound("M", o_.max_batch_tokens);  // image rows of a step (GLM-4.1V)
     const ir::Dim t = ir::Dim::Sym("T");
     ASSIGN_OR_RETURN(ValueId tokens, g_.AddInput("tokens", {DType::kI32, {t}}));
-    ASSIGN_OR_RETURN(positions_, g_.AddInput("positions", {DType::kI32, {t}}));
+    // M-RoPE reads three position streams (temporal, height, width), one row each.
+    const TensorType positions = c_.mrope_section.empty() ? TensorType{DType::kI32, {t}}
+                                                           : TensorType{DType::kI32, {3, t}};
+    ASSIGN_OR_RETURN(positions_, g_.AddInput("positions", positions));
     ASSIGN_OR_RETURN(ValueId rows, g_.AddInput("logit_rows", {DType::kI32, {ir::Dim::Sym("R")}}));
 
     ASSIGN_OR_RETURN(ValueId embed, Param("model.embed_tokens.weight"));
     ASSIGN_OR_RETURN(ValueId x, g_.AddResultOf(OpId::k_embedding, {tokens, embed}, {}, -1, "x"));
+    if (o_.image_rows) {
+      // The vision tower's rows replace the embeddings of image tokens (M of them in a step).
+      const ir::Dim m = ir::Dim::Sym("M");
+      ASSIGN_OR_RETURN(ValueId embeds, g_.AddInput("mm_embeds", {o_.dtype, {m, c_.hidden_size}}));
+      ASSIGN_OR_RETURN(ValueId mm_rows, g_.AddInput("mm_rows", {DType::kI32, {m}}));
+      ASSIGN_OR_RETURN(x, g_.AddResultOf(OpId::k_scatter_rows, {x, embeds, mm_rows}, {}, -1, "x_mm"));
+    }
     for (int layer = 0; layer < c_.num_layers; ++layer) {
       ASSIGN_OR_RETURN(x, Layer(layer, x));
     }
@@ -81,7 +91,7 @@ class Builder {
     ASSIGN_OR_RETURN(ValueId attn, node(OpId::k_attention, {qr, kr, proj[2], cache}, Heads(), "attn"));
     ASSIGN_OR_RETURN(ValueId wo, Param(p + "self_attn.o_proj.weight"));
     ASSIGN_OR_RETURN(ValueId o, node(OpId::k_linear, {attn, wo}, {}, "o"));
-    if (c_.layout == Layout::kGlm4) {
+    if (c_.sandwich_norms()) {
       ASSIGN_OR_RETURN(ValueId w, Param(p + "post_self_attn_layernorm.weight"));
       ASSIGN_OR_RETURN(o, node(OpId::k_rms_norm, {o, w}, Eps(), "o_norm"));
     }
@@ -98,7 +108,7 @@ class Builder {
     ASSIGN_OR_RETURN(ValueId m, node(OpId::k_mul, {act, up}, {}, "m"));
     ASSIGN_OR_RETURN(ValueId wd, Param(p + "mlp.down_proj.weight"));
     ASSIGN_OR_RETURN(ValueId d, node(OpId::k_linear, {m, wd}, {}, "down"));
-    if (c_.layout == Layout::kGlm4) {
+    if (c_.sandwich_norms()) {
       ASSIGN_OR_RETURN(ValueId w, Param(p + "post_mlp_layernorm.weight"));
       ASSIGN_OR_RETURN(d, node(OpId::k_rms_norm, {d, w}, Eps(), "down_norm"));
     }
@@ -114,10 +124,9 @@ class Builder {
     return {{"heads", c_.num_heads}, {"kv_heads", c_.num_kv_heads}, {"head_dim", c_.head_dim}};
   }
   Attrs Rotary(int64_t heads) const {
-    return {{"heads", heads},
-            {"head_dim", c_.head_dim},
-            {"rot", c_.rotary_dim},
-            {"theta", c_.rope_theta}};
+    Attrs attrs = {{"heads", heads}, {"head_dim", c_.head_dim}, {"rot", c_.rotary_dim}, {"theta", c_.rope_theta}};
+    if (!c_.mrope_section.empty()) attrs["mrope_section"] = c_.mrope_section;
+    return attrs;
   }
   static Attrs Slice(int64_t start, int64_t size) {
     return {{"axis", int64_t{1}}, {"start", start}, {"size", size}};

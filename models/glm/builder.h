@@ -21,6 +21,9 @@ struct BuildOptions {
   int64_t kv_block_size = 16;         // tokens per KV-cache block
   int64_t max_batch_tokens = 256;     // bound of T (and R)
   int64_t max_seqs = 16;              // bound of S
+  // GLM-4.1V: the step takes image rows (%mm_embeds, %mm_rows) that replace
+  // the embeddings of its image tokens.
+  bool image_rows = false;
 };
 
 absl::StatusOr<ir::Graph> BuildGlmGraph(const ModelConfig& config, const BuildOptions& options);

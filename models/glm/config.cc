@@ -12,89 +12,13 @@
 #include "absl/strings/str_join.h"
 #include "ir/op_table.h"
 #include "ir/status_macros.h"
+#include "models/glm/json_fields.h"
 #include "models/glm/read_file.h"
 
 namespace ag::glm {
 namespace {
 
 using nlohmann::json;
-
-// Reads typed fields of one JSON object; every error names the file and field.
-class Fields {
- public:
-  Fields(const json& object, absl::string_view source) : object_(object), source_(source) {}
-
-  bool Has(const char* key) const { return object_.contains(key) && !object_[key].is_null(); }
-
-  absl::Status Error(absl::string_view key, absl::string_view what) const {
-    return absl::InvalidArgumentError(absl::StrCat(source_, ": field '", key, "' ", what));
-  }
-
-  absl::StatusOr<int64_t> Int(const char* key) const {
-    if (!Has(key)) return Error(key, "is missing");
-    const json& v = object_[key];
-    if (!v.is_number_integer()) return Error(key, "must be an integer");
-    return v.get<int64_t>();
-  }
-  // A size in [1, max].
-  absl::StatusOr<int64_t> Size(const char* key, int64_t max) const {
-    ASSIGN_OR_RETURN(int64_t v, Int(key));
-    if (v <= 0) return Error(key, absl::StrCat("must be positive, got ", v));
-    if (v > max) return Error(key, absl::StrCat("is ", v, ", more than this engine supports (", max, ")"));
-    return v;
-  }
-  absl::StatusOr<int64_t> Size(const char* key, int64_t max, int64_t fallback) const {
-    return Has(key) ? Size(key, max) : fallback;
-  }
-  absl::StatusOr<double> Number(const char* key, double fallback) const {
-    if (!Has(key)) return fallback;
-    const json& v = object_[key];
-    if (!v.is_number()) return Error(key, "must be a number");
-    const double d = v.get<double>();
-    if (!std::isfinite(d)) return Error(key, "must be finite");
-    return d;
-  }
-  absl::StatusOr<bool> Bool(const char* key, bool fallback) const {
-    if (!Has(key)) return fallback;
-    if (!object_[key].is_boolean()) return Error(key, "must be true or false");
-    return object_[key].get<bool>();
-  }
-  absl::StatusOr<std::string> String(const char* key, std::string fallback) const {
-    if (!Has(key)) return fallback;
-    if (!object_[key].is_string()) return Error(key, "must be a string");
-    return object_[key].get<std::string>();
-  }
-  // An integer or a list of integers.
-  absl::StatusOr<std::vector<int64_t>> IntOrList(const char* key) const {
-    std::vector<int64_t> ids;
-    if (!Has(key)) return ids;
-    const json& v = object_[key];
-    if (v.is_number_integer()) {
-      ids.push_back(v.get<int64_t>());
-    } else if (v.is_array()) {
-      for (const json& e : v) {
-        if (!e.is_number_integer()) return Error(key, "must be an integer or a list of integers");
-        ids.push_back(e.get<int64_t>());
-      }
-    } else {
-      return Error(key, "must be an integer or a list of integers");
-    }
-    return ids;
-  }
-  // Requires a boolean field, when present, to have the one value we implement.
-  absl::Status Require(const char* key, bool expected, bool fallback) const {
-    ASSIGN_OR_RETURN(bool v, Bool(key, fallback));
-    if (v != expected) return Error(key, absl::StrCat("must be ", expected ? "true" : "false", " (not supported)"));
-    return absl::OkStatus();
-  }
-
-  const json& object() const { return object_; }
-  const std::string& source() const { return source_; }
-
- private:
-  const json& object_;
-  std::string source_;
-};
 
 absl::Status ParseHf(const Fields& f, ModelConfig& c) {
   ASSIGN_OR_RETURN(c.hidden_size, f.Size("hidden_size", kMaxHiddenSize));
@@ -167,6 +91,8 @@ absl::string_view LayoutName(Layout layout) {
       return "glm4";
     case Layout::kChatGlm:
       return "chatglm";
+    case Layout::kGlm4v:
+      return "glm4v";
   }
   return "?";
 }
@@ -175,7 +101,7 @@ int64_t ModelConfig::NumParameters() const {
   const int64_t attn = hidden_size * (q_size() + 2 * kv_size()) + (attention_bias ? q_size() + 2 * kv_size() : 0) +
                        q_size() * hidden_size;
   const int64_t mlp = 3 * hidden_size * intermediate_size;
-  const int64_t norms = hidden_size * (layout == Layout::kGlm4 ? 4 : 2);
+  const int64_t norms = hidden_size * (sandwich_norms() ? 4 : 2);
   const int64_t embed = vocab_size * hidden_size;
   return num_layers * (attn + mlp + norms) + embed * (tie_word_embeddings ? 1 : 2) + hidden_size;
 }
@@ -188,7 +114,8 @@ std::string ConfigFingerprint(const ModelConfig& c) {
                       "\nvocab_size=", c.vocab_size, "\nrms_norm_eps=", absl::StrFormat("%.17g", c.rms_norm_eps),
                       "\nattention_bias=", c.attention_bias, "\nmax_position_embeddings=", c.max_position_embeddings,
                       "\ntie_word_embeddings=", c.tie_word_embeddings,
-                      "\nrope_theta=", absl::StrFormat("%.17g", c.rope_theta), "\nrotary_dim=", c.rotary_dim, "\neos_token_ids=", absl::StrJoin(c.eos_token_ids, ","),
+                      "\nrope_theta=", absl::StrFormat("%.17g", c.rope_theta), "\nrotary_dim=", c.rotary_dim,
+                      "\nmrope_section=", absl::StrJoin(c.mrope_section, ","), "\neos_token_ids=", absl::StrJoin(c.eos_token_ids, ","),
                       "\n");
 }
 
@@ -268,27 +195,30 @@ absl::StatusOr<ModelConfig> LoadModelConfig(const std::string& path) {
   }
   if (!text.ok()) return text.status();
   ASSIGN_OR_RETURN(ModelConfig config, ParseModelConfig(*text, file));
-  // generation_config.json may list more end-of-sequence ids than config.json.
-  if (is_dir) {
-    const std::string gen_file = (fs::path(path) / "generation_config.json").string();
-    if (fs::exists(gen_file, ec)) {
-      ASSIGN_OR_RETURN(const std::string s, ReadWholeFile(gen_file));
-      const json root = json::parse(s.begin(), s.end(), nullptr, false);
-      if (root.is_discarded() || !root.is_object()) {
-        return absl::InvalidArgumentError(absl::StrCat(gen_file, ": not a valid JSON object"));
-      }
-      ASSIGN_OR_RETURN(std::vector<int64_t> extra, Fields(root, gen_file).IntOrList("eos_token_id"));
-      for (int64_t id : extra) {
-        if (id < 0 || id >= config.vocab_size) {
-          return absl::InvalidArgumentError(absl::StrCat(gen_file, ": eos_token_id ", id, " is outside the vocabulary"));
-        }
-        if (std::find(config.eos_token_ids.begin(), config.eos_token_ids.end(), id) == config.eos_token_ids.end()) {
-          config.eos_token_ids.push_back(id);
-        }
-      }
+  if (is_dir) RETURN_IF_ERROR(AddGenerationConfigEos(path, config));
+  return config;
+}
+
+absl::Status AddGenerationConfigEos(const std::string& dir, ModelConfig& config) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const std::string gen_file = (fs::path(dir) / "generation_config.json").string();
+  if (!fs::exists(gen_file, ec)) return absl::OkStatus();
+  ASSIGN_OR_RETURN(const std::string s, ReadWholeFile(gen_file));
+  const json root = json::parse(s.begin(), s.end(), nullptr, false);
+  if (root.is_discarded() || !root.is_object()) {
+    return absl::InvalidArgumentError(absl::StrCat(gen_file, ": not a valid JSON object"));
+  }
+  ASSIGN_OR_RETURN(std::vector<int64_t> extra, Fields(root, gen_file).IntOrList("eos_token_id"));
+  for (int64_t id : extra) {
+    if (id < 0 || id >= config.vocab_size) {
+      return absl::InvalidArgumentError(absl::StrCat(gen_file, ": eos_token_id ", id, " is outside the vocabulary"));
+    }
+    if (std::find(config.eos_token_ids.begin(), config.eos_token_ids.end(), id) == config.eos_token_ids.end()) {
+      config.eos_token_ids.push_back(id);
     }
   }
-  return config;
+  return absl::OkStatus();
 }
 
 }  // namespace ag::glm

@@ -13,7 +13,9 @@
 
 namespace ag::glm {
 
-enum class Layout { kGlm, kGlm4, kChatGlm };
+// kGlm4v: the text decoder of GLM-4.1V (models/glm4v parses its config): glm4's
+// layers, its tensors under `model.language_model.`, M-RoPE positions.
+enum class Layout { kGlm, kGlm4, kChatGlm, kGlm4v };
 
 // Upper bounds on a config's sizes: far above any GLM model (GLM-4-9B: hidden
 // 4096, FFN 13696, 40 layers, 32 heads of 128, 151552 tokens, 131072
@@ -43,9 +45,14 @@ struct ModelConfig {
   double rope_theta = 10000.0;
   double partial_rotary_factor = 0.5;
   int64_t rotary_dim = 0;  // int(head_dim * partial_rotary_factor), even
+  // M-RoPE (GLM-4.1V): how many rotary pairs take the temporal, height and
+  // width position streams (they add up to rotary_dim / 2); empty for one stream.
+  std::vector<int64_t> mrope_section;
   std::vector<int64_t> eos_token_ids;
   int64_t pad_token_id = -1;
 
+  // glm4's sandwich norms: one more RMSNorm after each sublayer.
+  bool sandwich_norms() const { return layout == Layout::kGlm4 || layout == Layout::kGlm4v; }
   int64_t q_size() const { return num_heads * head_dim; }
   int64_t kv_size() const { return num_kv_heads * head_dim; }
   // Parameter count, everything included.
@@ -60,6 +67,9 @@ std::string ConfigFingerprint(const ModelConfig& config);
 absl::StatusOr<ModelConfig> ParseModelConfig(absl::string_view json_text, absl::string_view source);
 // Reads DIR/config.json, or FILE when `path` is a file.
 absl::StatusOr<ModelConfig> LoadModelConfig(const std::string& path);
+// Adds the end-of-sequence ids of DIR/generation_config.json, when it exists,
+// to the config's (it may list more than config.json does).
+absl::Status AddGenerationConfigEos(const std::string& dir, ModelConfig& config);
 
 }  // namespace ag::glm
 

@@ -78,7 +78,7 @@ absl::StatusOr<std::vector<int64_t>> ParamShape(const ModelConfig& c, absl::stri
   int layer = 0;
   absl::string_view suffix;
   if (SplitLayerName(param, &layer, &suffix) && layer >= 0 && layer < c.num_layers) {
-    const bool glm4 = c.layout == Layout::kGlm4;
+    const bool glm4 = c.sandwich_norms();
     if (suffix == "input_layernorm.weight" || suffix == "post_attention_layernorm.weight" ||
         (glm4 && (suffix == "post_self_attn_layernorm.weight" || suffix == "post_mlp_layernorm.weight"))) {
       return std::vector<int64_t>{h};
@@ -116,6 +116,10 @@ absl::StatusOr<WeightSource> MapWeight(const ModelConfig& config, absl::string_v
     return whole;
   }
   if (config.layout == Layout::kChatGlm) return MapChatGlm(config, param, shape);
+  if (config.layout == Layout::kGlm4v && absl::StartsWith(param, "model.")) {
+    // GLM-4.1V keeps its text decoder under model.language_model. (lm_head stays where it is).
+    return Whole(absl::StrCat("model.language_model.", param.substr(6)), shape);
+  }
   return Whole(std::string(param), shape);
 }
 
