@@ -218,7 +218,8 @@ class Session : public std::enable_shared_from_this<Session> {
                                   self->stream_.socket().non_blocking(false);
                                   const bool end_of_stream = peek_ec == net::error::eof || (!peek_ec && n == 0);
                                   if (end_of_stream) return;  // half-closed: answer anyway
-                                  if (ec || (peek_ec && peek_ec != net::error::would_block)) self->Disconnected();
+                                  if (!ec && peek_ec == net::error::would_block) return self->WatchForDisconnect();  // spurious
+                                  if (ec || peek_ec) self->Disconnected();
                                 });
   }
 
@@ -388,6 +389,10 @@ class Server : public HttpServer {
     if (ec) return absl::UnavailableError(absl::StrCat("cannot listen on ", host, ":", port, ": ", ec.message()));
     port_ = acceptor_.local_endpoint().port();
     Accept();
+    // Answers are posted from other threads (the engine's, the workers'): the I/O threads must
+    // not run out of work and return while a connection has no operation pending (one whose
+    // answer is still being produced, after the acceptor closed).
+    work_.emplace(net::make_work_guard(ioc_));
     for (int i = 0; i < std::max(1, limits_.threads); ++i) threads_.emplace_back([this] { ioc_.run(); });
     return absl::OkStatus();
   }
@@ -410,6 +415,7 @@ class Server : public HttpServer {
   }
   void Stop() override {
     if (stopped_.exchange(true)) return;
+    work_.reset();
     ioc_.stop();
     for (std::thread& t : threads_) t.join();
     threads_.clear();
@@ -442,6 +448,7 @@ class Server : public HttpServer {
   HttpLimits limits_;
   HttpHandler handler_;
   net::io_context ioc_;
+  std::optional<net::executor_work_guard<net::io_context::executor_type>> work_;
   tcp::acceptor acceptor_;
   net::steady_timer backoff_timer_;
   int backoff_ms_ = 0;  // on the acceptor's strand
