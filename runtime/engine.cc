@@ -57,6 +57,9 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const compiler::Plan& pla
   }
   const int64_t blocks = (tokens + block - 1) / block;
   // The backend checks that everything fits before it allocates; the pool comes after.
+  const compiler::Program& decoder = plan.decoder();
+  const int positions = decoder.FindInput("positions");
+  engine->mrope_ = positions >= 0 && decoder.inputs[positions].type.rank() == 2;
   RETURN_IF_ERROR(backend.Load(plan, weights, blocks));
   engine->pool_ = std::make_unique<BlockPool>(static_cast<int32_t>(blocks));
   return engine;
@@ -70,8 +73,12 @@ int64_t Engine::MaxTokens(const Request& r) const {
 }
 
 absl::StatusOr<int> Engine::Submit(Request request) {
+  if (request.prompt.empty()) {
+    return absl::InvalidArgumentError("the prompt is empty (give --prompt TEXT or --prompt-ids IDS)");
+  }
+  ASSIGN_OR_RETURN(PromptImages images, ExpandImages(plan_, request.images, request.prompt));
+  request.images.clear();  // the spans hold them now
   const int64_t n = static_cast<int64_t>(request.prompt.size());
-  if (n == 0) return absl::InvalidArgumentError("the prompt is empty (give --prompt TEXT or --prompt-ids IDS)");
   for (int64_t i = 0; i < n; ++i) {
     const int32_t id = request.prompt[i];
     if (id < 0 || id >= plan_.model.vocab_size) {
@@ -101,6 +108,7 @@ absl::StatusOr<int> Engine::Submit(Request request) {
   auto seq = std::make_unique<Sequence>(plan_.kv.block_size);
   seq->id = next_id_++;
   seq->request = std::move(request);
+  seq->images = std::move(images);
   if (!seq->request.sampling.IsPlainGreedy()) {
     seq->sampler.emplace(seq->request.sampling);
     seq->sample_where_logits_are =
@@ -186,6 +194,11 @@ uint64_t Engine::BlockHash(const Sequence& seq, size_t block, std::vector<int32_
   const int64_t size = plan_.kv.block_size, first = static_cast<int64_t>(block) * size;
   tokens->resize(static_cast<size_t>(size));
   for (int64_t k = 0; k < size; ++k) (*tokens)[k] = seq.token(first + k);
+  for (const ImageSpan& span : seq.images.spans) {  // every image token looks the same: add what it stands for
+    if (span.begin < first + size && span.begin + span.rows > first) {
+      AppendImageKey(span.image->hash, std::max<int64_t>(first - span.begin, 0), tokens);
+    }
+  }
   return PrefixHash(block == 0 ? 0 : seq.block_hashes[block - 1], *tokens);
 }
 
@@ -216,6 +229,7 @@ void Engine::RegisterFullBlocks(Sequence& seq) {
 
 void Engine::Finish(Sequence& seq, FinishReason reason) {
   seq.finish = reason;
+  seq.images.spans.clear();  // the pixels and rows are not needed any more
   seq.table.ReleaseAll(*pool_);  // registered blocks stay cached for the followers
   ReleaseFollowers(seq);
 }
@@ -266,6 +280,8 @@ std::vector<Engine::Slice> Engine::Schedule(const std::vector<int64_t>& tokens, 
   StepBatch& b = batch_;
   b = StepBatch{};
   b.max_blocks = max_blocks_per_seq_;
+  std::vector<int32_t> streams[3];  // M-RoPE's positions, stream by stream
+  const int64_t hidden = plan_.model.hidden_size;
   b.seq_offsets.push_back(0);
   for (const bool decode : {true, false}) {
     for (size_t i = 0; i < running_.size(); ++i) {
@@ -277,11 +293,23 @@ std::vector<Engine::Slice> Engine::Schedule(const std::vector<int64_t>& tokens, 
       for (int64_t k = 0; k < n; ++k) {
         const int64_t pos = seq->cached + k;
         b.tokens.push_back(seq->token(pos));
-        b.positions.push_back(static_cast<int32_t>(pos));
+        if (mrope_) {
+          for (int j = 0; j < 3; ++j) streams[j].push_back(seq->RopePosition(j, pos));
+        } else {
+          b.positions.push_back(static_cast<int32_t>(pos));
+        }
         b.slot_mapping.push_back(seq->table.Slot(pos));
         if ((pos >= seq->logits_from && seq->KeepsLogits(pos)) || (completes && k == n - 1)) {
           b.logit_rows.push_back(static_cast<int32_t>(b.num_tokens + k));
           s.logit_positions.push_back(pos);
+        }
+      }
+      for (const ImageSpan& span : seq->images.spans) {  // image rows replace their tokens' embeddings
+        const int64_t from = std::max(span.begin, seq->cached), to = std::min(span.begin + span.rows, seq->cached + n);
+        for (int64_t pos = from; pos < to; ++pos) {
+          const float* row = span.encoded->data() + (pos - span.begin) * hidden;
+          b.mm_embeds.insert(b.mm_embeds.end(), row, row + hidden);
+          b.mm_rows.push_back(static_cast<int32_t>(b.num_tokens + pos - seq->cached));
         }
       }
       b.num_tokens += n;
@@ -296,8 +324,39 @@ std::vector<Engine::Slice> Engine::Schedule(const std::vector<int64_t>& tokens, 
       slices.push_back(std::move(s));
     }
   }
+  if (mrope_) {
+    for (const std::vector<int32_t>& stream : streams) b.positions.insert(b.positions.end(), stream.begin(), stream.end());
+  }
+  b.num_mm_rows = static_cast<int64_t>(b.mm_rows.size());
   stats.sequences = b.num_seqs;
   return slices;
+}
+
+absl::Status Engine::StepImages(const std::vector<int64_t>& tokens, StepStats& stats) {
+  std::vector<const image::Patches*> missing;
+  std::vector<std::vector<ImageSpan*>> waiting_spans;  // per missing image, the spans it goes to
+  absl::flat_hash_map<ImageHash, size_t, ImageHashOf> missing_index;
+  for (size_t i = 0; i < running_.size(); ++i) {
+    Sequence* seq = running_[i];
+    for (ImageSpan& span : seq->images.spans) {
+      if (span.encoded || span.begin >= seq->cached + tokens[i] || span.begin + span.rows <= seq->cached) continue;
+      if (const auto it = missing_index.find(span.image->hash); it != missing_index.end()) {
+        waiting_spans[it->second].push_back(&span);
+      } else if ((span.encoded = encoder_cache_.Find(span.image->hash)) == nullptr) {
+        missing_index.emplace(span.image->hash, missing.size());
+        missing.push_back(span.image.get());
+        waiting_spans.push_back({&span});
+      }
+    }
+  }
+  if (missing.empty()) return absl::OkStatus();
+  ASSIGN_OR_RETURN(std::vector<ImageRows> rows, EncodeImages(backend_, plan_, missing));
+  for (size_t k = 0; k < missing.size(); ++k) {
+    for (ImageSpan* span : waiting_spans[k]) span->encoded = rows[k];
+    encoder_cache_.Insert(missing[k]->hash, rows[k]);
+  }
+  stats.images_encoded = static_cast<int64_t>(missing.size());
+  return absl::OkStatus();
 }
 
 // Moves a sequence past its part of the step: keeps the logits rows it asked
@@ -318,7 +377,10 @@ std::optional<TokenEvent> Engine::Advance(const Slice& s, int32_t chosen) {
   seq.cached += s.rows;
   seq.logits_from = std::max(seq.logits_from, seq.cached);
   if (options_.prefix_caching) RegisterFullBlocks(seq);
-  if (seq.cached >= seq.prompt_size()) ReleaseFollowers(seq);  // its prompt's full blocks are cached now
+  if (seq.cached >= seq.prompt_size()) {
+    ReleaseFollowers(seq);  // its prompt's full blocks are cached now
+    for (ImageSpan& span : seq.images.spans) span.encoded.reset();  // in the KV cache now (and maybe the encoder cache)
+  }
   if (!s.emits_token) return std::nullopt;
   const size_t last = s.logit_positions.size() - 1;
   int32_t token;
@@ -353,6 +415,8 @@ absl::StatusOr<std::vector<TokenEvent>> Engine::Step() {
   ASSIGN_OR_RETURN(const std::vector<int64_t> tokens, PlanStep());
   if (running_.empty()) return events;
   StepStats stats;
+  const auto start = std::chrono::steady_clock::now();
+  RETURN_IF_ERROR(StepImages(tokens, stats));
   const std::vector<Slice> slices = Schedule(tokens, stats);
 
   // Logits come back only when someone needs them; greedy tokens come from the device's argmax.
@@ -364,7 +428,6 @@ absl::StatusOr<std::vector<TokenEvent>> Engine::Step() {
                   (s.seq->sampler.has_value() && !s.seq->sample_where_logits_are);
     need_next = need_next || (s.emits_token && !s.seq->sampler.has_value());
   }
-  const auto start = std::chrono::steady_clock::now();
   RETURN_IF_ERROR(backend_.Execute(batch_));
   if (need_logits) RETURN_IF_ERROR(backend_.ReadLogits(batch_.num_logit_rows, &logits_buffer_));
   if (need_next) RETURN_IF_ERROR(backend_.ReadNextTokens(batch_.num_logit_rows, &next_buffer_));

@@ -20,7 +20,9 @@
 #include "absl/status/statusor.h"
 #include "compiler/plan.h"
 #include "runtime/backend.h"
+#include "image/preprocess.h"
 #include "runtime/block_pool.h"
+#include "runtime/multimodal.h"
 #include "runtime/sampler.h"
 
 namespace ag::runtime {
@@ -31,10 +33,16 @@ struct EngineOptions {
   // Reuse the K/V of full blocks whose prefix another request computed
   // (requests that want prompt logits always compute their whole prompt).
   bool prefix_caching = true;
+  // Image rows kept by content hash (GLM-4.1V), so that a screenshot sent
+  // again is not encoded again; 0 keeps none past the step that needs them.
+  int64_t encoder_cache_bytes = int64_t{512} << 20;
 };
 
 struct Request {
+  // GLM-4.1V: each image token (ModelInfo::image_token_id) in the prompt
+  // stands for the next image; Submit expands it to the image's rows.
   std::vector<int32_t> prompt;
+  std::vector<std::shared_ptr<const image::Patches>> images;
   int64_t max_new_tokens = 16;
   bool prompt_logits = false;  // keep the logits row of every prompt position
   bool keep_logits = false;    // keep the logits row that chose each new token
@@ -59,7 +67,8 @@ struct StepStats {
   int64_t prefill_tokens = 0;
   int64_t decode_tokens = 0;
   int64_t sequences = 0;
-  double seconds = 0;  // backend execution plus output reads
+  int64_t images_encoded = 0;  // vision-program runs' images (cache misses)
+  double seconds = 0;  // vision and decoder execution plus output reads
 };
 
 class Engine {
@@ -104,6 +113,11 @@ class Engine {
   // Known tokens of admitted sequences looked up in the prefix cache, and those found there.
   int64_t prefix_cache_queries() const { return prefix_queries_; }
   int64_t prefix_cache_hits() const { return prefix_hits_; }
+  // Images looked up in the encoder cache (one per image a prefill step reaches), and those found.
+  int64_t encoder_cache_queries() const { return encoder_cache_.hits() + encoder_cache_.misses(); }
+  int64_t encoder_cache_hits() const { return encoder_cache_.hits(); }
+  // A request's prompt as the model sees it: image tokens expanded.
+  const std::vector<int32_t>& prompt(int id) const { return seqs_.at(id)->request.prompt; }
 
  private:
   struct Sequence {
@@ -117,6 +131,7 @@ class Engine {
     BlockTable table;
     std::vector<uint64_t> block_hashes;  // PrefixHash of each full block at the head of the table
     std::vector<Sequence*> followers;    // choices that wait for this one's prompt (SubmitChoices)
+    PromptImages images;  // the prompt's image spans and M-RoPE positions
     std::optional<Sampler> sampler;
     bool sample_where_logits_are = false;  // through Backend::SampleRows (no repetition penalty)
     FinishReason finish = FinishReason::kNone;
@@ -128,6 +143,11 @@ class Engine {
     int64_t pending() const { return length() - cached; }
     int32_t token(int64_t pos) const {
       return pos < prompt_size() ? request.prompt[pos] : generated[pos - prompt_size()];
+    }
+    // The rotary position of `pos` in M-RoPE stream `stream` (0: time, 1: height, 2: width).
+    int32_t RopePosition(int stream, int64_t pos) const {
+      const int64_t known = static_cast<int64_t>(images.positions.size()) / 3;
+      return static_cast<int32_t>(pos < known ? images.positions[stream * known + pos] : pos + images.delta);
     }
     // Whether the caller asked for the logits row at `pos` (the one predicting pos + 1).
     bool KeepsLogits(int64_t pos) const {
@@ -146,12 +166,15 @@ class Engine {
   };
 
   Engine(const compiler::Plan& plan, Backend& backend, const EngineOptions& options)
-      : plan_(plan), backend_(backend), options_(options) {}
+      : plan_(plan), backend_(backend), options_(options), encoder_cache_(options.encoder_cache_bytes) {}
   void Admit();
   // Tokens each running sequence processes this step (decode first, then
   // prefill chunks, within the token budget), with blocks reserved for them,
   // preempting the newest sequences when the cache is full.
   absl::StatusOr<std::vector<int64_t>> PlanStep();
+  // Gives every image span the step computes tokens of its rows: from the
+  // encoder cache, or from one vision run over all that are missing.
+  absl::Status StepImages(const std::vector<int64_t>& tokens, StepStats& stats);
   std::vector<Slice> Schedule(const std::vector<int64_t>& tokens, StepStats& stats);  // fills batch_
   // `chosen`: the token Backend::SampleRows picked for the slice, or -1.
   std::optional<TokenEvent> Advance(const Slice& slice, int32_t chosen);
@@ -183,6 +206,8 @@ class Engine {
   StepStats last_step_;
   int64_t preemptions_ = 0;
   int64_t prefix_queries_ = 0, prefix_hits_ = 0;
+  bool mrope_ = false;  // the decoder takes three position streams
+  EncoderCache encoder_cache_;
 };
 
 }  // namespace ag::runtime

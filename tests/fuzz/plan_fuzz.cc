@@ -50,7 +50,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (config == nullptr || !ag::compiler::CheckPlanAgainstModel(*plan, *config, nullptr).ok()) return 0;
   int64_t weights = 0;
   for (const ag::compiler::WeightEntry& w : plan->weights) weights += w.NumElements();
-  if (plan->arena_bytes > (int64_t{64} << 20) || weights > (int64_t{16} << 20)) return 0;
+  int64_t arena = 0;
+  for (const ag::compiler::Program& p : plan->programs) arena += p.arena_bytes;
+  if (arena > (int64_t{64} << 20) || weights > (int64_t{16} << 20)) return 0;
   if (plan->tp > 4) return 0;
   std::unique_ptr<ag::runtime::Backend> backend =
       plan->tp == 1 ? std::make_unique<ag::runtime::CpuBackend>() : ag::runtime::CreateCpuTensorParallel(plan->tp);

@@ -1,0 +1,257 @@
+// GLM-4.1V prompts with images through the engine against transformers
+// (tests/data/tiny-glm4v): decoded and preprocessed images, expanded image
+// tokens, M-RoPE positions, image rows in the embeddings, every logits row and
+// the greedy tokens — in one batch, in small prefill chunks that cut through
+// images, under tensor parallelism, from a plan file, and with the encoder and
+// prefix caches serving a screenshot sent again.
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "compiler/driver.h"
+#include "compiler/plan_file.h"
+#include "image/image.h"
+#include "image/preprocess.h"
+#include "models/glm/safetensors.h"
+#include "models/glm4v/config.h"
+#include "runtime/cpu_backend.h"
+#include "runtime/engine.h"
+#include "runtime/tp_backend.h"
+#include "runtime/weights.h"
+#include "tests/testing/engine_runner.h"
+#include "tests/testing/golden.h"
+#include "tests/testing/golden_tensors.h"
+
+namespace ag {
+namespace {
+
+constexpr int32_t kImageToken = 314;
+
+std::string Dir() { return testing::TestDataDir() + "/tiny-glm4v"; }
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+struct Case {
+  std::string title;
+  std::vector<int32_t> prompt;  // as the chat template renders it: one image token per image
+  std::vector<std::shared_ptr<const image::Patches>> images;
+  std::vector<int32_t> expanded, new_tokens;
+  std::vector<std::vector<float>> logits;  // one row per position of expanded + new_tokens
+};
+
+const std::vector<Case>& Cases() {
+  static const std::vector<Case>* cases = [] {
+    auto* out = new std::vector<Case>;
+    std::ifstream in(Dir() + "/golden.json");
+    const nlohmann::json golden = nlohmann::json::parse(in);
+    const auto tensors = testing::LoadGoldenTensors(Dir() + "/golden.safetensors");
+    absl::StatusOr<image::ProcessorConfig> processor =
+        image::ParseProcessorConfig(ReadFile(Dir() + "/preprocessor_config.json"), "preprocessor_config.json");
+    EXPECT_TRUE(processor.ok()) << processor.status();
+    for (size_t i = 0; i < golden["cases"].size(); ++i) {
+      const nlohmann::json& g = golden["cases"][i];
+      Case c;
+      c.title = g["title"];
+      c.expanded = g["input_ids"].get<std::vector<int32_t>>();
+      c.new_tokens = g["new_tokens"].get<std::vector<int32_t>>();
+      for (size_t k = 0; k < c.expanded.size(); ++k) {  // a run of image tokens was one before the processor
+        if (c.expanded[k] != kImageToken || k == 0 || c.expanded[k - 1] != kImageToken) c.prompt.push_back(c.expanded[k]);
+      }
+      for (const auto& name : g["images"]) {
+        const std::string file = Dir() + "/" + name.get<std::string>();
+        absl::StatusOr<image::RgbImage> rgb = image::Decode(ReadFile(file), file);
+        EXPECT_TRUE(rgb.ok()) << rgb.status();
+        absl::StatusOr<image::Patches> patches = image::Preprocess(*rgb, *processor, file);
+        EXPECT_TRUE(patches.ok()) << patches.status();
+        c.images.push_back(std::make_shared<const image::Patches>(std::move(*patches)));
+      }
+      const std::vector<float> flat = tensors.at("case" + std::to_string(i) + ".logits").f32();
+      const size_t rows = c.expanded.size() + c.new_tokens.size(), vocab = flat.size() / rows;
+      for (size_t r = 0; r < rows; ++r) c.logits.emplace_back(flat.begin() + r * vocab, flat.begin() + (r + 1) * vocab);
+      out->push_back(std::move(c));
+    }
+    return out;
+  }();
+  return *cases;
+}
+
+compiler::Plan CompilePlan(const compiler::CompileOptions& options) {
+  absl::StatusOr<glm4v::Config> config = glm4v::LoadConfig(Dir());
+  EXPECT_TRUE(config.ok()) << config.status();
+  absl::StatusOr<compiler::CompileResult> compiled = compiler::Compile(*config, options);
+  EXPECT_TRUE(compiled.ok()) << compiled.status();
+  return compiled->plan;
+}
+
+runtime::Request RequestFor(const Case& c) {
+  runtime::Request r;
+  r.prompt = c.prompt;
+  r.images = c.images;
+  r.max_new_tokens = static_cast<int64_t>(c.new_tokens.size());
+  r.prompt_logits = r.keep_logits = true;
+  r.stop_on_eos = false;
+  return r;
+}
+
+class Glm4vEngine : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    absl::StatusOr<glm::Checkpoint> ckpt = glm::Checkpoint::Open(Dir());
+    ASSERT_TRUE(ckpt.ok()) << ckpt.status();
+    checkpoint_ = std::make_unique<glm::Checkpoint>(std::move(*ckpt));
+    weights_ = std::make_unique<runtime::CheckpointWeights>(*checkpoint_);
+  }
+
+  // Runs every case at once (or one after another) and checks each against transformers.
+  void RunAndCheck(const compiler::Plan& plan, runtime::Backend& backend, bool one_by_one = false,
+                   runtime::EngineOptions options = {}) {
+    absl::StatusOr<std::unique_ptr<runtime::Engine>> engine = runtime::Engine::Create(plan, backend, *weights_, options);
+    ASSERT_TRUE(engine.ok()) << engine.status();
+    engine_ = std::move(*engine);
+    std::vector<int> ids;
+    for (const Case& c : Cases()) {
+      absl::StatusOr<int> id = engine_->Submit(RequestFor(c));
+      ASSERT_TRUE(id.ok()) << id.status();
+      EXPECT_EQ(engine_->prompt(*id), c.expanded) << c.title;
+      ids.push_back(*id);
+      while (one_by_one && engine_->HasWork()) ASSERT_TRUE(engine_->Step().ok());
+    }
+    while (engine_->HasWork()) {
+      absl::StatusOr<std::vector<runtime::TokenEvent>> events = engine_->Step();
+      ASSERT_TRUE(events.ok()) << events.status();
+    }
+    for (size_t i = 0; i < ids.size(); ++i) {
+      const Case& c = Cases()[i];
+      EXPECT_EQ(engine_->new_tokens(ids[i]), c.new_tokens) << c.title;
+      const std::vector<std::vector<float>>& rows = engine_->logits(ids[i]);
+      ASSERT_EQ(rows.size(), c.expanded.size() + c.new_tokens.size() - 1) << c.title;
+      const testing::WorstDiff worst = testing::MaxAbsDiffRow(rows, testing::FirstRows(c.logits, rows.size()));
+      EXPECT_LE(worst.err, 1e-3) << c.title << ": worst at row " << worst.row;
+      std::printf("%s: logits within %.3g of transformers (worst row %zu of %zu)\n", c.title.c_str(), worst.err,
+                  worst.row, rows.size());
+    }
+  }
+
+  std::unique_ptr<glm::Checkpoint> checkpoint_;
+  std::unique_ptr<runtime::CheckpointWeights> weights_;
+  std::unique_ptr<runtime::Engine> engine_;
+};
+
+TEST_F(Glm4vEngine, ImagePromptsInOneBatchAreTransformers) {
+  runtime::CpuBackend backend;
+  RunAndCheck(CompilePlan({}), backend);
+  EXPECT_EQ(engine_->encoder_cache_hits(), 0);
+}
+
+TEST_F(Glm4vEngine, PrefillChunksThatCutThroughImages) {
+  compiler::CompileOptions options;
+  options.build.max_batch_tokens = 7;  // no image of the fixture fits one step; nor do the two cases' decodes and a chunk
+  options.build.max_seqs = 2;
+  options.max_vision_patches = 192;  // the largest image (8 x 12 patches) and a little: images run in several batches
+  options.max_images = 1;
+  runtime::CpuBackend backend;
+  RunAndCheck(CompilePlan(options), backend);
+}
+
+TEST_F(Glm4vEngine, TensorParallelAndThePlanFile) {
+  compiler::CompileOptions options;
+  options.tp = 2;
+  const std::string bytes = compiler::SerializePlan(CompilePlan(options));
+  absl::StatusOr<compiler::Plan> plan = compiler::DeserializePlan(bytes, "tiny-glm4v.agplan");
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  std::unique_ptr<runtime::Backend> backend = runtime::CreateCpuTensorParallel(2);
+  RunAndCheck(*plan, *backend);
+}
+
+TEST_F(Glm4vEngine, AScreenshotSentAgainComesFromTheCaches) {
+  // One after another: the second run of each image finds its rows in the
+  // encoder cache and the prompt's full blocks in the prefix cache.
+  runtime::CpuBackend backend;
+  const compiler::Plan plan = CompilePlan({});
+  RunAndCheck(plan, backend, /*one_by_one=*/true);
+  for (const Case& c : Cases()) {
+    if (c.images.empty()) continue;
+    const int64_t prefix_hits = engine_->prefix_cache_hits();
+    runtime::Request r = RequestFor(c);
+    r.prompt_logits = false;  // prompt logits compute the whole prompt: no prefix cache
+    absl::StatusOr<int> id = engine_->Submit(r);
+    ASSERT_TRUE(id.ok()) << id.status();
+    while (engine_->HasWork()) ASSERT_TRUE(engine_->Step().ok());
+    EXPECT_EQ(engine_->new_tokens(*id), c.new_tokens) << c.title;
+    EXPECT_GT(engine_->prefix_cache_hits(), prefix_hits) << c.title;
+    const std::vector<std::vector<float>>& rows = engine_->logits(*id);
+    const std::vector<std::vector<float>> want(c.logits.begin() + static_cast<std::ptrdiff_t>(c.expanded.size()) - 1,
+                                               c.logits.end() - 1);
+    EXPECT_LE(testing::MaxAbsDiff(rows, want), 1e-3) << c.title;
+  }
+  // A fresh engine without the prefix cache: every image comes from the encoder cache the second time.
+  runtime::EngineOptions options;
+  options.prefix_caching = false;
+  absl::StatusOr<std::unique_ptr<runtime::Engine>> engine = runtime::Engine::Create(plan, backend, *weights_, options);
+  ASSERT_TRUE(engine.ok());
+  for (int round = 0; round < 2; ++round) {
+    for (const Case& c : Cases()) {
+      absl::StatusOr<int> id = (*engine)->Submit(RequestFor(c));
+      ASSERT_TRUE(id.ok());
+      while ((*engine)->HasWork()) ASSERT_TRUE((*engine)->Step().ok());
+      EXPECT_EQ((*engine)->new_tokens(*id), c.new_tokens) << c.title;
+      EXPECT_LE(testing::MaxAbsDiff((*engine)->logits(*id), testing::FirstRows(c.logits, c.expanded.size() + c.new_tokens.size() - 1)), 1e-3);
+    }
+  }
+  EXPECT_EQ((*engine)->encoder_cache_queries(), 8);  // four images, twice
+  EXPECT_EQ((*engine)->encoder_cache_hits(), 4);
+}
+
+TEST_F(Glm4vEngine, ImagesThatDoNotFitTheirTokensAreRefused) {
+  runtime::CpuBackend backend;
+  const compiler::Plan plan = CompilePlan({});
+  absl::StatusOr<std::unique_ptr<runtime::Engine>> engine = runtime::Engine::Create(plan, backend, *weights_, {});
+  ASSERT_TRUE(engine.ok());
+  const Case& two = Cases()[2];
+  ASSERT_EQ(two.images.size(), 2u);
+  runtime::Request r = RequestFor(two);
+  r.images.pop_back();
+  absl::StatusOr<int> id = (*engine)->Submit(r);
+  EXPECT_EQ(id.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(id.status().message().find("more image tokens"), std::string::npos) << id.status();
+  r = RequestFor(two);
+  r.images.push_back(r.images[0]);
+  id = (*engine)->Submit(r);
+  EXPECT_NE(id.status().message().find("3 images for 2 image tokens"), std::string::npos) << id.status();
+  // A vision program too small for the image.
+  compiler::CompileOptions small;
+  small.max_vision_patches = 32;
+  const compiler::Plan tight = CompilePlan(small);
+  runtime::CpuBackend backend2;
+  engine = runtime::Engine::Create(tight, backend2, *weights_, {});
+  ASSERT_TRUE(engine.ok());
+  id = (*engine)->Submit(RequestFor(Cases()[0]));
+  EXPECT_NE(id.status().message().find("more than the plan's vision program takes"), std::string::npos) << id.status();
+  EXPECT_FALSE((*engine)->HasWork());
+}
+
+TEST_F(Glm4vEngine, ATextModelRefusesImages) {
+  testing::FixtureRunner text("tiny-glm4", compiler::CompileOptions{});
+  runtime::CpuBackend backend;
+  absl::StatusOr<glm::Checkpoint> ckpt = glm::Checkpoint::Open(testing::TestDataDir() + "/tiny-glm4");
+  ASSERT_TRUE(ckpt.ok());
+  runtime::CheckpointWeights weights(*ckpt);
+  absl::StatusOr<std::unique_ptr<runtime::Engine>> engine = runtime::Engine::Create(text.plan(), backend, weights, {});
+  ASSERT_TRUE(engine.ok());
+  runtime::Request r;
+  r.prompt = {1, 2, 3};
+  r.images = Cases()[0].images;
+  absl::StatusOr<int> id = (*engine)->Submit(r);
+  EXPECT_EQ(id.status().message(), "this model takes no images");
+}
+
+}  // namespace
+}  // namespace ag
