@@ -4,6 +4,7 @@
 #include <chrono>
 #include <limits>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "ir/status_macros.h"
@@ -60,6 +61,9 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const compiler::Plan& pla
   const compiler::Program& decoder = plan.decoder();
   const int positions = decoder.FindInput("positions");
   engine->mrope_ = positions >= 0 && decoder.inputs[positions].type.rank() == 2;
+  if (const compiler::Program* vision = plan.FindProgram(compiler::kVisionProgram)) {
+    engine->max_step_images_ = vision->bounds.at("I");
+  }
   RETURN_IF_ERROR(backend.Load(plan, weights, blocks));
   engine->pool_ = std::make_unique<BlockPool>(static_cast<int32_t>(blocks));
   return engine;
@@ -245,11 +249,16 @@ void Engine::Preempt(Sequence& seq) {
 absl::StatusOr<std::vector<int64_t>> Engine::PlanStep() {
   std::vector<int64_t> tokens(running_.size(), 0);
   int64_t budget = plan_.max_batch_tokens;
+  const compiler::Program* vision = plan_.FindProgram(compiler::kVisionProgram);
+  int64_t encoder_budget = vision != nullptr ? vision->bounds.at("P") : 0;  // one vision run's patches
+  absl::flat_hash_set<ImageHash, ImageHashOf> encoding;
   for (const bool decode : {true, false}) {
     for (size_t i = 0; i < running_.size(); ++i) {
       Sequence* seq = running_[i];
       if ((seq->pending() == 1) != decode || budget == 0 || tokens[i] > 0) continue;
-      const int64_t n = std::min(seq->pending(), budget);
+      int64_t n = std::min(seq->pending(), budget);
+      if (!decode) n = CutAtEncoderBudget(*seq, n, encoder_budget, encoding);
+      if (n == 0) continue;
       bool preempted_self = false;
       while (!seq->table.Reserve(*pool_, seq->cached + n).ok()) {
         // The cache is full: the newest running sequence gives its blocks back.
@@ -272,6 +281,21 @@ absl::StatusOr<std::vector<int64_t>> Engine::PlanStep() {
     return absl::InternalError("a waiting request needs more KV-cache blocks than the cache has");
   }
   return tokens;
+}
+
+int64_t Engine::CutAtEncoderBudget(const Sequence& seq, int64_t n, int64_t& patches,
+                                   absl::flat_hash_set<ImageHash, ImageHashOf>& encoding) {
+  for (const ImageSpan& span : seq.images.spans) {
+    if (span.encoded || span.begin >= seq.cached + n || span.begin + span.rows <= seq.cached) continue;
+    const ImageHash& hash = span.image->hash;
+    if (encoding.contains(hash) || encoder_cache_.Contains(hash)) continue;
+    if (span.image->rows() > patches || static_cast<int64_t>(encoding.size()) == max_step_images_) {
+      return std::max<int64_t>(span.begin - seq.cached, 0);  // this image waits for the next step's run
+    }
+    patches -= span.image->rows();
+    encoding.insert(hash);
+  }
+  return n;
 }
 
 // Decode tokens first (latency), then prefill chunks in arrival order, as PlanStep sized them.

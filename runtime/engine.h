@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/statusor.h"
 #include "compiler/plan.h"
 #include "runtime/backend.h"
@@ -176,6 +177,11 @@ class Engine {
   // encoder cache, or from one vision run over all that are missing.
   absl::Status StepImages(const std::vector<int64_t>& tokens, StepStats& stats);
   std::vector<Slice> Schedule(const std::vector<int64_t>& tokens, StepStats& stats);  // fills batch_
+  // The encoder budget: `n` prefill tokens of `seq`, or fewer, so that the
+  // images this step must encode fit one run of the vision program (`patches`
+  // left, the images in `encoding`); an image that does not fit waits, and the tokens from it.
+  int64_t CutAtEncoderBudget(const Sequence& seq, int64_t n, int64_t& patches,
+                             absl::flat_hash_set<ImageHash, ImageHashOf>& encoding);
   // `chosen`: the token Backend::SampleRows picked for the slice, or -1.
   std::optional<TokenEvent> Advance(const Slice& slice, int32_t chosen);
   void Finish(Sequence& seq, FinishReason reason);
@@ -207,6 +213,7 @@ class Engine {
   int64_t preemptions_ = 0;
   int64_t prefix_queries_ = 0, prefix_hits_ = 0;
   bool mrope_ = false;  // the decoder takes three position streams
+  int64_t max_step_images_ = 0;  // images one vision run takes
   EncoderCache encoder_cache_;
 };
 

@@ -64,6 +64,7 @@ class EncoderCache {
   // The image's rows [rows, hidden] as float, or null; a hit refreshes it.
   ImageRows Find(const ImageHash& hash);
   void Insert(const ImageHash& hash, ImageRows rows);
+  bool Contains(const ImageHash& hash) const { return index_.contains(hash); }
   int64_t entries() const { return static_cast<int64_t>(lru_.size()); }
   int64_t hits() const { return hits_; }
   int64_t misses() const { return misses_; }

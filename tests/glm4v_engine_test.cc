@@ -127,6 +127,7 @@ class Glm4vEngine : public ::testing::Test {
     while (engine_->HasWork()) {
       absl::StatusOr<std::vector<runtime::TokenEvent>> events = engine_->Step();
       ASSERT_TRUE(events.ok()) << events.status();
+      max_step_images_ = std::max(max_step_images_, engine_->last_step().images_encoded);
     }
     for (size_t i = 0; i < ids.size(); ++i) {
       const Case& c = Cases()[i];
@@ -143,12 +144,14 @@ class Glm4vEngine : public ::testing::Test {
   std::unique_ptr<glm::Checkpoint> checkpoint_;
   std::unique_ptr<runtime::CheckpointWeights> weights_;
   std::unique_ptr<runtime::Engine> engine_;
+  int64_t max_step_images_ = 0;  // the most images one step encoded
 };
 
 TEST_F(Glm4vEngine, ImagePromptsInOneBatchAreTransformers) {
   runtime::CpuBackend backend;
   RunAndCheck(CompilePlan({}), backend);
   EXPECT_EQ(engine_->encoder_cache_hits(), 0);
+  EXPECT_GE(max_step_images_, 2);  // several requests' images in one vision run
 }
 
 TEST_F(Glm4vEngine, PrefillChunksThatCutThroughImages) {
@@ -159,6 +162,16 @@ TEST_F(Glm4vEngine, PrefillChunksThatCutThroughImages) {
   options.max_images = 1;
   runtime::CpuBackend backend;
   RunAndCheck(CompilePlan(options), backend);
+  EXPECT_EQ(max_step_images_, 1);  // the encoder budget: one image per step here
+}
+
+TEST_F(Glm4vEngine, PreemptedImagePromptsAreRecomputedExactly) {
+  runtime::EngineOptions options;
+  options.kv_cache_tokens = 224;  // the longest request (188 tokens) fits; two at once do not
+  options.encoder_cache_bytes = 0;  // and a recompute encodes its images again
+  runtime::CpuBackend backend;
+  RunAndCheck(CompilePlan({}), backend, /*one_by_one=*/false, options);
+  EXPECT_GT(engine_->preemptions(), 0);
 }
 
 TEST_F(Glm4vEngine, TensorParallelAndThePlanFile) {
