@@ -27,7 +27,68 @@ bool HasLinearWeight(ir::OpId op) {
   }
 }
 
+// 2 x rows x the weight's elements, for a step with a linear weight.
+absl::StatusOr<double> LinearFlops(const PlanStep& step, const ir::SymbolBindings& bindings) {
+  if (!HasLinearWeight(step.kernel)) return 0.0;
+  const int weight = step.kernel == ir::OpId::k_linear || step.kernel == ir::OpId::k_linear_residual ? 1 : 2;
+  const ir::Shape& w = step.operands[weight].type.shape;
+  ASSIGN_OR_RETURN(int64_t rows, step.operands[0].type.shape[0].Resolve(bindings));
+  return 2.0 * static_cast<double>(rows) * static_cast<double>(w[0].offset()) * static_cast<double>(w[1].offset());
+}
+
+void Total(const Ceilings& ceilings, StepCost c, Roofline& r) {
+  c.floor_us = std::max(c.bytes / ceilings.bytes_per_second, c.flops / ceilings.flops_per_second) * 1e6;
+  r.bytes += c.bytes;
+  r.flops += c.flops;
+  r.floor_us += c.floor_us;
+  r.steps.push_back(std::move(c));
+}
+
 }  // namespace
+
+absl::StatusOr<Roofline> VisionRoofline(const Plan& plan, const std::vector<std::pair<int64_t, int64_t>>& grids,
+                                        const Ceilings& ceilings) {
+  const Program* vision = plan.FindProgram(kVisionProgram);
+  if (vision == nullptr) return absl::InvalidArgumentError("the plan has no vision program");
+  const int64_t per_token = plan.model.patches_per_token;
+  int64_t patches = 0;
+  double pairs = 0;  // query-key pairs: each image's patches attend to each other
+  for (const auto& [h, w] : grids) {
+    const std::optional<int64_t> n = ir::CheckedMul(h, w);
+    if (h <= 0 || w <= 0 || !n || *n % per_token != 0) {
+      return absl::InvalidArgumentError(absl::StrCat("an image grid of ", h, " x ", w, " patches is not whole tokens"));
+    }
+    patches += *n;
+    pairs += static_cast<double>(*n) * static_cast<double>(*n);
+  }
+  const int64_t images = static_cast<int64_t>(grids.size());
+  if (images == 0 || images > vision->bounds.at("I") || patches > vision->bounds.at("P")) {
+    return absl::InvalidArgumentError(absl::StrCat(images, " images of ", patches, " patches do not fit the plan's ",
+                                                   vision->bounds.at("I"), " images of ", vision->bounds.at("P"),
+                                                   " patches (compile with more)"));
+  }
+  const ir::SymbolBindings bindings = {{"P", patches}, {"I", images}, {"E", patches / per_token}};
+  Roofline r;
+  for (const PlanStep& step : vision->steps) {
+    StepCost c;
+    c.name = step.name;
+    c.kernel = std::string(ir::OpName(step.kernel));
+    for (const std::vector<PlanTensor>* list : {&step.operands, &step.results}) {
+      for (const PlanTensor& t : *list) {
+        ASSIGN_OR_RETURN(int64_t bytes, t.type.ByteSize(bindings));
+        c.bytes += static_cast<double>(bytes);
+      }
+    }
+    ASSIGN_OR_RETURN(c.flops, LinearFlops(step, bindings));
+    if (step.kernel == ir::OpId::k_segment_attention) {
+      ASSIGN_OR_RETURN(int64_t heads, ir::GetInt(step.attrs, "heads"));
+      ASSIGN_OR_RETURN(int64_t head_dim, ir::GetInt(step.attrs, "head_dim"));
+      c.flops = 4.0 * static_cast<double>(heads * head_dim) * pairs;
+    }
+    Total(ceilings, std::move(c), r);
+  }
+  return r;
+}
 
 absl::StatusOr<Roofline> PlanRoofline(const Plan& plan, const StepShape& shape, const Ceilings& ceilings) {
   if (shape.seqs <= 0 || shape.tokens_per_seq <= 0 || shape.context < shape.tokens_per_seq) {
@@ -84,23 +145,13 @@ absl::StatusOr<Roofline> PlanRoofline(const Plan& plan, const StepShape& shape, 
       ASSIGN_OR_RETURN(int64_t bytes, t.type.ByteSize(bindings));
       c.bytes += static_cast<double>(bytes);
     }
-    if (HasLinearWeight(step.kernel)) {
-      const int weight = step.kernel == ir::OpId::k_linear || step.kernel == ir::OpId::k_linear_residual ? 1 : 2;
-      const ir::Shape& w = step.operands[weight].type.shape;
-      ASSIGN_OR_RETURN(int64_t rows, step.operands[0].type.shape[0].Resolve(bindings));
-      c.flops = 2.0 * static_cast<double>(rows) * static_cast<double>(w[0].offset()) *
-                static_cast<double>(w[1].offset());
-    }
+    ASSIGN_OR_RETURN(c.flops, LinearFlops(step, bindings));
     if (reads_kv) {
       ASSIGN_OR_RETURN(int64_t heads, ir::GetInt(step.attrs, "heads"));
       ASSIGN_OR_RETURN(int64_t head_dim, ir::GetInt(step.attrs, "head_dim"));
       c.flops = 4.0 * static_cast<double>(heads * head_dim) * keys_per_seq * static_cast<double>(shape.seqs);
     }
-    c.floor_us = std::max(c.bytes / ceilings.bytes_per_second, c.flops / ceilings.flops_per_second) * 1e6;
-    r.bytes += c.bytes;
-    r.flops += c.flops;
-    r.floor_us += c.floor_us;
-    r.steps.push_back(std::move(c));
+    Total(ceilings, std::move(c), r);
   }
   return r;
 }

@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -42,6 +43,10 @@ struct Roofline {
 };
 
 absl::StatusOr<Roofline> PlanRoofline(const Plan& plan, const StepShape& shape, const Ceilings& ceilings = {});
+// One run of the plan's vision program over images of these (height, width)
+// patch grids: each image's patches attend to each other (no causal half).
+absl::StatusOr<Roofline> VisionRoofline(const Plan& plan, const std::vector<std::pair<int64_t, int64_t>>& grids,
+                                        const Ceilings& ceilings = {});
 
 // The table autoglm-inspect --roofline and autoglm-bench --profile print: one
 // row per step (name, kernel, bytes, FLOPs, floor us; with `measured_us`, one

@@ -308,3 +308,81 @@ TEST_F(Cli, TokenizeChatAndDecode) {
 
 }  // namespace
 }  // namespace ag
+
+namespace ag {
+namespace {
+
+// GLM-4.1V from the command line: compile (both programs), run image prompts
+// by ids and by chat through a plan file, tokenize chat content lists, the
+// vision roofline, and the one-line errors.
+TEST_F(Cli, Glm4vImagePrompts) {
+  const std::string model = testing::TestDataDir() + "/tiny-glm4v";
+  std::ifstream in(model + "/golden.json");
+  const nlohmann::json golden = nlohmann::json::parse(in);
+  const std::string plan = Path("v.agplan");
+  CommandResult c = RunCommand(Compile() + " --model " + model + " -o " + plan);
+  ASSERT_EQ(c.exit_code, 0) << c.err;
+  EXPECT_NE(c.out.find("vision arena:"), std::string::npos) << c.out;
+
+  for (const nlohmann::json& g : golden["cases"]) {
+    std::vector<int32_t> prompt;  // one image token per image
+    const std::vector<int32_t> expanded = g["input_ids"].get<std::vector<int32_t>>();
+    for (size_t k = 0; k < expanded.size(); ++k) {
+      if (expanded[k] != 314 || k == 0 || expanded[k - 1] != 314) prompt.push_back(expanded[k]);
+    }
+    std::string images;
+    for (const auto& name : g["images"]) images += " --image " + model + "/" + name.get<std::string>();
+    const std::vector<int32_t> want = g["new_tokens"].get<std::vector<int32_t>>();
+    const std::string out = Path("out.json");
+    CommandResult r = RunCommand(RunTool() + " --model " + model + " --plan " + plan + images + " --prompt-ids " +
+                                 Ids(prompt) + " --max-new-tokens " + std::to_string(want.size()) + " --output-json " + out);
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    const nlohmann::json o = nlohmann::json::parse(testing::ReadWhole(out));
+    EXPECT_EQ(o.at("new_tokens").get<std::vector<int32_t>>(), want) << g["title"];
+    EXPECT_EQ(o.at("logits").size(), expanded.size() + want.size() - 1) << "rows cover the expanded prompt";
+  }
+  // --prompt --chat: the images at the front of the user turn (GLM4V_SPEC 5.2); case 1 is rendered so.
+  const nlohmann::json& g = golden["cases"][1];
+  ASSERT_EQ(g["messages"].size(), 1u);
+  if (fs::exists(model + "/tokenizer.json")) {
+    const std::string out = Path("chat.json");
+    CommandResult r = RunCommand(RunTool() + " --model " + model + " --image " + model + "/screen-300x220.png" +
+                                 " --prompt 'Open the chrome browser.' --chat --ignore-eos --max-new-tokens 6"
+                                 " --output-json " + out);
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_EQ(nlohmann::json::parse(testing::ReadWhole(out)).at("new_tokens"), g["new_tokens"]);
+    const std::string tokenize = Tool("AUTOGLM_TOKENIZE", "build/tools/autoglm-tokenize");
+    const std::string chat =
+        R"([{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "a.png"}}, {"type": "text", "text": "Open the chrome browser."}]}])";
+    CommandResult t = RunCommand(tokenize + " --tokenizer " + model + " --chat --chat-template-content-format string", &chat);
+    ASSERT_EQ(t.exit_code, 0) << t.err;
+    std::vector<int32_t> want;  // case 1's prompt, one image token
+    for (const int32_t id : g["input_ids"].get<std::vector<int32_t>>()) {
+      if (id != 314 || want.back() != 314) want.push_back(id);
+    }
+    EXPECT_EQ(nlohmann::json::parse(t.out).get<std::vector<int32_t>>(), want);
+    t = RunCommand(tokenize + " --tokenizer " + model + " --chat", &chat);  // the template's default: parts in place
+    ASSERT_EQ(t.exit_code, 0) << t.err;
+    EXPECT_EQ(t.out.find("311, 10, 79"), std::string::npos) << t.out;
+  }
+
+  CommandResult roof = RunCommand(Inspect() + " " + plan + " --roofline --image-size 300x220,84x56");
+  ASSERT_EQ(roof.exit_code, 0) << roof.err;
+  EXPECT_NE(roof.out.find("patch grids (rows x columns) 16x22, 6x8"), std::string::npos) << roof.out;
+  EXPECT_NE(roof.out.find("segment_attention"), std::string::npos);
+
+  for (const auto& [args, error] : std::vector<std::pair<std::string, std::string>>{
+           {" --prompt-ids 302,314,314", "the prompt has more image tokens (314) than images (1)"},
+           {" --prompt-ids 302 --image " + model + "/screen-84x56.png", "2 images for 0 image tokens (314) in the prompt"},
+           {" --prompt-ids 314 --image " + model + "/config.json", "/config.json: not a PNG, JPEG or WebP image"},
+           {" --prompt-ids 314 --image /nonexistent.png", "/nonexistent.png"},
+           {" --prompt x --image " + model + "/screen-84x56.png", "--image needs --chat or --prompt-ids"}}) {
+    CommandResult r = RunCommand(RunTool() + " --model " + model + " --image " + model + "/screen-84x56.png" + args);
+    EXPECT_EQ(r.exit_code, 1) << args;
+    EXPECT_NE(r.err.find(error), std::string::npos) << args << ": " << r.err;
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+  }
+}
+
+}  // namespace
+}  // namespace ag

@@ -55,7 +55,9 @@ absl::Status Run() {
   options.tp = static_cast<int32_t>(tp);
   const std::string dump_after = absl::GetFlag(FLAGS_dump_after);
   if (dump_after == "build") {
-    ASSIGN_OR_RETURN(ir::Graph built, glm::BuildGlmGraph(model.config, options.build));
+    glm::BuildOptions build = options.build;
+    build.image_rows = model.glm4v.has_value();
+    ASSIGN_OR_RETURN(ir::Graph built, glm::BuildGlmGraph(model.config, build));
     std::cout << "// IR as built\n" << ir::PrintGraph(built);
   } else {
     options.pipeline.dump_after = dump_after;
@@ -63,10 +65,9 @@ absl::Status Run() {
   options.pipeline.dump = [](absl::string_view pass, const ir::Graph& graph) {
     std::cout << "// IR after " << pass << "\n" << ir::PrintGraph(graph);
   };
-  ASSIGN_OR_RETURN(compiler::CompileResult compiled, compiler::Compile(model.config, options));
+  ASSIGN_OR_RETURN(compiler::CompileResult compiled, CompileModel(model, options));
   const compiler::Plan& plan = compiled.plan;
-  RETURN_IF_ERROR(compiler::CheckPlanAgainstModel(plan, model.config,
-                                                  model.checkpoint ? &*model.checkpoint : nullptr));
+  RETURN_IF_ERROR(CheckPlan(plan, model));
   RETURN_IF_ERROR(compiler::WritePlanFile(plan, out));
 
   const compiler::PlanSummary s = compiler::Summarize(plan);

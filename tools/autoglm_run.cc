@@ -3,6 +3,7 @@
 //   autoglm-run --model DIR --prompt-ids 5,17,42 --max-new-tokens 16 [--output-json FILE]
 //   autoglm-run --model DIR --prompt "text" [--chat] [--temperature T] [--top-p P] [--top-k K]
 //               [--repetition-penalty R] [--seed S] [--max-new-tokens N]
+//   autoglm-run --model GLM4V_DIR --image FILE [--image FILE ...] (--prompt "text" --chat | --prompt-ids IDS)
 //   ... [--tp N [--device cuda --devices 0,1,...] [--nnodes N --node-rank R --master ADDR:PORT]]
 //
 // Compiles the model (or loads --plan FILE), prefills the prompt once, then
@@ -13,6 +14,12 @@
 // tokens come and stops at any of the model's end-of-sequence ids; timings
 // go to stderr. --tp N splits the model over N ranks (threads on the CPU,
 // GPUs with --device cuda) and gives the same answers.
+//
+// GLM-4.1V (AutoGLM-Phone-9B) takes images: with --prompt-ids each image token
+// (the config's image_token_id) stands for the next --image, in order, and the
+// engine expands it to the image's rows (--output-json rows cover the expanded
+// prompt); with --prompt --chat the images go at the front of the user turn
+// (vLLM's string content format, as the phone agent's server is run).
 #include <cstdio>
 #include <algorithm>
 #include <fstream>
@@ -42,7 +49,9 @@ ABSL_FLAG(std::string, plan, "", "a compiled .agplan (default: compile the model
 ABSL_FLAG(std::string, device, "cpu", "cpu or cuda");
 ABSL_FLAG(std::string, prompt_ids, "", "comma-separated prompt token ids");
 ABSL_FLAG(std::string, prompt, "", "prompt text (needs tokenizer.model or tokenizer.json in --model or --tokenizer)");
-ABSL_FLAG(bool, chat, false, "with --prompt: wrap it as a user turn of the GLM-4 chat template");
+ABSL_FLAG(bool, chat, false, "with --prompt: wrap it as a user turn of the model's chat template");
+// Only for --help: main() takes every --image out of the command line first (it may be repeated).
+ABSL_FLAG(std::string, image, "", "an image file (PNG, JPEG, WebP) for GLM-4.1V; repeat for more images, in order");
 ABSL_FLAG(std::string, tokenizer, "", "tokenizer directory (default: --model)");
 ABSL_FLAG(bool, ignore_eos, false, "with --prompt: do not stop at end-of-sequence ids");
 ABSL_FLAG(int64_t, max_new_tokens, 32, "tokens to generate");
@@ -66,6 +75,11 @@ ABSL_FLAG(uint64_t, seed, 0, "sampling seed");
 namespace ag::tools {
 namespace {
 
+std::vector<std::string>& ImagePaths() {
+  static std::vector<std::string> paths;
+  return paths;
+}
+
 absl::Status Run() {
   const std::string device = absl::GetFlag(FLAGS_device);
   ASSIGN_OR_RETURN(Model model, OpenModel(absl::GetFlag(FLAGS_model), absl::GetFlag(FLAGS_config)));
@@ -79,6 +93,10 @@ absl::Status Run() {
   ASSIGN_OR_RETURN(compiler::Plan plan, PlanForModel(model, absl::GetFlag(FLAGS_plan), options, parallel.tp));
 
   runtime::Request request;
+  if (!ImagePaths().empty()) {
+    ASSIGN_OR_RETURN(const image::ProcessorConfig processor, LoadProcessorConfig(model));
+    ASSIGN_OR_RETURN(request.images, LoadImageFiles(ImagePaths(), processor));
+  }
   const std::string prompt_text = absl::GetFlag(FLAGS_prompt);
   const bool text_mode = !prompt_text.empty();
   if (text_mode && !absl::GetFlag(FLAGS_prompt_ids).empty()) {
@@ -96,8 +114,21 @@ absl::Status Run() {
                                                      plan.model.vocab_size));
     }
     if (absl::GetFlag(FLAGS_chat)) {
-      ASSIGN_OR_RETURN(request.prompt, glm::EncodeChat(*tokenizer, {{"user", prompt_text}}));
+      glm::ChatOptions chat;
+      ASSIGN_OR_RETURN(chat.chat_template,
+                       glm::DetectChatTemplate(dir, model.glm4v ? glm::ChatTemplate::kGlm4v : glm::ChatTemplate::kGlm4));
+      glm::ChatMessage user{"user", prompt_text, {}, false};
+      if (!ImagePaths().empty()) {  // the images at the front of the turn
+        chat.content_format = glm::ContentFormat::kString;
+        user.has_parts = true;
+        for (size_t i = 0; i < ImagePaths().size(); ++i) user.parts.push_back({glm::ContentPart::Type::kImage, ""});
+        user.parts.push_back({glm::ContentPart::Type::kText, prompt_text});
+      }
+      ASSIGN_OR_RETURN(request.prompt, glm::EncodeChat(*tokenizer, {user}, chat));
     } else {
+      if (!ImagePaths().empty()) {
+        return absl::InvalidArgumentError("--image needs --chat or --prompt-ids: plain --prompt text has no image tokens");
+      }
       request.prompt = tokenizer->Encode(prompt_text);
     }
     request.stop_on_eos = !absl::GetFlag(FLAGS_ignore_eos);
@@ -128,8 +159,8 @@ absl::Status Run() {
   engine_options.prefix_caching = absl::GetFlag(FLAGS_prefix_caching);
   ASSIGN_OR_RETURN(std::unique_ptr<runtime::Engine> engine,
                    runtime::Engine::Create(plan, *backend, *weights, engine_options));
-  const size_t prompt_tokens = request.prompt.size();
   ASSIGN_OR_RETURN(int id, engine->Submit(std::move(request)));
+  const size_t prompt_tokens = engine->prompt(id).size();  // image tokens expanded
 
   double prefill_seconds = 0, decode_seconds = 0;
   int64_t decode_steps = 0;
@@ -190,6 +221,9 @@ int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "generate with a GLM-4 model.\n  autoglm-run --model DIR --prompt-ids 5,17,42 --max-new-tokens 16 "
       "[--output-json FILE]");
+  absl::StatusOr<std::vector<std::string>> images = ag::tools::TakeRepeatedFlag(argc, argv, "image");
+  if (!images.ok()) return ag::tools::ReportError("autoglm-run", images.status());
+  ag::tools::ImagePaths() = std::move(*images);
   ag::tools::ParseFlagsOrExit(argc, argv, "autoglm-run");
   absl::Status status = ag::tools::Run();
   if (!status.ok()) return ag::tools::ReportError("autoglm-run", status);

@@ -2,9 +2,14 @@
 //
 //   autoglm-tokenize --tokenizer DIR < text.txt            ordinary encoding -> [ids]
 //   autoglm-tokenize --tokenizer DIR --chat < chat.json    [{"role","content"},...] -> chat-template ids
+//                    [--chat-template-content-format auto|string|openai]
 //   autoglm-tokenize --tokenizer DIR --decode < ids.json   [ids] -> text
 //
-// DIR holds tokenizer.model (tiktoken) or tokenizer.json (HF).
+// DIR holds tokenizer.model (tiktoken) or tokenizer.json (HF). The chat
+// template is the one DIR defines (GLM-4's or GLM-4.1V's; GLM-4's when it has
+// none); content may be a string or OpenAI's list of text and image parts,
+// each image becoming one image token (the engine expands it to the image's
+// rows once it has the image).
 #include <cstdio>
 #include <iostream>
 #include <sstream>
@@ -15,6 +20,7 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "ir/status_macros.h"
 #include "models/glm/chat.h"
@@ -23,6 +29,9 @@
 
 ABSL_FLAG(std::string, tokenizer, "", "directory with tokenizer.model or tokenizer.json");
 ABSL_FLAG(bool, chat, false, "stdin is a JSON array of {role, content}: apply the chat template");
+ABSL_FLAG(std::string, chat_template_content_format, "auto",
+          "how --chat renders content lists (vLLM's flag): string (image placeholders first, texts joined by "
+          "newlines), openai (parts in place), or auto (the template's choice: openai for GLM-4.1V's)");
 ABSL_FLAG(bool, decode, false, "stdin is a JSON array of ids: print the text");
 ABSL_FLAG(bool, allow_special, false, "recognise special-token text such as <|user|> in the input");
 
@@ -53,7 +62,18 @@ absl::Status Run() {
   std::vector<int32_t> ids;
   if (absl::GetFlag(FLAGS_chat)) {
     ASSIGN_OR_RETURN(std::vector<glm::ChatMessage> messages, glm::ParseChatMessages(input));
-    ASSIGN_OR_RETURN(ids, glm::EncodeChat(*tokenizer, messages));
+    glm::ChatOptions chat;
+    ASSIGN_OR_RETURN(chat.chat_template, glm::DetectChatTemplate(dir, glm::ChatTemplate::kGlm4));
+    const std::string format = absl::GetFlag(FLAGS_chat_template_content_format);
+    if (format == "auto") {
+      chat.content_format = glm::DefaultContentFormat(chat.chat_template);
+    } else if (format == "string" || format == "openai") {
+      chat.content_format = format == "string" ? glm::ContentFormat::kString : glm::ContentFormat::kOpenai;
+    } else {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--chat-template-content-format must be auto, string or openai, got '", format, "'"));
+    }
+    ASSIGN_OR_RETURN(ids, glm::EncodeChat(*tokenizer, messages, chat));
   } else {
     ids = tokenizer->Encode(input, absl::GetFlag(FLAGS_allow_special));
   }

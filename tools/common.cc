@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 
 #include "absl/flags/commandlineflag.h"
 #include "absl/flags/parse.h"
@@ -16,6 +17,8 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "compiler/plan_file.h"
+#include "image/image.h"
+#include "models/glm/read_file.h"
 #include "ir/status_macros.h"
 #include "runtime/cpu_backend.h"
 #include "runtime/tp_backend.h"
@@ -31,7 +34,20 @@ absl::StatusOr<Model> OpenModel(const std::string& model_dir, const std::string&
     return absl::InvalidArgumentError("give exactly one of --model DIR or --config FILE");
   }
   Model model;
-  ASSIGN_OR_RETURN(model.config, glm::LoadModelConfig(model_dir.empty() ? config_file : model_dir));
+  const std::string path = model_dir.empty() ? config_file : model_dir;
+  model.dir = model_dir.empty() ? std::filesystem::path(config_file).parent_path().string() : model_dir;
+  if (model.dir.empty()) model.dir = ".";
+  if (glm4v::IsGlm4vCheckpoint(path)) {
+    if (model_dir.empty()) {
+      ASSIGN_OR_RETURN(const std::string text, glm::ReadWholeFile(config_file));
+      ASSIGN_OR_RETURN(model.glm4v, glm4v::ParseConfig(text, config_file));
+    } else {
+      ASSIGN_OR_RETURN(model.glm4v, glm4v::LoadConfig(model_dir));
+    }
+    model.config = model.glm4v->text;
+  } else {
+    ASSIGN_OR_RETURN(model.config, glm::LoadModelConfig(path));
+  }
   if (!model_dir.empty()) {
     ASSIGN_OR_RETURN(glm::Checkpoint ckpt, glm::Checkpoint::Open(model_dir));
     model.checkpoint = std::move(ckpt);
@@ -62,12 +78,51 @@ absl::StatusOr<compiler::Plan> PlanForModel(const Model& model, const std::strin
     }
   } else {
     options.tp = static_cast<int32_t>(tp == 0 ? 1 : tp);
-    ASSIGN_OR_RETURN(compiler::CompileResult compiled, compiler::Compile(model.config, options));
+    ASSIGN_OR_RETURN(compiler::CompileResult compiled, CompileModel(model, options));
     plan = std::move(compiled.plan);
   }
-  RETURN_IF_ERROR(compiler::CheckPlanAgainstModel(plan, model.config,
-                                                  model.checkpoint ? &*model.checkpoint : nullptr));
+  RETURN_IF_ERROR(CheckPlan(plan, model));
   return plan;
+}
+
+absl::StatusOr<compiler::CompileResult> CompileModel(const Model& model, const compiler::CompileOptions& options) {
+  if (model.glm4v) return compiler::Compile(*model.glm4v, options);
+  return compiler::Compile(model.config, options);
+}
+
+absl::Status CheckPlan(const compiler::Plan& plan, const Model& model) {
+  const glm::Checkpoint* ckpt = model.checkpoint ? &*model.checkpoint : nullptr;
+  if (model.glm4v) return compiler::CheckPlanAgainstModel(plan, *model.glm4v, ckpt);
+  return compiler::CheckPlanAgainstModel(plan, model.config, ckpt);
+}
+
+absl::StatusOr<image::ProcessorConfig> LoadProcessorConfig(const Model& model) {
+  if (!model.glm4v) return absl::InvalidArgumentError("this model takes no images (it is a text model)");
+  const std::string path = model.dir + "/preprocessor_config.json";
+  ASSIGN_OR_RETURN(const std::string text, glm::ReadWholeFile(path));
+  ASSIGN_OR_RETURN(image::ProcessorConfig config, image::ParseProcessorConfig(text, path));
+  // The processor and the vision tower must agree on the patch geometry.
+  const glm4v::VisionConfig& v = model.glm4v->vision;
+  if (config.patch_size != v.patch_size || config.merge_size != v.merge_size ||
+      config.temporal_patch_size != v.temporal_patch_size) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        path, ": patch_size ", config.patch_size, ", merge_size ", config.merge_size, ", temporal_patch_size ",
+        config.temporal_patch_size, " differ from config.json's vision_config (", v.patch_size, ", ", v.merge_size,
+        ", ", v.temporal_patch_size, ")"));
+  }
+  return config;
+}
+
+absl::StatusOr<std::vector<std::shared_ptr<const image::Patches>>> LoadImageFiles(
+    const std::vector<std::string>& paths, const image::ProcessorConfig& config) {
+  std::vector<std::shared_ptr<const image::Patches>> images;
+  for (const std::string& path : paths) {
+    ASSIGN_OR_RETURN(const std::string bytes, glm::ReadWholeFile(path));
+    ASSIGN_OR_RETURN(const image::RgbImage rgb, image::Decode(bytes, path));
+    ASSIGN_OR_RETURN(image::Patches patches, image::Preprocess(rgb, config, path));
+    images.push_back(std::make_shared<const image::Patches>(std::move(patches)));
+  }
+  return images;
 }
 
 bool HaveCudaBackend() {
@@ -256,6 +311,29 @@ void PrintHelp(const char* tool) {
     const std::string def = flag->DefaultValue();
     std::printf("  --%s [%s]\n      %s\n", name.c_str(), def.empty() ? "\"\"" : def.c_str(), flag->Help().c_str());
   }
+}
+
+absl::StatusOr<std::vector<std::string>> TakeRepeatedFlag(int& argc, char** argv, absl::string_view name) {
+  std::vector<std::string> values;
+  const std::string flag = absl::StrCat("--", name), with_value = flag + "=";
+  int kept = 1;
+  for (int i = 1; i < argc; ++i) {
+    const absl::string_view arg = argv[i];
+    if (arg == "--") {  // the rest is positional
+      while (i < argc) argv[kept++] = argv[i++];
+      break;
+    }
+    if (arg == flag) {
+      if (i + 1 >= argc) return absl::InvalidArgumentError(absl::StrCat(flag, " needs a value"));
+      values.emplace_back(argv[++i]);
+    } else if (absl::StartsWith(arg, with_value)) {
+      values.emplace_back(arg.substr(with_value.size()));
+    } else {
+      argv[kept++] = argv[i];
+    }
+  }
+  argc = kept;
+  return values;
 }
 
 std::vector<std::string> ParseFlagsOrExit(int argc, char** argv, const char* tool, int max_positional) {

@@ -12,19 +12,35 @@
 #include "absl/status/statusor.h"
 #include "compiler/driver.h"
 #include "compiler/plan.h"
+#include "image/preprocess.h"
 #include "models/glm/config.h"
 #include "models/glm/safetensors.h"
+#include "models/glm4v/config.h"
 #include "runtime/backend.h"
 
 namespace ag::tools {
 
 struct Model {
-  glm::ModelConfig config;
+  glm::ModelConfig config;  // the decoder's
+  std::optional<glm4v::Config> glm4v;  // GLM-4.1V: the whole model's (config is its text part)
   std::optional<glm::Checkpoint> checkpoint;  // absent with --config (random weights)
+  std::string dir;  // the checkpoint directory, or the config file's
 };
 
-// Opens `model_dir` (config.json and safetensors), or only `config_file`.
+// Opens `model_dir` (config.json and safetensors), or only `config_file`: a
+// GLM-4 model or GLM-4.1V, by its config's model_type.
 absl::StatusOr<Model> OpenModel(const std::string& model_dir, const std::string& config_file);
+
+// Compiles the model (both programs for GLM-4.1V) and checks the plan against it.
+absl::StatusOr<compiler::CompileResult> CompileModel(const Model& model, const compiler::CompileOptions& options);
+// compiler::CheckPlanAgainstModel for the model's family.
+absl::Status CheckPlan(const compiler::Plan& plan, const Model& model);
+
+// GLM-4.1V's image processor settings (the model's preprocessor_config.json),
+// and image files decoded and preprocessed with them, in order.
+absl::StatusOr<image::ProcessorConfig> LoadProcessorConfig(const Model& model);
+absl::StatusOr<std::vector<std::shared_ptr<const image::Patches>>> LoadImageFiles(
+    const std::vector<std::string>& paths, const image::ProcessorConfig& config);
 
 // "bf16" or "f32".
 absl::StatusOr<ir::DType> ParseModelDType(const std::string& name);
@@ -71,6 +87,11 @@ void NormalizeFlagNames(int argc, char** argv);
 // flag without its value, a value that does not parse, or a positional
 // argument past `max_positional`. Returns that error, or OK.
 absl::Status CheckCommandLine(int argc, char** argv, int max_positional);
+
+// Takes every "--NAME VALUE" and "--NAME=VALUE" out of the command line (a
+// flag that may be given several times, such as --image), in order; a
+// --NAME without its value is an error.
+absl::StatusOr<std::vector<std::string>> TakeRepeatedFlag(int& argc, char** argv, absl::string_view name);
 
 // NormalizeFlagNames, CheckCommandLine (on failure: ReportError and exit 1),
 // then absl::ParseCommandLine. Returns the positional arguments.
