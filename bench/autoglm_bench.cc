@@ -3,6 +3,8 @@
 //   autoglm-bench [--config FILE] [--device cuda|cpu] [--prompt-len 512] [--context 512]
 //                 [--batches 1,8,32] [--iterations 50] [--json FILE]
 //   autoglm-bench --profile [--profile-batch B] [--context C] [--json FILE]
+//   autoglm-bench --glm4v [--config GLM4V_CONFIG] [--image-size 1080x2400] [--system-tokens 2000]
+//                 [--step-tokens 300] [--reply-tokens 64]   (a phone-agent step: glm4v_bench.cc)
 //
 // Default config: GLM-4-9B (../shared/GLM_SPEC.md). Reports the time to first
 // token for one prompt (one prefill step) and the median decode step at each
@@ -23,6 +25,7 @@
 #include "absl/flags/usage.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_format.h"
+#include "bench/glm4v_bench.h"
 #include "compiler/driver.h"
 #include "compiler/roofline.h"
 #include "ir/status_macros.h"
@@ -43,6 +46,9 @@ ABSL_FLAG(bool, profile, false,
           "instead: time every plan step of one decode step (--profile-batch sequences at --context) beside its "
           "floor; --json writes the table's data");
 ABSL_FLAG(int64_t, profile_batch, 1, "with --profile: sequences in the step");
+ABSL_FLAG(bool, glm4v, false,
+          "instead: a GLM-4.1V phone-agent step (preprocess, vision, time to first token, decode); --config is then "
+          "a GLM-4.1V config (default: GLM-4.1V-9B)");
 
 namespace ag::tools {
 namespace {
@@ -135,6 +141,10 @@ absl::Status Profile(runtime::Backend& backend, const compiler::Plan& plan, int6
 absl::Status Run() {
   glm::ModelConfig config;
   const std::string config_file = absl::GetFlag(FLAGS_config);
+  if (absl::GetFlag(FLAGS_glm4v)) {
+    return RunGlm4vBench(config_file, absl::GetFlag(FLAGS_device), absl::GetFlag(FLAGS_iterations),
+                         absl::GetFlag(FLAGS_seed), absl::GetFlag(FLAGS_json));
+  }
   if (config_file.empty()) {
     ASSIGN_OR_RETURN(config, glm::ParseModelConfig(kGlm4_9B, "GLM-4-9B (built in)"));
   } else {

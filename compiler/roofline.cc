@@ -101,6 +101,9 @@ absl::StatusOr<Roofline> PlanRoofline(const Plan& plan, const StepShape& shape, 
                                                    plan.max_seqs, " sequences (compile with larger limits)"));
   }
   const int64_t tokens = *product;
+  if (shape.image_rows < 0 || shape.image_rows > tokens) {
+    return absl::InvalidArgumentError(absl::StrCat(shape.image_rows, " image rows do not fit a step of ", tokens, " tokens"));
+  }
   if (shape.context > plan.model.max_position_embeddings) {
     return absl::InvalidArgumentError(absl::StrCat("context ", shape.context, " exceeds the model's ",
                                                    plan.model.max_position_embeddings, " positions"));
@@ -110,7 +113,8 @@ absl::StatusOr<Roofline> PlanRoofline(const Plan& plan, const StepShape& shape, 
                                        {"S", shape.seqs},
                                        {"R", shape.seqs},
                                        {"MB", (shape.context + block - 1) / block},
-                                       {"NB", shape.seqs * ((shape.context + block - 1) / block)}};
+                                       {"NB", shape.seqs * ((shape.context + block - 1) / block)},
+                                       {"M", shape.image_rows}};
   // K and V of one token in one layer.
   const double kv_token_bytes = static_cast<double>(plan.kv.BytesPerToken() / plan.kv.num_layers);
   // Keys each new token attends to, summed over a sequence's new tokens (causal).

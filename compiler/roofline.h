@@ -27,6 +27,7 @@ struct StepShape {
   int64_t seqs = 1;
   int64_t tokens_per_seq = 1;
   int64_t context = 512;
+  int64_t image_rows = 0;  // GLM-4.1V: image rows that replace token embeddings in the step (at most its tokens)
 };
 
 struct StepCost {
