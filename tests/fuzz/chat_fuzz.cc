@@ -30,6 +30,18 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (messages.ok()) {
     absl::StatusOr<std::vector<int32_t>> ids = ag::glm::EncodeChat(tokenizer, *messages);
     if (ids.ok() && !tokenizer.Decode(*ids).ok()) __builtin_trap();
+    // GLM-4.1V's template in both content formats: the rendered text is the ids' text.
+    for (const ag::glm::ContentFormat format : {ag::glm::ContentFormat::kString, ag::glm::ContentFormat::kOpenai}) {
+      ag::glm::ChatOptions options;
+      options.chat_template = ag::glm::ChatTemplate::kGlm4v;
+      options.content_format = format;
+      absl::StatusOr<std::string> rendered = ag::glm::RenderGlm4vChat(*messages, options);
+      absl::StatusOr<std::vector<int32_t>> v = ag::glm::EncodeChat(tokenizer, *messages, options);
+      if (rendered.ok() != v.ok()) __builtin_trap();
+      if (!v.ok()) continue;
+      absl::StatusOr<std::string> back = tokenizer.Decode(*v);
+      if (!back.ok() || *back != *rendered) __builtin_trap();
+    }
   }
   for (bool special : {false, true}) {
     absl::StatusOr<std::string> back = tokenizer.Decode(tokenizer.Encode(text, special));

@@ -147,6 +147,15 @@ def chat_cases():
     put("chat", "many-special-tokens", json.dumps([{"role": "user", "content": "<|user|>" * 2000}]))
     put("chat", "unknown-role", json.dumps([{"role": "\x1b[2Jroot", "content": "x"}]))
     put("chat", "special-text-in-prompt", "<|user|>" * 4000 + "<|system")
+    ph = "<|begin_of_image|><|image|><|end_of_image|>"
+    put("chat", "content-parts", json.dumps([
+        {"role": "system", "content": [{"type": "text", "text": "s"}]},
+        {"role": "user", "content": [{"type": "image_url", "image_url": {"url": "data:image/png;base64,AA"}},
+                                     {"type": "text", "text": "** Screen Info **"}, {"image": "b.png"}]},
+        {"role": "assistant", "content": "<think>x</think><answer>do(action=\"Back\")"}]))
+    put("chat", "more-placeholders-than-images", json.dumps([
+        {"role": "user", "content": [{"type": "text", "text": ph * 3}, {"type": "image"}]}]))
+    put("chat", "bad-parts", json.dumps([{"role": "user", "content": [{"type": "audio"}, 3, {"type": "text"}]}]))
 
 
 def openai_cases():
