@@ -136,25 +136,27 @@ absl::StatusOr<Patches> Preprocess(const RgbImage& image, const ProcessorConfig&
   absl::StatusOr<std::pair<int, int>> size = SmartResize(image.height, image.width, config);
   if (!size.ok()) return absl::InvalidArgumentError(absl::StrCat(source, ": ", size.status().message()));
   const auto [height, width] = *size;
-  const RgbImage resized = height == image.height && width == image.width
-                               ? image
-                               : ResizeBicubicAntialias(image, height, width);
+  RgbImage scaled;
+  if (height != image.height || width != image.width) scaled = ResizeBicubicAntialias(image, height, width);
+  const RgbImage& resized = height != image.height || width != image.width ? scaled : image;
   const int p = config.patch_size, m = config.merge_size, t = config.temporal_patch_size;
   Patches out;
   out.grid_h = height / p;
   out.grid_w = width / p;
   // Rescale and normalise fused as the torchvision backend does: (x - mean * 255) / (std * 255), in fp32.
-  // (torch multiplies the fp32 mean by the Python float 1 / rescale_factor cast to fp32.)
+  // (torch multiplies the fp32 mean by the Python float 1 / rescale_factor cast to fp32.) A byte has
+  // 256 values: each channel's results are computed once, with the same expression.
   const float inverse = static_cast<float>(1.0 / config.rescale_factor);
-  std::array<float, 3> mean, std;
+  std::array<std::array<float, 256>, 3> normalised;
   for (int c = 0; c < 3; ++c) {
-    mean[c] = config.mean[c] * inverse;
-    std[c] = config.std[c] * inverse;
+    const float mean = config.mean[c] * inverse, std = config.std[c] * inverse;
+    for (int v = 0; v < 256; ++v) normalised[c][v] = (static_cast<float>(v) - mean) / std;
   }
   // Row n is patch (h, w) = (2 bh + i, 2 bw + j) in block-major order; its values
   // run over (channel, time copy, y in patch, x in patch).
   const int64_t values = config.patch_values();
   out.pixels.resize(static_cast<size_t>(out.rows() * values));
+  const size_t stride = static_cast<size_t>(resized.width) * 3;
   int64_t row = 0;
   for (int64_t bh = 0; bh < out.grid_h / m; ++bh) {
     for (int64_t bw = 0; bw < out.grid_w / m; ++bw) {
@@ -163,14 +165,12 @@ absl::StatusOr<Patches> Preprocess(const RgbImage& image, const ProcessorConfig&
           const int64_t y0 = (bh * m + i) * p, x0 = (bw * m + j) * p;
           float* dst = out.pixels.data() + row * values;
           for (int c = 0; c < 3; ++c) {
-            for (int copy = 0; copy < t; ++copy) {
-              for (int y = 0; y < p; ++y) {
-                for (int x = 0; x < p; ++x) {
-                  const float v = static_cast<float>(resized.at(static_cast<int>(y0 + y), static_cast<int>(x0 + x), c));
-                  *dst++ = (v - mean[c]) / std[c];
-                }
-              }
+            float* first = dst;  // the first time copy; the others repeat it
+            for (int y = 0; y < p; ++y) {
+              const uint8_t* src = resized.rgb.data() + static_cast<size_t>(y0 + y) * stride + x0 * 3 + c;
+              for (int x = 0; x < p; ++x) *dst++ = normalised[c][src[x * 3]];
             }
+            for (int copy = 1; copy < t; ++copy, dst += p * p) std::copy(first, first + p * p, dst);
           }
         }
       }

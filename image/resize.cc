@@ -85,39 +85,61 @@ uint8_t Finish(int32_t sum, int precision) {
 
 }  // namespace
 
+namespace {
+
+// Each output column from the taps of its input columns, one row at a time.
+RgbImage ResizeWidth(const RgbImage& src, int out_width) {
+  const Taps t = AxisTaps(src.width, out_width);
+  RgbImage next{src.height, out_width, std::vector<uint8_t>(static_cast<size_t>(src.height) * out_width * 3)};
+  const int32_t half = t.precision > 0 ? 1 << (t.precision - 1) : 0;
+  for (int y = 0; y < src.height; ++y) {
+    const uint8_t* row = src.rgb.data() + static_cast<size_t>(y) * src.width * 3;
+    uint8_t* out = next.rgb.data() + static_cast<size_t>(y) * out_width * 3;
+    for (int x = 0; x < out_width; ++x) {
+      const int16_t* w = t.weight.data() + static_cast<size_t>(x) * t.max_taps;
+      const uint8_t* in = row + t.first[x] * 3;
+      int32_t r = half, g = half, b = half;
+      for (int64_t j = 0; j < t.size[x]; ++j, in += 3) {
+        r += w[j] * in[0];
+        g += w[j] * in[1];
+        b += w[j] * in[2];
+      }
+      out[x * 3 + 0] = Finish(r, t.precision);
+      out[x * 3 + 1] = Finish(g, t.precision);
+      out[x * 3 + 2] = Finish(b, t.precision);
+    }
+  }
+  return next;
+}
+
+// Each output row as a weighted sum of whole input rows (contiguous: the compiler vectorises it).
+RgbImage ResizeHeight(const RgbImage& src, int out_height) {
+  const Taps t = AxisTaps(src.height, out_height);
+  const size_t stride = static_cast<size_t>(src.width) * 3;
+  RgbImage next{out_height, src.width, std::vector<uint8_t>(static_cast<size_t>(out_height) * stride)};
+  const int32_t half = t.precision > 0 ? 1 << (t.precision - 1) : 0;
+  std::vector<int32_t> sum(stride);
+  for (int y = 0; y < out_height; ++y) {
+    const int16_t* w = t.weight.data() + static_cast<size_t>(y) * t.max_taps;
+    std::fill(sum.begin(), sum.end(), half);
+    for (int64_t j = 0; j < t.size[y]; ++j) {
+      const uint8_t* in = src.rgb.data() + static_cast<size_t>(t.first[y] + j) * stride;
+      const int32_t wj = w[j];
+      for (size_t k = 0; k < stride; ++k) sum[k] += wj * in[k];
+    }
+    uint8_t* out = next.rgb.data() + static_cast<size_t>(y) * stride;
+    for (size_t k = 0; k < stride; ++k) out[k] = Finish(sum[k], t.precision);
+  }
+  return next;
+}
+
+}  // namespace
+
 RgbImage ResizeBicubicAntialias(const RgbImage& src, int out_height, int out_width) {
-  RgbImage cur = src;
-  if (out_width != src.width) {
-    const Taps t = AxisTaps(src.width, out_width);
-    RgbImage next{src.height, out_width, std::vector<uint8_t>(static_cast<size_t>(src.height) * out_width * 3)};
-    for (int y = 0; y < src.height; ++y) {
-      for (int x = 0; x < out_width; ++x) {
-        const int16_t* w = t.weight.data() + static_cast<size_t>(x) * t.max_taps;
-        for (int c = 0; c < 3; ++c) {
-          int32_t sum = t.precision > 0 ? 1 << (t.precision - 1) : 0;
-          for (int64_t j = 0; j < t.size[x]; ++j) sum += w[j] * cur.at(y, static_cast<int>(t.first[x] + j), c);
-          next.rgb[(static_cast<size_t>(y) * out_width + x) * 3 + c] = Finish(sum, t.precision);
-        }
-      }
-    }
-    cur = std::move(next);
-  }
-  if (out_height != src.height) {
-    const Taps t = AxisTaps(src.height, out_height);
-    RgbImage next{out_height, cur.width, std::vector<uint8_t>(static_cast<size_t>(out_height) * cur.width * 3)};
-    for (int y = 0; y < out_height; ++y) {
-      const int16_t* w = t.weight.data() + static_cast<size_t>(y) * t.max_taps;
-      for (int x = 0; x < cur.width; ++x) {
-        for (int c = 0; c < 3; ++c) {
-          int32_t sum = t.precision > 0 ? 1 << (t.precision - 1) : 0;
-          for (int64_t j = 0; j < t.size[y]; ++j) sum += w[j] * cur.at(static_cast<int>(t.first[y] + j), x, c);
-          next.rgb[(static_cast<size_t>(y) * cur.width + x) * 3 + c] = Finish(sum, t.precision);
-        }
-      }
-    }
-    cur = std::move(next);
-  }
-  return cur;
+  if (out_width == src.width && out_height == src.height) return src;
+  if (out_width == src.width) return ResizeHeight(src, out_height);
+  RgbImage wide = ResizeWidth(src, out_width);
+  return out_height == src.height ? wide : ResizeHeight(wide, out_height);
 }
 
 }  // namespace ag::image
