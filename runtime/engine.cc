@@ -374,7 +374,9 @@ absl::Status Engine::StepImages(const std::vector<int64_t>& tokens, StepStats& s
     }
   }
   if (missing.empty()) return absl::OkStatus();
+  const auto start = std::chrono::steady_clock::now();
   ASSIGN_OR_RETURN(std::vector<ImageRows> rows, EncodeImages(backend_, plan_, missing));
+  stats.encoder_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   for (size_t k = 0; k < missing.size(); ++k) {
     for (ImageSpan* span : waiting_spans[k]) span->encoded = rows[k];
     encoder_cache_.Insert(missing[k]->hash, rows[k]);
@@ -434,6 +436,7 @@ std::optional<TokenEvent> Engine::Advance(const Slice& s, int32_t chosen) {
 }
 
 absl::StatusOr<std::vector<TokenEvent>> Engine::Step() {
+  last_step_ = StepStats{};  // a step with nothing to run reports nothing
   Admit();
   std::vector<TokenEvent> events;
   ASSIGN_OR_RETURN(const std::vector<int64_t> tokens, PlanStep());

@@ -69,6 +69,7 @@ struct StepStats {
   int64_t decode_tokens = 0;
   int64_t sequences = 0;
   int64_t images_encoded = 0;  // vision-program runs' images (cache misses)
+  double encoder_seconds = 0;  // those runs, rows read back
   double seconds = 0;  // vision and decoder execution plus output reads
 };
 

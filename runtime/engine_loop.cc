@@ -176,7 +176,18 @@ void EngineLoop::UpdateStats(bool stepped) {
   stats_.preemptions = engine_->preemptions();
   stats_.prefix_queries = engine_->prefix_cache_queries();
   stats_.prefix_hits = engine_->prefix_cache_hits();
-  if (stepped) ++stats_.steps;
+  stats_.encoder_cache_hits = engine_->encoder_cache_hits();
+  if (stepped) {
+    ++stats_.steps;
+    const StepStats& step = engine_->last_step();
+    stats_.images_encoded += step.images_encoded;
+    if (step.images_encoded > 0 && encoder_seconds_.size() < 4096) encoder_seconds_.push_back(step.encoder_seconds);
+  }
+}
+
+std::vector<double> EngineLoop::TakeEncoderSeconds() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return std::exchange(encoder_seconds_, {});
 }
 
 void EngineLoop::EndAll(const StreamEvent& last) {

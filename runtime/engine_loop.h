@@ -44,6 +44,8 @@ struct LoopStats {
   int64_t kv_blocks = 0, kv_blocks_free = 0;
   int64_t preemptions = 0, prefix_queries = 0, prefix_hits = 0;
   int64_t steps = 0;
+  // GLM-4.1V: images encoded (vision runs' images), images found in the encoder cache.
+  int64_t images_encoded = 0, encoder_cache_hits = 0;
 };
 
 class EngineLoop {
@@ -70,6 +72,8 @@ class EngineLoop {
   // Ends one choice of the request (-1: all of them), as Cancel does.
   void CancelChoice(int64_t handle, int choice);
   LoopStats stats() const;
+  // The seconds of each vision-program run since the last call (for a histogram).
+  std::vector<double> TakeEncoderSeconds();
   // Requests accepted and not yet finished (queued or in the engine).
   int64_t in_flight() const { return in_flight_.load(); }
 
@@ -93,6 +97,7 @@ class EngineLoop {
 
   std::unique_ptr<Engine> engine_;
   mutable std::mutex mu_;
+  std::vector<double> encoder_seconds_;  // guarded by mu_
   std::condition_variable wake_;
   std::deque<Pending> queued_;           // guarded by mu_
   std::vector<std::pair<int64_t, int>> cancels_;  // (handle, choice or -1); guarded by mu_

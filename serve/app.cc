@@ -76,6 +76,11 @@ App::App(AppOptions options) : options_(std::move(options)) {
                                  LatencyBuckets());
   e2e_ = &metrics_.AddHistogram("autoglm:e2e_request_latency_seconds", "Time from arrival to the last token.",
                                 LatencyBuckets());
+  mm_images_ = &metrics_.AddCounter("autoglm:mm_images_total", "Images in admitted chat requests.");
+  encoder_cache_hits_ =
+      &metrics_.AddCounter("autoglm:encoder_cache_hits_total", "Images whose rows were found in the encoder cache.");
+  encoder_seconds_ = &metrics_.AddHistogram("autoglm:mm_encoder_seconds", "Time of each vision-program run.",
+                                            LatencyBuckets());
   workers_ = std::make_unique<WorkQueue>(std::max(1, options_.workers));
 }
 
@@ -138,6 +143,9 @@ std::string App::RenderMetrics() {
     prefix_hits_->Add(static_cast<double>(std::max<int64_t>(0, s.prefix_hits - last_stats_.prefix_hits)));
     prefix_queries_->Add(static_cast<double>(std::max<int64_t>(0, s.prefix_queries - last_stats_.prefix_queries)));
     preemptions_->Add(static_cast<double>(std::max<int64_t>(0, s.preemptions - last_stats_.preemptions)));
+    encoder_cache_hits_->Add(
+        static_cast<double>(std::max<int64_t>(0, s.encoder_cache_hits - last_stats_.encoder_cache_hits)));
+    for (const double seconds : model_.loop->TakeEncoderSeconds()) encoder_seconds_->Observe(seconds);
     last_stats_ = s;
   }
   return metrics_.Render();
@@ -215,8 +223,9 @@ bool App::Admit(const GenerationOptions& options, int64_t prompt_tokens, const s
 }
 
 void App::Run(const GenerationOptions& options, std::vector<int32_t> prompt, bool chat, int logprobs,
-              std::string echo, bool return_token_ids, std::shared_ptr<Responder> out) {
-  const int64_t prompt_tokens = static_cast<int64_t>(prompt.size());
+              std::string echo, bool return_token_ids, std::shared_ptr<Responder> out,
+              std::vector<std::shared_ptr<const image::Patches>> images, int64_t expanded_tokens) {
+  const int64_t prompt_tokens = expanded_tokens >= 0 ? expanded_tokens : static_cast<int64_t>(prompt.size());
   GenerationSpec spec;
   spec.chat = chat;
   spec.stream = options.stream;
@@ -232,6 +241,8 @@ void App::Run(const GenerationOptions& options, std::vector<int32_t> prompt, boo
 
   runtime::Request request;
   request.prompt = std::move(prompt);
+  mm_images_->Add(static_cast<double>(images.size()));
+  request.images = std::move(images);
   request.max_new_tokens = std::min(options.max_tokens.value_or(model_.max_context), model_.max_context - prompt_tokens);
   request.sampling = options.sampling;
   request.sampling.vocab_limit = std::min(model_.vocab_size, model_.tokenizer->vocab_size());
@@ -273,11 +284,55 @@ void App::Chat(const HttpRequest& http, std::shared_ptr<Responder> out) {
   ChatResult parsed = ParseChatRequest(http.body, options_.limits);
   if (auto* e = std::get_if<ApiError>(&parsed)) return Send(out, *e);
   ChatRequest& req = std::get<ChatRequest>(parsed);
-  absl::StatusOr<std::vector<int32_t>> prompt = glm::EncodeChat(*model_.tokenizer, req.messages);
+  std::vector<std::shared_ptr<const image::Patches>> images;
+  if (!LoadImages(req.messages, &images, out)) return;
+  absl::StatusOr<std::vector<int32_t>> prompt = glm::EncodeChat(*model_.tokenizer, req.messages, model_.chat);
   if (!prompt.ok()) return Error(out, 400, std::string(prompt.status().message()), "messages");
-  if (!Admit(req.options, static_cast<int64_t>(prompt->size()), out)) return;
+  const int64_t expanded = ExpandedLength(*prompt, images);
+  if (!Admit(req.options, expanded, out)) return;
   Run(req.options, std::move(*prompt), /*chat=*/true, req.logprobs ? req.top_logprobs : -1, "", false,
-      std::move(out));
+      std::move(out), std::move(images), expanded);
+}
+
+bool App::LoadImages(const std::vector<glm::ChatMessage>& messages,
+                     std::vector<std::shared_ptr<const image::Patches>>* images, const std::shared_ptr<Responder>& out) {
+  for (size_t i = 0; i < messages.size(); ++i) {
+    for (size_t j = 0; j < messages[i].parts.size(); ++j) {
+      const glm::ContentPart& part = messages[i].parts[j];
+      if (part.type != glm::ContentPart::Type::kImage) continue;
+      const std::string where = absl::StrCat("messages[", i, "].content[", j, "]");
+      if (!model_.processor) {
+        Error(out, 400, absl::StrCat(where, ": this model takes no images"), where);
+        return false;
+      }
+      if (static_cast<int64_t>(images->size()) >= options_.max_images_per_prompt) {
+        Error(out, 400,
+              absl::StrCat(where, ": more images than the ", options_.max_images_per_prompt,
+                           " a prompt may have (--limit-mm-per-prompt)"),
+              where);
+        return false;
+      }
+      absl::StatusOr<std::string> bytes = FetchImageBytes(part.text, options_.media, where);
+      absl::StatusOr<image::RgbImage> rgb =
+          bytes.ok() ? image::Decode(*bytes, where, options_.decode_limits) : absl::StatusOr<image::RgbImage>(bytes.status());
+      absl::StatusOr<image::Patches> patches =
+          rgb.ok() ? image::Preprocess(*rgb, *model_.processor, where) : absl::StatusOr<image::Patches>(rgb.status());
+      if (!patches.ok()) {
+        Error(out, 400, std::string(patches.status().message()), where);
+        return false;
+      }
+      images->push_back(std::make_shared<const image::Patches>(std::move(*patches)));
+    }
+  }
+  return true;
+}
+
+int64_t App::ExpandedLength(const std::vector<int32_t>& prompt,
+                            const std::vector<std::shared_ptr<const image::Patches>>& images) const {
+  int64_t n = static_cast<int64_t>(prompt.size());
+  const int64_t per_token = model_.processor ? int64_t{model_.processor->merge_size} * model_.processor->merge_size : 1;
+  for (const auto& image : images) n += image->rows() / per_token - 1;
+  return n;
 }
 
 void App::Completions(const HttpRequest& http, std::shared_ptr<Responder> out) {
@@ -317,9 +372,19 @@ void App::Tokenize(const HttpRequest& http, std::shared_ptr<Responder> out) {
   if (req.prompt) {
     ids = model_.tokenizer->Encode(*req.prompt);
   } else {
-    absl::StatusOr<std::vector<int32_t>> encoded = glm::EncodeChat(*model_.tokenizer, req.messages);
+    std::vector<std::shared_ptr<const image::Patches>> images;
+    if (!LoadImages(req.messages, &images, out)) return;
+    absl::StatusOr<std::vector<int32_t>> encoded = glm::EncodeChat(*model_.tokenizer, req.messages, model_.chat);
     if (!encoded.ok()) return Error(out, 400, std::string(encoded.status().message()), "messages");
-    ids = std::move(*encoded);
+    // The ids the model sees: each image token repeated for the image's rows.
+    const int32_t image_token = model_.image_token_id;
+    const int64_t per_token = model_.processor ? int64_t{model_.processor->merge_size} * model_.processor->merge_size : 1;
+    size_t next = 0;
+    for (const int32_t id : *encoded) {
+      const bool image = !images.empty() && id == image_token && next < images.size();
+      const int64_t copies = image ? images[next++]->rows() / per_token : 1;
+      ids.insert(ids.end(), static_cast<size_t>(copies), id);
+    }
   }
   out->Respond(200, "application/json",
                JsonText({{"tokens", ids}, {"count", ids.size()}, {"max_model_len", model_.max_context}}));

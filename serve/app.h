@@ -15,13 +15,18 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "image/image.h"
+#include "image/preprocess.h"
+#include "models/glm/chat.h"
 #include "models/glm/tokenizer.h"
 #include "runtime/engine_loop.h"
 #include "runtime/metrics.h"
 #include "serve/http_server.h"
+#include "serve/media.h"
 #include "serve/openai.h"
 #include "serve/work_queue.h"
 
@@ -33,6 +38,11 @@ struct AppOptions {
   int64_t max_queue = 256;    // requests in flight at once; more get 429
   RequestLimits limits;
   int workers = 4;            // threads that parse and tokenize request bodies
+  // Images in chat requests (GLM-4.1V): where they may come from, how many a prompt may carry
+  // (vLLM's --limit-mm-per-prompt), and how large they may be before decoding.
+  MediaOptions media;
+  int64_t max_images_per_prompt = 16;
+  image::DecodeLimits decode_limits;
 };
 
 // What the app needs of the loaded model.
@@ -42,6 +52,9 @@ struct LoadedModel {
   int64_t max_context = 0;
   int32_t vocab_size = 0;  // the model's (embedding rows); prompt ids must be below it
   std::vector<int32_t> eos_ids;
+  glm::ChatOptions chat;  // the checkpoint's template and the content format
+  std::optional<image::ProcessorConfig> processor;  // set when the model takes images
+  int32_t image_token_id = -1;                       // the prompt token that stands for an image
 };
 
 class App {
@@ -78,7 +91,14 @@ class App {
   // Checks the model name, the queue and the prompt's length; on a problem answers and returns false.
   bool Admit(const GenerationOptions& options, int64_t prompt_tokens, const std::shared_ptr<Responder>& out);
   void Run(const GenerationOptions& options, std::vector<int32_t> prompt, bool chat, int logprobs, std::string echo,
-           bool return_token_ids, std::shared_ptr<Responder> out);
+           bool return_token_ids, std::shared_ptr<Responder> out,
+           std::vector<std::shared_ptr<const image::Patches>> images = {}, int64_t expanded_tokens = -1);
+  // The chat's images, fetched, decoded and preprocessed; on a bad one answers 400 naming its part and returns false.
+  bool LoadImages(const std::vector<glm::ChatMessage>& messages,
+                  std::vector<std::shared_ptr<const image::Patches>>* images, const std::shared_ptr<Responder>& out);
+  // The prompt's tokens once each image token is the image's rows.
+  int64_t ExpandedLength(const std::vector<int32_t>& prompt,
+                         const std::vector<std::shared_ptr<const image::Patches>>& images) const;
 
   AppOptions options_;
   std::atomic<bool> ready_{false}, admitting_{true};
@@ -90,6 +110,8 @@ class App {
   runtime::Counter *prefix_hits_, *prefix_queries_, *prompt_tokens_, *generation_tokens_, *preemptions_;
   runtime::Counter *success_stop_, *success_length_, *success_abort_;
   runtime::Histogram *ttft_, *tpot_, *e2e_;
+  runtime::Counter *mm_images_, *encoder_cache_hits_;
+  runtime::Histogram* encoder_seconds_;
   std::mutex stats_mu_;  // the counters fed from the loop's cumulative stats
   runtime::LoopStats last_stats_;
   std::unique_ptr<WorkQueue> workers_;  // last: joined first, before the model goes

@@ -153,21 +153,35 @@ const std::string* StringMember(const json& j, const char* key) {
   return it != j.end() && it->is_string() ? it->get_ptr<const std::string*>() : nullptr;
 }
 
-// "content" as a string, or as a list of {"type": "text", "text": ...} parts.
-std::optional<std::string> Content(const json& content) {
-  if (content.is_string()) return content.get<std::string>();
-  if (!content.is_array()) return std::nullopt;
-  std::string text;
-  for (const json& part : content) {
-    const std::string* type = StringMember(part, "type");
-    const std::string* part_text = StringMember(part, "text");
-    if (type == nullptr || *type != "text" || part_text == nullptr) return std::nullopt;
-    text += *part_text;
+// One part of a content list: {"type": "text", "text": ...} or
+// {"type": "image_url", "image_url": {"url": ..., "detail": ...}} (the URL as
+// a plain string is accepted too, as vLLM does). An error names the part.
+std::optional<glm::ContentPart> Part(const json& part, const std::string& where, std::string* error) {
+  const std::string* type = StringMember(part, "type");
+  if (type != nullptr && *type == "text") {
+    if (const std::string* text = StringMember(part, "text")) return glm::ContentPart{glm::ContentPart::Type::kText, *text};
+    *error = absl::StrCat("'", where, ".text' must be a string");
+    return std::nullopt;
   }
-  return text;
+  if (type != nullptr && *type == "image_url" && part.contains("image_url")) {
+    const json& image = part["image_url"];
+    const std::string* url = image.is_string() ? image.get_ptr<const std::string*>() : StringMember(image, "url");
+    const std::string* detail = StringMember(image, "detail");
+    if (url == nullptr) {
+      *error = absl::StrCat("'", where, ".image_url' must be {\"url\": string}");
+    } else if (image.is_object() && image.contains("detail") &&
+               (detail == nullptr || (*detail != "auto" && *detail != "low" && *detail != "high"))) {
+      *error = absl::StrCat("'", where, ".image_url.detail' must be auto, low or high");
+    } else {
+      return glm::ContentPart{glm::ContentPart::Type::kImage, *url};
+    }
+    return std::nullopt;
+  }
+  *error = absl::StrCat("'", where, "' must be a text part or an image_url part");
+  return std::nullopt;
 }
 
-// 'messages': a non-empty list of {role, content} with roles GLM-4 knows.
+// 'messages': a non-empty list of {role, content}; content a string or a list of parts.
 void ReadMessages(Reader& r, std::vector<glm::ChatMessage>* out) {
   if (!r.ok()) return;
   if (!r.Has("messages") || !r["messages"].is_array() || r["messages"].empty()) {
@@ -182,11 +196,23 @@ void ReadMessages(Reader& r, std::vector<glm::ChatMessage>* out) {
     if (*role != "system" && *role != "user" && *role != "assistant" && *role != "observation") {
       return r.Fail(where + ".role", absl::StrCat("'", where, ".role' must be system, user, assistant or observation"));
     }
-    const std::optional<std::string> content = m.contains("content") ? Content(m["content"]) : std::nullopt;
-    if (!content) {
-      return r.Fail(where + ".content", absl::StrCat("'", where, ".content' must be a string or a list of text parts"));
+    const json* content = m.is_object() && m.contains("content") ? &m["content"] : nullptr;
+    glm::ChatMessage message{*role, "", {}, false};
+    if (content != nullptr && content->is_string()) {
+      message.content = content->get<std::string>();
+    } else if (content != nullptr && content->is_array()) {
+      message.has_parts = true;
+      for (size_t j = 0; j < content->size(); ++j) {
+        const std::string part_where = absl::StrCat(where, ".content[", j, "]");
+        std::string error;
+        std::optional<glm::ContentPart> part = Part((*content)[j], part_where, &error);
+        if (!part) return r.Fail(part_where, error);
+        message.parts.push_back(std::move(*part));
+      }
+    } else {
+      return r.Fail(where + ".content", absl::StrCat("'", where, ".content' must be a string or a list of parts"));
     }
-    out->push_back({*role, *content});
+    out->push_back(std::move(message));
   }
 }
 

@@ -18,11 +18,15 @@
 #include <thread>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "absl/flags/flag.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "image/preprocess.h"
 #include "ir/status_macros.h"
+#include "models/glm/chat.h"
 #include "runtime/engine.h"
 #include "runtime/engine_loop.h"
 #include "runtime/weights.h"
@@ -54,6 +58,21 @@ ABSL_FLAG(int64_t, max_stream_backlog_kb, 4096,
 ABSL_FLAG(int32_t, request_timeout_seconds, 30, "a request (headers and body) must arrive within this; else 408");
 ABSL_FLAG(int32_t, shutdown_grace_seconds, 30, "on SIGTERM, how long in-flight requests may still run");
 ABSL_FLAG(std::string, log_level, "info", "error, info or debug (env LOG_LEVEL)");
+// vLLM's flags, as the Open-AutoGLM README starts vLLM with them (see the README's agent section).
+ABSL_FLAG(int64_t, max_model_len, 0, "vLLM's name for --max-context");
+ABSL_FLAG(std::string, chat_template_content_format, "auto",
+          "how a chat's content lists are rendered: string (image placeholders first, texts joined by newlines: what "
+          "the phone agent asks for), openai (parts in place), auto (the template's choice, as vLLM decides it)");
+ABSL_FLAG(std::string, limit_mm_per_prompt, "", "the most images a prompt may carry, as JSON: {\"image\": 10} (default 16)");
+ABSL_FLAG(std::string, mm_processor_kwargs, "",
+          "image processor settings as JSON: {\"max_pixels\": N, \"min_pixels\": N} bound the resize (vLLM ignores "
+          "them for GLM-4.1V; here they apply)");
+ABSL_FLAG(std::string, allowed_local_media_path, "",
+          "chat images may be file:// URLs or paths under this folder (default: none may)");
+ABSL_FLAG(bool, allow_remote_media, false, "chat images may be http:// URLs (fetched within 10 s and 32 MiB)");
+ABSL_FLAG(std::string, mm_encoder_tp_mode, "", "accepted for vLLM's command line; the vision program runs on rank 0");
+ABSL_FLAG(std::string, mm_processor_cache_type, "",
+          "accepted for vLLM's command line; images are cached by content hash in the engine");
 
 namespace ag::tools {
 namespace {
@@ -95,6 +114,50 @@ absl::Status ApplyEnvironment(const std::vector<std::string>& args) {
   return absl::OkStatus();
 }
 
+// --mm-processor-kwargs: {"max_pixels": N, "min_pixels": N}; anything else is an error naming it.
+absl::Status ApplyProcessorKwargs(const std::string& text, image::ProcessorConfig* config) {
+  if (text.empty()) return absl::OkStatus();
+  const nlohmann::json j = nlohmann::json::parse(text, nullptr, false);
+  if (j.is_discarded() || !j.is_object()) return absl::InvalidArgumentError("--mm-processor-kwargs must be a JSON object");
+  for (const auto& [key, value] : j.items()) {
+    if (key != "max_pixels" && key != "min_pixels") {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--mm-processor-kwargs: '", key, "' is not a setting here (max_pixels, min_pixels)"));
+    }
+    if (!value.is_number_integer() || value.get<int64_t>() < 28 * 28 || value.get<int64_t>() > (int64_t{1} << 34)) {
+      return absl::InvalidArgumentError(absl::StrCat("--mm-processor-kwargs: '", key, "' must be an integer in [784, 2^34]"));
+    }
+    (key == "max_pixels" ? config->max_pixels : config->min_pixels) = value.get<int64_t>();
+  }
+  if (config->min_pixels > config->max_pixels) {
+    return absl::InvalidArgumentError("--mm-processor-kwargs: min_pixels is more than max_pixels");
+  }
+  return absl::OkStatus();
+}
+
+// --limit-mm-per-prompt: {"image": N} (vLLM also takes "image=N").
+absl::StatusOr<int64_t> ParseImageLimit(const std::string& text) {
+  if (text.empty()) return 16;
+  const nlohmann::json j = nlohmann::json::parse(text, nullptr, false);
+  int64_t n = -1;
+  if (!j.is_discarded() && j.is_object()) {
+    for (const auto& [key, value] : j.items()) {
+      if (key == "image" && value.is_number_integer()) {
+        n = value.get<int64_t>();
+      } else if (key != "video" || !value.is_number_integer()) {
+        return absl::InvalidArgumentError(absl::StrCat("--limit-mm-per-prompt: '", key, "' is not a limit here (image)"));
+      }
+    }
+    if (!j.contains("image")) n = 16;
+  } else if (text.rfind("image=", 0) == 0 && !absl::SimpleAtoi(text.substr(6), &n)) {
+    n = -1;
+  }
+  if (n < 0 || n > 1024) {
+    return absl::InvalidArgumentError("--limit-mm-per-prompt must be {\"image\": N} with N in [0, 1024]");
+  }
+  return n;
+}
+
 // Everything the engine refers to, kept alive for the server's life.
 struct Loaded {
   Model model;
@@ -123,6 +186,12 @@ absl::Status Load(Loaded& loaded, serve::App& app, const std::string& device) {
   loaded.weights = std::make_unique<runtime::CheckpointWeights>(*loaded.model.checkpoint);
   runtime::EngineOptions engine_options;
   engine_options.max_context = absl::GetFlag(FLAGS_max_context);
+  if (absl::GetFlag(FLAGS_max_model_len) != 0) {
+    if (engine_options.max_context != 0 && engine_options.max_context != absl::GetFlag(FLAGS_max_model_len)) {
+      return absl::InvalidArgumentError("--max-model-len and --max-context differ (they are the same setting)");
+    }
+    engine_options.max_context = absl::GetFlag(FLAGS_max_model_len);
+  }
   engine_options.prefix_caching = absl::GetFlag(FLAGS_prefix_caching);
   const double gb = absl::GetFlag(FLAGS_kv_cache_gb);
   if (gb < 0 || gb > 1e6) return absl::InvalidArgumentError("--kv-cache-gb must be in [0, 1e6]");
@@ -135,7 +204,23 @@ absl::Status Load(Loaded& loaded, serve::App& app, const std::string& device) {
                    runtime::Engine::Create(loaded.plan, *loaded.backend, *loaded.weights, engine_options));
 
   serve::LoadedModel model;
+  ASSIGN_OR_RETURN(model.chat.chat_template,
+                   glm::DetectChatTemplate(dir, loaded.model.glm4v ? glm::ChatTemplate::kGlm4v : glm::ChatTemplate::kGlm4));
+  const std::string format = absl::GetFlag(FLAGS_chat_template_content_format);
+  if (format == "auto") {
+    model.chat.content_format = glm::DefaultContentFormat(model.chat.chat_template);
+  } else if (format == "string" || format == "openai") {
+    model.chat.content_format = format == "string" ? glm::ContentFormat::kString : glm::ContentFormat::kOpenai;
+  } else {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--chat-template-content-format must be auto, string or openai, got '", format, "'"));
+  }
+  if (loaded.model.glm4v) {
+    ASSIGN_OR_RETURN(model.processor, LoadProcessorConfig(loaded.model));
+    RETURN_IF_ERROR(ApplyProcessorKwargs(absl::GetFlag(FLAGS_mm_processor_kwargs), &*model.processor));
+  }
   model.max_context = engine->max_context();
+  model.image_token_id = static_cast<int32_t>(loaded.plan.model.image_token_id);
   model.vocab_size = static_cast<int32_t>(loaded.plan.model.vocab_size);
   for (int64_t id : loaded.plan.model.eos_token_ids) model.eos_ids.push_back(static_cast<int32_t>(id));
   model.loop = std::make_unique<runtime::EngineLoop>(std::move(engine));
@@ -176,6 +261,12 @@ int Serve(const std::vector<std::string>& args) {
     return ReportError("autoglm-serve", absl::InvalidArgumentError("--log-level must be error, info or debug"));
   }
   const bool info = level != "error";
+  for (const auto& [flag, value] : {std::pair{"--mm-encoder-tp-mode", absl::GetFlag(FLAGS_mm_encoder_tp_mode)},
+                                    std::pair{"--mm-processor-cache-type", absl::GetFlag(FLAGS_mm_processor_cache_type)}}) {
+    if (!value.empty() && info) {
+      std::fprintf(stderr, "autoglm-serve: %s %s has no meaning in this engine; ignored\n", flag, value.c_str());
+    }
+  }
   if (absl::GetFlag(FLAGS_model).empty()) {
     return ReportError("autoglm-serve", absl::InvalidArgumentError("--model DIR (or MODEL_DIR) is required"));
   }
@@ -196,6 +287,16 @@ int Serve(const std::vector<std::string>& args) {
     }
   }
   options.api_key = absl::GetFlag(FLAGS_api_key);
+  absl::StatusOr<int64_t> image_limit = ParseImageLimit(absl::GetFlag(FLAGS_limit_mm_per_prompt));
+  if (!image_limit.ok()) return ReportError("autoglm-serve", image_limit.status());
+  options.max_images_per_prompt = *image_limit;
+  options.media.allowed_local_path = absl::GetFlag(FLAGS_allowed_local_media_path);
+  options.media.allow_remote = absl::GetFlag(FLAGS_allow_remote_media);
+  if (!options.media.allowed_local_path.empty() && !std::filesystem::is_directory(options.media.allowed_local_path)) {
+    return ReportError("autoglm-serve", absl::InvalidArgumentError(absl::StrCat(
+                                            "--allowed-local-media-path: ", options.media.allowed_local_path,
+                                            " is not a folder")));
+  }
   options.max_queue = absl::GetFlag(FLAGS_max_queue);
   if (options.max_queue < 1) return ReportError("autoglm-serve", absl::InvalidArgumentError("--max-queue must be >= 1"));
   serve::HttpLimits limits;

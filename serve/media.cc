@@ -1,0 +1,140 @@
+#include "serve/media.h"
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <system_error>
+
+#include <boost/asio/connect.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+
+#include "absl/status/status.h"
+#include "absl/strings/ascii.h"
+#include "absl/strings/escaping.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+
+namespace ag::serve {
+namespace {
+
+namespace fs = std::filesystem;
+namespace beast = boost::beast;
+namespace http = beast::http;
+using tcp = boost::asio::ip::tcp;
+
+absl::Status Bad(absl::string_view where, absl::string_view what) {
+  return absl::InvalidArgumentError(absl::StrCat(where, ": ", what));
+}
+
+// "data:image/png;base64,...."
+absl::StatusOr<std::string> FromDataUrl(absl::string_view url, const MediaOptions& options, absl::string_view where) {
+  const size_t comma = url.find(',');
+  if (comma == absl::string_view::npos) return Bad(where, "a data URL needs a ',' before its data");
+  const absl::string_view header = url.substr(5, comma - 5), data = url.substr(comma + 1);
+  if (!absl::EndsWith(header, ";base64")) return Bad(where, "a data URL's image must be base64 (data:image/png;base64,...)");
+  const absl::string_view type = header.substr(0, header.size() - 7);
+  if (!type.empty() && !absl::StartsWithIgnoreCase(type, "image/")) {
+    return Bad(where, absl::StrCat("a data URL of type '", type, "' is not an image"));
+  }
+  if (static_cast<int64_t>(data.size()) / 4 * 3 > options.max_bytes) {
+    return Bad(where, absl::StrCat("the image is larger than ", options.max_bytes, " bytes"));
+  }
+  std::string bytes;
+  if (!absl::Base64Unescape(data, &bytes)) return Bad(where, "the data URL's base64 is not valid");
+  if (bytes.empty()) return Bad(where, "the data URL holds no data");
+  return bytes;
+}
+
+// A path under the allowed folder, symbolic links resolved first.
+absl::StatusOr<std::string> FromLocalFile(absl::string_view path_text, const MediaOptions& options,
+                                          absl::string_view where) {
+  if (options.allowed_local_path.empty()) {
+    return Bad(where, "local files are not allowed (the server was started without --allowed-local-media-path)");
+  }
+  std::error_code ec;
+  const fs::path allowed = fs::canonical(options.allowed_local_path, ec);
+  if (ec) return Bad(where, "the allowed local media folder does not exist");
+  const fs::path path = fs::canonical(fs::path(std::string(path_text)), ec);
+  if (ec) return Bad(where, absl::StrCat("no such file: ", path_text));
+  const fs::path relative = path.lexically_relative(allowed);
+  if (relative.empty() || *relative.begin() == "..") {
+    return Bad(where, absl::StrCat(path_text, " is outside the allowed local media folder"));
+  }
+  if (!fs::is_regular_file(path, ec)) return Bad(where, absl::StrCat(path_text, " is not a regular file"));
+  const uintmax_t size = fs::file_size(path, ec);
+  if (ec || static_cast<int64_t>(size) > options.max_bytes) {
+    return Bad(where, absl::StrCat("the image is larger than ", options.max_bytes, " bytes"));
+  }
+  std::ifstream in(path, std::ios::binary);
+  std::string bytes(size, '\0');
+  if (!in.read(bytes.data(), static_cast<std::streamsize>(size))) return Bad(where, absl::StrCat("cannot read ", path_text));
+  return bytes;
+}
+
+// GET http://host[:port]/path, within the size and time limits.
+absl::StatusOr<std::string> FromHttp(absl::string_view url, const MediaOptions& options, absl::string_view where) {
+  absl::string_view rest = url.substr(7);
+  const size_t slash = rest.find('/');
+  const absl::string_view authority = rest.substr(0, slash);
+  const std::string target = slash == absl::string_view::npos ? "/" : std::string(rest.substr(slash));
+  std::string host(authority), port = "80";
+  if (const size_t colon = authority.rfind(':'); colon != absl::string_view::npos) {
+    host = std::string(authority.substr(0, colon));
+    port = std::string(authority.substr(colon + 1));
+    int number = 0;
+    if (!absl::SimpleAtoi(port, &number) || number <= 0 || number > 65535) return Bad(where, "the URL's port is not valid");
+  }
+  if (host.empty() || absl::StrContains(host, '@')) return Bad(where, "the URL has no host");
+  try {
+    boost::asio::io_context io;
+    tcp::resolver resolver(io);
+    beast::tcp_stream stream(io);
+    stream.expires_after(std::chrono::milliseconds(options.remote_timeout_ms));
+    beast::error_code ec;
+    const auto endpoints = resolver.resolve(host, port, ec);
+    if (ec) return Bad(where, absl::StrCat("cannot resolve ", host));
+    stream.connect(endpoints, ec);
+    if (ec) return Bad(where, absl::StrCat("cannot connect to ", authority, ": ", ec.message()));
+    http::request<http::empty_body> request(http::verb::get, target, 11);
+    request.set(http::field::host, host);
+    request.set(http::field::user_agent, "autoglm-serve");
+    http::write(stream, request, ec);
+    if (ec) return Bad(where, absl::StrCat("fetching the URL failed: ", ec.message()));
+    beast::flat_buffer buffer;
+    http::response_parser<http::string_body> parser;
+    parser.body_limit(static_cast<uint64_t>(options.max_bytes));
+    http::read(stream, buffer, parser, ec);
+    if (ec == http::error::body_limit) return Bad(where, absl::StrCat("the image is larger than ", options.max_bytes, " bytes"));
+    if (ec == beast::error::timeout) return Bad(where, "fetching the URL took too long");
+    if (ec) return Bad(where, absl::StrCat("fetching the URL failed: ", ec.message()));
+    const auto& response = parser.get();
+    if (response.result_int() != 200) return Bad(where, absl::StrCat("the URL answered HTTP ", response.result_int()));
+    return response.body();
+  } catch (const std::exception& e) {
+    return Bad(where, absl::StrCat("fetching the URL failed: ", e.what()));
+  }
+}
+
+}  // namespace
+
+absl::StatusOr<std::string> FetchImageBytes(absl::string_view url, const MediaOptions& options, absl::string_view where) {
+  if (absl::StartsWithIgnoreCase(url, "data:")) return FromDataUrl(url, options, where);
+  if (absl::StartsWithIgnoreCase(url, "file://")) return FromLocalFile(url.substr(7), options, where);
+  if (absl::StartsWithIgnoreCase(url, "http://") || absl::StartsWithIgnoreCase(url, "https://")) {
+    if (!options.allow_remote) {
+      return Bad(where, "remote images are not fetched (the server was started without --allow-remote-media)");
+    }
+    if (absl::StartsWithIgnoreCase(url, "https://")) {
+      return Bad(where, "https URLs are not fetched yet (no TLS here): send the image as a data URL or over http");
+    }
+    return FromHttp(url, options, where);
+  }
+  if (absl::StartsWith(url, "/")) return FromLocalFile(url, options, where);
+  return Bad(where, "an image URL must be data:, file://, an absolute path, or http(s)://");
+}
+
+}  // namespace ag::serve
