@@ -71,8 +71,8 @@ class Requests(unittest.TestCase):
         for part in ({"type": 5, "text": "x"}, {"type": None, "text": "x"}, {"type": "text", "text": 5},
                      {"type": ["text"]}, 5, None, "text"):
             body = {"model": NAME, "messages": [{"role": "user", "content": [part]}], "max_tokens": 1}
-            self.assert_400("/v1/chat/completions", body, "messages[0].content")
-            self.assert_400("/tokenize", {"messages": body["messages"]}, "messages[0].content")
+            self.assert_400("/v1/chat/completions", body, "messages[0].content[0]")  # the part at fault
+            self.assert_400("/tokenize", {"messages": body["messages"]}, "messages[0].content[0]")
         self.assert_400("/v1/chat/completions", {"model": NAME, "messages": [{"role": 5, "content": "x"}]},
                         "messages[0].role")
         self.assertEqual(self.s.request("GET", "/health")[0], 200)
