@@ -116,7 +116,7 @@ absl::StatusOr<int> Engine::Submit(Request request) {
   if (!seq->request.sampling.IsPlainGreedy()) {
     seq->sampler.emplace(seq->request.sampling);
     seq->sample_where_logits_are =
-        backend_.SamplesWhereLogitsAre() && seq->request.sampling.repetition_penalty == 1.0f;
+        backend_.SamplesWhereLogitsAre() && !seq->request.sampling.HasPenalty();
   }
   seq->logits_from = seq->request.prompt_logits ? 0 : n - 1;
   const int64_t blocks = BlocksFor(MaxTokens(seq->request));
@@ -416,7 +416,7 @@ std::optional<TokenEvent> Engine::Advance(const Slice& s, int32_t chosen) {
     std::vector<int32_t> history = seq.request.prompt;
     history.insert(history.end(), seq.generated.begin(), seq.generated.end());
     std::vector<float> scratch = row(last);
-    token = seq.sampler->Sample(scratch, history);
+    token = seq.sampler->Sample(scratch, history, seq.request.prompt.size());
   } else {
     token = next_buffer_[s.last_logit_row()];
   }

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <numeric>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 
@@ -21,10 +22,15 @@ absl::Status SamplingParams::Validate() const {
     return absl::InvalidArgumentError(absl::StrCat("repetition penalty must be > 0, got ", repetition_penalty));
   }
   if (vocab_limit < 0) return absl::InvalidArgumentError("vocab limit must be >= 0");
+  for (const auto& [name, value] : {std::pair{"frequency", frequency_penalty}, std::pair{"presence", presence_penalty}}) {
+    if (!(value >= -2.0f && value <= 2.0f)) {
+      return absl::InvalidArgumentError(absl::StrCat(name, " penalty must be in [-2, 2], got ", value));
+    }
+  }
   return absl::OkStatus();
 }
 
-int32_t Sampler::Sample(std::vector<float>& logits, const std::vector<int32_t>& history) {
+int32_t Sampler::Sample(std::vector<float>& logits, const std::vector<int32_t>& history, size_t prompt_size) {
   if (params_.vocab_limit > 0 && params_.vocab_limit < static_cast<int32_t>(logits.size())) {
     logits.resize(static_cast<size_t>(params_.vocab_limit));
   }
@@ -35,6 +41,14 @@ int32_t Sampler::Sample(std::vector<float>& logits, const std::vector<int32_t>& 
       if (id < 0 || id >= n) continue;
       float& l = logits[id];
       l = l > 0 ? l / params_.repetition_penalty : l * params_.repetition_penalty;
+    }
+  }
+  if (params_.frequency_penalty != 0.0f || params_.presence_penalty != 0.0f) {
+    absl::flat_hash_map<int32_t, int32_t> counts;
+    for (size_t i = std::min(prompt_size, history.size()); i < history.size(); ++i) ++counts[history[i]];
+    for (const auto& [id, count] : counts) {
+      if (id < 0 || id >= n) continue;
+      logits[id] -= params_.frequency_penalty * static_cast<float>(count) + params_.presence_penalty;
     }
   }
   if (params_.IsGreedy()) {

@@ -15,14 +15,21 @@ struct SamplingParams {
   float temperature = 0.0f;         // 0: greedy
   int32_t top_k = 0;                // 0: off
   float top_p = 1.0f;               // 1: off
-  float repetition_penalty = 1.0f;  // 1: off
+  float repetition_penalty = 1.0f;  // 1: off; transformers' rule over the prompt and the generated tokens
+  // OpenAI's, over the generated tokens only: each id's logit less frequency_penalty x its count
+  // and presence_penalty once if it appeared. In [-2, 2]; 0: off.
+  float frequency_penalty = 0.0f;
+  float presence_penalty = 0.0f;
   uint64_t seed = 0;
   // Only ids below this can be chosen (0: any). A model's embedding is often
   // padded past its tokenizer's vocabulary; text generation must stay inside it.
   int32_t vocab_limit = 0;
 
   // Greedy, no penalty, no limit: the device's argmax is the answer, no logits needed.
-  bool IsPlainGreedy() const { return IsGreedy() && repetition_penalty == 1.0f && vocab_limit == 0; }
+  bool IsPlainGreedy() const { return IsGreedy() && !HasPenalty() && vocab_limit == 0; }
+  bool HasPenalty() const {
+    return repetition_penalty != 1.0f || frequency_penalty != 0.0f || presence_penalty != 0.0f;
+  }
   bool IsGreedy() const { return temperature == 0.0f || top_k == 1; }
   absl::Status Validate() const;
 };
@@ -31,9 +38,10 @@ class Sampler {
  public:
   explicit Sampler(const SamplingParams& params) : params_(params), rng_(params.seed) {}
 
-  // Picks a token from `logits` (modified in place). `history` holds the ids
-  // the repetition penalty applies to (the prompt and what was generated).
-  int32_t Sample(std::vector<float>& logits, const std::vector<int32_t>& history);
+  // Picks a token from `logits` (modified in place). `history` holds the
+  // prompt and what was generated; its first `prompt_size` ids are the prompt
+  // (the repetition penalty sees all of it, the frequency and presence penalties the rest).
+  int32_t Sample(std::vector<float>& logits, const std::vector<int32_t>& history, size_t prompt_size = 0);
   // The next draw in [0, 1) of this sampler's seeded stream, for sampling where the logits are
   // (Backend::SampleRows): a seed repeats its tokens there too.
   float NextUniform();

@@ -2,6 +2,9 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <random>
+
 #include <cmath>
 
 namespace ag::runtime {
@@ -137,6 +140,50 @@ TEST(Sampler, ValidatesParameters) {
   p = {};
   p.repetition_penalty = 0;
   EXPECT_FALSE(p.Validate().ok());
+  for (const float bad : {-2.5f, 2.01f, NAN}) {
+    p = {};
+    p.frequency_penalty = bad;
+    EXPECT_FALSE(p.Validate().ok()) << bad;
+    p = {};
+    p.presence_penalty = bad;
+    EXPECT_FALSE(p.Validate().ok()) << bad;
+  }
+}
+
+// OpenAI's frequency and presence penalties, against their definition:
+// logit[t] -= frequency x count(t in the generated tokens) + presence x [count > 0];
+// the prompt's tokens are not counted.
+TEST(Sampler, FrequencyAndPresencePenaltiesAreOpenAIs) {
+  std::mt19937 rng(5);
+  std::uniform_real_distribution<float> logit(-3.0f, 3.0f);
+  std::uniform_int_distribution<int32_t> token(0, 11);
+  for (int trial = 0; trial < 500; ++trial) {
+    SamplingParams p;
+    p.frequency_penalty = std::uniform_real_distribution<float>(-2.0f, 2.0f)(rng);
+    p.presence_penalty = std::uniform_real_distribution<float>(-2.0f, 2.0f)(rng);
+    std::vector<float> logits(12);
+    for (float& l : logits) l = logit(rng);
+    std::vector<int32_t> history(8);
+    for (int32_t& t : history) t = token(rng);
+    const size_t prompt = 3;
+    std::vector<float> want = logits;
+    for (int32_t t = 0; t < 12; ++t) {
+      const int64_t count = std::count(history.begin() + prompt, history.end(), t);
+      want[t] -= p.frequency_penalty * static_cast<float>(count) + (count > 0 ? p.presence_penalty : 0.0f);
+    }
+    const int32_t best = static_cast<int32_t>(std::max_element(want.begin(), want.end()) - want.begin());
+    Sampler sampler(p);  // temperature 0: greedy after the penalties
+    std::vector<float> got = logits;
+    EXPECT_EQ(sampler.Sample(got, history, prompt), best) << trial;
+    for (int32_t t = 0; t < 12; ++t) EXPECT_NEAR(got[t], want[t], 1e-5) << trial << " id " << t;
+  }
+  SamplingParams p;
+  p.frequency_penalty = 0.2f;
+  EXPECT_FALSE(p.IsPlainGreedy());
+  EXPECT_TRUE(p.HasPenalty());
+  p.frequency_penalty = 0;
+  p.top_p = 0.85f;  // top_p with temperature 0 is greedy
+  EXPECT_TRUE(p.IsPlainGreedy());
 }
 
 }  // namespace

@@ -136,10 +136,9 @@ void ReadOptions(Reader& r, const RequestLimits& limits, GenerationOptions& o) {
       o.stop.push_back(s.get<std::string>());
     }
   }
-  for (const char* penalty : {"frequency_penalty", "presence_penalty"}) {  // numbers, and only the neutral 0
-    if (r.ok() && r.Has(penalty) && !r[penalty].is_number()) r.Fail(penalty, absl::StrCat("'", penalty, "' must be a number"));
-    r.Neutral(penalty, 0);
-  }
+  // OpenAI's penalties, over the generated tokens.
+  o.sampling.frequency_penalty = static_cast<float>(r.Number("frequency_penalty", -2, 2).value_or(0.0));
+  o.sampling.presence_penalty = static_cast<float>(r.Number("presence_penalty", -2, 2).value_or(0.0));
   r.Neutral("logit_bias", json::object());
   r.Neutral("tools", json::array());
   r.Neutral("tool_choice", "none");

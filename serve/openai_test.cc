@@ -73,7 +73,7 @@ TEST(OpenAi, BadBodiesNameTheField) {
       {R"({"model": "m", "messages": [{"role": "user", "content": "x"}], "stop": [""]})", "stop"},
       {R"({"model": "m", "messages": [{"role": "user", "content": "x"}], "top_logprobs": 3})", "top_logprobs"},
       {R"({"model": "m", "messages": [{"role": "user", "content": "x"}], "stream_options": {}})", "stream_options"},
-      {R"({"model": "m", "messages": [{"role": "user", "content": "x"}], "frequency_penalty": 1})",
+      {R"({"model": "m", "messages": [{"role": "user", "content": "x"}], "frequency_penalty": 2.5})",
        "frequency_penalty"},
       {R"({"model": "m", "messages": [{"role": "user", "content": "x"}], "temprature": 1})", "temprature"},
       {R"([1, 2])", ""},
