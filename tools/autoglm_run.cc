@@ -70,6 +70,9 @@ ABSL_FLAG(float, temperature, 0.0f, "sampling temperature; 0 is greedy");
 ABSL_FLAG(int32_t, top_k, 0, "sample among the k most likely tokens; 0 is off");
 ABSL_FLAG(float, top_p, 1.0f, "sample among the most likely tokens holding this much probability");
 ABSL_FLAG(float, repetition_penalty, 1.0f, "penalise tokens already in the sequence (transformers' rule)");
+ABSL_FLAG(float, frequency_penalty, 0.0f, "OpenAI's: lower each token's logit by this times its count in the new tokens");
+ABSL_FLAG(float, presence_penalty, 0.0f, "OpenAI's: lower each token's logit by this once it is in the new tokens");
+ABSL_FLAG(std::string, stop_ids, "", "comma-separated ids that also end the generation (kept as the last token)");
 ABSL_FLAG(uint64_t, seed, 0, "sampling seed");
 
 namespace ag::tools {
@@ -144,6 +147,11 @@ absl::Status Run() {
   request.sampling.top_p = absl::GetFlag(FLAGS_top_p);
   request.sampling.repetition_penalty = absl::GetFlag(FLAGS_repetition_penalty);
   request.sampling.seed = absl::GetFlag(FLAGS_seed);
+  request.sampling.frequency_penalty = absl::GetFlag(FLAGS_frequency_penalty);
+  request.sampling.presence_penalty = absl::GetFlag(FLAGS_presence_penalty);
+  if (!absl::GetFlag(FLAGS_stop_ids).empty()) {
+    ASSIGN_OR_RETURN(request.stop_ids, ParseIdList(absl::GetFlag(FLAGS_stop_ids)));
+  }
   if (text_mode) request.sampling.vocab_limit = tokenizer->vocab_size();
 
   ASSIGN_OR_RETURN(std::unique_ptr<runtime::Backend> backend, MakeBackend(device, plan.tp, parallel));

@@ -47,9 +47,9 @@ def ensure_tokenizer():
 
 
 class Server:
-    def __init__(self, *flags, preexec_fn=None):
+    def __init__(self, *flags, preexec_fn=None, model=MODEL):
         ensure_tokenizer()
-        self.proc = subprocess.Popen([SERVE, "--model", MODEL, "--device", "cpu", "--host", "127.0.0.1", "--port", "0",
+        self.proc = subprocess.Popen([SERVE, "--model", model, "--device", "cpu", "--host", "127.0.0.1", "--port", "0",
                                       *flags], stderr=subprocess.PIPE, text=True, preexec_fn=preexec_fn)
         self.log = []
         self.port = None
