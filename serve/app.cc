@@ -197,7 +197,8 @@ void App::Route(HttpRequest& request, const std::shared_ptr<Responder>& out) {
   });
 }
 
-bool App::Admit(const GenerationOptions& options, int64_t prompt_tokens, const std::shared_ptr<Responder>& out) {
+bool App::Admit(const GenerationOptions& options, int64_t prompt_tokens, const std::shared_ptr<Responder>& out,
+                const char* prompt_param) {
   if (!options.model.empty() && options.model != options_.served_model_name) {
     Error(out, 404, absl::StrCat("the model '", options.model.substr(0, 200), "' does not exist; this server has '",
                                  options_.served_model_name, "'"),
@@ -213,10 +214,11 @@ bool App::Admit(const GenerationOptions& options, int64_t prompt_tokens, const s
           {{"Retry-After", "1"}});
     return false;
   }
-  if (prompt_tokens >= model_.max_context) {
-    Error(out, 413,
-          absl::StrCat("the prompt has ", prompt_tokens, " tokens; this model's context is ", model_.max_context),
-          "prompt");
+  if (prompt_tokens >= model_.max_context) {  // a 400, as vLLM answers it (--max-model-len)
+    Error(out, 400,
+          absl::StrCat("This model's maximum context length is ", model_.max_context, " tokens. However, your request has ",
+                       prompt_tokens, " input tokens (image tokens included): shorten it or raise --max-model-len"),
+          prompt_param);
     return false;
   }
   return true;
@@ -289,7 +291,7 @@ void App::Chat(const HttpRequest& http, std::shared_ptr<Responder> out) {
   absl::StatusOr<std::vector<int32_t>> prompt = glm::EncodeChat(*model_.tokenizer, req.messages, model_.chat);
   if (!prompt.ok()) return Error(out, 400, std::string(prompt.status().message()), "messages");
   const int64_t expanded = ExpandedLength(*prompt, images);
-  if (!Admit(req.options, expanded, out)) return;
+  if (!Admit(req.options, expanded, out, "messages")) return;
   Run(req.options, std::move(*prompt), /*chat=*/true, req.logprobs ? req.top_logprobs : -1, "", false,
       std::move(out), std::move(images), expanded);
 }
@@ -359,7 +361,7 @@ void App::Completions(const HttpRequest& http, std::shared_ptr<Responder> out) {
     }
   }
   if (prompt.empty()) return Error(out, 400, "the prompt is empty", "prompt");
-  if (!Admit(req.options, static_cast<int64_t>(prompt.size()), out)) return;
+  if (!Admit(req.options, static_cast<int64_t>(prompt.size()), out, "prompt")) return;
   Run(req.options, std::move(prompt), /*chat=*/false, req.logprobs.value_or(-1), std::move(echo),
       req.return_token_ids, std::move(out));
 }

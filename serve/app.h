@@ -89,7 +89,8 @@ class App {
   void Tokenize(const HttpRequest& request, std::shared_ptr<Responder> out);
   void Detokenize(const HttpRequest& request, std::shared_ptr<Responder> out);
   // Checks the model name, the queue and the prompt's length; on a problem answers and returns false.
-  bool Admit(const GenerationOptions& options, int64_t prompt_tokens, const std::shared_ptr<Responder>& out);
+  bool Admit(const GenerationOptions& options, int64_t prompt_tokens, const std::shared_ptr<Responder>& out,
+             const char* prompt_param);
   void Run(const GenerationOptions& options, std::vector<int32_t> prompt, bool chat, int logprobs, std::string echo,
            bool return_token_ids, std::shared_ptr<Responder> out,
            std::vector<std::shared_ptr<const image::Patches>> images = {}, int64_t expanded_tokens = -1);

@@ -328,7 +328,10 @@ class Main(unittest.TestCase):
                 self.assertTrue(error["message"], data)
                 statuses[status] = statuses.get(status, 0) + 1
         self.assertGreater(sum(statuses.values()), 2000)
-        self.assertIn(413, statuses)  # the 300-token prompt over a 256-token context
+        long_prompt = {"model": NAME, "prompt": list(range(1, 300)), "max_tokens": 2}  # over the 256-token context
+        status, r = self.s.post("/v1/completions", long_prompt)
+        self.assertEqual((status, r["error"]["param"]), (400, "prompt"), r)
+        self.assertIn("maximum context length is 256 tokens", r["error"]["message"])
         self.assertIn(404, statuses)  # the unknown model
 
         # 100 MB: refused from its Content-Length.
