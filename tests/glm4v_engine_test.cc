@@ -173,6 +173,46 @@ TEST_F(Glm4vEngine, AScreenshotSentAgainComesFromTheCaches) {
   EXPECT_EQ((*engine)->encoder_cache_hits(), 4);
 }
 
+TEST_F(Glm4vEngine, AnImagePromptsPrefillDoesNotStallOtherStreams) {
+  // Eight streams decode while a prompt with three images prefills: every step carries a
+  // decode token for each of the eight, and no step passes the token or encoder budgets.
+  compiler::CompileOptions options;
+  options.build.max_batch_tokens = 32;
+  options.build.max_seqs = 16;
+  options.max_vision_patches = 200;
+  options.max_images = 2;
+  const compiler::Plan plan = CompilePlan(options);
+  runtime::CpuBackend backend;
+  absl::StatusOr<std::unique_ptr<runtime::Engine>> engine = runtime::Engine::Create(plan, backend, *weights_, {});
+  ASSERT_TRUE(engine.ok());
+  std::vector<int> streams;
+  for (int i = 0; i < 8; ++i) {
+    runtime::Request r;
+    r.prompt = {302, 304, static_cast<int32_t>(20 + i)};
+    r.max_new_tokens = 200;
+    r.stop_on_eos = false;
+    streams.push_back(*(*engine)->Submit(r));
+  }
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE((*engine)->Step().ok());  // all eight are decoding now
+  runtime::Request big = RequestFor(Cases()[2]);  // two images
+  big.prompt.insert(big.prompt.end(), {310, testing::kImageToken, 311});
+  big.images.push_back(Cases()[1].images[0]);  // and a third
+  big.max_new_tokens = 1;
+  const int id = *(*engine)->Submit(big);
+  const int64_t total = static_cast<int64_t>((*engine)->prompt(id).size());
+  int prefill_steps = 0;
+  while ((*engine)->new_tokens(id).empty()) {
+    ASSERT_TRUE((*engine)->Step().ok());
+    const runtime::StepStats& s = (*engine)->last_step();
+    EXPECT_EQ(s.decode_tokens, 8) << "step " << prefill_steps;
+    EXPECT_LE(s.prefill_tokens + s.decode_tokens, 32);
+    EXPECT_LE(s.images_encoded, 2);
+    ++prefill_steps;
+  }
+  EXPECT_GE(prefill_steps, total / 24);
+  for (const int s : streams) EXPECT_EQ((*engine)->new_tokens(s).size(), static_cast<size_t>(3 + prefill_steps));
+}
+
 TEST_F(Glm4vEngine, ImagesThatDoNotFitTheirTokensAreRefused) {
   runtime::CpuBackend backend;
   const compiler::Plan plan = CompilePlan({});
