@@ -396,7 +396,7 @@ class Deployment(unittest.TestCase):
             subprocess.run([SERVE, "--helpfull"], capture_output=True, text=True).stderr
         known = set(re.findall(r"--([a-z_]+)", helptext))
         used = set()
-        for name in ("Dockerfile", "deploy/autoglm.yaml"):
+        for name in ("Dockerfile", "deploy/autoglm.yaml", "deploy/autoglm-phone.yaml"):
             with open(os.path.join(root, name)) as f:
                 text = f.read()
             used |= set(f.replace("-", "_") for f in re.findall(r'"--([a-z][a-z-]+)"', text))
