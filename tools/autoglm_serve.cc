@@ -325,6 +325,10 @@ int Serve(const std::vector<std::string>& args) {
   sigaddset(&signals, SIGINT);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
 
+  // Declared before the app: the app's engine loop runs on the backend and plan in `loaded`, so
+  // it must be stopped and joined (~App) before they go. (The other order let the loop thread
+  // finish its last step on a freed backend at exit: a server that sometimes never exited.)
+  Loaded loaded;
   serve::App app(options);
   const bool debug = level == "debug";
   absl::StatusOr<std::unique_ptr<serve::HttpServer>> server = serve::HttpServer::Start(
@@ -338,7 +342,6 @@ int Serve(const std::vector<std::string>& args) {
                          absl::GetFlag(FLAGS_host).c_str(), (*server)->port(), absl::GetFlag(FLAGS_model).c_str(),
                          device.c_str());
 
-  Loaded loaded;
   absl::Status load_status;
   std::atomic<bool> load_done{false};
   std::thread loader([&] {
