@@ -230,6 +230,7 @@ void App::Run(const GenerationOptions& options, std::vector<int32_t> prompt, boo
   const int64_t prompt_tokens = expanded_tokens >= 0 ? expanded_tokens : static_cast<int64_t>(prompt.size());
   GenerationSpec spec;
   spec.chat = chat;
+  spec.reasoning = chat && options_.reasoning_parser;
   spec.stream = options.stream;
   spec.include_usage = options.include_usage;
   spec.n = options.n;

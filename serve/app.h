@@ -42,6 +42,7 @@ struct AppOptions {
   // (vLLM's --limit-mm-per-prompt), and how large they may be before decoding.
   MediaOptions media;
   int64_t max_images_per_prompt = 16;
+  bool reasoning_parser = false;  // --reasoning-parser glm45
   image::DecodeLimits decode_limits;
 };
 

@@ -205,7 +205,17 @@ void Generation::SendChunk(int index, const std::string& delta, const std::strin
   if (spec_.chat) {
     json d = json::object();
     if (!c.opened) d["role"] = "assistant";
-    if (!delta.empty() || d.contains("role")) d["content"] = delta;
+    ReasoningSplitter::Parts parts{"", delta};
+    if (spec_.reasoning) {
+      parts = c.splitter.Add(delta);
+      if (!finish_reason.empty()) {  // the last chunk: whatever was held back
+        ReasoningSplitter::Parts rest = c.splitter.Finish();
+        parts.reasoning += rest.reasoning;
+        parts.content += rest.content;
+      }
+    }
+    if (!parts.reasoning.empty()) d["reasoning_content"] = parts.reasoning;
+    if (!parts.content.empty() || d.contains("role")) d["content"] = parts.content;
     choice["delta"] = d;
   } else {
     choice["text"] = delta;
@@ -265,6 +275,12 @@ void Generation::Complete() {
       json choice = {{"index", i}};
       if (spec_.chat) {
         choice["message"] = {{"role", "assistant"}, {"content", c.text}};
+        if (spec_.reasoning) {
+          ReasoningSplitter splitter;
+          ReasoningSplitter::Parts parts = splitter.Add(c.text), rest = splitter.Finish();
+          choice["message"]["content"] = parts.content + rest.content;
+          choice["message"]["reasoning_content"] = parts.reasoning + rest.reasoning;
+        }
         choice["logprobs"] = spec_.logprobs >= 0 ? json{{"content", c.logprobs}} : json(nullptr);
       } else {
         choice["text"] = spec_.echo_text + c.text;

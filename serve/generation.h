@@ -23,6 +23,7 @@
 #include "models/glm/tokenizer.h"
 #include "runtime/engine_loop.h"
 #include "serve/http_server.h"
+#include "serve/reasoning.h"
 
 namespace ag::serve {
 
@@ -44,6 +45,7 @@ struct GenerationSpec {
   std::vector<std::string> stop;
   absl::flat_hash_set<int32_t> hidden_ids;  // ids that end a choice and never appear in its text
   int logprobs = -1;  // -1: none; else alternatives per token (chat: top_logprobs)
+  bool reasoning = false;  // chat: <think>...</think> goes to reasoning_content (--reasoning-parser glm45)
   // Completions only:
   std::string echo_text;  // prepended to each choice's text (echo)
   bool return_token_ids = false;
@@ -69,6 +71,7 @@ class Generation : public std::enable_shared_from_this<Generation> {
     nlohmann::json logprobs;  // chat: the "content" entries; completions: tokens, token_logprobs, ...
     size_t streamed_logprobs = 0;  // entries already sent (streaming)
     bool opened = false;  // the first chunk (chat: the assistant role) has gone out
+    ReasoningSplitter splitter;  // with spec.reasoning, streaming
     bool done = false;
     bool stopped = false;  // by a stop string or a hidden id
     std::string finish_reason;

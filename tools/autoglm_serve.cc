@@ -70,6 +70,9 @@ ABSL_FLAG(std::string, mm_processor_kwargs, "",
 ABSL_FLAG(std::string, allowed_local_media_path, "",
           "chat images may be file:// URLs or paths under this folder (default: none may)");
 ABSL_FLAG(bool, allow_remote_media, false, "chat images may be http:// URLs (fetched within 10 s and 32 MiB)");
+ABSL_FLAG(std::string, reasoning_parser, "",
+          "glm45: a chat answer's <think>...</think> goes to reasoning_content (streamed too), as vLLM's parser does; "
+          "default: all of it stays in content (the phone agent parses it there)");
 ABSL_FLAG(std::string, mm_encoder_tp_mode, "", "accepted for vLLM's command line; the vision program runs on rank 0");
 ABSL_FLAG(std::string, mm_processor_cache_type, "",
           "accepted for vLLM's command line; images are cached by content hash in the engine");
@@ -290,6 +293,12 @@ int Serve(const std::vector<std::string>& args) {
   absl::StatusOr<int64_t> image_limit = ParseImageLimit(absl::GetFlag(FLAGS_limit_mm_per_prompt));
   if (!image_limit.ok()) return ReportError("autoglm-serve", image_limit.status());
   options.max_images_per_prompt = *image_limit;
+  const std::string parser = absl::GetFlag(FLAGS_reasoning_parser);
+  if (!parser.empty() && parser != "glm45") {
+    return ReportError("autoglm-serve", absl::InvalidArgumentError(
+                                            absl::StrCat("--reasoning-parser: '", parser, "' is not one here (glm45)")));
+  }
+  options.reasoning_parser = parser == "glm45";
   options.media.allowed_local_path = absl::GetFlag(FLAGS_allowed_local_media_path);
   options.media.allow_remote = absl::GetFlag(FLAGS_allow_remote_media);
   if (!options.media.allowed_local_path.empty() && !std::filesystem::is_directory(options.media.allowed_local_path)) {
