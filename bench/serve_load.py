@@ -12,8 +12,16 @@ and failures; --json writes the same numbers.
   bench/serve_load.py --url http://127.0.0.1:8080 --requests 200 --concurrency 16
   bench/serve_load.py --url http://127.0.0.1:8080 --requests 200 --rate 20
 
+--agent-steps N replays the Open-AutoGLM phone agent instead: --concurrency agents, each N
+steps of streamed chat requests as the agent sends them (its system prompt, the text history,
+a fresh screenshot as a PNG data URL in the last user turn, temperature 0, top_p 0.85,
+frequency_penalty 0.2), reporting per-step time to first token, step latency and throughput.
+
+  bench/serve_load.py --url http://127.0.0.1:8000 --agent-steps 5 --concurrency 4
+
 Only the Python standard library: it runs wherever the server's tests run."""
 import argparse
+import base64
 import http.client
 import json
 import math
@@ -22,6 +30,8 @@ import sys
 import threading
 import time
 import urllib.parse
+import zlib
+import struct
 
 WORDS = ("the of and to in is you that it he was for on are as with his they at be this have from or one had by "
          "word but not what all were we when your can said there use an each which she do how their if will up "
@@ -81,6 +91,103 @@ class Result:
         self.prompt_tokens = 0
 
 
+def screenshot_png(width, height, seed):
+    """A screenshot-like RGBA PNG (a status bar, bands of colour), different for each seed."""
+    rows = []
+    for y in range(height):
+        band = (y // 37 + seed) % 7
+        pixel = bytes([20, 20, 20, 255]) if y < 60 else bytes([(band * 37 + seed) % 256, (y // 3) % 256, band * 30, 255])
+        rows.append(b"\0" + pixel * width)
+
+    def chunk(kind, data):
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data) & 0xffffffff)
+    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", width, height, 8, 6, 0, 0, 0)) +
+            chunk(b"IDAT", zlib.compress(b"".join(rows), 6)) + chunk(b"IEND", b""))
+
+
+AGENT_SYSTEM = ("The current date: 2026-12-02\n# Setup\nYou are a professional Android operation agent assistant. "
+                "Given a screenshot at each step, think, then answer with one action in Python-style pseudo-code.\n" +
+                "".join("- Rule %d: do(action=\"Tap\", element=[%d,%d]) when item %d shows.\n" % (i, 9 * i, 7 * i, i)
+                        for i in range(40)))[:2442]
+
+
+def agent_step(url, model, key, messages, max_tokens, timeout):
+    """One streamed agent request; its Result, and the answer's text."""
+    r = Result()
+    parts = urllib.parse.urlparse(url)
+    body = json.dumps({"model": model, "messages": messages, "max_tokens": max_tokens, "stream": True,
+                       "stream_options": {"include_usage": True}, "temperature": 0.0, "top_p": 0.85,
+                       "frequency_penalty": 0.2, "ignore_eos": True})
+    headers = {"Content-Type": "application/json"}
+    if key:
+        headers["Authorization"] = "Bearer " + key
+    text = ""
+    start = time.perf_counter()
+    try:
+        conn = http.client.HTTPConnection(parts.hostname, parts.port or 80, timeout=timeout)
+        conn.request("POST", "/v1/chat/completions", body=body, headers=headers)
+        resp = conn.getresponse()
+        if resp.status != 200:
+            r.error = "HTTP %d: %s" % (resp.status, resp.read()[:200].decode(errors="replace"))
+            return r, text
+        for raw in resp:
+            line = raw.decode(errors="replace").strip()
+            if not line.startswith("data: "):
+                continue
+            if line == "data: [DONE]":
+                r.ok = True
+                break
+            event = json.loads(line[6:])
+            if "error" in event:
+                r.error = event["error"].get("message", "error")
+                break
+            for choice in event.get("choices") or []:
+                delta = choice.get("delta", {}).get("content")
+                if delta and r.ttft is None:
+                    r.ttft = time.perf_counter() - start  # the agent's TTFT: the first content
+                text += delta or ""
+            if event.get("usage"):
+                r.output_tokens = event["usage"]["completion_tokens"]
+                r.prompt_tokens = event["usage"]["prompt_tokens"]
+        conn.close()
+    except Exception as e:
+        r.error = "%s: %s" % (type(e).__name__, e)
+    r.e2e = time.perf_counter() - start
+    return r, text
+
+
+def run_agents(a, model):
+    """--agent-steps: each agent's steps in order, the agents side by side; every step's Result."""
+    width, height = (int(v) for v in a.screen.split("x"))
+    results = []
+    lock = threading.Lock()
+
+    def agent(k):
+        history = [{"role": "system", "content": AGENT_SYSTEM}]
+        for step in range(a.agent_steps):
+            shot = base64.b64encode(screenshot_png(width, height, 1000 * k + step)).decode()
+            text = ("Task %d: open the settings.\n\n" % k if step == 0 else "") + "** Screen Info **\n\n" + \
+                json.dumps({"current_app": "Settings" if step else "System Home"})
+            history.append({"role": "user", "content": [
+                {"type": "image_url", "image_url": {"url": "data:image/png;base64," + shot}},
+                {"type": "text", "text": text}]})
+            r, answer = agent_step(a.url, model, a.api_key, history, a.agent_tokens, a.timeout)
+            with lock:
+                results.append(r)
+            if not r.ok:
+                return
+            history[-1] = {"role": "user", "content": [p for p in history[-1]["content"] if p["type"] == "text"]}
+            history.append({"role": "assistant", "content": "<think>%s</think><answer>do(action=\"Back\")</answer>"
+                            % answer})
+
+    threads = [threading.Thread(target=agent, args=(k,)) for k in range(a.concurrency)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return results
+
+
 def one_request(url, model, key, prompt, max_tokens, timeout):
     r = Result()
     parts = urllib.parse.urlparse(url)
@@ -133,6 +240,9 @@ def main():
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--timeout", type=float, default=600)
     ap.add_argument("--json", default="", help="write the results here too")
+    ap.add_argument("--agent-steps", type=int, default=0, help="replay phone-agent traffic: steps per agent")
+    ap.add_argument("--agent-tokens", type=int, default=64, help="with --agent-steps: tokens each step generates")
+    ap.add_argument("--screen", default="1080x2400", help="with --agent-steps: the screenshots' WIDTHxHEIGHT")
     a = ap.parse_args()
     if a.requests < 1 or a.concurrency < 1 or a.rate < 0:
         sys.exit("serve_load: --requests and --concurrency must be >= 1, --rate >= 0")
@@ -146,11 +256,16 @@ def main():
     info = json.loads(resp.read())["data"][0]
     model = a.model or info["id"]
     context = int(info.get("max_model_len", 2048))
-    jobs = workload(a.requests, a.seed, context, a.url, a.api_key)
-
-    results = [None] * len(jobs)
     start = time.perf_counter()
-    if a.rate > 0:
+    if a.agent_steps > 0:
+        results = run_agents(a, model)
+        jobs = results
+    else:
+        jobs = workload(a.requests, a.seed, context, a.url, a.api_key)
+        results = [None] * len(jobs)
+    if a.agent_steps > 0:
+        pass
+    elif a.rate > 0:
         rng = random.Random(a.seed + 1)
         threads = []
         t = 0.0
@@ -196,7 +311,8 @@ def main():
     e2e = [r.e2e for r in good]
     report = {
         "model": model, "requests": len(jobs), "succeeded": len(good), "failed": len(failures),
-        "mode": "rate %.2f req/s" % a.rate if a.rate > 0 else "concurrency %d" % a.concurrency,
+        "mode": ("%d agents x %d steps" % (a.concurrency, a.agent_steps) if a.agent_steps > 0 else
+                 "rate %.2f req/s" % a.rate if a.rate > 0 else "concurrency %d" % a.concurrency),
         "duration_s": duration, "requests_per_s": len(good) / duration, "output_tokens_per_s": out_tokens / duration,
         "prompt_tokens": sum(r.prompt_tokens for r in good), "output_tokens": out_tokens,
     }

@@ -16,6 +16,7 @@ import os
 import shutil
 import struct
 import subprocess
+import sys
 import tempfile
 import unittest
 import zlib
@@ -190,6 +191,19 @@ class Agent(unittest.TestCase):
         after = self.s.metrics()
         self.assertEqual(after["autoglm:mm_images_total"] - before.get("autoglm:mm_images_total", 0), 2)
         self.assertEqual(after["autoglm:encoder_cache_hits_total"] - before.get("autoglm:encoder_cache_hits_total", 0), 1)
+
+    def test_load_generator_replays_agents(self):
+        script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "bench", "serve_load.py")
+        with tempfile.TemporaryDirectory() as d:
+            out = os.path.join(d, "load.json")
+            subprocess.run([sys.executable, script, "--url", "http://127.0.0.1:%d" % self.s.port, "--agent-steps", "3",
+                            "--concurrency", "2", "--agent-tokens", "8", "--screen", "360x800", "--json", out],
+                           check=True, capture_output=True)
+            with open(out) as f:
+                report = json.load(f)
+        self.assertEqual((report["succeeded"], report["failed"]), (6, 0))
+        self.assertEqual(report["mode"], "2 agents x 3 steps")
+        self.assertGreater(report["prompt_tokens"], 6 * len(SYSTEM) // 8)
 
     def test_bad_images_are_400s_naming_the_part(self):
         good = png(300, 200, seed=3)
