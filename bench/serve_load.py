@@ -113,47 +113,19 @@ AGENT_SYSTEM = ("The current date: 2026-12-02\n# Setup\nYou are a professional A
 
 def agent_step(url, model, key, messages, max_tokens, timeout):
     """One streamed agent request; its Result, and the answer's text."""
-    r = Result()
-    parts = urllib.parse.urlparse(url)
-    body = json.dumps({"model": model, "messages": messages, "max_tokens": max_tokens, "stream": True,
-                       "stream_options": {"include_usage": True}, "temperature": 0.0, "top_p": 0.85,
-                       "frequency_penalty": 0.2, "ignore_eos": True})
-    headers = {"Content-Type": "application/json"}
-    if key:
-        headers["Authorization"] = "Bearer " + key
-    text = ""
-    start = time.perf_counter()
-    try:
-        conn = http.client.HTTPConnection(parts.hostname, parts.port or 80, timeout=timeout)
-        conn.request("POST", "/v1/chat/completions", body=body, headers=headers)
-        resp = conn.getresponse()
-        if resp.status != 200:
-            r.error = "HTTP %d: %s" % (resp.status, resp.read()[:200].decode(errors="replace"))
-            return r, text
-        for raw in resp:
-            line = raw.decode(errors="replace").strip()
-            if not line.startswith("data: "):
-                continue
-            if line == "data: [DONE]":
-                r.ok = True
-                break
-            event = json.loads(line[6:])
-            if "error" in event:
-                r.error = event["error"].get("message", "error")
-                break
-            for choice in event.get("choices") or []:
-                delta = choice.get("delta", {}).get("content")
-                if delta and r.ttft is None:
-                    r.ttft = time.perf_counter() - start  # the agent's TTFT: the first content
-                text += delta or ""
-            if event.get("usage"):
-                r.output_tokens = event["usage"]["completion_tokens"]
-                r.prompt_tokens = event["usage"]["prompt_tokens"]
-        conn.close()
-    except Exception as e:
-        r.error = "%s: %s" % (type(e).__name__, e)
-    r.e2e = time.perf_counter() - start
-    return r, text
+    body = {"model": model, "messages": messages, "max_tokens": max_tokens, "stream": True,
+            "stream_options": {"include_usage": True}, "temperature": 0.0, "top_p": 0.85,
+            "frequency_penalty": 0.2, "ignore_eos": True}
+    text = []
+
+    def on_event(event, r, elapsed):
+        for choice in event.get("choices") or []:
+            delta = choice.get("delta", {}).get("content")
+            if delta and r.ttft is None:
+                r.ttft = elapsed  # the agent's TTFT: the first content
+            text.append(delta or "")
+    r = stream_request(url, key, "/v1/chat/completions", body, timeout, on_event)
+    return r, "".join(text)
 
 
 def run_agents(a, model):
@@ -188,18 +160,18 @@ def run_agents(a, model):
     return results
 
 
-def one_request(url, model, key, prompt, max_tokens, timeout):
+def stream_request(url, key, path, body, timeout, on_event):
+    """POSTs a streamed request and reads its server-sent events to data: [DONE], calling
+    on_event(event, result, seconds since the start) for each; the usage chunk fills the counts."""
     r = Result()
     parts = urllib.parse.urlparse(url)
-    body = json.dumps({"model": model, "prompt": prompt, "max_tokens": max_tokens, "stream": True,
-                       "stream_options": {"include_usage": True}, "ignore_eos": True, "temperature": 0})
     headers = {"Content-Type": "application/json"}
     if key:
         headers["Authorization"] = "Bearer " + key
     start = time.perf_counter()
     try:
         conn = http.client.HTTPConnection(parts.hostname, parts.port or 80, timeout=timeout)
-        conn.request("POST", "/v1/completions", body=body, headers=headers)
+        conn.request("POST", path, body=json.dumps(body), headers=headers)
         resp = conn.getresponse()
         if resp.status != 200:
             r.error = "HTTP %d: %s" % (resp.status, resp.read()[:200].decode(errors="replace"))
@@ -215,8 +187,7 @@ def one_request(url, model, key, prompt, max_tokens, timeout):
             if "error" in event:
                 r.error = event["error"].get("message", "error")
                 break
-            if event.get("choices") and r.ttft is None:
-                r.ttft = time.perf_counter() - start
+            on_event(event, r, time.perf_counter() - start)
             if event.get("usage"):
                 r.output_tokens = event["usage"]["completion_tokens"]
                 r.prompt_tokens = event["usage"]["prompt_tokens"]
@@ -224,6 +195,17 @@ def one_request(url, model, key, prompt, max_tokens, timeout):
     except Exception as e:  # a failure to report, not to crash the run
         r.error = "%s: %s" % (type(e).__name__, e)
     r.e2e = time.perf_counter() - start
+    return r
+
+
+def one_request(url, model, key, prompt, max_tokens, timeout):
+    body = {"model": model, "prompt": prompt, "max_tokens": max_tokens, "stream": True,
+            "stream_options": {"include_usage": True}, "ignore_eos": True, "temperature": 0}
+
+    def on_event(event, r, elapsed):
+        if event.get("choices") and r.ttft is None:
+            r.ttft = elapsed
+    r = stream_request(url, key, "/v1/completions", body, timeout, on_event)
     if r.ok and r.output_tokens == 0:
         r.ok, r.error = False, "no usage in the stream"
     return r

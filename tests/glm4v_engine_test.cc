@@ -30,6 +30,7 @@ namespace {
 
 using testing::Case;
 using testing::Cases;
+using testing::RequestFor;
 
 std::string Dir() { return testing::TestDataDir() + "/tiny-glm4v"; }
 
@@ -39,16 +40,6 @@ compiler::Plan CompilePlan(const compiler::CompileOptions& options) {
   absl::StatusOr<compiler::CompileResult> compiled = compiler::Compile(*config, options);
   EXPECT_TRUE(compiled.ok()) << compiled.status();
   return compiled->plan;
-}
-
-runtime::Request RequestFor(const Case& c) {
-  runtime::Request r;
-  r.prompt = c.prompt;
-  r.images = c.images;
-  r.max_new_tokens = static_cast<int64_t>(c.new_tokens.size());
-  r.prompt_logits = r.keep_logits = true;
-  r.stop_on_eos = false;
-  return r;
 }
 
 class Glm4vEngine : public ::testing::Test {

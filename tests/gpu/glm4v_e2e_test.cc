@@ -28,13 +28,7 @@ std::vector<std::pair<std::vector<int32_t>, std::vector<float>>> RunAll(const co
   EXPECT_TRUE(engine.ok()) << engine.status();
   std::vector<int> ids;
   for (const testing::Case& c : testing::Cases()) {
-    runtime::Request r;
-    r.prompt = c.prompt;
-    r.images = c.images;
-    r.max_new_tokens = static_cast<int64_t>(c.new_tokens.size());
-    r.prompt_logits = r.keep_logits = true;
-    r.stop_on_eos = false;
-    absl::StatusOr<int> id = (*engine)->Submit(r);
+    absl::StatusOr<int> id = (*engine)->Submit(testing::RequestFor(c));
     EXPECT_TRUE(id.ok()) << id.status();
     ids.push_back(*id);
   }

@@ -16,6 +16,7 @@
 
 #include "image/image.h"
 #include "image/preprocess.h"
+#include "runtime/engine.h"
 #include "tests/testing/golden.h"
 #include "tests/testing/golden_tensors.h"
 
@@ -74,6 +75,17 @@ inline const std::vector<Case>& Cases() {
     return out;
   }();
   return *cases;
+}
+
+// The case as an engine request that keeps every logits row (prompt and new tokens).
+inline runtime::Request RequestFor(const Case& c) {
+  runtime::Request r;
+  r.prompt = c.prompt;
+  r.images = c.images;
+  r.max_new_tokens = static_cast<int64_t>(c.new_tokens.size());
+  r.prompt_logits = r.keep_logits = true;
+  r.stop_on_eos = false;
+  return r;
 }
 
 }  // namespace ag::testing
