@@ -69,6 +69,7 @@ class WeightSource {
 struct RowSampling {
   int64_t row = 0;
   ref::SampleParams params;
+  std::vector<ref::Penalty> penalties;  // applied to the row first (frequency and presence penalties)
 };
 
 // The log-probability of the token chosen from a logits row of the last step, and the `top` most likely.

@@ -213,7 +213,16 @@ absl::Status CpuBackend::SampleRows(const std::vector<RowSampling>& rows, std::v
   std::vector<float> logits;
   RETURN_IF_ERROR(LogitsUpTo(most, &logits));
   out->clear();
-  for (const RowSampling& r : rows) out->push_back(ref::SampleFiltered(logits.data() + r.row * vocab, vocab, r.params));
+  std::vector<float> penalized;
+  for (const RowSampling& r : rows) {
+    const float* row = logits.data() + r.row * vocab;
+    if (!r.penalties.empty()) {
+      penalized.assign(row, row + vocab);
+      ref::ApplyPenalties(penalized.data(), vocab, r.penalties);
+      row = penalized.data();
+    }
+    out->push_back(ref::SampleFiltered(row, vocab, r.params));
+  }
   return absl::OkStatus();
 }
 

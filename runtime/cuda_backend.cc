@@ -157,6 +157,8 @@ class CudaBackend : public Backend {
   RankInfo rank_;
   DeviceBuffer sample_buffer_;  // SampleRows and RowLogprobs: the rows' parameters, then the results
   size_t sample_buffer_bytes_ = 0;
+  DeviceBuffer sample_work_;  // SampleRows: penalised rows as float
+  size_t sample_work_bytes_ = 0;
   // The last step's logits, on the device.
   absl::StatusOr<const __nv_bfloat16*> DeviceLogits() const;
   // SampleRows' and RowLogprobs' exchange: the `in_bytes` staged at the start of output_staging_ go
@@ -608,20 +610,52 @@ absl::Status CudaBackend::SampleRows(const std::vector<RowSampling>& rows, std::
   out->clear();
   if (rows.empty()) return absl::OkStatus();
   ASSIGN_OR_RETURN(const __nv_bfloat16* logits, DeviceLogits());
-  const size_t n = rows.size(), params = Round256(n * sizeof(cuda::SampleRow));
-  if (params > staging_bytes_) return absl::InternalError("too many rows for the staging buffer");
-  auto* staged = static_cast<cuda::SampleRow*>(output_staging_.get());
-  for (size_t i = 0; i < n; ++i) {
-    const ref::SampleParams& p = rows[i].params;
-    if (rows[i].row < 0 || rows[i].row >= plan_->max_batch_tokens) return absl::InvalidArgumentError("no such logits row");
-    staged[i] = {static_cast<int32_t>(rows[i].row), p.top_k, p.vocab_limit, p.temperature, p.top_p, p.uniform};
+  const int64_t vocab = plan_->model.vocab_size;
+  // Groups of rows whose parameters, penalties and picks fit the staging buffer, one round trip each:
+  // on the device, the rows' parameters, their penalty entries, then the picks.
+  size_t first = 0;
+  while (first < rows.size()) {
+    size_t end = first, penalties = 0;
+    auto bytes = [&](size_t n, size_t p) {
+      return Round256(n * sizeof(cuda::SampleRow)) + Round256(p * sizeof(cuda::SamplePenalty)) + n * 4;
+    };
+    while (end < rows.size() && bytes(end + 1 - first, penalties + rows[end].penalties.size()) <= staging_bytes_) {
+      penalties += rows[end].penalties.size();
+      ++end;
+    }
+    if (end == first) return absl::InternalError("a row's penalties do not fit the staging buffer");
+    const size_t n = end - first, params = Round256(n * sizeof(cuda::SampleRow));
+    const size_t penalty_bytes = Round256(penalties * sizeof(cuda::SamplePenalty));
+    auto* staged = static_cast<cuda::SampleRow*>(output_staging_.get());
+    auto* staged_penalties = reinterpret_cast<cuda::SamplePenalty*>(static_cast<char*>(output_staging_.get()) + params);
+    int32_t next_penalty = 0;
+    bool any_penalty = false;
+    for (size_t i = 0; i < n; ++i) {
+      const RowSampling& row = rows[first + i];
+      const ref::SampleParams& p = row.params;
+      if (row.row < 0 || row.row >= plan_->max_batch_tokens) return absl::InvalidArgumentError("no such logits row");
+      staged[i] = {static_cast<int32_t>(row.row), p.top_k, p.vocab_limit, p.temperature, p.top_p, p.uniform,
+                   next_penalty, static_cast<int32_t>(row.penalties.size())};
+      for (const ref::Penalty& e : row.penalties) staged_penalties[next_penalty++] = {e.id, e.delta};
+      any_penalty = any_penalty || !row.penalties.empty();
+    }
+    // Penalised rows are copied to a float workspace row each (the logits stay for logprobs).
+    const size_t work_bytes = any_penalty ? n * static_cast<size_t>(vocab) * sizeof(float) : 0;
+    if (work_bytes > sample_work_bytes_) {
+      ASSIGN_OR_RETURN(sample_work_, DeviceAlloc(work_bytes, "the sampler's penalised rows"));
+      sample_work_bytes_ = work_bytes;
+    }
+    RETURN_IF_ERROR(RoundTrip(params + penalty_bytes, params + penalty_bytes, n * 4, [&](char* device) {
+      return cuda::LaunchSampleRows(logits, vocab, reinterpret_cast<const cuda::SampleRow*>(device),
+                                    static_cast<int64_t>(n), reinterpret_cast<const cuda::SamplePenalty*>(device + params),
+                                    static_cast<float*>(sample_work_.get()),
+                                    reinterpret_cast<int32_t*>(device + params + penalty_bytes), stream_);
+    }));
+    const size_t before = out->size();
+    out->resize(before + n);
+    std::memcpy(out->data() + before, output_staging_.get(), n * 4);
+    first = end;
   }
-  RETURN_IF_ERROR(RoundTrip(n * sizeof(cuda::SampleRow), params, n * 4, [&](char* device) {
-    return cuda::LaunchSampleRows(logits, plan_->model.vocab_size, reinterpret_cast<const cuda::SampleRow*>(device),
-                                  static_cast<int64_t>(n), reinterpret_cast<int32_t*>(device + params), stream_);
-  }));
-  out->resize(n);
-  std::memcpy(out->data(), output_staging_.get(), n * 4);
   return absl::OkStatus();
 }
 

@@ -116,7 +116,7 @@ absl::StatusOr<int> Engine::Submit(Request request) {
   if (!seq->request.sampling.IsPlainGreedy()) {
     seq->sampler.emplace(seq->request.sampling);
     seq->sample_where_logits_are =
-        backend_.SamplesWhereLogitsAre() && !seq->request.sampling.HasPenalty();
+        backend_.SamplesWhereLogitsAre() && seq->request.sampling.repetition_penalty == 1.0f;
   }
   seq->logits_from = seq->request.prompt_logits ? 0 : n - 1;
   const int64_t blocks = BlocksFor(MaxTokens(seq->request));
@@ -469,6 +469,14 @@ absl::StatusOr<std::vector<TokenEvent>> Engine::Step() {
     RowSampling r;
     r.row = s.last_logit_row();
     r.params = {p.temperature, p.top_k, p.top_p, p.vocab_limit, s.seq->sampler->NextUniform()};
+    if (p.frequency_penalty != 0.0f || p.presence_penalty != 0.0f) {
+      // The generated tokens' counts as the host sampler has them, sent down with the row.
+      absl::flat_hash_map<int32_t, int32_t> counts;
+      for (const int32_t t : s.seq->generated) ++counts[t];
+      for (const auto& [id, count] : counts) {
+        r.penalties.push_back({id, p.frequency_penalty * static_cast<float>(count) + p.presence_penalty});
+      }
+    }
     rows.push_back(r);
     row_slice.push_back(i);
   }

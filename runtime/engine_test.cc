@@ -458,5 +458,30 @@ TEST_F(EngineTest, SamplingWhereTheLogitsAreRepeatsAndSurvivesPreemption) {
   EXPECT_EQ(host->new_tokens(on_host), other->new_tokens(also_host));
 }
 
+// Frequency and presence penalties go down with the row (Backend::SampleRows' penalty entries),
+// so the device rule applies them where the logits are: greedy with the phone agent's
+// frequency_penalty picks the host sampler's tokens, and the penalty changes the answer.
+TEST_F(EngineTest, PenaltiesWhereTheLogitsAreMatchTheHost) {
+  CpuBackend device_like(/*sample_where_logits_are=*/true);
+  absl::StatusOr<std::unique_ptr<Engine>> device = Engine::Create(plan_, device_like, *tiny_.weights, {});
+  ASSERT_TRUE(device.ok());
+  std::unique_ptr<Engine> host = MakeEngine();
+  for (const float frequency : {0.2f, 1.5f, -1.0f}) {
+    Request r;
+    r.prompt = kPrompt;
+    r.max_new_tokens = 24;
+    r.stop_on_eos = false;
+    r.sampling.temperature = 0.0f;
+    r.sampling.top_p = 0.85f;
+    r.sampling.frequency_penalty = frequency;
+    r.sampling.presence_penalty = frequency > 1.0f ? 0.5f : 0.0f;
+    const int a = *(*device)->Submit(r), b = *host->Submit(r);
+    Drain(**device);
+    Drain(*host);
+    EXPECT_EQ((*device)->new_tokens(a), host->new_tokens(b)) << frequency;
+    if (frequency > 1.0f) EXPECT_NE(host->new_tokens(b), kGreedy) << "a strong penalty changes the answer";
+  }
+}
+
 }  // namespace
 }  // namespace ag::runtime

@@ -1,4 +1,5 @@
 #include <cfloat>
+#include <type_traits>
 
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/vocab.cuh"
@@ -27,24 +28,30 @@ __device__ __forceinline__ Best WarpBest(Best v) {
   return v;
 }
 
+__device__ __forceinline__ float ToFloat(bf16 x) { return __bfloat162float(x); }
+__device__ __forceinline__ float ToFloat(float x) { return x; }
+
 // As ref::Argmax over row[0, n): the largest value, the lowest index on ties;
 // NaNs never win, but a NaN at index 0 (where the reference starts) makes the
 // answer 0, and so does a row of only NaN and -inf. The answer is thread 0's.
-__device__ int32_t RowArgmax(const bf16* row, int64_t n, Best* partial) {
+template <typename T>
+__device__ int32_t RowArgmax(const T* row, int64_t n, Best* partial) {
   Best best{-INFINITY, INT32_MAX};
   int64_t scalar_from = 0;
-  if (n % 8 == 0 && reinterpret_cast<uintptr_t>(row) % 16 == 0) {
-    // 16-byte loads; each thread takes eight consecutive values per round.
-    for (int64_t i = threadIdx.x * 8; i < n; i += kThreads * 8) {
-      float f[8];
-      ToFloat8(Load8(row + i), f);
+  if constexpr (std::is_same_v<T, bf16>) {
+    if (n % 8 == 0 && reinterpret_cast<uintptr_t>(row) % 16 == 0) {
+      // 16-byte loads; each thread takes eight consecutive values per round.
+      for (int64_t i = threadIdx.x * 8; i < n; i += kThreads * 8) {
+        float f[8];
+        ToFloat8(Load8(row + i), f);
 #pragma unroll
-      for (int j = 0; j < 8; ++j) best = Better(best, Best{f[j], static_cast<int32_t>(i + j)});
+        for (int j = 0; j < 8; ++j) best = Better(best, Best{f[j], static_cast<int32_t>(i + j)});
+      }
+      scalar_from = n;
     }
-    scalar_from = n;
   }
   for (int64_t i = scalar_from + threadIdx.x; i < n; i += kThreads) {
-    best = Better(best, Best{__bfloat162float(row[i]), static_cast<int32_t>(i)});
+    best = Better(best, Best{ToFloat(row[i]), static_cast<int32_t>(i)});
   }
   best = WarpBest(best);
   if (threadIdx.x % 32 == 0) partial[threadIdx.x / 32] = best;
@@ -52,7 +59,7 @@ __device__ int32_t RowArgmax(const bf16* row, int64_t n, Best* partial) {
   if (threadIdx.x >= 32) return 0;
   best = threadIdx.x < kWarps ? partial[threadIdx.x] : Best{-INFINITY, INT32_MAX};
   best = WarpBest(best);
-  return isnan(__bfloat162float(row[0])) || best.index == INT32_MAX ? 0 : best.index;
+  return isnan(ToFloat(row[0])) || best.index == INT32_MAX ? 0 : best.index;
 }
 
 __global__ void __launch_bounds__(kThreads) ArgmaxKernel(const bf16* __restrict__ logits, int64_t vocab,
@@ -72,8 +79,9 @@ __device__ __forceinline__ uint32_t OrderKey(float f) {
   return (u & 0x80000000u) != 0 ? ~u : (u | 0x80000000u);
 }
 // z = x / T; NaN counts as -inf (never kept).
-__device__ __forceinline__ float ScaledLogit(const bf16* row, int64_t i, float inv_t) {
-  const float x = __bfloat162float(row[i]);
+template <typename T>
+__device__ __forceinline__ float ScaledLogit(const T* row, int64_t i, float inv_t) {
+  const float x = ToFloat(row[i]);
   return isnan(x) ? -INFINITY : x * inv_t;
 }
 
@@ -99,8 +107,8 @@ __device__ float BlockMaxAll(float v, SampleShared& sh) {
 // The largest key T such that the ids with key >= T (and >= floor) hold at
 // least `target` -- of count (kMass false) or of weight exp(z - max_z) --
 // found a byte at a time from the top, as a radix select does.
-template <bool kMass>
-__device__ uint32_t RadixThreshold(const bf16* row, int64_t n, float inv_t, float max_z, uint32_t floor_key,
+template <bool kMass, typename T>
+__device__ uint32_t RadixThreshold(const T* row, int64_t n, float inv_t, float max_z, uint32_t floor_key,
                                    float target, SampleShared& sh) {
   uint32_t prefix = 0, mask = 0;
   if (threadIdx.x == 0) sh.above = 0.0f;
@@ -126,19 +134,12 @@ __device__ uint32_t RadixThreshold(const bf16* row, int64_t n, float inv_t, floa
   return prefix;
 }
 
-// One block per entry of `rows`.
-__global__ void __launch_bounds__(kThreads) SampleRowsKernel(const bf16* __restrict__ logits, int64_t vocab,
-                                                             const SampleRow* __restrict__ rows,
-                                                             int32_t* __restrict__ out) {
-  __shared__ SampleShared sh;
-  AllowNextKernel();
-  WaitForPreviousKernel();
-  const SampleRow r = rows[blockIdx.x];
-  const bf16* row = logits + static_cast<int64_t>(r.row) * vocab;
-  const int64_t n = r.vocab_limit > 0 ? min(vocab, static_cast<int64_t>(r.vocab_limit)) : vocab;
+// The pick of one row's first n logits with r's parameters (thread 0 writes *out).
+template <typename T>
+__device__ void SampleRow1(const T* row, int64_t n, const SampleRow& r, SampleShared& sh, int32_t* out) {
   if (r.temperature == 0.0f || r.top_k == 1) {
     const int32_t best = RowArgmax(row, n, sh.partial);
-    if (threadIdx.x == 0) out[blockIdx.x] = best;
+    if (threadIdx.x == 0) *out = best;
     return;
   }
   const float inv_t = 1.0f / r.temperature;
@@ -146,7 +147,7 @@ __global__ void __launch_bounds__(kThreads) SampleRowsKernel(const bf16* __restr
   for (int64_t i = threadIdx.x; i < n; i += kThreads) m = fmaxf(m, ScaledLogit(row, i, inv_t));
   const float max_z = BlockMaxAll(m, sh);
   if (max_z == -INFINITY) {  // nothing can be kept
-    if (threadIdx.x == 0) out[blockIdx.x] = 0;
+    if (threadIdx.x == 0) *out = 0;
     return;
   }
   uint32_t floor_key = 0;
@@ -193,7 +194,31 @@ __global__ void __launch_bounds__(kThreads) SampleRowsKernel(const bf16* __restr
       if (kept_weight(i) > 0.0f) choice = static_cast<int32_t>(i);
     }
   }
-  out[blockIdx.x] = choice < 0 ? 0 : choice;
+  *out = choice < 0 ? 0 : choice;
+}
+
+// One block per entry of `rows`.
+__global__ void __launch_bounds__(kThreads) SampleRowsKernel(const bf16* __restrict__ logits, int64_t vocab,
+                                                             const SampleRow* __restrict__ rows,
+                                                             const SamplePenalty* __restrict__ penalties,
+                                                             float* __restrict__ workspace, int32_t* __restrict__ out) {
+  __shared__ SampleShared sh;
+  AllowNextKernel();
+  WaitForPreviousKernel();
+  const SampleRow r = rows[blockIdx.x];
+  const bf16* row = logits + static_cast<int64_t>(r.row) * vocab;
+  const int64_t n = r.vocab_limit > 0 ? min(vocab, static_cast<int64_t>(r.vocab_limit)) : vocab;
+  if (r.penalty_count == 0) return SampleRow1(row, n, r, sh, out + blockIdx.x);
+  // The row as float in this entry's workspace row, penalised there (ref::ApplyPenalties).
+  float* work = workspace + static_cast<int64_t>(blockIdx.x) * vocab;
+  for (int64_t i = threadIdx.x; i < n; i += kThreads) work[i] = __bfloat162float(row[i]);
+  __syncthreads();
+  for (int j = threadIdx.x; j < r.penalty_count; j += kThreads) {
+    const SamplePenalty p = penalties[r.penalty_begin + j];
+    if (p.id >= 0 && p.id < n) atomicAdd(&work[p.id], -p.delta);  // ids are distinct: one exact subtraction each
+  }
+  __syncthreads();
+  SampleRow1(static_cast<const float*>(work), n, r, sh, out + blockIdx.x);
 }
 
 // One block per entry. The top ids: those above the k-th largest value (fewer than k), then the
@@ -302,12 +327,12 @@ cudaError_t LaunchArgmax(const bf16* logits, int64_t rows, int64_t vocab, int32_
   return LaunchKernel(ArgmaxKernel, dim3(static_cast<unsigned>(rows)), dim3(kThreads), 0, stream, logits, vocab, out);
 }
 
-cudaError_t LaunchSampleRows(const bf16* logits, int64_t vocab, const SampleRow* rows, int64_t count, int32_t* out,
-                             cudaStream_t stream) {
+cudaError_t LaunchSampleRows(const bf16* logits, int64_t vocab, const SampleRow* rows, int64_t count,
+                             const SamplePenalty* penalties, float* workspace, int32_t* out, cudaStream_t stream) {
   if (count == 0) return cudaSuccess;
   if (vocab <= 0 || count > INT32_MAX) return cudaErrorInvalidValue;
   return LaunchKernel(SampleRowsKernel, dim3(static_cast<unsigned>(count)), dim3(kThreads), 0, stream, logits, vocab,
-                      rows, out);
+                      rows, penalties, workspace, out);
 }
 
 cudaError_t LaunchLogprobs(const bf16* logits, int64_t vocab, const LogprobRow* rows, int64_t count, float* logprob,

@@ -13,7 +13,7 @@ namespace ag::cuda {
 // out[r] = index of the largest logit of row r (the first on ties). One block per row.
 cudaError_t LaunchArgmax(const __nv_bfloat16* logits, int64_t rows, int64_t vocab, int32_t* out, cudaStream_t stream);
 
-// One row to sample, and how (ref::SampleParams, plus the logits row).
+// One row to sample, and how (ref::SampleParams, plus the logits row and its penalties).
 struct SampleRow {
   int32_t row = 0;  // of the logits
   int32_t top_k = 0;
@@ -21,13 +21,23 @@ struct SampleRow {
   float temperature = 1.0f;
   float top_p = 1.0f;
   float uniform = 0.0f;
+  int32_t penalty_begin = 0, penalty_count = 0;  // its entries of `penalties`
+};
+// ref::Penalty: the logit of `id` less `delta`.
+struct SamplePenalty {
+  int32_t id = 0;
+  float delta = 0.0f;
 };
 
 // out[i] = ref::SampleFiltered of logits row rows[i].row with rows[i]'s
-// parameters: thresholds by radix select (no sort), then an inverse CDF in id
-// order, all on the device. One block per entry; `rows` is device memory.
+// parameters, after ref::ApplyPenalties with its penalty entries (a row with
+// penalties is copied to workspace row i, as float, and penalised there; the
+// logits stay as they are for logprobs): thresholds by radix select (no
+// sort), then an inverse CDF in id order, all on the device. One block per
+// entry; `rows`, `penalties` and `workspace` ([count, vocab] floats, needed
+// only when some row has penalties) are device memory.
 cudaError_t LaunchSampleRows(const __nv_bfloat16* logits, int64_t vocab, const SampleRow* rows, int64_t count,
-                             int32_t* out, cudaStream_t stream);
+                             const SamplePenalty* penalties, float* workspace, int32_t* out, cudaStream_t stream);
 
 // out[i] = center + half_width * (2u - 1) with u the i-th value of the
 // counter-based generator (splitmix64) for (seed, stream): the same values

@@ -138,6 +138,14 @@ struct SampleParams {
 // kept id at which the running kept mass exceeds uniform * (kept mass).
 // Greedy (T = 0 or k = 1) is Argmax. NaN logits are never kept.
 int32_t SampleFiltered(const float* logits, int64_t vocab, const SampleParams& params);
+// An additive penalty on one id's logit before sampling (OpenAI's frequency and presence
+// penalties: delta = frequency x count + presence); the logit becomes logit - delta.
+struct Penalty {
+  int32_t id = 0;
+  float delta = 0.0f;
+};
+// logits[id] -= delta for each entry with an id in [0, vocab).
+void ApplyPenalties(float* logits, int64_t vocab, const std::vector<Penalty>& penalties);
 
 // Log-probability of `token` under softmax(logits[0, n)), with n = vocab_limit
 // (0: vocab), and the `k` most likely ids with theirs (largest first, lower id

@@ -9,6 +9,12 @@
 
 namespace ag::ref {
 
+void ApplyPenalties(float* logits, int64_t vocab, const std::vector<Penalty>& penalties) {
+  for (const Penalty& p : penalties) {
+    if (p.id >= 0 && p.id < vocab) logits[p.id] -= p.delta;
+  }
+}
+
 int32_t SampleFiltered(const float* logits, int64_t vocab, const SampleParams& p) {
   const int64_t n = p.vocab_limit > 0 ? std::min<int64_t>(p.vocab_limit, vocab) : vocab;
   if (n <= 0) return 0;

@@ -390,12 +390,12 @@ TEST(GpuKernels, ArgmaxAndSampling) {
   }
   DeviceArray<cuda::SampleRow> dplain(plain), dlimited(limited);
   DeviceArray<int32_t> picked(uniforms.size());
-  ASSERT_CUDA(cuda::LaunchSampleRows(drows.get(), 4, dplain.get(), static_cast<int64_t>(plain.size()), picked.get(),
-                                     nullptr));
+  ASSERT_CUDA(cuda::LaunchSampleRows(drows.get(), 4, dplain.get(), static_cast<int64_t>(plain.size()), nullptr,
+                                     nullptr, picked.get(), nullptr));
   EXPECT_EQ(picked.Download(), expected);
   // A vocabulary limit keeps ids at or past it out.
-  ASSERT_CUDA(cuda::LaunchSampleRows(drows.get(), 4, dlimited.get(), static_cast<int64_t>(limited.size()),
-                                     picked.get(), nullptr));
+  ASSERT_CUDA(cuda::LaunchSampleRows(drows.get(), 4, dlimited.get(), static_cast<int64_t>(limited.size()), nullptr,
+                                     nullptr, picked.get(), nullptr));
   for (int32_t id : picked.Download()) EXPECT_LT(id, 2);
 }
 
@@ -421,18 +421,40 @@ TEST(GpuKernels, SampleRowsMatchesTheReference) {
         cases.push_back(c);
       }
     }
+    // Every other case carries frequency/presence penalties on a few hundred distinct ids (the
+    // agent's frequency_penalty 0.2 over its answer so far), some large enough to move the pick.
+    std::vector<cuda::SamplePenalty> penalties;
+    std::vector<std::vector<ref::Penalty>> per_case(cases.size());
+    for (size_t i = 1; i < cases.size(); i += 2) {
+      cases[i].penalty_begin = static_cast<int32_t>(penalties.size());
+      for (int64_t id = static_cast<int64_t>(i) % 7; id < vocab; id += vocab / 300 + 1) {
+        const float delta = 0.2f * static_cast<float>(1 + id % 5) + (id % 3 == 0 ? 1.5f : 0.0f);
+        penalties.push_back({static_cast<int32_t>(id), delta});
+        per_case[i].push_back({static_cast<int32_t>(id), delta});
+      }
+      cases[i].penalty_count = static_cast<int32_t>(penalties.size()) - cases[i].penalty_begin;
+    }
     DeviceArray<cuda::SampleRow> dcases(cases);
+    DeviceArray<cuda::SamplePenalty> dpenalties(penalties);
+    DeviceArray<float> workspace(cases.size() * static_cast<size_t>(vocab));
     DeviceArray<int32_t> out(cases.size());
-    ASSERT_CUDA(cuda::LaunchSampleRows(dl.get(), vocab, dcases.get(), static_cast<int64_t>(cases.size()), out.get(),
-                                       nullptr));
+    ASSERT_CUDA(cuda::LaunchSampleRows(dl.get(), vocab, dcases.get(), static_cast<int64_t>(cases.size()),
+                                       dpenalties.get(), workspace.get(), out.get(), nullptr));
     const std::vector<int32_t> got = out.Download();
     int differ = 0;
     for (size_t i = 0; i < cases.size(); ++i) {
       const cuda::SampleRow& c = cases[i];
-      const int32_t want = ref::SampleFiltered(logits.data() + c.row * vocab, vocab,
+      std::vector<float> row(logits.begin() + c.row * vocab, logits.begin() + (c.row + 1) * vocab);
+      ref::ApplyPenalties(row.data(), vocab, per_case[i]);
+      const int32_t want = ref::SampleFiltered(row.data(), vocab,
                                                {c.temperature, c.top_k, c.top_p, c.vocab_limit, c.uniform});
+      if (c.temperature == 0.0f || c.top_k == 1) {
+        EXPECT_EQ(got[i], want) << "greedy is exact, penalties or not";
+      }
       if (got[i] != want) ++differ;
-      if (c.vocab_limit > 0) EXPECT_LT(got[i], c.vocab_limit);
+      if (c.vocab_limit > 0) {
+        EXPECT_LT(got[i], c.vocab_limit);
+      }
     }
     // Float sums in another order may move a draw that lands within rounding of a boundary.
     EXPECT_LE(differ, 2) << "vocab " << vocab << ": " << differ << " of " << cases.size() << " differ";
