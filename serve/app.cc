@@ -84,9 +84,13 @@ App::App(AppOptions options) : options_(std::move(options)) {
   workers_ = std::make_unique<WorkQueue>(std::max(1, options_.workers));
 }
 
-App::~App() {
+App::~App() { Close(); }
+
+void App::Close() {
   Shutdown();
   workers_.reset();  // finishes what they run, before the model goes
+  ready_ = false;
+  model_.loop.reset();  // joins the engine thread: the last events are delivered, the responders released
 }
 
 bool App::SetModel(LoadedModel model) {
@@ -104,11 +108,11 @@ bool App::CloseIfLoading() {
   return true;
 }
 
-int64_t App::in_flight() const { return ready_ ? model_.loop->in_flight() : 0; }
+int64_t App::in_flight() const { return ready_ && model_.loop ? model_.loop->in_flight() : 0; }
 
 void App::Shutdown() {
   admitting_ = false;
-  if (ready_) model_.loop->Stop();  // every request in it hears that the server is shutting down
+  if (ready_ && model_.loop) model_.loop->Stop();  // every request in it hears that the server is shutting down
 }
 
 void App::Guarded(const char* what, const std::shared_ptr<Responder>& out, const std::function<void()>& f) {

@@ -78,6 +78,10 @@ class App {
   // and [DONE], another gets a 503. Returns at once; the answers are written
   // by the I/O threads (HttpServer::WaitForResponses waits for them).
   void Shutdown();
+  // After the HTTP server has stopped: Shutdown, then joins the workers and the engine loop, so
+  // that every request's responder is released while the server that owns its connection still
+  // exists (a responder outliving it would touch freed memory).
+  void Close();
   std::string RenderMetrics();
 
  private:

@@ -388,6 +388,7 @@ int Serve(const std::vector<std::string>& args) {
     std::fprintf(stderr, "autoglm-serve: some answers could not be written within 5 s\n");
   }
   (*server)->Stop();  // no request handler runs after this
+  app.Close();        // and no request's responder outlives the server
   if (info) std::fprintf(stderr, "autoglm-serve: stopped\n");
   return 0;
 }

@@ -265,7 +265,7 @@ class Lifecycle(unittest.TestCase):
             except OSError:
                 time.sleep(0.1)
         self.assertEqual(s.request("GET", "/health")[0], 200)
-        self.assertEqual(s.stop(), 0)
+        self.assertEqual(s.stop(), 0, "".join(s.log[-40:]))
 
     def test_a_client_that_never_reads_is_dropped(self):
         s = Server("--max-stream-backlog-kb", "64")
@@ -289,7 +289,7 @@ class Lifecycle(unittest.TestCase):
             sock.close()
             self.assertEqual(s.request("GET", "/health")[0], 200)
         finally:
-            self.assertEqual(s.stop(), 0)
+            self.assertEqual(s.stop(), 0, "".join(s.log[-40:]))
 
     def test_bearer_scheme_is_case_insensitive(self):
         s = Server("--api-key", "k3y")
@@ -299,7 +299,7 @@ class Lifecycle(unittest.TestCase):
                 status = s.request("GET", "/v1/models", headers={"Authorization": header})[0]
                 self.assertEqual(status, want, header)
         finally:
-            self.assertEqual(s.stop(), 0)
+            self.assertEqual(s.stop(), 0, "".join(s.log[-40:]))
 
 
 if __name__ == "__main__":

@@ -395,7 +395,7 @@ class TensorParallel(unittest.TestCase):
                 together = list(pool.map(lambda p: completion(s, p, max_tokens=10), prompts))
             self.assertEqual(together, solo)
         finally:
-            self.assertEqual(s.stop(), 0)
+            self.assertEqual(s.stop(), 0, "".join(s.log[-40:]))
 
     def test_a_degree_the_heads_refuse_ends_the_server(self):
         ensure_tokenizer()
@@ -471,7 +471,7 @@ class Limits(unittest.TestCase):
             self.assertIn(b" 408 ", sock.recv(4096))
             sock.close()
         finally:
-            self.assertEqual(s.stop(), 0)
+            self.assertEqual(s.stop(), 0, "".join(s.log[-40:]))
 
     def test_512_concurrent_streams_on_a_few_threads(self):
         import selectors
@@ -514,7 +514,7 @@ class Limits(unittest.TestCase):
             self.assertLessEqual(threads, 12)  # 4 I/O threads, 4 workers, the engine, the loader and main, not 512
             self.assertEqual(s.request("GET", "/health")[0], 200)
         finally:
-            self.assertEqual(s.stop(), 0)
+            self.assertEqual(s.stop(), 0, "".join(s.log[-40:]))
 
     def test_kv_pressure_preempts_without_changing_answers(self):
         # 768 bytes a token (3 layers x K, V x 2 heads x 16 x f32): about 90 tokens of cache for 12 x 48.
@@ -527,7 +527,7 @@ class Limits(unittest.TestCase):
             self.assertEqual(got, solo)
             self.assertGreater(s.metrics()["autoglm:num_preemptions_total"], 0)
         finally:
-            self.assertEqual(s.stop(), 0)
+            self.assertEqual(s.stop(), 0, "".join(s.log[-40:]))
 
     def test_sigterm_finishes_in_flight_requests(self):
         s = Server()
