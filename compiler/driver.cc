@@ -44,11 +44,12 @@ absl::Status CheckLimits(const CompileOptions& options) {
 
 // The standard pipeline over one graph, at tensor-parallel degree `tp`.
 absl::StatusOr<std::vector<passes::PassRecord>> RunPipeline(ir::Graph& graph, const CompileOptions& options,
-                                                            int32_t tp) {
+                                                            int32_t tp, bool decoder = true) {
   passes::StandardPassOptions pass_options;
   pass_options.kv_block_size = options.build.kv_block_size;
   pass_options.tp = tp;
   pass_options.collectives_at_tp1 = options.collectives_at_tp1 && tp == options.tp;
+  if (decoder) pass_options.quant = options.quant;
   return passes::BuildStandardPipeline(options.pipeline, pass_options)->Run(graph);
 }
 
@@ -79,7 +80,7 @@ absl::StatusOr<CompileResult> Compile(const glm4v::Config& config, const Compile
   const glm4v::VisionBuildOptions vision_options{options.build.dtype, options.max_vision_patches / group * group,
                                                  options.max_images};
   ASSIGN_OR_RETURN(ir::Graph vision, glm4v::BuildVisionGraph(config, vision_options));
-  RETURN_IF_ERROR(RunPipeline(vision, options, /*tp=*/1).status());
+  RETURN_IF_ERROR(RunPipeline(vision, options, /*tp=*/1, /*decoder=*/false).status());
 
   Plan plan = PlanHeader(config.text, build, Names(ran), decoder.tp(), KvHeadsOfGraph(decoder, config.text.num_kv_heads));
   plan.model.config = glm4v::ConfigFingerprint(config);

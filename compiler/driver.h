@@ -13,6 +13,7 @@
 #include "models/glm/safetensors.h"
 #include "models/glm4v/config.h"
 #include "passes/pass.h"
+#include "passes/quantize.h"
 
 namespace ag::compiler {
 
@@ -24,6 +25,8 @@ struct CompileOptions {
   int64_t max_images = 16;
   int32_t tp = 1;  // tensor-parallel degree: the plan is one rank's share, for every rank
   bool collectives_at_tp1 = false;  // tests: a tp 1 plan that keeps its all_reduce / all_gather steps
+  // Weight formats of the decoder's linears (the quantize pass); the vision tower stays in `dtype`.
+  passes::QuantPolicy quant;
   passes::PipelineOptions pipeline;
 };
 

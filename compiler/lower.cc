@@ -69,7 +69,7 @@ absl::StatusOr<Program> LowerProgram(const ir::Graph& graph, std::string name, c
         int64_t rows_left = entry.shape[0];
         for (const ir::ParamPart& part : parts) {
           ASSIGN_OR_RETURN(glm::WeightSource src, map(part.name));
-          entry.pieces.push_back({src.tensor, src.tensor_shape, src.row_begin, src.row_end, part.shard});
+          entry.pieces.push_back({src.tensor, src.tensor_shape, src.row_begin, src.row_end, part.shard, part.quant});
           const PieceSlice slice = SliceForRank(entry.pieces.back(), 0, plan.tp);
           rows_left -= slice.row_end - slice.row_begin;
         }

@@ -1,10 +1,12 @@
 #include "compiler/plan.h"
 
+#include <algorithm>
 #include <map>
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "ir/checked_math.h"
 #include "ir/status_macros.h"
 #include "models/glm/config.h"
@@ -91,6 +93,45 @@ const char* RequiredInput(ir::OpId op, int operand) {
 int64_t WeightEntry::NumElements() const {
   // ValidatePlan bounds the product, so this never saturates on a valid plan.
   return ir::CheckedProduct(shape).value_or(ir::kMaxSize);
+}
+
+bool WeightEntry::quantized() const {
+  for (const WeightPiece& p : pieces) {
+    if (p.quant.quantized()) return true;
+  }
+  return false;
+}
+
+std::map<std::string, int64_t> WeightEntry::DeviceBytesByFormat() const {
+  const std::string plain(ir::DTypeName(dtype));
+  if (!quantized() || shape.size() != 2) return {{plain, NumElements() * ir::DTypeSize(dtype)}};
+  std::map<std::string, int64_t> bytes;
+  for (const WeightPiece& p : pieces) {
+    const PieceSlice s = SliceForRank(p, 0, 1);
+    int64_t rows = s.row_end - s.row_begin;
+    if (p.shard.axis == 0) rows /= p.shard.parts;  // this rank's rows, of shape[1] inputs each
+    if (p.quant.quantized()) {
+      bytes[p.quant.ToString()] += p.quant.DeviceBytes(rows, shape[1]);
+    } else {
+      bytes[plain] += rows * shape[1] * ir::DTypeSize(dtype);
+    }
+  }
+  return bytes;
+}
+
+int64_t WeightEntry::DeviceBytes() const {
+  int64_t total = 0;
+  for (const auto& [format, bytes] : DeviceBytesByFormat()) total += bytes;
+  return total;
+}
+
+std::string WeightEntry::FormatName() const {
+  std::vector<std::string> names;
+  for (const WeightPiece& p : pieces) {
+    std::string name = p.quant.quantized() ? p.quant.ToString() : std::string(ir::DTypeName(dtype));
+    if (std::find(names.begin(), names.end(), name) == names.end()) names.push_back(std::move(name));
+  }
+  return absl::StrJoin(names, "+");
 }
 
 int Program::FindInput(absl::string_view name) const {
@@ -239,6 +280,11 @@ absl::Status ValidateProgram(const Plan& plan, const Program& program) {
       if ((t.kind == TensorKind::kState) != (static_cast<int>(j) == info.state_operand)) {
         return Invalid(where, ": operand ", j, " has the wrong kind");
       }
+      if (t.kind == TensorKind::kWeight && plan.weights[t.index].quantized() &&
+          static_cast<int>(j) != info.matrix_operand) {
+        return Invalid(where, ": operand ", j, " (@", plan.weights[t.index].name,
+                       ") is stored quantized; only a linear weight may be");
+      }
       if (const char* input = RequiredInput(step.kernel, static_cast<int>(j))) {
         if (t.kind != TensorKind::kInput || program.inputs[t.index].name != input) {
           return Invalid(where, ": operand ", j, " must be the runtime input %", input);
@@ -342,6 +388,20 @@ absl::Status ValidatePlan(const Plan& plan) {
       for (size_t i = 1; i < w.shape.size() && !flattened; ++i) {
         const int64_t have = sh.axis == 1 ? p.tensor_shape[i] / sh.parts : p.tensor_shape[i];  // axis 1: 2-D only
         if (have != w.shape[i]) return Invalid("weight ", w.name, ": ", p.tensor, " has other columns");
+      }
+      if (p.quant.quantized()) {
+        const ir::QuantFormat& q = p.quant;
+        const bool known_group = q.group == 0 || std::find(std::begin(ir::kQuantGroups), std::end(ir::kQuantGroups),
+                                                           q.group) != std::end(ir::kQuantGroups);
+        if (!known_group || (q.kind == ir::QuantKind::kFp8E4M3 && (q.group != 0 || !q.symmetric))) {
+          return Invalid("weight ", w.name, ": bad format of ", p.tensor, " (group ", q.group, ")");
+        }
+        if (w.shape.size() != 2 || flattened) {
+          return Invalid("weight ", w.name, ": only a matrix [N, K] can be stored as ", q.ToString());
+        }
+        if (absl::Status row = q.CheckRow(p.tensor_shape[1]); !row.ok()) {
+          return Invalid("weight ", w.name, ": ", p.tensor, ": ", row.message());
+        }
       }
       rows += slice.row_end - slice.row_begin;
     }

@@ -5,12 +5,14 @@
 #define AUTOGLM_COMPILER_PLAN_H_
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "ir/attrs.h"
 #include "ir/op_table.h"
+#include "ir/quant.h"
 #include "ir/types.h"
 
 namespace ag::compiler {
@@ -19,7 +21,8 @@ namespace ag::compiler {
 // 3: the tensor-parallel degree and each weight piece's shard.
 // 4: rotary frequencies are fp32 for every checkpoint dtype (no freq_dtype attribute).
 // 5: named programs (decoder, vision), the GLM-4.1V ops (kernel ids moved), M-RoPE.
-inline constexpr uint32_t kPlanVersion = 5;
+// 6: weight formats: a weight piece's rows may be stored quantized (WeightPiece::quant).
+inline constexpr uint32_t kPlanVersion = 6;
 inline constexpr int64_t kArenaAlignment = 256;
 // Bounds a plan must keep; the compiler refuses options beyond them.
 inline constexpr int64_t kMaxArenaBytes = int64_t{1} << 40;
@@ -72,6 +75,9 @@ struct WeightPiece {
   int64_t row_begin = 0;  // the whole slice, before sharding
   int64_t row_end = 0;
   ir::ShardSpec shard;
+  // How its rows are stored (whole rows of the checkpoint tensor: a column
+  // shard's groups are the whole row's); the loader quantizes them.
+  ir::QuantFormat quant;
 };
 
 // The block of a checkpoint tensor (rows x columns, columns = the product of
@@ -90,6 +96,13 @@ struct WeightEntry {
   std::vector<WeightPiece> pieces;
 
   int64_t NumElements() const;
+  bool quantized() const;  // some piece is stored quantized
+  // Bytes on a device: quantized rows in their format (ir::QuantFormat::DeviceBytes), the rest in `dtype`.
+  int64_t DeviceBytes() const;
+  // The same per format name ("bf16", "int4:g128:asym", ...).
+  std::map<std::string, int64_t> DeviceBytesByFormat() const;
+  // "bf16", "int4:g128:asym", or "int4:g128:asym+fp8e4m3" for a weight whose pieces differ.
+  std::string FormatName() const;
 };
 
 struct KvGeometry {

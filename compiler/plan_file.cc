@@ -316,6 +316,9 @@ std::string SerializePlan(const Plan& plan) {
       w.I64(p.row_end);
       w.U8(static_cast<uint8_t>(p.shard.axis + 1));
       w.U32(static_cast<uint32_t>(p.shard.parts));
+      w.U8(static_cast<uint8_t>(p.quant.kind));
+      w.U32(static_cast<uint32_t>(p.quant.group));
+      w.U8(p.quant.symmetric ? 1 : 0);
     }
   }
   w.I64(plan.kv.num_layers);
@@ -389,7 +392,7 @@ absl::StatusOr<Plan> DeserializePlan(absl::string_view bytes, absl::string_view 
     if (wd >= ir::kDTypeCount) r.Fail("unknown dtype code");
     e.dtype = static_cast<ir::DType>(r.ok() ? wd : 0);
     e.shape = r.Ints();
-    e.pieces = ReadList<WeightPiece>(r, 29, [&] {
+    e.pieces = ReadList<WeightPiece>(r, 35, [&] {
       WeightPiece p;
       p.tensor = r.Str();
       p.tensor_shape = r.Ints();
@@ -397,6 +400,13 @@ absl::StatusOr<Plan> DeserializePlan(absl::string_view bytes, absl::string_view 
       p.row_end = r.I64();
       p.shard.axis = static_cast<int32_t>(r.U8()) - 1;
       p.shard.parts = static_cast<int32_t>(std::min<uint32_t>(r.U32(), 1u << 30));
+      const uint8_t kind = r.U8();
+      if (kind > static_cast<uint8_t>(ir::QuantKind::kInt4)) r.Fail("unknown weight format code");
+      p.quant.kind = static_cast<ir::QuantKind>(r.ok() ? kind : 0);
+      p.quant.group = static_cast<int32_t>(std::min<uint32_t>(r.U32(), 1u << 30));
+      const uint8_t sym = r.U8();
+      if (sym > 1) r.Fail("bad weight format symmetry flag");
+      p.quant.symmetric = sym == 1;
       return p;
     });
     return e;

@@ -73,6 +73,72 @@ TEST(PlanFile, ResealedGarbageIsRejectedWithoutCrashing) {
   }
 }
 
+Plan QuantizedPlan() {
+  absl::StatusOr<glm::ModelConfig> config = glm::LoadModelConfig(testing::TestDataDir() + "/tiny-glm");
+  EXPECT_TRUE(config.ok()) << config.status();
+  CompileOptions options;
+  options.quant = passes::DefaultQuantPolicy(*ir::ParseQuantFormat("int4:g32"));
+  absl::StatusOr<CompileResult> compiled = Compile(*config, options);
+  EXPECT_TRUE(compiled.ok()) << compiled.status();
+  return compiled->plan;
+}
+
+const WeightEntry& Named(const Plan& plan, absl::string_view name) {
+  for (const WeightEntry& w : plan.weights) {
+    if (w.name == name) return w;
+  }
+  ADD_FAILURE() << "no weight " << name;
+  return plan.weights.front();
+}
+
+TEST(PlanFile, WeightFormatsRoundTripAndCountTheirBytes) {
+  const Plan plan = QuantizedPlan();
+  const std::string bytes = SerializePlan(plan);
+  absl::StatusOr<Plan> back = DeserializePlan(bytes, "x.agplan");
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(SerializePlan(*back), bytes);
+  const WeightEntry& qkv = Named(*back, "model.layers.0.self_attn.qkv_proj.weight");
+  EXPECT_EQ(qkv.FormatName(), "int4:g32:asym+fp8e4m3");
+  EXPECT_EQ(Named(*back, "lm_head.weight").FormatName(), "fp8e4m3");
+  EXPECT_EQ(Named(*back, "model.embed_tokens.weight").FormatName(), "f32");
+  // tiny-glm: q [64, 64] in int4 g32 (codes, bf16 scales, zeros), k and v [32, 64] each in fp8 (codes, f32 scales).
+  EXPECT_EQ(qkv.DeviceBytes(), 64 * 32 + 64 * 2 * 3 + 2 * (32 * 64 + 32 * 4));
+  const PlanSummary s = Summarize(*back);
+  int64_t total = 0;
+  for (const auto& [format, b] : s.bytes_by_format) total += b;
+  EXPECT_EQ(total, s.weight_bytes);
+  EXPECT_EQ(s.bytes_by_format.size(), 3u);  // f32, fp8e4m3, int4:g32:asym
+  EXPECT_LT(s.weight_bytes, Summarize(TinyPlan()).weight_bytes / 3);
+}
+
+TEST(PlanValidation, WeightFormatsMustFitTheirWeightAndUse) {
+  const Plan good = QuantizedPlan();
+  ASSERT_TRUE(ValidatePlan(good).ok());
+  auto error = [](const Plan& p) { return std::string(ValidatePlan(p).message()); };
+  Plan p = good;
+  for (WeightEntry& w : p.weights) {
+    if (w.name == "model.embed_tokens.weight") w.pieces[0].quant = *ir::ParseQuantFormat("int8");
+  }
+  EXPECT_NE(error(p).find("(@model.embed_tokens.weight) is stored quantized; only a linear weight may be"),
+            std::string::npos) << error(p);
+  p = good;
+  for (WeightEntry& w : p.weights) {
+    if (w.name == "lm_head.weight") w.pieces[0].quant.group = 48;
+  }
+  EXPECT_NE(error(p).find("weight lm_head.weight: bad format"), std::string::npos) << error(p);
+  p = good;
+  for (WeightEntry& w : p.weights) {
+    if (w.name == "model.norm.weight") w.pieces[0].quant = *ir::ParseQuantFormat("int8");
+  }
+  EXPECT_NE(error(p).find("only a matrix [N, K] can be stored as int8:channel:sym"), std::string::npos) << error(p);
+  // A format code past the known ones, resealed: the reader refuses it.
+  p = good;
+  for (WeightEntry& w : p.weights) {
+    if (w.name == "lm_head.weight") w.pieces[0].quant.kind = static_cast<ir::QuantKind>(9);
+  }
+  EXPECT_NE(ErrorOf(SerializePlan(p)).find("unknown weight format code"), std::string::npos);
+}
+
 TEST(PlanValidation, CatchesInconsistentPlans) {
   const Plan good = TinyPlan();
   ASSERT_TRUE(ValidatePlan(good).ok());

@@ -142,6 +142,10 @@ absl::StatusOr<Roofline> PlanRoofline(const Plan& plan, const StepShape& shape, 
         c.bytes += static_cast<double>(tokens * row);
         continue;
       }
+      if (t.kind == TensorKind::kWeight && plan.weights[t.index].quantized()) {
+        c.bytes += static_cast<double>(plan.weights[t.index].DeviceBytes());  // codes, scales and zero points
+        continue;
+      }
       ASSIGN_OR_RETURN(int64_t bytes, t.type.ByteSize(bindings));
       c.bytes += static_cast<double>(bytes);
     }

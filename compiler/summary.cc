@@ -43,8 +43,11 @@ PlanSummary Summarize(const Plan& plan, const Program& program) {
   }
   for (size_t i = 0; i < plan.weights.size(); ++i) {
     const WeightEntry& w = plan.weights[i];
-    const int64_t bytes = w.NumElements() * ir::DTypeSize(w.dtype);
-    if (used[i]) s.weight_bytes += bytes;
+    const int64_t bytes = w.DeviceBytes();
+    if (used[i]) {
+      s.weight_bytes += bytes;
+      for (const auto& [format, b] : w.DeviceBytesByFormat()) s.bytes_by_format[format] += b;
+    }
     if (streamed[i]) s.weight_bytes_read_per_step += bytes;
   }
   return s;

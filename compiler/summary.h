@@ -14,7 +14,8 @@ struct PlanSummary {
   int64_t total_steps = 0;
   int64_t steps_per_layer = 0;  // the most steps any one layer has
   int64_t steps_outside_layers = 0;
-  int64_t weight_bytes = 0;       // per rank
+  int64_t weight_bytes = 0;       // per rank, on a device (quantized weights in their formats)
+  std::map<std::string, int64_t> bytes_by_format;  // weight_bytes by format ("bf16", "int4:g128:asym", ...)
   // What a rank streams per decode step: every weight a step reads whole (the
   // embedding table is only looked up, T rows).
   int64_t weight_bytes_read_per_step = 0;

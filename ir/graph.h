@@ -17,6 +17,7 @@
 #include "absl/status/statusor.h"
 #include "ir/attrs.h"
 #include "ir/op_table.h"
+#include "ir/quant.h"
 #include "ir/types.h"
 
 namespace ag::ir {
@@ -31,6 +32,7 @@ enum class ValueKind : uint8_t { kParam, kInput, kState, kResult };
 struct ParamPart {
   std::string name;
   ShardSpec shard;
+  QuantFormat quant;  // how its rows are stored (set by the quantize pass); none: the plan's dtype
 };
 
 struct Value {

@@ -104,6 +104,9 @@ struct OpInfo {
   int state_operand;    // index of the operand that must be a state value, or -1
   int inplace_operand;  // result 0 may share this operand's buffer when it dies here, or -1
   InferFn infer;
+  // The operand that is a linear weight W [N, K] (y = x W^T), or -1: the only
+  // place a weight stored in a quantized format (ir/quant.h) may be read.
+  int matrix_operand = -1;
 
   bool Has(OpProperty p) const { return (properties & p) != 0; }
 };

@@ -58,6 +58,7 @@ std::string PrintGraph(const Graph& g) {
         absl::StrAppend(&out, " = concat(", absl::StrJoin(value.concat_of, ", ", [](std::string* o, const ParamPart& p) {
                           absl::StrAppend(o, "@", p.name);
                           if (p.shard.sharded()) absl::StrAppend(o, " ", p.shard.ToString());
+                          if (p.quant.quantized()) absl::StrAppend(o, " as ", p.quant.ToString());
                         }),
                         ")");
       }
@@ -174,6 +175,13 @@ class Parser {
               return Error(absl::StrCat("shard parts must be in [1, ", kMaxTensorParallel, "]"));
             }
             part.shard = {axis == "rows" ? 0 : 1, static_cast<int32_t>(n)};
+          }
+          if (PeekWord("as")) {
+            RETURN_IF_ERROR(ExpectWord("as"));
+            ASSIGN_OR_RETURN(std::string format, QuantWord());
+            absl::StatusOr<QuantFormat> quant = ParseQuantFormat(format);
+            if (!quant.ok()) return Error(quant.status().message());
+            part.quant = *quant;
           }
           parts.push_back(std::move(part));
         } while (Consume(','));
@@ -356,6 +364,17 @@ class Parser {
       ++pos_;
     }
     if (start == pos_) return Error("expected a name");
+    return std::string(text_.substr(start, pos_ - start));
+  }
+
+  // A weight format: int4:g128:asym.
+  absl::StatusOr<std::string> QuantWord() {
+    SkipSpace();
+    const size_t start = pos_;
+    while (pos_ < text_.size() && (std::isalnum(static_cast<unsigned char>(text_[pos_])) || text_[pos_] == ':')) {
+      ++pos_;
+    }
+    if (start == pos_) return Error("expected a weight format");
     return std::string(text_.substr(start, pos_ - start));
   }
 

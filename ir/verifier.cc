@@ -13,6 +13,13 @@ absl::Status Fail(const Args&... args) {
   return absl::FailedPreconditionError(absl::StrCat("verifier: ", args...));
 }
 
+bool IsQuantized(const Value& value) {
+  for (const ParamPart& part : value.concat_of) {
+    if (part.quant.quantized()) return true;
+  }
+  return false;
+}
+
 }  // namespace
 
 absl::Status Verify(const Graph& graph) {
@@ -26,6 +33,14 @@ absl::Status Verify(const Graph& graph) {
       if (!part.shard.Fits(graph.tp())) {
         return Fail("@", value.name, ": part @", part.name, " has a shard (axis ", part.shard.axis, ", parts ",
                     part.shard.parts, ") that does not fit the degree tp=", graph.tp());
+      }
+      if (part.quant.quantized()) {
+        if (value.type.rank() != 2 || value.type.shape[1].is_symbolic()) {
+          return Fail("@", value.name, ": only a matrix [N, K] can be stored as ", part.quant.ToString());
+        }
+        // A column shard holds 1/parts of each row: the format applies to the whole row.
+        const int64_t k = value.type.shape[1].offset() * (part.shard.axis == 1 ? part.shard.parts : 1);
+        if (absl::Status s = part.quant.CheckRow(k); !s.ok()) return Fail("@", value.name, " part @", part.name, ": ", s.message());
       }
     }
     if (value.kind == ValueKind::kResult) {
@@ -52,6 +67,9 @@ absl::Status Verify(const Graph& graph) {
       const bool state_slot = static_cast<int>(i) == info.state_operand;
       if (is_state != state_slot) {
         return Fail(where, ": operand ", i, state_slot ? " must be state" : " must not be state");
+      }
+      if (static_cast<int>(i) != info.matrix_operand && IsQuantized(graph.value(v))) {
+        return Fail(where, ": operand @", graph.value(v).name, " is stored quantized; only a linear weight may be");
       }
       operand_types.push_back(graph.value(v).type);
     }

@@ -15,6 +15,7 @@ std::unique_ptr<Pipeline> BuildStandardPipeline(PipelineOptions options, const S
   pipeline->Add(std::make_unique<ShardPass>(pass_options.tp, pass_options.collectives_at_tp1));
   pipeline->Add(std::make_unique<LowerKvCachePass>(pass_options.kv_block_size));
   pipeline->Add(std::make_unique<FusePass>());
+  if (!pass_options.quant.empty()) pipeline->Add(std::make_unique<QuantizePass>(pass_options.quant));
   pipeline->Add(std::make_unique<PlanMemoryPass>());
   return pipeline;
 }

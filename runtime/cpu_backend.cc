@@ -10,6 +10,7 @@
 #include "ir/status_macros.h"
 #include "runtime/cpu_kernels.h"
 #include "runtime/memory_check.h"
+#include "runtime/weights.h"
 
 namespace ag::runtime {
 namespace {
@@ -43,8 +44,7 @@ absl::Status CpuBackend::Load(const compiler::Plan& plan, const WeightSource& we
   weights_.clear();
   for (const compiler::WeightEntry& entry : plan.weights) {
     std::vector<float> w(static_cast<size_t>(entry.NumElements()));
-    RETURN_IF_ERROR(weights.Fill(entry, rank, w.data()));
-    if (plan.dtype == ir::DType::kBF16) RoundAllToBF16(w.data(), static_cast<int64_t>(w.size()));
+    RETURN_IF_ERROR(FillStored(entry, weights, rank, plan.dtype, w.data()));
     weights_.push_back(std::move(w));
   }
   const compiler::KvGeometry& kv = plan.kv;

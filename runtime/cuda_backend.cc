@@ -234,6 +234,12 @@ absl::Status CudaBackend::Load(const compiler::Plan& plan, const WeightSource& w
     return absl::InvalidArgumentError(absl::StrCat("the CUDA backend runs bf16 plans; this plan is ",
                                                    ir::DTypeName(plan.dtype), " (compile with --dtype bf16)"));
   }
+  for (const compiler::WeightEntry& w : plan.weights) {
+    if (w.quantized()) {
+      return absl::UnimplementedError(absl::StrCat("the CUDA backend has no kernels for quantized weights yet (", w.name,
+                                                   " is ", w.FormatName(), "): run the plan with --device cpu"));
+    }
+  }
   if (kv_blocks <= 0) return absl::InvalidArgumentError("the KV cache needs at least one block");
   ASSIGN_OR_RETURN(rank_, CheckRank(plan, options_.comm));
   CUDA_RETURN_IF_ERROR(cudaSetDevice(options_.device));

@@ -1,10 +1,14 @@
 #include "runtime/weights.h"
 
+#include <algorithm>
 #include <cmath>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "ir/status_macros.h"
+#include "kernels/ref/half.h"
+#include "kernels/ref/quant.h"
 #include "models/glm/weight_map.h"
 
 namespace ag::runtime {
@@ -25,6 +29,69 @@ absl::Status CheckpointWeights::Fill(const compiler::WeightEntry& entry, RankInf
       glm::ConvertToFloat(view->dtype, view->data + (r * s.row_elems + s.col_begin) * element, cols, out);
       out += cols;
     }
+  }
+  return absl::OkStatus();
+}
+
+namespace {
+
+void RoundRows(float* data, int64_t n, ir::DType dtype) {
+  if (dtype == ir::DType::kBF16) {
+    for (int64_t i = 0; i < n; ++i) data[i] = RoundToBF16(data[i]);
+  }
+}
+
+ref::QuantSpec SpecOf(const ir::QuantFormat& f) {
+  return {f.kind == ir::QuantKind::kFp8E4M3, f.bits(), f.group, f.symmetric};
+}
+
+}  // namespace
+
+absl::Status FillStored(const compiler::WeightEntry& entry, const WeightSource& source, RankInfo rank,
+                        ir::DType dtype, float* out) {
+  if (!entry.quantized()) {
+    RETURN_IF_ERROR(source.Fill(entry, rank, out));
+    RoundRows(out, entry.NumElements(), dtype);
+    return absl::OkStatus();
+  }
+  // The whole weight (every piece unsharded: ValidatePlan made it 2-D, its pieces whole rows of k inputs).
+  compiler::WeightEntry whole = entry;
+  int64_t rows = 0, k = 0;
+  for (compiler::WeightPiece& p : whole.pieces) {
+    p.shard = {};
+    rows += p.row_end - p.row_begin;
+    k = compiler::SliceForRank(p, 0, 1).row_elems;
+  }
+  whole.shape = {rows, k};
+  std::vector<float> values(static_cast<size_t>(rows * k));
+  RETURN_IF_ERROR(source.Fill(whole, rank, values.data()));
+  std::vector<uint8_t> codes, zeros;
+  std::vector<float> scales;
+  int64_t first_row = 0;
+  for (const compiler::WeightPiece& p : entry.pieces) {
+    const int64_t n = p.row_end - p.row_begin;
+    float* rows_of_piece = values.data() + first_row * k;
+    if (p.quant.quantized()) {
+      const ref::QuantSpec spec = SpecOf(p.quant);
+      codes.resize(static_cast<size_t>(n * k));
+      scales.resize(static_cast<size_t>(n * spec.Groups(k)));
+      zeros.resize(scales.size());
+      if (!ref::QuantizeRows(rows_of_piece, n, k, spec, codes.data(), scales.data(), zeros.data())) {
+        return absl::InvalidArgumentError(absl::StrCat("weight ", entry.name, ": ", p.tensor,
+                                                       " holds a NaN or an infinity; it cannot be stored as ",
+                                                       p.quant.ToString()));
+      }
+      ref::DequantizeRows(codes.data(), scales.data(), zeros.data(), n, k, spec, rows_of_piece);
+    } else {
+      RoundRows(rows_of_piece, n * k, dtype);
+    }
+    // This rank's block of the piece.
+    const compiler::PieceSlice s = compiler::SliceForRank(p, rank.rank, rank.tp);
+    for (int64_t r = s.row_begin; r < s.row_end; ++r) {
+      const float* src = values.data() + (first_row + r - p.row_begin) * k;
+      out = std::copy(src + s.col_begin, src + s.col_end, out);
+    }
+    first_row += n;
   }
   return absl::OkStatus();
 }

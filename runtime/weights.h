@@ -38,6 +38,15 @@ class RandomWeights : public WeightSource {
   uint64_t seed_;
 };
 
+// This rank's values of `entry` as a float-holding backend stores them: the
+// rows of quantized pieces quantized by their format and dequantized again
+// (exactly: kernels/ref/quant.h), the others rounded to `dtype` (bf16: to
+// bf16; f32: as they are). A quantized weight is read whole and quantized
+// before the rank's slice is taken, so a column shard's groups and channel
+// scales are the whole row's and every degree runs the same numbers.
+absl::Status FillStored(const compiler::WeightEntry& entry, const WeightSource& source, RankInfo rank,
+                        ir::DType dtype, float* out);
+
 // A counter-based generator: value i of weight `name` under `seed` (splitmix64).
 float RandomUniform(uint64_t seed, uint64_t stream, uint64_t index);
 uint64_t WeightStream(absl::string_view name);

@@ -32,6 +32,10 @@ ABSL_FLAG(std::string, dtype, "f32", "f32 (the CPU golden path) or bf16 (the GPU
 ABSL_FLAG(std::string, dump_after, "", "print the IR after this pass ('all': after every pass; 'build': before any)");
 ABSL_FLAG(std::vector<std::string>, disable_pass, {}, "passes to skip, comma-separated");
 ABSL_FLAG(bool, verify_each, true, "run the IR verifier after every pass");
+ABSL_FLAG(std::string, quantize, "",
+          "store the linear weights as fp8, int8 or int4 (int4 = int4:g128:asym; README 'Quantization'); "
+          "the LM head and K/V rows of a 4-bit body stay 8-bit");
+ABSL_FLAG(std::string, quantize_policy, "", "a file of 'PATTERN: FORMAT' lines that override --quantize per weight");
 ABSL_FLAG(int64_t, tp, 1, "tensor-parallel degree: the plan is one rank's share, run by every rank (autoglm-run --tp)");
 
 namespace ag::tools {
@@ -48,6 +52,7 @@ absl::Status Run() {
   options.build.kv_block_size = absl::GetFlag(FLAGS_kv_block_size);
   options.pipeline.disabled = absl::GetFlag(FLAGS_disable_pass);
   options.pipeline.verify_each = absl::GetFlag(FLAGS_verify_each);
+  ASSIGN_OR_RETURN(options.quant, QuantPolicyFromFlags(absl::GetFlag(FLAGS_quantize), absl::GetFlag(FLAGS_quantize_policy)));
   const int64_t tp = absl::GetFlag(FLAGS_tp);
   if (tp < 1 || tp > ir::kMaxTensorParallel) {
     return absl::InvalidArgumentError(absl::StrCat("--tp must be in [1, ", ir::kMaxTensorParallel, "], got ", tp));
@@ -92,6 +97,11 @@ absl::Status Run() {
               static_cast<long long>(plan.kv.BytesPerToken()), static_cast<long long>(plan.kv.block_size));
   std::printf("weights: %zu tensors, %lld bytes%s\n", plan.weights.size(), static_cast<long long>(s.weight_bytes),
               plan.tp > 1 ? " per rank" : "");
+  if (s.bytes_by_format.size() > 1 || !s.bytes_by_format.contains(std::string(ir::DTypeName(plan.dtype)))) {
+    for (const auto& [format, bytes] : s.bytes_by_format) {
+      std::printf("  %s: %lld bytes\n", format.c_str(), static_cast<long long>(bytes));
+    }
+  }
   return absl::OkStatus();
 }
 

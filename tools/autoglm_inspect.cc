@@ -101,6 +101,7 @@ absl::Status Run(const std::string& path) {
     j["kv_bytes_per_token"] = plan.kv.BytesPerToken();
     j["kv_block_size"] = plan.kv.block_size;
     j["weight_bytes"] = s.weight_bytes;
+    j["weight_bytes_by_format"] = s.bytes_by_format;
     j["tp"] = plan.tp;
     j["collectives_per_layer"] = s.collectives_per_layer;
     j["collectives"] = s.collectives;
@@ -151,11 +152,16 @@ absl::Status Run(const std::string& path) {
     std::printf(" %%%s %s", in.name.c_str(), in.type.ToString().c_str());
   }
   std::printf("\nweights: %zu (%lld bytes)\n", plan.weights.size(), static_cast<long long>(s.weight_bytes));
+  std::printf("bytes by format: %s\n",
+              absl::StrJoin(s.bytes_by_format, ", ", [](std::string* o, const auto& kv) {
+                absl::StrAppend(o, kv.first, " ", kv.second);
+              }).c_str());
   for (const compiler::WeightEntry& w : plan.weights) {
     std::vector<std::string> pieces;
     for (const compiler::WeightPiece& p : w.pieces) {
       pieces.push_back(absl::StrCat(p.tensor, "[", p.row_begin, ":", p.row_end, "]",
-                                    p.shard.sharded() ? absl::StrCat(" ", p.shard.ToString()) : ""));
+                                    p.shard.sharded() ? absl::StrCat(" ", p.shard.ToString()) : "",
+                                    p.quant.quantized() ? absl::StrCat(" as ", p.quant.ToString()) : ""));
     }
     std::printf("  @%s %s[%s] <- %s\n", w.name.c_str(), std::string(ir::DTypeName(w.dtype)).c_str(),
                 absl::StrJoin(w.shape, ",").c_str(), absl::StrJoin(pieces, " + ").c_str());

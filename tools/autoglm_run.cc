@@ -63,6 +63,8 @@ ABSL_FLAG(std::string, dtype, "", "when compiling: f32 or bf16 (default: f32 on 
 ABSL_FLAG(int64_t, max_batch_tokens, 256, "when compiling: tokens per step");
 ABSL_FLAG(int64_t, max_seqs, 16, "when compiling: sequences per step");
 ABSL_FLAG(int64_t, kv_block_size, 16, "when compiling: tokens per KV-cache block");
+ABSL_FLAG(std::string, quantize, "", "when compiling: store the linear weights as fp8, int8 or int4 (autoglm-compile --help)");
+ABSL_FLAG(std::string, quantize_policy, "", "when compiling: 'PATTERN: FORMAT' lines overriding --quantize per weight");
 ABSL_FLAG(int64_t, max_context, 0, "maximum sequence length (default: the model's max_position_embeddings)");
 ABSL_FLAG(int64_t, kv_cache_tokens, 0, "KV-cache capacity in tokens (default: see --help)");
 ABSL_FLAG(bool, prefix_caching, true, "reuse cached K/V of full blocks with the same prefix (--noprefix-caching: off)");
@@ -89,9 +91,13 @@ absl::Status Run() {
   const bool random = absl::GetFlag(FLAGS_random_weights) >= 0;
   if (!model.checkpoint && !random) return absl::InvalidArgumentError("--config needs --random-weights SEED");
 
-  ASSIGN_OR_RETURN(const compiler::CompileOptions options,
+  ASSIGN_OR_RETURN(compiler::CompileOptions options,
                    BuildOptions(absl::GetFlag(FLAGS_dtype), device, absl::GetFlag(FLAGS_max_batch_tokens),
                                 absl::GetFlag(FLAGS_max_seqs), absl::GetFlag(FLAGS_kv_block_size)));
+  ASSIGN_OR_RETURN(options.quant, QuantPolicyFromFlags(absl::GetFlag(FLAGS_quantize), absl::GetFlag(FLAGS_quantize_policy)));
+  if (!options.quant.empty() && !absl::GetFlag(FLAGS_plan).empty()) {
+    return absl::InvalidArgumentError("--quantize and --quantize-policy apply when compiling; --plan is compiled already");
+  }
   const ParallelOptions parallel = ParallelFlags();
   ASSIGN_OR_RETURN(compiler::Plan plan, PlanForModel(model, absl::GetFlag(FLAGS_plan), options, parallel.tp));
 

@@ -144,6 +144,22 @@ absl::StatusOr<compiler::CompileOptions> BuildOptions(const std::string& dtype, 
   return options;
 }
 
+absl::StatusOr<passes::QuantPolicy> QuantPolicyFromFlags(const std::string& quantize, const std::string& policy_file) {
+  passes::QuantPolicy policy;
+  if (!quantize.empty()) {
+    absl::StatusOr<ir::QuantFormat> body = ir::ParseQuantFormat(quantize);
+    if (!body.ok()) return absl::InvalidArgumentError(absl::StrCat("--quantize: ", body.status().message()));
+    if (!body->quantized()) return absl::InvalidArgumentError("--quantize: name a format (fp8, int8, int4, ...)");
+    policy = passes::DefaultQuantPolicy(*body);
+  }
+  if (!policy_file.empty()) {
+    ASSIGN_OR_RETURN(const std::string text, glm::ReadWholeFile(policy_file));
+    ASSIGN_OR_RETURN(std::vector<passes::QuantRule> rules, passes::ParseQuantPolicy(text, policy_file));
+    policy.rules.insert(policy.rules.begin(), rules.begin(), rules.end());
+  }
+  return policy;
+}
+
 namespace {
 
 #ifdef AUTOGLM_HAVE_CUDA

@@ -68,6 +68,10 @@ absl::StatusOr<compiler::CompileOptions> BuildOptions(const std::string& dtype, 
                                                       int64_t max_batch_tokens, int64_t max_seqs,
                                                       int64_t kv_block_size);
 
+// The weight formats of --quantize FORMAT (passes::DefaultQuantPolicy) and
+// --quantize-policy FILE (its rules first); both empty: nothing quantized.
+absl::StatusOr<passes::QuantPolicy> QuantPolicyFromFlags(const std::string& quantize, const std::string& policy_file);
+
 // "cpu" or "cuda", running `plan_tp` ranks: on the CPU as threads over an
 // in-process group; on CUDA one GPU per rank over NCCL (`parallel` says which
 // GPUs and nodes).

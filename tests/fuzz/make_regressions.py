@@ -111,6 +111,33 @@ def plan_cases():
         put("plan", name, payload[:at] + struct.pack("<d", value) + payload[at + 8:])
 
 
+def quantized_plan_cases():
+    """Weight formats a plan's reader or validation must refuse (issue 18)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "p.agplan")
+        subprocess.run(["build/tools/autoglm-compile", "--model", TINY, "-o", path, "--quantize", "int4:g32"],
+                       check=True, stdout=subprocess.DEVNULL)
+        payload = open(path, "rb").read()[32:]
+
+    def format_at(tensor):
+        """Offset of the format (kind u8, group u32, symmetric u8) of the piece that reads `tensor`."""
+        key = struct.pack("<I", len(tensor)) + tensor
+        at = payload.find(key, payload.find(key) + 1)  # the weight's name first, then its piece's tensor
+        assert at >= 0, tensor
+        pos = at + len(key)
+        rank = struct.unpack("<I", payload[pos:pos + 4])[0]
+        return pos + 4 + 8 * rank + 8 + 8 + 1 + 4      # shape, rows, shard axis and parts
+
+    def with_format(tensor, kind, group, symmetric):
+        at = format_at(tensor)
+        return payload[:at] + struct.pack("<BIB", kind, group, symmetric) + payload[at + 6:]
+
+    put("plan", "int8-embedding-table", with_format(b"model.embed_tokens.weight", 2, 0, 1))
+    put("plan", "weight-format-code-9", with_format(b"lm_head.weight", 9, 0, 1))
+    put("plan", "int4-group-48", with_format(b"lm_head.weight", 3, 48, 0))
+    put("plan", "fp8-with-groups", with_format(b"model.layers.0.mlp.down_proj.weight", 1, 32, 1))
+
+
 def png_header(width, height):
     chunk = b"IHDR" + struct.pack(">II", width, height) + bytes([8, 2, 0, 0, 0])
     return b"\x89PNG\r\n\x1a\n" + struct.pack(">I", 13) + chunk + struct.pack(">I", zlib.crc32(chunk))
@@ -176,6 +203,7 @@ if __name__ == "__main__":
     index_cases()
     config_cases()
     plan_cases()
+    quantized_plan_cases()
     tokenizer_cases()
     chat_cases()
     openai_cases()

@@ -46,6 +46,16 @@ def main(out, compile_tool):
                             "8", "--max-seqs", "2", "--tp", str(tp)], check=True, stdout=subprocess.DEVNULL)
             put(out, "plan", fixture + ("" if tp == 1 else "-tp%d" % tp), open(plan, "rb").read()[32:])
             os.remove(plan)
+    for tp in (1, 2):  # weight formats: int4 groups, fp8 head and K/V rows, int8 down_proj (a policy rule)
+        plan = os.path.join(out, "quantized.agplan")
+        policy = os.path.join(out, "policy.txt")
+        open(policy, "w").write("*.down_proj: int8\n")
+        subprocess.run([compile_tool, "--model", os.path.join(DATA, "tiny-glm4"), "-o", plan, "--max-batch-tokens", "8",
+                        "--max-seqs", "2", "--tp", str(tp), "--quantize", "int4:g32", "--quantize-policy", policy],
+                       check=True, stdout=subprocess.DEVNULL)
+        put(out, "plan", "tiny-glm4-int4" + ("" if tp == 1 else "-tp%d" % tp), open(plan, "rb").read()[32:])
+        os.remove(plan)
+        os.remove(policy)
     spell = byte_alphabet()
     merges = ["th", "he", "the", " t", " the", "in", "ing", "ab", "bc", "abc"]
     tiktoken = [bytes([b]) for b in range(256)] + [m.encode() for m in merges]

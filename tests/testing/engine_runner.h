@@ -24,12 +24,17 @@ struct Generation {
   std::vector<std::vector<float>> logits;
 };
 
+// A fixture under the test data directory by name, or any model directory by absolute path.
+inline std::string FixtureDir(const std::string& fixture) {
+  return !fixture.empty() && fixture[0] == '/' ? fixture : TestDataDir() + "/" + fixture;
+}
+
 // A fixture's model, compiled with `options`, ready to run prompts.
 class FixtureRunner {
  public:
   FixtureRunner(const std::string& fixture, const compiler::CompileOptions& options,
                 std::unique_ptr<runtime::Backend> backend = std::make_unique<runtime::CpuBackend>())
-      : dir_(TestDataDir() + "/" + fixture), backend_(std::move(backend)) {
+      : dir_(FixtureDir(fixture)), backend_(std::move(backend)) {
     absl::StatusOr<glm::ModelConfig> config = glm::LoadModelConfig(dir_);
     EXPECT_TRUE(config.ok()) << config.status();
     absl::StatusOr<glm::Checkpoint> ckpt = glm::Checkpoint::Open(dir_);
@@ -41,7 +46,7 @@ class FixtureRunner {
   }
   explicit FixtureRunner(const std::string& fixture, compiler::Plan plan,
                          std::unique_ptr<runtime::Backend> backend = std::make_unique<runtime::CpuBackend>())
-      : dir_(TestDataDir() + "/" + fixture), backend_(std::move(backend)), plan_(std::move(plan)) {
+      : dir_(FixtureDir(fixture)), backend_(std::move(backend)), plan_(std::move(plan)) {
     absl::StatusOr<glm::Checkpoint> ckpt = glm::Checkpoint::Open(dir_);
     EXPECT_TRUE(ckpt.ok()) << ckpt.status();
     checkpoint_ = std::make_unique<glm::Checkpoint>(std::move(*ckpt));

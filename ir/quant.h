@@ -1,0 +1,56 @@
+// Weight formats: how a linear weight [N, K] (N output rows, K inputs) is
+// stored when it is not in the plan's dtype.
+//
+// Every format is row-local: row n is quantized on its own, in groups of
+// `group` consecutive inputs (0: one group, the whole row, "per output
+// channel"), each group with one scale s (and, asymmetric, a zero point z):
+//   int:  W[n, k] = s[n, g] * (q[n, k] - z[n, g]),  q unsigned of `bits` bits,
+//         z = 2^(bits-1) when symmetric;
+//   fp8:  W[n, k] = s[n] * e4m3(q[n, k])   (per output channel only).
+// Row-locality is what lets a fused weight (QKV, gate|up) mix formats by row
+// range and lets column-parallel sharding take whole rows unchanged.
+#ifndef AUTOGLM_IR_QUANT_H_
+#define AUTOGLM_IR_QUANT_H_
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+
+namespace ag::ir {
+
+enum class QuantKind : uint8_t { kNone, kFp8E4M3, kInt8, kInt4 };
+
+struct QuantFormat {
+  QuantKind kind = QuantKind::kNone;
+  int32_t group = 0;       // inputs per scale; 0: the whole row
+  bool symmetric = true;   // int formats: false stores a zero point per group
+
+  bool quantized() const { return kind != QuantKind::kNone; }
+  int bits() const;  // bits per stored weight (the plan's dtype counts as 16)
+  // Groups in a row of k inputs.
+  int64_t Groups(int64_t k) const { return group == 0 ? 1 : k / group; }
+  // "bf16"-like "none", "fp8e4m3", "int8", "int4:g128:asym", "int8:g64", ...
+  std::string ToString() const;
+  // Bytes an [n, k] weight takes on a device: the codes, the scales (fp32 per
+  // channel; bf16 per group, as the quantizer rounds them) and the zero points (one byte).
+  int64_t DeviceBytes(int64_t n, int64_t k) const;
+  // Whether a row of k inputs can be stored this way (the group divides it).
+  absl::Status CheckRow(int64_t k) const;
+  bool operator==(const QuantFormat&) const = default;
+};
+
+// The group sizes a format may use (besides 0, per channel).
+inline constexpr int32_t kQuantGroups[] = {32, 64, 128};
+
+// Parses "none" (or "bf16", "f16", "f32": kept in the plan's dtype), "fp8",
+// "fp8e4m3", "int8" (per channel, symmetric), "int4" (group 128, asymmetric),
+// and options after ':' — "g32"/"g64"/"g128"/"channel", "sym"/"asym":
+// "int4:g64:sym", "int8:g128:asym".
+absl::StatusOr<QuantFormat> ParseQuantFormat(absl::string_view text);
+
+}  // namespace ag::ir
+
+#endif  // AUTOGLM_IR_QUANT_H_
