@@ -41,6 +41,25 @@ class Hostile : public testing::BadInput {
   }
 };
 
+TEST_F(Hostile, WeightFormatsAndPoliciesAreOneLineErrors) {
+  ExpectError("--prompt-ids 1 --quantize int3", "--quantize: unknown weight format 'int3'");
+  ExpectError("--prompt-ids 1 --quantize int4:g48", "option 'g48' is not a group size");
+  ExpectError("--prompt-ids 1 --quantize none", "--quantize: name a format");
+  std::ofstream(Path("bad.policy")) << "# comment\nlayers.99.*: int8\n";
+  ExpectError("--prompt-ids 1 --quantize-policy " + Path("bad.policy"), "bad.policy:2: 'layers.99.*' names no linear weight");
+  std::ofstream(Path("syntax.policy")) << "*.down_proj int8\n";
+  ExpectError("--prompt-ids 1 --quantize-policy " + Path("syntax.policy"), "syntax.policy:1: expected 'PATTERN: FORMAT'");
+  std::ofstream(Path("format.policy")) << "*.down_proj: fp8:g32\n";
+  ExpectError("--prompt-ids 1 --quantize-policy " + Path("format.policy"), "format.policy:1: unknown weight format 'fp8:g32'");
+  ExpectError("--prompt-ids 1 --quantize-policy " + Path("missing.policy"), "missing.policy");
+  // tiny-glm is 64 wide: group 128 does not divide a row of o_proj.
+  ExpectError("--prompt-ids 1 --quantize int4", "o_proj.weight: int4:g128:asym: group size 128 does not divide the 64 inputs");
+  const CommandResult compiled = RunCommand(CompileTool() + " --model " + Path("") + " --quantize int4:g32 -o " +
+                                            Path("q.agplan"));
+  ASSERT_EQ(compiled.exit_code, 0) << compiled.err;
+  ExpectError("--plan " + Path("q.agplan") + " --quantize int8 --prompt-ids 1", "--plan is compiled already");
+}
+
 TEST_F(Hostile, HugeMaxNewTokensRunsToTheEndOfTheContext) {
   const CommandResult r =
       RunCommand(RunTool() + " --model " + dir_.string() + " --prompt-ids 1,2,3 --max-new-tokens 9223372036854775807");
