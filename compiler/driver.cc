@@ -11,6 +11,7 @@
 #include "compiler/lower.h"
 #include "ir/status_macros.h"
 #include "models/glm/weight_map.h"
+#include "models/quant/packed.h"
 #include "passes/pipeline.h"
 #include "models/glm4v/vision_builder.h"
 #include "models/glm4v/weight_map.h"
@@ -222,13 +223,22 @@ absl::Status CheckPlan(const Plan& plan, const glm::ModelConfig& config, const s
   RETURN_IF_ERROR(CheckStepFacts(plan, config));
   if (checkpoint == nullptr) return absl::OkStatus();
   absl::flat_hash_set<absl::string_view> used;
+  std::vector<std::string> packed_names;  // the tensors of pre-quantized linears
   for (const WeightEntry& w : plan.weights) {
     for (const WeightPiece& p : w.pieces) {
+      if (p.packing != ir::QuantPacking::kNone) {
+        const std::string module = p.tensor.substr(0, p.tensor.size() - std::string(".weight").size());
+        ASSIGN_OR_RETURN(std::vector<std::string> names, quant::CheckPacked(*checkpoint, p.packing, p.quant, module,
+                                                                            p.tensor_shape[0], p.tensor_shape[1]));
+        packed_names.insert(packed_names.end(), names.begin(), names.end());
+        continue;
+      }
       glm::WeightSource src{p.tensor, p.tensor_shape, p.row_begin, p.row_end};
       RETURN_IF_ERROR(glm::FindSourceTensor(*checkpoint, src).status());
       used.insert(p.tensor);
     }
   }
+  for (const std::string& name : packed_names) used.insert(name);
   // A tensor the plan never reads means the config and the checkpoint disagree
   // (fewer layers, untied head, ...): running anyway would silently give
   // another model's answers. Rotary inverse-frequency buffers are recomputed, so they may be left.

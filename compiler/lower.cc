@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "ir/status_macros.h"
 #include "models/glm/weight_map.h"
+#include "models/quant/checkpoint_quant.h"
 
 namespace ag::compiler {
 namespace {
@@ -69,7 +70,10 @@ absl::StatusOr<Program> LowerProgram(const ir::Graph& graph, std::string name, c
         int64_t rows_left = entry.shape[0];
         for (const ir::ParamPart& part : parts) {
           ASSIGN_OR_RETURN(glm::WeightSource src, map(part.name));
-          entry.pieces.push_back({src.tensor, src.tensor_shape, src.row_begin, src.row_end, part.shard, part.quant});
+          // A checkpoint that stores the weight quantized decides its format (--quantize applies to dense weights).
+          const bool packed = src.packing != ir::QuantPacking::kNone;
+          entry.pieces.push_back({src.tensor, src.tensor_shape, src.row_begin, src.row_end, part.shard,
+                                  packed ? src.quant : part.quant, src.packing});
           const PieceSlice slice = SliceForRank(entry.pieces.back(), 0, plan.tp);
           rows_left -= slice.row_end - slice.row_begin;
         }
@@ -146,7 +150,12 @@ int64_t KvHeadsOfGraph(const ir::Graph& graph, int64_t fallback) {
 absl::StatusOr<Plan> LowerToPlan(const ir::Graph& graph, const glm::ModelConfig& config,
                                  const glm::BuildOptions& options, std::vector<std::string> passes) {
   Plan plan = PlanHeader(config, options, std::move(passes), graph.tp(), KvHeadsOfGraph(graph, config.num_kv_heads));
-  const WeightMapper map = [&config](absl::string_view param) { return glm::MapWeight(config, param); };
+  // A pre-quantized checkpoint's linears keep the checkpoint's storage.
+  ASSIGN_OR_RETURN(const quant::CheckpointQuant stored, quant::ParseCheckpointQuant(config));
+  const WeightMapper map = [&config, &stored](absl::string_view param) -> absl::StatusOr<glm::WeightSource> {
+    ASSIGN_OR_RETURN(glm::WeightSource source, glm::MapWeight(config, param));
+    return quant::Annotate(stored, std::move(source));
+  };
   ASSIGN_OR_RETURN(Program decoder, LowerProgram(graph, kDecoderProgram, map, config.num_layers, plan));
   plan.programs.push_back(std::move(decoder));
   RETURN_IF_ERROR(ValidatePlan(plan));

@@ -5,6 +5,7 @@
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "ir/checked_math.h"
@@ -402,6 +403,13 @@ absl::Status ValidatePlan(const Plan& plan) {
         if (absl::Status row = q.CheckRow(p.tensor_shape[1]); !row.ok()) {
           return Invalid("weight ", w.name, ": ", p.tensor, ": ", row.message());
         }
+      }
+      const bool fp8 = p.quant.kind == ir::QuantKind::kFp8E4M3;
+      if (p.packing != ir::QuantPacking::kNone &&
+          (!p.quant.quantized() || !absl::EndsWith(p.tensor, ".weight") || fp8 != (p.packing == ir::QuantPacking::kCtFp8) ||
+           (p.packing == ir::QuantPacking::kAwq && (p.quant.kind != ir::QuantKind::kInt4 || p.quant.symmetric)))) {
+        return Invalid("weight ", w.name, ": ", p.tensor, " cannot be stored ", ir::QuantPackingName(p.packing), " as ",
+                       p.quant.ToString());
       }
       rows += slice.row_end - slice.row_begin;
     }

@@ -76,8 +76,11 @@ struct WeightPiece {
   int64_t row_end = 0;
   ir::ShardSpec shard;
   // How its rows are stored (whole rows of the checkpoint tensor: a column
-  // shard's groups are the whole row's); the loader quantizes them.
+  // shard's groups are the whole row's); the loader quantizes them, or decodes
+  // them when the checkpoint holds them packed (`packing`; `tensor` then names
+  // the logical "<module>.weight").
   ir::QuantFormat quant;
+  ir::QuantPacking packing = ir::QuantPacking::kNone;
 };
 
 // The block of a checkpoint tensor (rows x columns, columns = the product of

@@ -319,6 +319,7 @@ std::string SerializePlan(const Plan& plan) {
       w.U8(static_cast<uint8_t>(p.quant.kind));
       w.U32(static_cast<uint32_t>(p.quant.group));
       w.U8(p.quant.symmetric ? 1 : 0);
+      w.U8(static_cast<uint8_t>(p.packing));
     }
   }
   w.I64(plan.kv.num_layers);
@@ -392,7 +393,7 @@ absl::StatusOr<Plan> DeserializePlan(absl::string_view bytes, absl::string_view 
     if (wd >= ir::kDTypeCount) r.Fail("unknown dtype code");
     e.dtype = static_cast<ir::DType>(r.ok() ? wd : 0);
     e.shape = r.Ints();
-    e.pieces = ReadList<WeightPiece>(r, 35, [&] {
+    e.pieces = ReadList<WeightPiece>(r, 36, [&] {
       WeightPiece p;
       p.tensor = r.Str();
       p.tensor_shape = r.Ints();
@@ -407,6 +408,9 @@ absl::StatusOr<Plan> DeserializePlan(absl::string_view bytes, absl::string_view 
       const uint8_t sym = r.U8();
       if (sym > 1) r.Fail("bad weight format symmetry flag");
       p.quant.symmetric = sym == 1;
+      const uint8_t packing = r.U8();
+      if (packing >= ir::kQuantPackingCount) r.Fail("unknown weight packing code");
+      p.packing = static_cast<ir::QuantPacking>(r.ok() ? packing : 0);
       return p;
     });
     return e;

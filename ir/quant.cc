@@ -53,6 +53,24 @@ absl::Status QuantFormat::CheckRow(int64_t k) const {
   return absl::OkStatus();
 }
 
+absl::string_view QuantPackingName(QuantPacking packing) {
+  switch (packing) {
+    case QuantPacking::kNone:
+      return "dense";
+    case QuantPacking::kGptq:
+      return "gptq";
+    case QuantPacking::kGptqV2:
+      return "gptq_v2";
+    case QuantPacking::kAwq:
+      return "awq";
+    case QuantPacking::kCtInt:
+      return "compressed-tensors pack-quantized";
+    case QuantPacking::kCtFp8:
+      return "compressed-tensors float-quantized";
+  }
+  return "?";
+}
+
 absl::StatusOr<QuantFormat> ParseQuantFormat(absl::string_view text) {
   const std::vector<absl::string_view> parts = absl::StrSplit(text, ':');
   QuantFormat f;

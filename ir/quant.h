@@ -42,6 +42,20 @@ struct QuantFormat {
   bool operator==(const QuantFormat&) const = default;
 };
 
+// How a pre-quantized checkpoint stores a linear's codes, scales and zero
+// points (models/quant decodes each); kNone: the checkpoint holds the weight
+// dense and the loader quantizes it when the piece has a format.
+enum class QuantPacking : uint8_t {
+  kNone,
+  kGptq,    // qweight [K/pf, N] along K, qzeros [K/g, N/pf] holding z - 1, scales [K/g, N], g_idx [K]
+  kGptqV2,  // the same with qzeros holding z (GPTQModel's checkpoint_format gptq_v2)
+  kAwq,     // qweight [K, N/8] along N in AWQ's nibble order, qzeros [K/g, N/8] (z), scales [K/g, N]
+  kCtInt,   // compressed-tensors pack-quantized: weight_packed [N, K/pf], weight_scale [N, G], zero points
+  kCtFp8,   // compressed-tensors float-quantized: weight F8_E4M3 [N, K], weight_scale [N, 1] or [1]
+};
+inline constexpr int kQuantPackingCount = 6;
+absl::string_view QuantPackingName(QuantPacking packing);  // "gptq", "awq", "compressed-tensors", ...
+
 // The group sizes a format may use (besides 0, per channel).
 inline constexpr int32_t kQuantGroups[] = {32, 64, 128};
 

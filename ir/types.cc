@@ -22,6 +22,8 @@ constexpr std::array<DTypeInfo, kDTypeCount> kDTypes = {{
     {DType::kF16, "f16", 2},
     {DType::kI8, "i8", 1},
     {DType::kI32, "i32", 4},
+    {DType::kF8E4M3, "f8e4m3", 1},
+    {DType::kI64, "i64", 8},
 }};
 
 constexpr bool DTypeTableIsComplete() {

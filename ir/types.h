@@ -17,8 +17,9 @@
 
 namespace ag::ir {
 
-enum class DType : uint8_t { kF32, kBF16, kF16, kI8, kI32 };
-inline constexpr int kDTypeCount = 5;
+// kF8E4M3: OCP FP8 E4M3 ("fn"), in checkpoints that store FP8 weights.
+enum class DType : uint8_t { kF32, kBF16, kF16, kI8, kI32, kF8E4M3, kI64 };
+inline constexpr int kDTypeCount = 7;
 
 absl::string_view DTypeName(DType dtype);
 std::optional<DType> ParseDType(absl::string_view name);

@@ -10,14 +10,25 @@
 #include "kernels/ref/half.h"
 #include "kernels/ref/quant.h"
 #include "models/glm/weight_map.h"
+#include "models/quant/packed.h"
 
 namespace ag::runtime {
 
 absl::Status CheckpointWeights::Fill(const compiler::WeightEntry& entry, RankInfo rank, float* out) const {
   for (const compiler::WeightPiece& piece : entry.pieces) {
+    const compiler::PieceSlice s = compiler::SliceForRank(piece, rank.rank, rank.tp);
+    if (piece.packing != ir::QuantPacking::kNone) {  // decoded whole, then this rank's block of the piece's rows
+      const int64_t n = piece.tensor_shape[0], k = piece.tensor_shape[1];
+      std::vector<float> whole(static_cast<size_t>(n * k));
+      const std::string module = piece.tensor.substr(0, piece.tensor.size() - std::string(".weight").size());
+      RETURN_IF_ERROR(quant::DecodePacked(checkpoint_, piece.packing, piece.quant, module, n, k, whole.data()));
+      for (int64_t r = s.row_begin; r < s.row_end; ++r) {
+        out = std::copy(whole.data() + r * k + s.col_begin, whole.data() + r * k + s.col_end, out);
+      }
+      continue;
+    }
     glm::WeightSource src{piece.tensor, piece.tensor_shape, piece.row_begin, piece.row_end};
     ASSIGN_OR_RETURN(const glm::TensorView* view, glm::FindSourceTensor(checkpoint_, src));
-    const compiler::PieceSlice s = compiler::SliceForRank(piece, rank.rank, rank.tp);
     const int64_t element = ir::DTypeSize(view->dtype), cols = s.col_end - s.col_begin;
     if (cols == s.row_elems) {  // whole rows: one contiguous block
       const int64_t elems = (s.row_end - s.row_begin) * cols;
@@ -71,7 +82,7 @@ absl::Status FillStored(const compiler::WeightEntry& entry, const WeightSource& 
   for (const compiler::WeightPiece& p : entry.pieces) {
     const int64_t n = p.row_end - p.row_begin;
     float* rows_of_piece = values.data() + first_row * k;
-    if (p.quant.quantized()) {
+    if (p.quant.quantized() && !source.Decodes(p)) {
       const ref::QuantSpec spec = SpecOf(p.quant);
       codes.resize(static_cast<size_t>(n * k));
       scales.resize(static_cast<size_t>(n * spec.Groups(k)));
@@ -82,8 +93,8 @@ absl::Status FillStored(const compiler::WeightEntry& entry, const WeightSource& 
                                                        p.quant.ToString()));
       }
       ref::DequantizeRows(codes.data(), scales.data(), zeros.data(), n, k, spec, rows_of_piece);
-    } else {
-      RoundRows(rows_of_piece, n * k, dtype);
+    } else if (!p.quant.quantized()) {
+      RoundRows(rows_of_piece, n * k, dtype);  // decoded rows stay as the checkpoint's scales make them
     }
     // This rank's block of the piece.
     const compiler::PieceSlice s = compiler::SliceForRank(p, rank.rank, rank.tp);

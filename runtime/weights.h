@@ -16,7 +16,9 @@ namespace ag::runtime {
 class CheckpointWeights : public WeightSource {
  public:
   explicit CheckpointWeights(const glm::Checkpoint& checkpoint) : checkpoint_(checkpoint) {}
+  // A pre-quantized piece (WeightPiece::packing) is decoded exactly (models/quant/packed.h).
   absl::Status Fill(const compiler::WeightEntry& entry, RankInfo rank, float* out) const override;
+  bool Decodes(const compiler::WeightPiece& piece) const override { return piece.packing != ir::QuantPacking::kNone; }
 
  private:
   const glm::Checkpoint& checkpoint_;

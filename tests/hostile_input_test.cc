@@ -60,6 +60,58 @@ TEST_F(Hostile, WeightFormatsAndPoliciesAreOneLineErrors) {
   ExpectError("--plan " + Path("q.agplan") + " --quantize int8 --prompt-ids 1", "--plan is compiled already");
 }
 
+// Pre-quantized checkpoints whose tensors or config do not agree (issue 18).
+TEST_F(Hostile, PreQuantizedCheckpointsThatDisagreeWithTheirConfig) {
+  UseFixture("tiny-glm-gptq");
+  json header;
+  std::string data;
+  ReadWeights(&header, &data);
+  const std::string scales = "model.layers.0.self_attn.q_proj.scales";
+  json h = header;
+  h[scales]["shape"] = {64, 2};
+  WriteWeights(h, data);
+  ExpectError("--prompt-ids 1,2", "'" + scales + "' has shape [64,2], expected [2,64] for gptq int4:g32:sym");
+  // A NaN scale (fp16 0x7E00) and an act-order index past the groups: found when the weights are read.
+  std::string bad = data;
+  const int64_t at = header[scales]["data_offsets"][0].get<int64_t>();
+  bad[at] = 0x00;
+  bad[at + 1] = 0x7E;
+  WriteWeights(header, bad);
+  ExpectError("--prompt-ids 1,2", "'" + scales + "' holds a scale that is not finite");
+  bad = data;
+  const int64_t g = header["model.layers.1.mlp.down_proj.g_idx"]["data_offsets"][0].get<int64_t>();
+  bad[g] = 99;
+  WriteWeights(header, bad);
+  ExpectError("--prompt-ids 1,2", "'model.layers.1.mlp.down_proj.g_idx' sends input 0 to group 99 of 5");
+  h = header;
+  h["model.layers.0.mlp.up_and_away.qzeros"] = h["model.layers.0.mlp.gate_up_proj.qzeros"];
+  h.erase("model.layers.0.mlp.gate_up_proj.qzeros");
+  WriteWeights(h, data);
+  ExpectError("--prompt-ids 1,2", "tensor 'model.layers.0.mlp.gate_up_proj.qzeros' is missing (the config says "
+                                  "model.layers.0.mlp.gate_up_proj is stored gptq int4:g32:sym)");
+  WriteWeights(header, data);
+  json config = Config();
+  config["quantization_config"]["bits"] = 3;
+  WriteConfig(config);
+  ExpectError("--prompt-ids 1,2", "field 'bits' is 3; 4 and 8 are supported");
+  config["quantization_config"]["bits"] = 4;
+  config["quantization_config"]["dynamic"] = {{"+:.*down_proj.*", {{"bits", 8}}}};
+  WriteConfig(config);
+  ExpectError("--prompt-ids 1,2", "field 'dynamic' (per-module bits) is not supported");
+  config["quantization_config"] = {{"quant_method", "bitsandbytes"}};
+  WriteConfig(config);
+  ExpectError("--prompt-ids 1,2", "'bitsandbytes' is not supported (gptq, awq, compressed-tensors)");
+  // Without its quantization_config an FP8 checkpoint's weights are no float type this engine computes with.
+  UseFixture("tiny-glm-ct-fp8");
+  config = Config();
+  config["quantization_config"]["kv_cache_scheme"] = {{"num_bits", 8}, {"type", "float"}};
+  WriteConfig(config);
+  ExpectError("--prompt-ids 1,2", "field 'kv_cache_scheme' (a quantized KV cache) is not supported yet");
+  config.erase("quantization_config");
+  WriteConfig(config);
+  ExpectError("--prompt-ids 1,2", "is f8e4m3, not a float type (a quantized checkpoint needs its quantization_config)");
+}
+
 TEST_F(Hostile, HugeMaxNewTokensRunsToTheEndOfTheContext) {
   const CommandResult r =
       RunCommand(RunTool() + " --model " + dir_.string() + " --prompt-ids 1,2,3 --max-new-tokens 9223372036854775807");

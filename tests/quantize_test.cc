@@ -206,5 +206,56 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, QuantizedLossy,
                            return name;
                          });
 
+// Pre-quantized checkpoints, read as they are (tests/data/make_quant_fixtures.py): the engine
+// must give transformers' tokens and logits, alone and at tp 2 (o_proj and down_proj split by
+// their inputs: the decoded rows are sliced after decoding).
+struct PackedCase {
+  const char* fixture;
+  const char* packing;  // what the plan records
+  const char* format;   // of the layers' linears
+};
+
+class PreQuantized : public ::testing::TestWithParam<PackedCase> {};
+
+TEST_P(PreQuantized, MatchesTransformersAtTp1AndTp2) {
+  const PackedCase& c = GetParam();
+  const std::vector<GoldenCase> cases = testing::LoadGolden(testing::TestDataDir() + "/" + c.fixture);
+  ASSERT_FALSE(cases.empty());
+  for (int tp : {1, 2}) {
+    testing::FixtureRunner runner(c.fixture, Options({}, tp),
+                                  tp == 1 ? std::make_unique<runtime::CpuBackend>() : runtime::CreateCpuTensorParallel(2));
+    int packed = 0;
+    for (const compiler::WeightEntry& w : runner.plan().weights) {
+      for (const compiler::WeightPiece& p : w.pieces) {
+        if (p.packing == ir::QuantPacking::kNone) continue;
+        ++packed;
+        EXPECT_EQ(ir::QuantPackingName(p.packing), c.packing) << p.tensor;
+        if (p.tensor != "lm_head.weight") EXPECT_EQ(p.quant.ToString(), c.format) << p.tensor;
+      }
+    }
+    EXPECT_GE(packed, 2 * 6) << "every linear of both layers";
+    const std::vector<testing::Generation> got = runner.Run(cases);
+    for (size_t i = 0; i < cases.size(); ++i) {
+      EXPECT_EQ(got[i].tokens, cases[i].new_tokens) << c.fixture << " tp " << tp << " case " << i;
+      const testing::WorstDiff worst = testing::MaxAbsDiffRow(got[i].logits, testing::FirstRows(cases[i].logits, got[i].logits.size()));
+      EXPECT_LE(worst.err, 1e-4) << c.fixture << " tp " << tp << " case " << i << " row " << worst.row;
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Checkpoints, PreQuantized,
+    ::testing::Values(PackedCase{"tiny-glm-gptq", "gptq", "int4:g32:sym"},
+                      PackedCase{"tiny-glm-gptq8", "gptq_v2", "int8:g32:asym"},
+                      PackedCase{"tiny-glm-awq", "awq", "int4:g32:asym"},
+                      PackedCase{"tiny-glm-ct-w4a16", "compressed-tensors pack-quantized", "int4:g32:sym"},
+                      PackedCase{"tiny-glm-ct-w8a16", "compressed-tensors pack-quantized", "int8:channel:asym"},
+                      PackedCase{"tiny-glm-ct-fp8", "compressed-tensors float-quantized", "fp8e4m3"}),
+    [](const auto& info) {
+      std::string name = info.param.fixture;
+      for (char& ch : name) ch = std::isalnum(static_cast<unsigned char>(ch)) ? ch : '_';
+      return name;
+    });
+
 }  // namespace
 }  // namespace ag

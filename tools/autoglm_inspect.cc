@@ -161,7 +161,9 @@ absl::Status Run(const std::string& path) {
     for (const compiler::WeightPiece& p : w.pieces) {
       pieces.push_back(absl::StrCat(p.tensor, "[", p.row_begin, ":", p.row_end, "]",
                                     p.shard.sharded() ? absl::StrCat(" ", p.shard.ToString()) : "",
-                                    p.quant.quantized() ? absl::StrCat(" as ", p.quant.ToString()) : ""));
+                                    p.quant.quantized() ? absl::StrCat(" as ", p.quant.ToString()) : "",
+                                    p.packing != ir::QuantPacking::kNone
+                                        ? absl::StrCat(" (", ir::QuantPackingName(p.packing), ")") : ""));
     }
     std::printf("  @%s %s[%s] <- %s\n", w.name.c_str(), std::string(ir::DTypeName(w.dtype)).c_str(),
                 absl::StrJoin(w.shape, ",").c_str(), absl::StrJoin(pieces, " + ").c_str());

@@ -116,7 +116,7 @@ std::string ConfigFingerprint(const ModelConfig& c) {
                       "\ntie_word_embeddings=", c.tie_word_embeddings,
                       "\nrope_theta=", absl::StrFormat("%.17g", c.rope_theta), "\nrotary_dim=", c.rotary_dim,
                       "\nmrope_section=", absl::StrJoin(c.mrope_section, ","), "\neos_token_ids=", absl::StrJoin(c.eos_token_ids, ","),
-                      "\n");
+                      "\n", c.quantization.empty() ? "" : absl::StrCat("quantization=", c.quantization, "\n"));
 }
 
 absl::StatusOr<ModelConfig> ParseModelConfig(absl::string_view json_text, absl::string_view source) {
@@ -159,6 +159,10 @@ absl::StatusOr<ModelConfig> ParseModelConfig(absl::string_view json_text, absl::
   if (f.Has("pad_token_id")) {
     ASSIGN_OR_RETURN(c.pad_token_id, f.Int("pad_token_id"));
   }
+  if (f.Has("quantization_config")) {
+    if (!root["quantization_config"].is_object()) return f.Error("quantization_config", "must be an object");
+    c.quantization = root["quantization_config"].dump();
+  }
 
   if (c.num_heads % c.num_kv_heads != 0) {
     return f.Error("num_attention_heads",
@@ -196,6 +200,17 @@ absl::StatusOr<ModelConfig> LoadModelConfig(const std::string& path) {
   if (!text.ok()) return text.status();
   ASSIGN_OR_RETURN(ModelConfig config, ParseModelConfig(*text, file));
   if (is_dir) RETURN_IF_ERROR(AddGenerationConfigEos(path, config));
+  // AutoGPTQ's checkpoints describe their quantization in a file of its own.
+  const std::string gptq_file = (fs::path(path) / "quantize_config.json").string();
+  if (is_dir && config.quantization.empty() && fs::exists(gptq_file, ec)) {
+    ASSIGN_OR_RETURN(const std::string gptq_text, ReadWholeFile(gptq_file));
+    json q = json::parse(gptq_text.begin(), gptq_text.end(), nullptr, false);
+    if (q.is_discarded() || !q.is_object()) {
+      return absl::InvalidArgumentError(absl::StrCat(gptq_file, ": not a valid JSON object"));
+    }
+    if (!q.contains("quant_method")) q["quant_method"] = "gptq";
+    config.quantization = q.dump();
+  }
   return config;
 }
 

@@ -50,6 +50,11 @@ struct ModelConfig {
   std::vector<int64_t> mrope_section;
   std::vector<int64_t> eos_token_ids;
   int64_t pad_token_id = -1;
+  // How the checkpoint stores its linears when it is pre-quantized (GPTQ, AWQ,
+  // compressed-tensors): config.json's quantization_config, or a GPTQ
+  // quantize_config.json, as compact JSON; empty for a dense checkpoint.
+  // models/quant interprets it.
+  std::string quantization;
 
   // glm4's sandwich norms: one more RMSNorm after each sublayer.
   bool sandwich_norms() const { return layout == Layout::kGlm4 || layout == Layout::kGlm4v; }

@@ -29,6 +29,9 @@ std::optional<ir::DType> SafetensorsDType(const std::string& name) {
   if (name == "F32") return ir::DType::kF32;
   if (name == "BF16") return ir::DType::kBF16;
   if (name == "F16") return ir::DType::kF16;
+  if (name == "I32") return ir::DType::kI32;  // packed codes of quantized checkpoints
+  if (name == "F8_E4M3") return ir::DType::kF8E4M3;
+  if (name == "I64") return ir::DType::kI64;
   return std::nullopt;
 }
 
@@ -91,7 +94,7 @@ absl::Status SafetensorsFile::ParseHeader() {
     if (!entry["dtype"].is_string()) return fail(absl::StrCat(where, ": dtype must be a string"));
     const std::string dtype_name = entry["dtype"].get<std::string>();
     std::optional<ir::DType> dtype = SafetensorsDType(dtype_name);
-    if (!dtype) return fail(absl::StrCat(where, ": unsupported dtype ", dtype_name, " (F32, BF16, F16)"));
+    if (!dtype) return fail(absl::StrCat(where, ": unsupported dtype ", dtype_name, " (F32, BF16, F16; I32, I64, F8_E4M3 in quantized checkpoints)"));
     const json& shape = entry["shape"];
     const json& offsets = entry["data_offsets"];
     if (!shape.is_array()) return fail(absl::StrCat(where, ": shape must be a list"));
@@ -244,7 +247,7 @@ void ConvertToFloat(ir::DType dtype, const uint8_t* data, int64_t count, float* 
       }
       return;
     default:
-      return;  // Open() admits only the three float types
+      return;  // callers convert float tensors only (FindSourceTensor refuses the others)
   }
 }
 

@@ -130,6 +130,11 @@ absl::StatusOr<const TensorView*> FindSourceTensor(const Checkpoint& checkpoint,
                                                    absl::StrJoin(view->shape, ","), "], expected [",
                                                    absl::StrJoin(source.tensor_shape, ","), "]"));
   }
+  if (!ir::IsFloat(view->dtype)) {
+    return absl::InvalidArgumentError(absl::StrCat(*view->file, ": tensor '", source.tensor, "' is ",
+                                                   ir::DTypeName(view->dtype),
+                                                   ", not a float type (a quantized checkpoint needs its quantization_config)"));
+  }
   return view;
 }
 

@@ -14,6 +14,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "ir/quant.h"
 #include "models/glm/config.h"
 #include "models/glm/safetensors.h"
 
@@ -24,6 +25,10 @@ struct WeightSource {
   std::vector<int64_t> tensor_shape;  // the whole checkpoint tensor's expected shape
   int64_t row_begin = 0;              // rows [row_begin, row_end) of axis 0 are this parameter
   int64_t row_end = 0;
+  // A pre-quantized checkpoint's linear (set by models/quant): `tensor` names
+  // the logical "<module>.weight" [N, K], stored as `packing` in `quant`.
+  ir::QuantPacking packing = ir::QuantPacking::kNone;
+  ir::QuantFormat quant;
 };
 
 // The shape of a graph parameter of this model, or an error for a name the

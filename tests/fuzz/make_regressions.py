@@ -136,6 +136,9 @@ def quantized_plan_cases():
     put("plan", "weight-format-code-9", with_format(b"lm_head.weight", 9, 0, 1))
     put("plan", "int4-group-48", with_format(b"lm_head.weight", 3, 48, 0))
     put("plan", "fp8-with-groups", with_format(b"model.layers.0.mlp.down_proj.weight", 1, 32, 1))
+    at = format_at(b"lm_head.weight") + 6  # the packing code follows the format
+    put("plan", "packing-code-9", payload[:at] + bytes([9]) + payload[at + 1:])
+    put("plan", "awq-packing-on-fp8", payload[:at] + bytes([3]) + payload[at + 1:])
 
 
 def png_header(width, height):

@@ -46,6 +46,15 @@ class BadInput : public ::testing::Test {
   }
   void TearDown() override { fs::remove_all(dir_); }
 
+  // Replaces the copy with another fixture's.
+  void UseFixture(const std::string& fixture) {
+    fs::remove_all(dir_);
+    fs::copy(TestDataDir() + "/" + fixture, dir_);
+    for (const auto& entry : fs::directory_iterator(dir_)) {
+      fs::permissions(entry.path(), fs::perms::owner_read | fs::perms::owner_write);
+    }
+  }
+
   std::string Path(const std::string& name) const { return (dir_ / name).string(); }
 
   // Runs autoglm-run on the copied model and checks the failure shape.

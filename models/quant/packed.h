@@ -1,0 +1,33 @@
+// Reading the linears of a pre-quantized checkpoint (ir::QuantPacking): the
+// header check a plan check runs, and the exact dequantization the loader
+// runs, W[n, k] = s * (q - z) (or s * e4m3(q)) in fp32, as the checkpoint's
+// own library computes it (QUANT_NOTES.md section 1, section 4).
+#ifndef AUTOGLM_MODELS_QUANT_PACKED_H_
+#define AUTOGLM_MODELS_QUANT_PACKED_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "ir/quant.h"
+#include "models/glm/safetensors.h"
+
+namespace ag::quant {
+
+// Checks that the tensors of the linear `module` (its "<module>.qweight",
+// ".scales", ... per packing) exist with the dtypes and shapes a logical
+// [n, k] weight in `format` needs; headers only. Returns the tensors' names.
+absl::StatusOr<std::vector<std::string>> CheckPacked(const glm::Checkpoint& checkpoint, ir::QuantPacking packing,
+                                                     const ir::QuantFormat& format, absl::string_view module,
+                                                     int64_t n, int64_t k);
+
+// The whole [n, k] weight of `module`, dequantized into `out`. Scales that
+// are not finite and act-order indices out of range are errors naming the tensor.
+absl::Status DecodePacked(const glm::Checkpoint& checkpoint, ir::QuantPacking packing, const ir::QuantFormat& format,
+                          absl::string_view module, int64_t n, int64_t k, float* out);
+
+}  // namespace ag::quant
+
+#endif  // AUTOGLM_MODELS_QUANT_PACKED_H_

@@ -1,0 +1,252 @@
+#!/usr/bin/env python3
+"""Makes the pre-quantized fixtures tests/data/tiny-glm-{gptq,gptq8,awq,ct-w4a16,ct-w8a16,ct-fp8}:
+tiny-glm's weights with every linear (the LM head too where the format's defaults quantize it)
+stored the way GPTQ, AWQ and compressed-tensors checkpoints store them (../shared/QUANT_NOTES.md
+section 1), and golden.json with Hugging Face transformers' answers.
+
+The oracle chain: compressed-tensors fixtures are compressed by the compressed-tensors library
+itself and the golden is transformers loading the quantized checkpoint (its compressed-tensors
+integration decompresses on load). GPTQ and AWQ need CUDA libraries to load in transformers, so
+their packing follows the reference packers (AutoGPTQ's qlinear pack, AutoAWQ's pack with its
+nibble order), their dequantization is written here from the same references, and the golden is
+transformers on a fresh load of the dequantized dense checkpoint.
+Needs torch, transformers and compressed-tensors (a developer's tool, not run by the build):
+  python3 -m venv /tmp/hf && /tmp/hf/bin/pip install torch transformers safetensors compressed-tensors
+  /tmp/hf/bin/python tests/data/make_quant_fixtures.py
+"""
+import json
+import os
+import shutil
+import tempfile
+
+import numpy as np
+import torch
+import transformers
+from safetensors.numpy import save_file
+from safetensors.torch import load_file
+from transformers import AutoModelForCausalLM
+
+DATA = os.path.dirname(os.path.abspath(__file__))
+BASE = os.path.join(DATA, "tiny-glm")
+LINEARS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_up_proj", "down_proj")
+NEW_TOKENS = 12
+
+
+def base_weights():
+    return {k: v.numpy().astype(np.float32) for k, v in load_file(os.path.join(BASE, "model.safetensors")).items()}
+
+
+def is_linear(name):
+    return name.endswith(".weight") and any(f".{l}." in name for l in LINEARS)
+
+
+def golden(model_dir, load_kwargs=None):
+    """transformers' greedy tokens and logits for tiny-glm's golden prompts, from a fresh load."""
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32, **(load_kwargs or {})).eval()
+    prompts = [c["input_ids"] for c in json.load(open(os.path.join(BASE, "golden.json")))["cases"]]
+    cases = []
+    with torch.no_grad():
+        for prompt in prompts:
+            ids = list(prompt)
+            for _ in range(NEW_TOKENS):
+                logits = model(torch.tensor([ids]), use_cache=False).logits[0]
+                ids.append(int(torch.argmax(logits[-1])))
+            logits = model(torch.tensor([ids]), use_cache=False).logits[0]
+            top2 = torch.topk(logits, 2, dim=-1).values
+            cases.append({"input_ids": prompt, "new_tokens": ids[len(prompt):],
+                          "logits": [[float(v) for v in row] for row in logits],
+                          "top1_top2_gap": [float(g) for g in (top2[:, 0] - top2[:, 1])]})
+    return {"generator": f"transformers {transformers.__version__} {type(model).__name__}",
+            "compute": "float32 on CPU", "weights_dtype": "quantized (see config.json)",
+            "logits_rows": "one per position of input_ids + new_tokens; row i = next-token logits after tokens 0..i",
+            "cases": cases}
+
+
+def write_fixture(name, tensors, quantization_config, dense=None, load_kwargs=None):
+    """tensors: the quantized checkpoint; dense: its dequantized weights for the golden (None: load it quantized)."""
+    # safetensors' numpy writer stores the buffer as it lies: transposed views must be made C-ordered.
+    tensors = {k: np.ascontiguousarray(v) for k, v in tensors.items()}
+    dense = None if dense is None else {k: np.ascontiguousarray(v) for k, v in dense.items()}
+    out = os.path.join(DATA, name)
+    shutil.rmtree(out, ignore_errors=True)
+    os.makedirs(out)
+    config = json.load(open(os.path.join(BASE, "config.json")))
+    for f in ("generation_config.json",):
+        shutil.copy(os.path.join(BASE, f), out)
+    with tempfile.TemporaryDirectory() as tmp:
+        if dense is not None:
+            json.dump(config, open(os.path.join(tmp, "config.json"), "w"))
+            save_file(dense, os.path.join(tmp, "model.safetensors"), metadata={"format": "pt"})
+            g = golden(tmp)
+    config["quantization_config"] = quantization_config
+    json.dump(config, open(os.path.join(out, "config.json"), "w"), indent=2)
+    save_file(tensors, os.path.join(out, "model.safetensors"), metadata={"format": "pt"})
+    if dense is None:
+        g = golden(out, load_kwargs)
+    json.dump(g, open(os.path.join(out, "golden.json"), "w"))
+    print("wrote", out)
+
+
+# ---- GPTQ (AutoGPTQ's quantizer and qlinear pack) ----
+
+def gptq_quantize(w, bits, group, sym, act_order, rng):
+    """w [N, K] -> q [N, K] codes, scale [K/g, N], zero [K/g, N], g_idx [K] (GPTQ's find_params per group)."""
+    n, k = w.shape
+    maxq = 2 ** bits - 1
+    perm = rng.permutation(k) if act_order else np.arange(k)
+    g_idx = np.empty(k, dtype=np.int32)
+    g_idx[perm] = np.arange(k) // group
+    scale = np.zeros((k // group, n), np.float32)
+    zero = np.zeros((k // group, n), np.int32)
+    q = np.zeros((n, k), np.int32)
+    for g in range(k // group):
+        cols = perm[g * group:(g + 1) * group]
+        x = w[:, cols]
+        xmin, xmax = np.minimum(x.min(1), 0), np.maximum(x.max(1), 0)
+        if sym:
+            xmax = np.maximum(np.abs(xmin), xmax)
+            xmin = -xmax
+        s = (xmax - xmin) / maxq
+        s[s == 0] = 1
+        z = np.full(n, (maxq + 1) // 2) if sym else np.round(-xmin / s)
+        s = s.astype(np.float16)  # the checkpoint stores fp16 scales; quantize with them
+        s32 = s.astype(np.float32)
+        q[:, cols] = np.clip(np.round(x / s32[:, None]) + z[:, None], 0, maxq)
+        scale[g], zero[g] = s32, z
+    return q, scale, zero, g_idx
+
+
+def pack_along(values, bits, axis):
+    """Packs non-negative codes into int32 along `axis`: element i in word i // (32/bits), bits (i % pf) * bits."""
+    pf = 32 // bits
+    v = np.moveaxis(values.astype(np.uint32), axis, 0)
+    out = np.zeros((v.shape[0] // pf,) + v.shape[1:], np.uint32)
+    for j in range(pf):
+        out |= (v[j::pf] & (2 ** bits - 1)) << (bits * j)
+    return np.moveaxis(out, 0, axis).view(np.int32)
+
+
+def make_gptq(name, bits, sym, act_order, v2):
+    rng = np.random.default_rng(7)
+    w = base_weights()
+    tensors, dense = {}, {}
+    for key, value in w.items():
+        if not is_linear(key):
+            tensors[key] = dense[key] = value
+            continue
+        module = key[:-len(".weight")]
+        q, scale, zero, g_idx = gptq_quantize(value, bits, 32, sym, act_order, rng)
+        tensors[module + ".qweight"] = pack_along(q.T, bits, 0)                 # [K/pf, N]
+        tensors[module + ".qzeros"] = pack_along(zero - (0 if v2 else 1), bits, 1)  # [K/g, N/pf], v1 holds z - 1
+        tensors[module + ".scales"] = scale.astype(np.float16)
+        tensors[module + ".g_idx"] = g_idx
+        dense[key] = (scale[g_idx, :].T * (q - zero[g_idx, :].T)).astype(np.float32)
+    config = {"quant_method": "gptq", "bits": bits, "group_size": 32, "sym": sym, "desc_act": act_order,
+              "static_groups": False, "true_sequential": True, "lm_head": False,
+              "checkpoint_format": "gptq_v2" if v2 else "gptq"}
+    write_fixture(name, tensors, config, dense)
+
+
+# ---- AWQ (AutoAWQ's zero-point quantizer and GEMM packing) ----
+
+AWQ_ORDER = [0, 2, 4, 6, 1, 3, 5, 7]
+
+
+def awq_pack(codes):
+    """codes [K, N] -> int32 [K, N/8]: nibble i of word j holds column 8j + AWQ_ORDER[i]."""
+    k, n = codes.shape
+    out = np.zeros((k, n // 8), np.uint32)
+    for i, col in enumerate(AWQ_ORDER):
+        out |= (codes[:, col::8].astype(np.uint32) & 15) << (4 * i)
+    return out.view(np.int32)
+
+
+def make_awq(name):
+    w = base_weights()
+    tensors, dense = {}, {}
+    for key, value in w.items():
+        if not is_linear(key):
+            tensors[key] = dense[key] = value
+            continue
+        module = key[:-len(".weight")]
+        n, k = value.shape
+        x = value.reshape(n, k // 32, 32)
+        lo, hi = x.min(2), x.max(2)
+        s = (np.maximum(hi - lo, 1e-5) / 15).astype(np.float16).astype(np.float32)
+        z = np.clip(-np.round(lo / s), 0, 15)
+        q = np.clip(np.round(x / s[:, :, None]) + z[:, :, None], 0, 15).astype(np.int32)
+        tensors[module + ".qweight"] = awq_pack(q.reshape(n, k).T)          # [K, N/8]
+        tensors[module + ".qzeros"] = awq_pack(z.T.astype(np.int32))        # [K/g, N/8]
+        tensors[module + ".scales"] = s.T.astype(np.float16)                # [K/g, N]
+        dense[key] = (s[:, :, None] * (q - z[:, :, None])).reshape(n, k).astype(np.float32)
+    config = {"quant_method": "awq", "version": "gemm", "bits": 4, "group_size": 32, "zero_point": True,
+              "modules_to_not_convert": ["lm_head"]}
+    write_fixture(name, tensors, config, dense)
+
+
+# ---- compressed-tensors (the library compresses; transformers decompresses on load) ----
+
+def make_compressed_tensors(name, weights_args, fmt, ignore):
+    from compressed_tensors.quantization import QuantizationArgs, QuantizationScheme
+    from compressed_tensors.quantization.utils import calculate_qparams
+    from compressed_tensors.compressors.pack_quantized.base import PackedQuantizationCompressor
+    from compressed_tensors.quantization.lifecycle.forward import quantize
+    from transformers import CompressedTensorsConfig
+    args = QuantizationArgs(**weights_args)
+    scheme = QuantizationScheme(targets=["Linear"], weights=args)
+    w = base_weights()
+    tensors = {}
+    for key, value in w.items():
+        module = key[:-len(".weight")]
+        head = key == "lm_head.weight"
+        if not (is_linear(key) or (head and "lm_head" not in ignore)):
+            tensors[key] = value
+            continue
+        x = torch.from_numpy(value)
+        if args.strategy == "group":
+            xg = x.reshape(x.shape[0], -1, args.group_size)
+            lo, hi = xg.amin(2), xg.amax(2)
+        else:
+            lo, hi = x.amin(1, keepdim=True), x.amax(1, keepdim=True)
+        scale, zp = calculate_qparams(lo, hi, args)
+        if fmt == "float-quantized":
+            q = quantize(x=x, scale=scale, zero_point=zp, args=args, dtype=torch.float8_e4m3fn)
+            tensors[module + ".weight"] = q
+            tensors[module + ".weight_scale"] = scale.to(torch.float32)
+            continue
+        state = {"weight": x, "weight_scale": scale.to(torch.float32), "weight_zero_point": zp}
+        for k2, v2 in PackedQuantizationCompressor.compress(state, scheme).items():
+            tensors[f"{module}.{k2}"] = v2
+    tensors = {k: (v if isinstance(v, torch.Tensor) else torch.from_numpy(v)).contiguous() for k, v in tensors.items()}
+    out = os.path.join(DATA, name)
+    config = {"quant_method": "compressed-tensors", "format": fmt, "quantization_status": "compressed",
+              "config_groups": {"group_0": {"targets": ["Linear"], "weights": json.loads(args.model_dump_json()),
+                                            "input_activations": None, "output_activations": None}},
+              "ignore": ignore}
+    shutil.rmtree(out, ignore_errors=True)
+    os.makedirs(out)
+    shutil.copy(os.path.join(BASE, "generation_config.json"), out)
+    base_config = json.load(open(os.path.join(BASE, "config.json")))
+    base_config["quantization_config"] = config
+    json.dump(base_config, open(os.path.join(out, "config.json"), "w"), indent=2)
+    from safetensors.torch import save_file as save_torch
+    save_torch(tensors, os.path.join(out, "model.safetensors"), metadata={"format": "pt"})
+    g = golden(out, {"quantization_config": CompressedTensorsConfig(run_compressed=False)})
+    json.dump(g, open(os.path.join(out, "golden.json"), "w"))
+    print("wrote", out)
+
+
+def main():
+    make_gptq("tiny-glm-gptq", bits=4, sym=True, act_order=True, v2=False)
+    make_gptq("tiny-glm-gptq8", bits=8, sym=False, act_order=False, v2=True)
+    make_awq("tiny-glm-awq")
+    make_compressed_tensors("tiny-glm-ct-w4a16", {"num_bits": 4, "type": "int", "symmetric": True,
+                                                  "strategy": "group", "group_size": 32}, "pack-quantized", ["lm_head"])
+    make_compressed_tensors("tiny-glm-ct-w8a16", {"num_bits": 8, "type": "int", "symmetric": False,
+                                                  "strategy": "channel"}, "pack-quantized", ["lm_head"])
+    make_compressed_tensors("tiny-glm-ct-fp8", {"num_bits": 8, "type": "float", "symmetric": True,
+                                                "strategy": "channel"}, "float-quantized", [])
+
+
+if __name__ == "__main__":
+    main()
