@@ -133,7 +133,7 @@ Plan PlanHeader(const glm::ModelConfig& config, const glm::BuildOptions& options
   plan.max_seqs = options.max_seqs;
   plan.passes = std::move(passes);
   plan.tp = tp;
-  plan.kv = {config.num_layers, options.kv_block_size, kv_heads_per_rank, config.head_dim, options.dtype};
+  plan.kv = {config.num_layers, options.kv_block_size, kv_heads_per_rank, config.head_dim, options.KvDType()};
   return plan;
 }
 

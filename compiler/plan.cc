@@ -213,7 +213,7 @@ absl::Status ValidateProgram(const Plan& plan, const Program& program) {
   if (static_cast<int64_t>(program.states.size()) != (decoder ? kv.num_layers : 0)) {
     return Invalid(program.name, ": one KV state per decoder layer expected");
   }
-  const ir::TensorType kv_type{plan.dtype, {2, ir::Dim::Sym("NB"), kv.block_size, kv.kv_heads, kv.head_dim}};
+  const ir::TensorType kv_type{kv.dtype, {2, ir::Dim::Sym("NB"), kv.block_size, kv.kv_heads, kv.head_dim}};
   for (const PlanInput& st : program.states) {
     if (!(st.type == kv_type)) return Invalid("state ", st.name, " must be ", kv_type.ToString());
   }
@@ -351,7 +351,7 @@ absl::Status ValidatePlan(const Plan& plan) {
   }
   const KvGeometry& kv = plan.kv;
   if (kv.num_layers != m.num_layers || kv.block_size <= 0 || kv.block_size > kMaxKvBlockSize || kv.kv_heads <= 0 ||
-      kv.kv_heads > glm::kMaxHeads || kv.head_dim <= 0 || kv.head_dim > glm::kMaxHeadDim || kv.dtype != plan.dtype) {
+      kv.kv_heads > glm::kMaxHeads || kv.head_dim <= 0 || kv.head_dim > glm::kMaxHeadDim || (kv.dtype != plan.dtype && !kv.quantized())) {
     return Invalid("KV-cache geometry does not match the model");
   }
 

@@ -115,7 +115,11 @@ struct KvGeometry {
   int64_t head_dim = 0;
   ir::DType dtype = ir::DType::kF32;
 
-  int64_t BytesPerToken() const { return num_layers * 2 * kv_heads * head_dim * ir::DTypeSize(dtype); }
+  // 8-bit caches (i8, f8e4m3) hold an fp32 scale per token, K or V, and KV head beside the codes.
+  bool quantized() const { return dtype == ir::DType::kI8 || dtype == ir::DType::kF8E4M3; }
+  int64_t BytesPerToken() const {
+    return num_layers * 2 * kv_heads * (head_dim * ir::DTypeSize(dtype) + (quantized() ? 4 : 0));
+  }
 };
 
 // What the runtime must know about the model beyond the step itself.

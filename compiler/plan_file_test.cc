@@ -131,6 +131,12 @@ TEST(PlanValidation, WeightFormatsMustFitTheirWeightAndUse) {
     if (w.name == "model.norm.weight") w.pieces[0].quant = *ir::ParseQuantFormat("int8");
   }
   EXPECT_NE(error(p).find("only a matrix [N, K] can be stored as int8:channel:sym"), std::string::npos) << error(p);
+  p = good;
+  p.kv.dtype = ir::DType::kI64;  // a KV cache is the model's dtype or 8-bit
+  EXPECT_NE(error(p).find("KV-cache geometry does not match the model"), std::string::npos) << error(p);
+  p = good;
+  p.kv.dtype = ir::DType::kI8;  // the states must say so too
+  EXPECT_NE(error(p).find("must be i8[2,NB,16,2,16]"), std::string::npos) << error(p);
   // A format code past the known ones, resealed: the reader refuses it.
   p = good;
   for (WeightEntry& w : p.weights) {

@@ -96,10 +96,11 @@ absl::Status CheckEps(const Attrs& attrs) {
   return absl::OkStatus();
 }
 
-// KV pool [2, NB, B, KV, D] of the activation dtype.
+// KV pool [2, NB, B, KV, D] of the activation dtype, or 8-bit (i8 or f8e4m3:
+// each token's K and V rows of a KV head quantized with their own scale).
 absl::Status CheckKvPool(const TensorType& kv, const AttentionDims& d, DType dtype) {
   RETURN_IF_ERROR(ExpectRank(kv, 5, "kv cache"));
-  RETURN_IF_ERROR(ExpectDType(kv, dtype, "kv cache"));
+  if (kv.dtype != DType::kI8 && kv.dtype != DType::kF8E4M3) RETURN_IF_ERROR(ExpectDType(kv, dtype, "kv cache"));
   if (!(kv.shape[0] == Dim(2)) || !(kv.shape[3] == Dim(d.kv_heads)) || !(kv.shape[4] == Dim(d.head_dim))) {
     return Errf("kv cache must be [2,NB,B,", d.kv_heads, ",", d.head_dim, "], got ", kv.ToString());
   }

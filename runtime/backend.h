@@ -65,7 +65,7 @@ class WeightSource {
   virtual absl::Status Fill(const compiler::WeightEntry& entry, RankInfo rank, float* out) const = 0;
   // Whether Fill gives a piece's stored values as they are (a pre-quantized
   // checkpoint's, decoded) rather than values still to be quantized to its format.
-  virtual bool Decodes(const compiler::WeightPiece& piece) const { return false; }
+  virtual bool Decodes(const compiler::WeightPiece& /*piece*/) const { return false; }
 };
 
 // One logits row of the last step to pick a token from, and how (ref::SampleFiltered's rule).

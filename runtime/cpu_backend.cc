@@ -7,6 +7,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "kernels/ref/half.h"
+#include "kernels/ref/quant.h"
 #include "ir/status_macros.h"
 #include "runtime/cpu_kernels.h"
 #include "runtime/memory_check.h"
@@ -161,11 +162,20 @@ absl::Status CpuBackend::Run(size_t index, const StepBatch& batch, std::vector<d
       for (size_t i = 0; i < step.results.size(); ++i) {
         if (ir::IsFloat(step.results[i].type.dtype)) RoundAllToBF16(args.results[i].f(), args.results[i].numel());
       }
-      if (state_layer >= 0 && ir::GetOpInfo(step.kernel).Has(ir::kSideEffect)) {
-        const int64_t width = geo.kv_heads * geo.head_dim;
-        for (int64_t t = 0; t < batch.num_tokens; ++t) {
-          if (batch.slot_mapping[t] < 0) continue;
-          for (float* p : {args.kv.k, args.kv.v}) RoundAllToBF16(p + batch.slot_mapping[t] * width, width);
+    }
+    if (state_layer >= 0 && ir::GetOpInfo(step.kernel).Has(ir::kSideEffect) && (bf16 || geo.quantized())) {
+      // The cache's storage: what the step wrote comes back rounded to bf16, or
+      // through an 8-bit code and its (token, KV head) scale, from the fp32 values.
+      const int64_t width = geo.kv_heads * geo.head_dim;
+      for (int64_t t = 0; t < batch.num_tokens; ++t) {
+        if (batch.slot_mapping[t] < 0) continue;
+        for (float* p : {args.kv.k, args.kv.v}) {
+          float* row = p + batch.slot_mapping[t] * width;
+          if (geo.quantized()) {
+            ref::RoundTripKvRows(row, geo.kv_heads, geo.head_dim, geo.dtype == ir::DType::kF8E4M3);
+          } else {
+            RoundAllToBF16(row, width);
+          }
         }
       }
     }

@@ -234,6 +234,10 @@ absl::Status CudaBackend::Load(const compiler::Plan& plan, const WeightSource& w
     return absl::InvalidArgumentError(absl::StrCat("the CUDA backend runs bf16 plans; this plan is ",
                                                    ir::DTypeName(plan.dtype), " (compile with --dtype bf16)"));
   }
+  if (plan.kv.dtype != ir::DType::kBF16) {
+    return absl::UnimplementedError(absl::StrCat("the CUDA backend has no kernels for an ", ir::DTypeName(plan.kv.dtype),
+                                                 " KV cache yet: run the plan with --device cpu"));
+  }
   for (const compiler::WeightEntry& w : plan.weights) {
     if (w.quantized()) {
       return absl::UnimplementedError(absl::StrCat("the CUDA backend has no kernels for quantized weights yet (", w.name,

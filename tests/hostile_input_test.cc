@@ -58,6 +58,8 @@ TEST_F(Hostile, WeightFormatsAndPoliciesAreOneLineErrors) {
                                             Path("q.agplan"));
   ASSERT_EQ(compiled.exit_code, 0) << compiled.err;
   ExpectError("--plan " + Path("q.agplan") + " --quantize int8 --prompt-ids 1", "--plan is compiled already");
+  ExpectError("--plan " + Path("q.agplan") + " --kv-cache-dtype fp8 --prompt-ids 1", "--plan is compiled already");
+  ExpectError("--prompt-ids 1 --kv-cache-dtype int4", "--kv-cache-dtype: 'int4' is not auto, fp8 or int8");
 }
 
 // Pre-quantized checkpoints whose tensors or config do not agree (issue 18).

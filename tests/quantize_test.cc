@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <random>
 
+#include "absl/strings/str_replace.h"
 #include "compiler/plan_file.h"
 #include "kernels/ref/quant.h"
 #include "runtime/tp_backend.h"
@@ -204,6 +205,57 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, QuantizedLossy,
                            std::string name = absl::StrCat(info.param.fixture, "_", info.param.body);
                            for (char& ch : name) ch = std::isalnum(static_cast<unsigned char>(ch)) ? ch : '_';
                            return name;
+                         });
+
+// The 8-bit KV cache: halves the cache's bytes per token (bf16 -> codes and a scale per
+// token and KV head), stays near the full-precision cache, and every tensor-parallel degree
+// caches the same numbers (each rank quantizes its own KV heads' rows, whole).
+struct KvCase {
+  const char* fixture;
+  ir::DType kv;
+  double max_logit_diff;  // 1.5x what was measured when written
+};
+
+class KvCache8Bit : public ::testing::TestWithParam<KvCase> {};
+
+TEST_P(KvCache8Bit, HalvesTheCacheAndStaysNearTheFullPrecisionOne) {
+  const KvCase& c = GetParam();
+  compiler::CompileOptions plain = Options({}), eight = Options({});
+  plain.build.dtype = eight.build.dtype = ir::DType::kBF16;
+  eight.build.kv_dtype = c.kv;
+  const std::vector<GoldenCase> cases = Cases(c.fixture);
+  testing::FixtureRunner full(c.fixture, plain), quantized(c.fixture, eight);
+  EXPECT_EQ(quantized.plan().kv.dtype, c.kv);
+  const compiler::KvGeometry& kv = quantized.plan().kv;
+  EXPECT_EQ(kv.BytesPerToken(), kv.num_layers * 2 * kv.kv_heads * (kv.head_dim + 4));
+  EXPECT_LT(2 * kv.BytesPerToken(), full.plan().kv.BytesPerToken() * 1.3);
+  const std::vector<testing::Generation> a = full.Run(cases), b = quantized.Run(cases);
+  double worst = 0;
+  for (size_t i = 0; i < cases.size(); ++i) {
+    const size_t prompt = cases[i].input_ids.size();
+    worst = std::max(worst, testing::MaxAbsDiff(testing::FirstRows(b[i].logits, prompt), testing::FirstRows(a[i].logits, prompt)));
+  }
+  std::printf("%s %s KV cache: worst prompt-logit difference %.4f\n", c.fixture, std::string(ir::DTypeName(c.kv)).c_str(), worst);
+  EXPECT_GT(worst, 0.0);
+  EXPECT_LE(worst, c.max_logit_diff);
+  // tp 2 caches what tp 1 does (f32 plans: only the order of the all-reduce's sums differs).
+  compiler::CompileOptions one = Options({}), sharded = Options({}, 2);
+  one.build.kv_dtype = sharded.build.kv_dtype = c.kv;
+  const std::vector<testing::Generation> tp1 = testing::FixtureRunner(c.fixture, one).Run(cases);
+  const std::vector<testing::Generation> tp2 =
+      testing::FixtureRunner(c.fixture, sharded, runtime::CreateCpuTensorParallel(2)).Run(cases);
+  for (size_t i = 0; i < cases.size(); ++i) {
+    EXPECT_EQ(tp2[i].tokens, tp1[i].tokens) << "tp 2, case " << i;
+    EXPECT_LE(testing::MaxAbsDiff(tp2[i].logits, tp1[i].logits), 1e-3) << "tp 2, case " << i;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, KvCache8Bit,
+                         ::testing::Values(KvCase{"tiny-glm4", ir::DType::kF8E4M3, 0.99}, KvCase{"tiny-glm4", ir::DType::kI8, 0.24},
+                                           KvCase{"tiny-glm", ir::DType::kF8E4M3, 0.99}, KvCase{"tiny-glm", ir::DType::kI8, 0.24}),
+                         [](const auto& info) {
+                           return absl::StrCat(absl::StrReplaceAll(info.param.fixture, {{"-", "_"}}), "_",
+                                               ir::DTypeName(info.param.kv));
                          });
 
 // Pre-quantized checkpoints, read as they are (tests/data/make_quant_fixtures.py): the engine

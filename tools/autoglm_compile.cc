@@ -36,6 +36,7 @@ ABSL_FLAG(std::string, quantize, "",
           "store the linear weights as fp8, int8 or int4 (int4 = int4:g128:asym; README 'Quantization'); "
           "the LM head and K/V rows of a 4-bit body stay 8-bit");
 ABSL_FLAG(std::string, quantize_policy, "", "a file of 'PATTERN: FORMAT' lines that override --quantize per weight");
+ABSL_FLAG(std::string, kv_cache_dtype, "auto", "the KV cache: auto (the model's dtype), fp8 or int8 (8-bit, a scale per token and KV head)");
 ABSL_FLAG(int64_t, tp, 1, "tensor-parallel degree: the plan is one rank's share, run by every rank (autoglm-run --tp)");
 
 namespace ag::tools {
@@ -53,6 +54,7 @@ absl::Status Run() {
   options.pipeline.disabled = absl::GetFlag(FLAGS_disable_pass);
   options.pipeline.verify_each = absl::GetFlag(FLAGS_verify_each);
   ASSIGN_OR_RETURN(options.quant, QuantPolicyFromFlags(absl::GetFlag(FLAGS_quantize), absl::GetFlag(FLAGS_quantize_policy)));
+  ASSIGN_OR_RETURN(options.build.kv_dtype, ParseKvCacheDType(absl::GetFlag(FLAGS_kv_cache_dtype)));
   const int64_t tp = absl::GetFlag(FLAGS_tp);
   if (tp < 1 || tp > ir::kMaxTensorParallel) {
     return absl::InvalidArgumentError(absl::StrCat("--tp must be in [1, ", ir::kMaxTensorParallel, "], got ", tp));
@@ -93,7 +95,7 @@ absl::Status Run() {
                 static_cast<long long>(vision->arena_bytes), static_cast<long long>(vision->bounds.at("P")),
                 static_cast<long long>(vision->bounds.at("I")));
   }
-  std::printf("kv cache: %lld bytes per token (blocks of %lld tokens)\n",
+  std::printf("kv cache: %s, %lld bytes per token (blocks of %lld tokens)\n", std::string(ir::DTypeName(plan.kv.dtype)).c_str(),
               static_cast<long long>(plan.kv.BytesPerToken()), static_cast<long long>(plan.kv.block_size));
   std::printf("weights: %zu tensors, %lld bytes%s\n", plan.weights.size(), static_cast<long long>(s.weight_bytes),
               plan.tp > 1 ? " per rank" : "");

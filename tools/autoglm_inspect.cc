@@ -99,6 +99,7 @@ absl::Status Run(const std::string& path) {
     j["max_batch_tokens"] = plan.max_batch_tokens;
     j["max_seqs"] = plan.max_seqs;
     j["kv_bytes_per_token"] = plan.kv.BytesPerToken();
+    j["kv_dtype"] = std::string(ir::DTypeName(plan.kv.dtype));
     j["kv_block_size"] = plan.kv.block_size;
     j["weight_bytes"] = s.weight_bytes;
     j["weight_bytes_by_format"] = s.bytes_by_format;
@@ -142,8 +143,9 @@ absl::Status Run(const std::string& path) {
   std::printf("limits: T<=%lld tokens, S<=%lld sequences per step; arena %lld bytes\n",
               static_cast<long long>(plan.max_batch_tokens), static_cast<long long>(plan.max_seqs),
               static_cast<long long>(plan.decoder().arena_bytes));
-  std::printf("kv cache (per rank): %lld layers x [2, blocks, %lld, %lld, %lld], %lld bytes per token\n",
-              static_cast<long long>(plan.kv.num_layers), static_cast<long long>(plan.kv.block_size),
+  std::printf("kv cache (per rank): %s, %lld layers x [2, blocks, %lld, %lld, %lld], %lld bytes per token\n",
+              std::string(ir::DTypeName(plan.kv.dtype)).c_str(), static_cast<long long>(plan.kv.num_layers),
+              static_cast<long long>(plan.kv.block_size),
               static_cast<long long>(plan.kv.kv_heads), static_cast<long long>(plan.kv.head_dim),
               static_cast<long long>(plan.kv.BytesPerToken()));
   std::printf("passes: %s\n", absl::StrJoin(plan.passes, ", ").c_str());

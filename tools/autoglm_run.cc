@@ -65,6 +65,7 @@ ABSL_FLAG(int64_t, max_seqs, 16, "when compiling: sequences per step");
 ABSL_FLAG(int64_t, kv_block_size, 16, "when compiling: tokens per KV-cache block");
 ABSL_FLAG(std::string, quantize, "", "when compiling: store the linear weights as fp8, int8 or int4 (autoglm-compile --help)");
 ABSL_FLAG(std::string, quantize_policy, "", "when compiling: 'PATTERN: FORMAT' lines overriding --quantize per weight");
+ABSL_FLAG(std::string, kv_cache_dtype, "auto", "when compiling: auto (the model's dtype), fp8 or int8 (8-bit, a scale per token and KV head)");
 ABSL_FLAG(int64_t, max_context, 0, "maximum sequence length (default: the model's max_position_embeddings)");
 ABSL_FLAG(int64_t, kv_cache_tokens, 0, "KV-cache capacity in tokens (default: see --help)");
 ABSL_FLAG(bool, prefix_caching, true, "reuse cached K/V of full blocks with the same prefix (--noprefix-caching: off)");
@@ -95,8 +96,10 @@ absl::Status Run() {
                    BuildOptions(absl::GetFlag(FLAGS_dtype), device, absl::GetFlag(FLAGS_max_batch_tokens),
                                 absl::GetFlag(FLAGS_max_seqs), absl::GetFlag(FLAGS_kv_block_size)));
   ASSIGN_OR_RETURN(options.quant, QuantPolicyFromFlags(absl::GetFlag(FLAGS_quantize), absl::GetFlag(FLAGS_quantize_policy)));
-  if (!options.quant.empty() && !absl::GetFlag(FLAGS_plan).empty()) {
-    return absl::InvalidArgumentError("--quantize and --quantize-policy apply when compiling; --plan is compiled already");
+  ASSIGN_OR_RETURN(options.build.kv_dtype, ParseKvCacheDType(absl::GetFlag(FLAGS_kv_cache_dtype)));
+  if ((!options.quant.empty() || options.build.kv_dtype) && !absl::GetFlag(FLAGS_plan).empty()) {
+    return absl::InvalidArgumentError(
+        "--quantize, --quantize-policy and --kv-cache-dtype apply when compiling; --plan is compiled already");
   }
   const ParallelOptions parallel = ParallelFlags();
   ASSIGN_OR_RETURN(compiler::Plan plan, PlanForModel(model, absl::GetFlag(FLAGS_plan), options, parallel.tp));

@@ -49,6 +49,7 @@ ABSL_FLAG(int64_t, max_context, 0, "maximum sequence length (default: the model'
 ABSL_FLAG(std::string, dtype, "", "when compiling: f32 or bf16 (default: f32 on cpu, bf16 on cuda)");
 ABSL_FLAG(int64_t, max_batch_tokens, 256, "when compiling: tokens per step");
 ABSL_FLAG(int64_t, max_seqs, 16, "when compiling: sequences per step");
+ABSL_FLAG(std::string, kv_cache_dtype, "auto", "when compiling: the KV cache, auto (the model's dtype), fp8 (fp8_e4m3) or int8");
 ABSL_FLAG(int64_t, kv_block_size, 16, "when compiling: tokens per KV-cache block");
 ABSL_FLAG(bool, prefix_caching, true, "reuse cached K/V of shared prompt prefixes");
 ABSL_FLAG(int32_t, http_threads, 4, "I/O threads serving connections");
@@ -171,9 +172,10 @@ struct Loaded {
 
 absl::Status Load(Loaded& loaded, serve::App& app, const std::string& device) {
   ASSIGN_OR_RETURN(loaded.model, OpenModel(absl::GetFlag(FLAGS_model), ""));
-  ASSIGN_OR_RETURN(const compiler::CompileOptions options,
+  ASSIGN_OR_RETURN(compiler::CompileOptions options,
                    BuildOptions(absl::GetFlag(FLAGS_dtype), device, absl::GetFlag(FLAGS_max_batch_tokens),
                                 absl::GetFlag(FLAGS_max_seqs), absl::GetFlag(FLAGS_kv_block_size)));
+  ASSIGN_OR_RETURN(options.build.kv_dtype, ParseKvCacheDType(absl::GetFlag(FLAGS_kv_cache_dtype)));
   const ParallelOptions parallel = ParallelFlags();
   ASSIGN_OR_RETURN(loaded.plan, PlanForModel(loaded.model, absl::GetFlag(FLAGS_plan), options, parallel.tp));
 

@@ -144,6 +144,13 @@ absl::StatusOr<compiler::CompileOptions> BuildOptions(const std::string& dtype, 
   return options;
 }
 
+absl::StatusOr<std::optional<ir::DType>> ParseKvCacheDType(const std::string& text) {
+  if (text.empty() || text == "auto" || text == "bf16" || text == "f32") return std::optional<ir::DType>();
+  if (text == "fp8" || text == "fp8_e4m3" || text == "fp8e4m3") return std::optional<ir::DType>(ir::DType::kF8E4M3);
+  if (text == "int8") return std::optional<ir::DType>(ir::DType::kI8);
+  return absl::InvalidArgumentError(absl::StrCat("--kv-cache-dtype: '", text, "' is not auto, fp8 or int8"));
+}
+
 absl::StatusOr<passes::QuantPolicy> QuantPolicyFromFlags(const std::string& quantize, const std::string& policy_file) {
   passes::QuantPolicy policy;
   if (!quantize.empty()) {

@@ -72,6 +72,10 @@ absl::StatusOr<compiler::CompileOptions> BuildOptions(const std::string& dtype, 
 // --quantize-policy FILE (its rules first); both empty: nothing quantized.
 absl::StatusOr<passes::QuantPolicy> QuantPolicyFromFlags(const std::string& quantize, const std::string& policy_file);
 
+// --kv-cache-dtype: "auto" (or empty, "bf16", "f32": the model's dtype), "fp8" ("fp8_e4m3",
+// "fp8e4m3") or "int8": an 8-bit cache with a scale per token and KV head.
+absl::StatusOr<std::optional<ir::DType>> ParseKvCacheDType(const std::string& text);
+
 // "cpu" or "cuda", running `plan_tp` ranks: on the CPU as threads over an
 // in-process group; on CUDA one GPU per rank over NCCL (`parallel` says which
 // GPUs and nodes).

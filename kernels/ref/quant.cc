@@ -114,4 +114,17 @@ void DequantizeRows(const uint8_t* codes, const float* scales, const uint8_t* ze
   }
 }
 
+void RoundTripKvRows(float* x, int64_t rows, int64_t d, bool fp8) {
+  for (int64_t r = 0; r < rows; ++r) {
+    float* row = x + r * d;
+    float amax = 0.0f;
+    for (int64_t i = 0; i < d; ++i) amax = std::max(amax, std::fabs(row[i]));
+    const float s = amax > 0.0f && std::isfinite(amax) ? amax / (fp8 ? 448.0f : 127.0f) : 1.0f;
+    for (int64_t i = 0; i < d; ++i) {
+      row[i] = fp8 ? s * E4M3ToFloat(FloatToE4M3(row[i] / s))
+                   : s * std::clamp(std::nearbyint(row[i] / s), -127.0f, 127.0f);
+    }
+  }
+}
+
 }  // namespace ag::ref

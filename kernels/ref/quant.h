@@ -42,6 +42,12 @@ bool QuantizeRows(const float* w, int64_t n, int64_t k, const QuantSpec& spec, u
 void DequantizeRows(const uint8_t* codes, const float* scales, const uint8_t* zeros, int64_t n, int64_t k,
                     const QuantSpec& spec, float* w);
 
+// The 8-bit KV cache: each of `rows` rows of `d` values (one token's K or V
+// of one KV head) is stored as codes with an fp32 scale, s = amax / 448 (fp8)
+// or amax / 127 (int8, symmetric, round to nearest even), 1 for a zero row.
+// Replaces each row by what the cache gives back: s * e4m3(x / s) or s * rne(x / s).
+void RoundTripKvRows(float* x, int64_t rows, int64_t d, bool fp8);
+
 }  // namespace ag::ref
 
 #endif  // AUTOGLM_KERNELS_REF_QUANT_H_

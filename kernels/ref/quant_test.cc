@@ -138,5 +138,38 @@ TEST(Quantize, AnAllZeroGroupHasScaleOne) {
   for (float x : back) EXPECT_EQ(x, 0.0f);
 }
 
+TEST(KvCache, RowsTheCacheHoldsComeBackExactlyAndOthersWithinHalfAStep) {
+  // Row 0: int8 multiples of 2^-7 reaching 127 steps; row 1: E4M3 values times 2^-10 reaching 448; row 2: zeros.
+  std::vector<float> x(3 * 16, 0.0f);
+  for (int i = 0; i < 16; ++i) x[i] = std::ldexp(static_cast<float>((i * 37) % 255 - 127), -7);
+  x[5] = std::ldexp(127.0f, -7);
+  for (int i = 0; i < 16; ++i) x[16 + i] = std::ldexp(E4M3ToFloat(static_cast<uint8_t>((i * 29) % 0x7E)), -10);
+  x[16 + 3] = std::ldexp(448.0f, -10);
+  std::vector<float> int8 = x, fp8 = x;
+  RoundTripKvRows(int8.data(), 1, 16, /*fp8=*/false);
+  RoundTripKvRows(fp8.data() + 16, 2, 16, /*fp8=*/true);
+  for (int i = 0; i < 16; ++i) {
+    EXPECT_EQ(int8[i], x[i]) << i;
+    EXPECT_EQ(fp8[16 + i], x[16 + i]) << i;
+    EXPECT_EQ(fp8[32 + i], 0.0f);
+  }
+  std::mt19937 rng(3);
+  std::normal_distribution<float> d(0.0f, 2.0f);
+  std::vector<float> y(8 * 128);
+  for (float& v : y) v = d(rng);
+  std::vector<float> a = y, b = y;
+  RoundTripKvRows(a.data(), 8, 128, false);
+  RoundTripKvRows(b.data(), 8, 128, true);
+  for (int r = 0; r < 8; ++r) {
+    float amax = 0;
+    for (int i = 0; i < 128; ++i) amax = std::max(amax, std::fabs(y[r * 128 + i]));
+    for (int i = 0; i < 128; ++i) {
+      const float v = y[r * 128 + i];
+      EXPECT_LE(std::fabs(a[r * 128 + i] - v), amax / 127.0f / 2.0f * 1.0001f);
+      EXPECT_LE(std::fabs(b[r * 128 + i] - v), std::fabs(v) / 16.0f + amax / 448.0f * std::ldexp(1.0f, -10));
+    }
+  }
+}
+
 }  // namespace
 }  // namespace ag::ref

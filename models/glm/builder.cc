@@ -24,6 +24,9 @@ class Builder {
       return absl::InvalidArgumentError("kv block size, max batch tokens and max sequences must be positive");
     }
     if (!ir::IsFloat(o_.dtype)) return absl::InvalidArgumentError("model dtype must be a float type");
+    if (o_.KvDType() != o_.dtype && o_.KvDType() != ir::DType::kI8 && o_.KvDType() != ir::DType::kF8E4M3) {
+      return absl::InvalidArgumentError("the KV cache is the model's dtype, int8 or fp8");
+    }
     g_.set_symbol_bound("T", o_.max_batch_tokens);
     g_.set_symbol_bound("R", o_.max_batch_tokens);
     g_.set_symbol_bound("S", o_.max_seqs);
@@ -86,7 +89,7 @@ class Builder {
     ASSIGN_OR_RETURN(ValueId kr, node(OpId::k_rotary, {proj[1], positions_}, Rotary(c_.num_kv_heads), "k_rot"));
     ASSIGN_OR_RETURN(ValueId cache,
                      g_.AddState(absl::StrCat("kv.", layer),
-                                 TensorType{o_.dtype, {2, ir::Dim::Sym("NB"), o_.kv_block_size, c_.num_kv_heads,
+                                 TensorType{o_.KvDType(), {2, ir::Dim::Sym("NB"), o_.kv_block_size, c_.num_kv_heads,
                                                        c_.head_dim}}));
     ASSIGN_OR_RETURN(ValueId attn, node(OpId::k_attention, {qr, kr, proj[2], cache}, Heads(), "attn"));
     ASSIGN_OR_RETURN(ValueId wo, Param(p + "self_attn.o_proj.weight"));

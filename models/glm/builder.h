@@ -9,6 +9,7 @@
 #define AUTOGLM_MODELS_GLM_BUILDER_H_
 
 #include <cstdint>
+#include <optional>
 
 #include "absl/status/statusor.h"
 #include "ir/graph.h"
@@ -18,6 +19,10 @@ namespace ag::glm {
 
 struct BuildOptions {
   ir::DType dtype = ir::DType::kF32;  // weights, activations and KV cache
+  // The KV cache's dtype when it is 8-bit (i8 or f8e4m3, with a scale per
+  // token and KV head); kept as `dtype` otherwise.
+  std::optional<ir::DType> kv_dtype;
+  ir::DType KvDType() const { return kv_dtype.value_or(dtype); }
   int64_t kv_block_size = 16;         // tokens per KV-cache block
   int64_t max_batch_tokens = 256;     // bound of T (and R)
   int64_t max_seqs = 16;              // bound of S
