@@ -1,5 +1,6 @@
 #include "kernels/cuda/allreduce.cuh"
 #include "kernels/cuda/common.cuh"
+#include "kernels/cuda/peer_flags.h"
 
 namespace ag::cuda {
 namespace {
@@ -36,7 +37,10 @@ __device__ __forceinline__ void MeetPeers(const PeerAllReduce& p, uint32_t epoch
     StoreRelease(p.flags[peer] + p.rank * kOneShotMaxBlocks + blockIdx.x, epoch);
     const uint32_t* flag = p.flags[p.rank] + peer * kOneShotMaxBlocks + blockIdx.x;
     const uint64_t start = GlobalTimer();
-    while (static_cast<int32_t>(LoadAcquire(flag) - epoch) < 0) {
+    for (;;) {
+      const PeerFlag state = ClassifyPeerFlag(LoadAcquire(flag), epoch);  // peer_flags.h says why one ahead is fine
+      if (state == PeerFlag::kReady) break;
+      if (state == PeerFlag::kCorrupt) __trap();         // a peer out of step: fail the launch
       if (GlobalTimer() - start > kTimeoutNs) __trap();  // a peer never came: fail the launch, do not hang
     }
   }

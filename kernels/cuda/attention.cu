@@ -23,6 +23,7 @@ struct Params {
   float scale;
   float* partial_acc;  // [tokens, heads, slices, head_dim]
   float* partial_ml;   // [tokens, heads, slices, 2]: running max and sum
+  int64_t row_base;    // the launch's first query row (grid z holds at most kMaxGridYZ rows)
 };
 
 // The sequence owning query row t: the last s with seq_offsets[s] <= t.
@@ -56,7 +57,7 @@ __global__ void __launch_bounds__(kThreads, kHPW <= 4 ? 4 : 2) AttentionSliceKer
 
   const int slice = blockIdx.x, g = blockIdx.y / p.head_chunks, chunk = blockIdx.y % p.head_chunks;
   const int head_lo = chunk * kWarps * kHPW, heads_here = min(kWarps * kHPW, G - head_lo);
-  const int64_t t = blockIdx.z;
+  const int64_t t = p.row_base + blockIdx.z;
   const int s = SequenceOf(p.seqs.seq_offsets, static_cast<int>(p.seqs.num_seqs), t);
   const int64_t first = p.seqs.seq_offsets[s], count_new = p.seqs.seq_offsets[s + 1] - first;
   const int64_t visible = p.seqs.context_lens[s] - count_new + (t - first) + 1;  // keys 0..position
@@ -171,13 +172,13 @@ __global__ void __launch_bounds__(kThreads, kHPW <= 4 ? 4 : 2) AttentionSliceKer
   }
 }
 
-// grid (heads, tokens): out = sum_s acc_s e^(m_s - M) / sum_s l_s e^(m_s - M).
+// grid (heads, tokens from row_base): out = sum_s acc_s e^(m_s - M) / sum_s l_s e^(m_s - M).
 __global__ void __launch_bounds__(kThreads) CombineKernel(const float* partial_acc, const float* partial_ml, int heads,
-                                                          int slices, int head_dim, bf16* out) {
+                                                          int slices, int head_dim, int64_t row_base, bf16* out) {
   AllowNextKernel();
   WaitForPreviousKernel();
   const int h = blockIdx.x;
-  const int64_t t = blockIdx.y;
+  const int64_t t = row_base + blockIdx.y;
   const float* ml = partial_ml + (t * heads + h) * slices * 2;
   float m = -FLT_MAX;
   for (int s = 0; s < slices; ++s) m = fmaxf(m, ml[2 * s]);
@@ -237,26 +238,32 @@ cudaError_t LaunchPagedAttention(const bf16* q, const AttentionShape& shape, con
   p.partial_acc = workspace;
   p.partial_ml = workspace + shape.tokens * shape.heads * geo.slices * D;
   const size_t smem = sizeof(bf16) * 4 * kTile * (D + kKvPad) + sizeof(float) * kWarps * geo.heads_per_warp * D;
-  const dim3 grid(static_cast<unsigned>(geo.slices), static_cast<unsigned>(cache.kv_heads * geo.head_chunks),
-                  static_cast<unsigned>(shape.tokens));
-  cudaError_t e = cudaErrorInvalidValue;
-  switch (geo.heads_per_warp) {
-    case 1:
-      e = LaunchSlices<1>(p, grid, smem, stream);
-      break;
-    case 2:
-      e = LaunchSlices<2>(p, grid, smem, stream);
-      break;
-    case 4:
-      e = LaunchSlices<4>(p, grid, smem, stream);
-      break;
-    case 8:
-      e = LaunchSlices<8>(p, grid, smem, stream);
-      break;
+  // Query rows go on grid z (and y for the combine step): at most kMaxGridYZ a launch.
+  for (int64_t chunk = 0; chunk < RowChunks(shape.tokens); ++chunk) {
+    p.row_base = chunk * kMaxGridYZ;
+    const unsigned rows = static_cast<unsigned>(RowChunkSize(shape.tokens, chunk));
+    const dim3 grid(static_cast<unsigned>(geo.slices), static_cast<unsigned>(cache.kv_heads * geo.head_chunks), rows);
+    cudaError_t e = cudaErrorInvalidValue;
+    switch (geo.heads_per_warp) {
+      case 1:
+        e = LaunchSlices<1>(p, grid, smem, stream);
+        break;
+      case 2:
+        e = LaunchSlices<2>(p, grid, smem, stream);
+        break;
+      case 4:
+        e = LaunchSlices<4>(p, grid, smem, stream);
+        break;
+      case 8:
+        e = LaunchSlices<8>(p, grid, smem, stream);
+        break;
+    }
+    if (e != cudaSuccess) return e;
+    e = LaunchKernel(CombineKernel, dim3(static_cast<unsigned>(shape.heads), rows), dim3(kThreads), 0, stream,
+                     p.partial_acc, p.partial_ml, p.heads, geo.slices, p.head_dim, p.row_base, out);
+    if (e != cudaSuccess) return e;
   }
-  if (e != cudaSuccess) return e;
-  return LaunchKernel(CombineKernel, dim3(static_cast<unsigned>(shape.heads), static_cast<unsigned>(shape.tokens)),
-                      dim3(kThreads), 0, stream, p.partial_acc, p.partial_ml, p.heads, geo.slices, p.head_dim, out);
+  return cudaSuccess;
 }
 
 }  // namespace ag::cuda

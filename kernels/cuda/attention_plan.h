@@ -12,6 +12,17 @@ namespace ag::cuda {
 inline constexpr int kAttentionTile = 32;       // keys per tile, one per lane
 inline constexpr int kAttentionMaxSlices = 64;  // slices per (row, KV head), at most
 
+// The most blocks a grid's y or z dimension takes (x takes 2^31 - 1).
+inline constexpr int64_t kMaxGridYZ = 65535;
+
+// Launches cover `rows` query rows in chunks of at most kMaxGridYZ (the
+// attention kernels put rows on grid y or z): chunk i starts at row
+// i * kMaxGridYZ. A plan allows 2^20 rows a step.
+inline int64_t RowChunks(int64_t rows) { return (std::max<int64_t>(rows, 0) + kMaxGridYZ - 1) / kMaxGridYZ; }
+inline int64_t RowChunkSize(int64_t rows, int64_t chunk) {
+  return std::min(kMaxGridYZ, rows - chunk * kMaxGridYZ);
+}
+
 struct AttentionGeometry {
   int heads_per_warp = 1;  // 1, 2, 4 or 8: the kernel instance; a block takes 4 * heads_per_warp query heads
   int head_chunks = 1;     // blocks per (row, KV head, slice)

@@ -6,6 +6,8 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
+#include "kernels/cuda/per_device.h"
+
 #include <cstdint>
 #include <utility>
 
@@ -126,7 +128,9 @@ cudaError_t LaunchKernelInCluster(void (*kernel)(Params...), dim3 grid, dim3 blo
                                   dim3 cluster, Args&&... args) {
   cudaLaunchAttribute attributes[2];
   unsigned count = 0;
-  if (ProgrammaticLaunch()) {
+  // Not on the legacy default stream (tests and benchmarks pass nullptr): it synchronises with
+  // every other blocking stream, and programmatic serialization is not defined there.
+  if (ProgrammaticLaunch() && stream != nullptr && stream != cudaStreamLegacy) {
     attributes[count].id = cudaLaunchAttributeProgrammaticStreamSerialization;
     attributes[count].val.programmaticStreamSerializationAllowed = 1;
     ++count;
@@ -159,14 +163,16 @@ cudaError_t LaunchKernel(void (*kernel)(Params...), dim3 grid, dim3 block, size_
 // Multiprocessors of the current device (0 when it cannot be asked): sizes persistent grids.
 int MultiprocessorCount();
 
-// Lets kernel `kKernel` take more than 48 KB of dynamic shared memory. Done
-// once per kernel, so that launches captured into CUDA graphs make no
-// attribute calls.
+// Lets kernel `kKernel` take more than 48 KB of dynamic shared memory. The
+// attribute belongs to the current device, so it is set once per kernel and
+// device (tensor-parallel ranks run on their own devices), and launches
+// captured into CUDA graphs make no attribute calls after the first.
 template <auto kKernel>
 cudaError_t AllowLargeSharedMemory() {
-  static const cudaError_t result =
-      cudaFuncSetAttribute(kKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, 200 * 1024);
-  return result;
+  static PerDeviceOnce<cudaError_t, cudaSuccess> once;
+  int device = 0;
+  if (const cudaError_t e = cudaGetDevice(&device); e != cudaSuccess) return e;
+  return once.Get(device, [] { return cudaFuncSetAttribute(kKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, 200 * 1024); });
 }
 
 }  // namespace ag::cuda

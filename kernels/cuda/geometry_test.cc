@@ -11,6 +11,8 @@
 #include <vector>
 
 #include "kernels/cuda/attention_plan.h"
+#include "kernels/cuda/peer_flags.h"
+#include "kernels/cuda/per_device.h"
 #include "kernels/cuda/linear_split.h"
 #include "kernels/cuda/mma_layout.h"
 
@@ -175,6 +177,50 @@ TEST(AttentionPlan, ChunksCoverTheGroupAndSlicesTheContext) {
       }
     }
   }
+}
+
+// Query rows go on grid y/z, at most 65,535 a launch: the chunks cover a plan's 2^20 rows once each.
+TEST(AttentionPlan, RowChunksCoverEveryRowWithinTheGridLimit) {
+  for (int64_t rows : {int64_t{1}, int64_t{65535}, int64_t{65536}, int64_t{200000}, int64_t{1} << 20}) {
+    int64_t covered = 0;
+    for (int64_t c = 0; c < RowChunks(rows); ++c) {
+      const int64_t size = RowChunkSize(rows, c);
+      EXPECT_GE(size, 1);
+      EXPECT_LE(size, kMaxGridYZ);
+      EXPECT_EQ(c * kMaxGridYZ, covered);  // each launch starts where the last stopped
+      covered += size;
+    }
+    EXPECT_EQ(covered, rows);
+  }
+  EXPECT_EQ(RowChunks(int64_t{1} << 20), 17);
+}
+
+// The one-shot all-reduce waits for a peer behind, goes on with one at this call or one call
+// ahead, and fails the launch for one further ahead (issue 19's review: it used to accept any).
+TEST(PeerFlags, ReadyAtThisCallOrTheNextWaitBehindFailBeyond) {
+  EXPECT_EQ(ClassifyPeerFlag(7, 7), PeerFlag::kReady);
+  EXPECT_EQ(ClassifyPeerFlag(8, 7), PeerFlag::kReady);
+  EXPECT_EQ(ClassifyPeerFlag(6, 7), PeerFlag::kWait);
+  EXPECT_EQ(ClassifyPeerFlag(0, 7), PeerFlag::kWait);  // never set yet
+  EXPECT_EQ(ClassifyPeerFlag(9, 7), PeerFlag::kCorrupt);
+  EXPECT_EQ(ClassifyPeerFlag(0x80000000u, 7), PeerFlag::kCorrupt);
+  EXPECT_EQ(ClassifyPeerFlag(0, 0xFFFFFFFFu), PeerFlag::kReady);  // the epoch wrapped
+  EXPECT_EQ(ClassifyPeerFlag(0xFFFFFFFEu, 0xFFFFFFFFu), PeerFlag::kWait);
+}
+
+// cudaFuncSetAttribute is per device: every device gets its own call, once, and a failure is retried.
+TEST(PerDevice, EachDeviceIsSetOnceAndFailuresAreRetried) {
+  PerDeviceOnce<int, 0> once;
+  int calls = 0;
+  auto ok = [&] { ++calls; return 0; };
+  EXPECT_EQ(once.Get(0, ok), 0);
+  EXPECT_EQ(once.Get(0, ok), 0);
+  EXPECT_EQ(calls, 1);
+  EXPECT_EQ(once.Get(3, ok), 0);  // another rank's device: the attribute is set there too
+  EXPECT_EQ(calls, 2);
+  EXPECT_EQ(once.Get(5, [] { return 7; }), 7);
+  EXPECT_EQ(once.Get(5, ok), 0);  // tried again after the failure
+  EXPECT_EQ(calls, 3);
 }
 
 }  // namespace

@@ -285,7 +285,7 @@ __global__ void __launch_bounds__(kThreads) LogprobsKernel(const bf16* __restric
   __syncthreads();
   if (threadIdx.x >= k) return;
   picked_value[threadIdx.x] = ScaledLogit(row, picked[threadIdx.x], 1.0f);
-  __syncwarp();  // k <= 20: one warp
+  __syncwarp((1u << k) - 1);  // k <= 20: lanes 0..k-1 of warp 0 are the ones left
   // Each of the k places itself: larger values first, lower ids on ties.
   const int32_t id = picked[threadIdx.x];
   const float v = picked_value[threadIdx.x];
