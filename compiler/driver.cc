@@ -227,8 +227,8 @@ absl::Status CheckPlan(const Plan& plan, const glm::ModelConfig& config, const s
   for (const WeightEntry& w : plan.weights) {
     for (const WeightPiece& p : w.pieces) {
       if (p.packing != ir::QuantPacking::kNone) {
-        const std::string module = p.tensor.substr(0, p.tensor.size() - std::string(".weight").size());
-        ASSIGN_OR_RETURN(std::vector<std::string> names, quant::CheckPacked(*checkpoint, p.packing, p.quant, module,
+        ASSIGN_OR_RETURN(std::vector<std::string> names, quant::CheckPacked(*checkpoint, p.packing, p.quant,
+                                                                            quant::PackedModule(p.tensor),
                                                                             p.tensor_shape[0], p.tensor_shape[1]));
         packed_names.insert(packed_names.end(), names.begin(), names.end());
         continue;

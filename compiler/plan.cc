@@ -392,9 +392,7 @@ absl::Status ValidatePlan(const Plan& plan) {
       }
       if (p.quant.quantized()) {
         const ir::QuantFormat& q = p.quant;
-        const bool known_group = q.group == 0 || std::find(std::begin(ir::kQuantGroups), std::end(ir::kQuantGroups),
-                                                           q.group) != std::end(ir::kQuantGroups);
-        if (!known_group || (q.kind == ir::QuantKind::kFp8E4M3 && (q.group != 0 || !q.symmetric))) {
+        if (!ir::IsQuantGroup(q.group) || (q.kind == ir::QuantKind::kFp8E4M3 && (q.group != 0 || !q.symmetric))) {
           return Invalid("weight ", w.name, ": bad format of ", p.tensor, " (group ", q.group, ")");
         }
         if (w.shape.size() != 2 || flattened) {

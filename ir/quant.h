@@ -58,6 +58,13 @@ absl::string_view QuantPackingName(QuantPacking packing);  // "gptq", "awq", "co
 
 // The group sizes a format may use (besides 0, per channel).
 inline constexpr int32_t kQuantGroups[] = {32, 64, 128};
+// Whether a format may have groups of `group` inputs (0: per channel).
+inline bool IsQuantGroup(int64_t group) {
+  for (int32_t g : kQuantGroups) {
+    if (group == g) return true;
+  }
+  return group == 0;
+}
 
 // Parses "none" (or "bf16", "f16", "f32": kept in the plan's dtype), "fp8",
 // "fp8e4m3", "int8" (per channel, symmetric), "int4" (group 128, asymmetric),

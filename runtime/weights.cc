@@ -20,8 +20,8 @@ absl::Status CheckpointWeights::Fill(const compiler::WeightEntry& entry, RankInf
     if (piece.packing != ir::QuantPacking::kNone) {  // decoded whole, then this rank's block of the piece's rows
       const int64_t n = piece.tensor_shape[0], k = piece.tensor_shape[1];
       std::vector<float> whole(static_cast<size_t>(n * k));
-      const std::string module = piece.tensor.substr(0, piece.tensor.size() - std::string(".weight").size());
-      RETURN_IF_ERROR(quant::DecodePacked(checkpoint_, piece.packing, piece.quant, module, n, k, whole.data()));
+      RETURN_IF_ERROR(quant::DecodePacked(checkpoint_, piece.packing, piece.quant, quant::PackedModule(piece.tensor), n,
+                                          k, whole.data()));
       for (int64_t r = s.row_begin; r < s.row_end; ++r) {
         out = std::copy(whole.data() + r * k + s.col_begin, whole.data() + r * k + s.col_end, out);
       }

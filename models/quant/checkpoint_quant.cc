@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "ir/status_macros.h"
 #include "models/glm/json_fields.h"
+#include "models/quant/packed.h"
 
 namespace ag::quant {
 namespace {
@@ -31,9 +32,7 @@ absl::StatusOr<ir::QuantFormat> IntFormat(const glm::Fields& f, const char* bits
   if (bits != 4 && bits != 8) return f.Error(bits_key, absl::StrCat("is ", bits, "; 4 and 8 are supported"));
   ir::QuantFormat format{bits == 4 ? ir::QuantKind::kInt4 : ir::QuantKind::kInt8, 0, symmetric};
   ASSIGN_OR_RETURN(int64_t group, f.Int(group_key));
-  bool known = group == -1;
-  for (int32_t g : ir::kQuantGroups) known = known || group == g;
-  if (!known) return f.Error(group_key, absl::StrCat("is ", group, "; -1 (per channel), 32, 64 and 128 are supported"));
+  if (group != -1 && (group == 0 || !ir::IsQuantGroup(group))) return f.Error(group_key, absl::StrCat("is ", group, "; -1 (per channel), 32, 64 and 128 are supported"));
   format.group = group == -1 ? 0 : static_cast<int32_t>(group);
   return format;
 }
@@ -171,7 +170,7 @@ glm::WeightSource Annotate(const CheckpointQuant& quant, glm::WeightSource sourc
   bool linear = false;
   for (absl::string_view suffix : kLinearSuffixes) linear = linear || absl::EndsWith(source.tensor, suffix);
   for (absl::string_view head : kHeads) linear = linear || (quant.lm_head && source.tensor == head);
-  const absl::string_view module = absl::string_view(source.tensor).substr(0, source.tensor.size() - 7);
+  const absl::string_view module = PackedModule(source.tensor);
   if (!linear || !quant.Covers(module)) return source;
   source.packing = quant.packing;
   source.quant = quant.format;

@@ -11,10 +11,18 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "absl/strings/strip.h"
 #include "ir/quant.h"
 #include "models/glm/safetensors.h"
 
 namespace ag::quant {
+
+// The module of a packed linear, from the logical tensor name the plan
+// records ("model.layers.0.mlp.down_proj.weight" -> "model.layers.0.mlp.down_proj").
+inline absl::string_view PackedModule(absl::string_view weight_tensor) {
+  absl::ConsumeSuffix(&weight_tensor, ".weight");
+  return weight_tensor;
+}
 
 // Checks that the tensors of the linear `module` (its "<module>.qweight",
 // ".scales", ... per packing) exist with the dtypes and shapes a logical
