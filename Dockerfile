@@ -9,14 +9,16 @@
 FROM nvidia/cuda:13.0.0-devel-ubuntu24.04 AS build
 RUN apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
       meson ninja-build g++ pkg-config libabsl-dev libgtest-dev libgmock-dev libbenchmark-dev libboost-dev \
-      nlohmann-json3-dev libpcre2-dev libpng-dev libjpeg-turbo8-dev libwebp-dev && rm -rf /var/lib/apt/lists/*
+      nlohmann-json3-dev libpcre2-dev libpng-dev libjpeg-turbo8-dev libwebp-dev libssl-dev && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 COPY . .
 RUN meson setup build --buildtype=release && ninja -C build tools/autoglm-serve
 
 FROM nvidia/cuda:13.0.0-runtime-ubuntu24.04
-# Abseil, PCRE2 and the image libraries are linked statically; the CUDA runtime and NCCL come with this image.
+# Abseil, PCRE2 and the image libraries are linked statically; the CUDA runtime and NCCL come with this image;
+# OpenSSL and the CA bundle verify https image URLs (--allow-remote-media).
 RUN apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends curl \
+      ca-certificates libssl3t64 \
     && rm -rf /var/lib/apt/lists/*
 COPY --from=build /src/build/tools/autoglm-serve /usr/local/bin/autoglm-serve
 # The model directory (config.json, safetensors, tokenizer) is mounted here; the settings come

@@ -1,30 +1,20 @@
 #include "serve/media.h"
 
-#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <system_error>
-
-#include <boost/asio/connect.hpp>
-#include <boost/asio/io_context.hpp>
-#include <boost/asio/ip/tcp.hpp>
-#include <boost/beast/core.hpp>
-#include <boost/beast/http.hpp>
 
 #include "absl/status/status.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "serve/http_fetch.h"
 
 namespace ag::serve {
 namespace {
 
 namespace fs = std::filesystem;
-namespace beast = boost::beast;
-namespace http = beast::http;
-using tcp = boost::asio::ip::tcp;
 
 absl::Status Bad(absl::string_view where, absl::string_view what) {
   return absl::InvalidArgumentError(absl::StrCat(where, ": ", what));
@@ -75,48 +65,14 @@ absl::StatusOr<std::string> FromLocalFile(absl::string_view path_text, const Med
   return bytes;
 }
 
-// GET http://host[:port]/path, within the size and time limits.
-absl::StatusOr<std::string> FromHttp(absl::string_view url, const MediaOptions& options, absl::string_view where) {
-  absl::string_view rest = url.substr(7);
-  const size_t slash = rest.find('/');
-  const absl::string_view authority = rest.substr(0, slash);
-  const std::string target = slash == absl::string_view::npos ? "/" : std::string(rest.substr(slash));
-  std::string host(authority), port = "80";
-  if (const size_t colon = authority.rfind(':'); colon != absl::string_view::npos) {
-    host = std::string(authority.substr(0, colon));
-    port = std::string(authority.substr(colon + 1));
-    int number = 0;
-    if (!absl::SimpleAtoi(port, &number) || number <= 0 || number > 65535) return Bad(where, "the URL's port is not valid");
-  }
-  if (host.empty() || absl::StrContains(host, '@')) return Bad(where, "the URL has no host");
-  try {
-    boost::asio::io_context io;
-    tcp::resolver resolver(io);
-    beast::tcp_stream stream(io);
-    stream.expires_after(std::chrono::milliseconds(options.remote_timeout_ms));
-    beast::error_code ec;
-    const auto endpoints = resolver.resolve(host, port, ec);
-    if (ec) return Bad(where, absl::StrCat("cannot resolve ", host));
-    stream.connect(endpoints, ec);
-    if (ec) return Bad(where, absl::StrCat("cannot connect to ", authority, ": ", ec.message()));
-    http::request<http::empty_body> request(http::verb::get, target, 11);
-    request.set(http::field::host, host);
-    request.set(http::field::user_agent, "autoglm-serve");
-    http::write(stream, request, ec);
-    if (ec) return Bad(where, absl::StrCat("fetching the URL failed: ", ec.message()));
-    beast::flat_buffer buffer;
-    http::response_parser<http::string_body> parser;
-    parser.body_limit(static_cast<uint64_t>(options.max_bytes));
-    http::read(stream, buffer, parser, ec);
-    if (ec == http::error::body_limit) return Bad(where, absl::StrCat("the image is larger than ", options.max_bytes, " bytes"));
-    if (ec == beast::error::timeout) return Bad(where, "fetching the URL took too long");
-    if (ec) return Bad(where, absl::StrCat("fetching the URL failed: ", ec.message()));
-    const auto& response = parser.get();
-    if (response.result_int() != 200) return Bad(where, absl::StrCat("the URL answered HTTP ", response.result_int()));
-    return response.body();
-  } catch (const std::exception& e) {
-    return Bad(where, absl::StrCat("fetching the URL failed: ", e.what()));
-  }
+absl::StatusOr<std::string> FromRemote(absl::string_view url, const MediaOptions& options, absl::string_view where) {
+  FetchLimits limits;
+  limits.max_bytes = options.max_bytes;
+  limits.timeout_ms = options.remote_timeout_ms;
+  absl::StatusOr<std::string> bytes = HttpGet(url, limits);
+  if (!bytes.ok()) return Bad(where, bytes.status().message());
+  if (bytes->empty()) return Bad(where, "the URL answered with no data");
+  return bytes;
 }
 
 }  // namespace
@@ -128,10 +84,7 @@ absl::StatusOr<std::string> FetchImageBytes(absl::string_view url, const MediaOp
     if (!options.allow_remote) {
       return Bad(where, "remote images are not fetched (the server was started without --allow-remote-media)");
     }
-    if (absl::StartsWithIgnoreCase(url, "https://")) {
-      return Bad(where, "https URLs are not fetched yet (no TLS here): send the image as a data URL or over http");
-    }
-    return FromHttp(url, options, where);
+    return FromRemote(url, options, where);
   }
   if (absl::StartsWith(url, "/")) return FromLocalFile(url, options, where);
   return Bad(where, "an image URL must be data:, file://, an absolute path, or http(s)://");

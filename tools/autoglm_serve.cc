@@ -70,7 +70,11 @@ ABSL_FLAG(std::string, mm_processor_kwargs, "",
           "them for GLM-4.1V; here they apply)");
 ABSL_FLAG(std::string, allowed_local_media_path, "",
           "chat images may be file:// URLs or paths under this folder (default: none may)");
-ABSL_FLAG(bool, allow_remote_media, false, "chat images may be http:// URLs (fetched within 10 s and 32 MiB)");
+ABSL_FLAG(bool, allow_remote_media, false,
+          "chat images may be http:// or https:// URLs (certificates checked against the system's trust store; "
+          "at most 32 MiB, within --media-fetch-timeout-seconds)");
+ABSL_FLAG(double, media_fetch_timeout_seconds, 5,
+          "the most one remote image may take, lookup to last byte (env VLLM_IMAGE_FETCH_TIMEOUT, vLLM's name)");
 ABSL_FLAG(std::string, reasoning_parser, "",
           "glm45: a chat answer's <think>...</think> goes to reasoning_content (streamed too), as vLLM's parser does; "
           "default: all of it stays in content (the phone agent parses it there)");
@@ -107,6 +111,13 @@ absl::Status ApplyEnvironment(const std::vector<std::string>& args) {
     int32_t port = 0;
     if (!absl::SimpleAtoi(v, &port)) return absl::InvalidArgumentError(absl::StrCat("PORT: '", v, "' is not a number"));
     absl::SetFlag(&FLAGS_port, port);
+  }
+  if (const char* v = env("VLLM_IMAGE_FETCH_TIMEOUT"); v && !given("media_fetch_timeout_seconds")) {
+    double seconds = 0;
+    if (!absl::SimpleAtod(v, &seconds)) {
+      return absl::InvalidArgumentError(absl::StrCat("VLLM_IMAGE_FETCH_TIMEOUT: '", v, "' is not a number"));
+    }
+    absl::SetFlag(&FLAGS_media_fetch_timeout_seconds, seconds);
   }
   if (const char* v = env("MAX_MEMORY_GB"); v && !given("kv_cache_gb")) {
     double gb = 0;
@@ -303,6 +314,11 @@ int Serve(const std::vector<std::string>& args) {
   options.reasoning_parser = parser == "glm45";
   options.media.allowed_local_path = absl::GetFlag(FLAGS_allowed_local_media_path);
   options.media.allow_remote = absl::GetFlag(FLAGS_allow_remote_media);
+  const double fetch_seconds = absl::GetFlag(FLAGS_media_fetch_timeout_seconds);
+  if (!(fetch_seconds > 0 && fetch_seconds <= 3600)) {
+    return ReportError("autoglm-serve", absl::InvalidArgumentError("--media-fetch-timeout-seconds must be in (0, 3600]"));
+  }
+  options.media.remote_timeout_ms = static_cast<int>(fetch_seconds * 1000);
   if (!options.media.allowed_local_path.empty() && !std::filesystem::is_directory(options.media.allowed_local_path)) {
     return ReportError("autoglm-serve", absl::InvalidArgumentError(absl::StrCat(
                                             "--allowed-local-media-path: ", options.media.allowed_local_path,
