@@ -118,7 +118,7 @@ void Generation::AddToken(Choice& c, int index, const runtime::StreamEvent& e) {
     return;
   }
   std::string piece;
-  if (!tokenizer_.IsSpecial(e.token)) {
+  if (!tokenizer_.HiddenInOutput(e.token)) {
     absl::StatusOr<std::string> next = c.decoder.Next(e.token);
     if (next.ok()) piece = std::move(*next);
   }

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "models/glm/pretokenizer.h"
@@ -42,6 +43,10 @@ class Tokenizer {
   // The id of a special token ("[gMASK]", "<|user|>"), or -1.
   int32_t SpecialId(absl::string_view text) const;
   bool IsSpecial(int32_t id) const { return special_by_id_.contains(id); }
+  // Whether generated text leaves the token out (Hugging Face's skip_special_tokens): added tokens
+  // are, unless tokenizer.json marks them "special": false -- GLM-4.1V's <think>, </think>,
+  // <answer> and </answer>, which the phone agent reads in the answer.
+  bool HiddenInOutput(int32_t id) const { return IsSpecial(id) && !shown_in_output_.contains(id); }
   // One past the largest id.
   int32_t vocab_size() const { return vocab_size_; }
   int32_t num_ordinary() const { return static_cast<int32_t>(offsets_.size()) - 1; }
@@ -68,6 +73,7 @@ class Tokenizer {
   absl::flat_hash_map<absl::string_view, int32_t> rank_;  // views into bytes_ -> id
   absl::flat_hash_map<std::string, int32_t> special_;
   absl::flat_hash_map<int32_t, std::string> special_by_id_;
+  absl::flat_hash_set<int32_t> shown_in_output_;  // added tokens marked "special": false
   std::vector<std::string> specials_longest_first_;
   int32_t vocab_size_ = 0;
 };

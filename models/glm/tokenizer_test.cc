@@ -284,6 +284,32 @@ TEST(Tokenizer, HostileAddedTokensAreRejected) {
   }
 }
 
+// GLM-4.1V's <think> and <answer> tags are added tokens marked "special": false: matched in the
+// input like the others, but kept in generated text (the phone agent reads them there).
+TEST(Tokenizer, AddedTokensMarkedNotSpecialStayInTheOutput) {
+  TempDir dir;
+  const std::string path = dir.File("tokenizer.json");
+  testing::WriteHfTokenizerJson(path, testing::SyntheticRanks(), SpecialTexts());
+  nlohmann::json j;
+  std::ifstream(path) >> j;
+  const int64_t think = j["model"]["vocab"].size() + 40, user = think + 1;
+  j["added_tokens"].push_back({{"id", think}, {"content", "<think>"}, {"special", false}});
+  j["added_tokens"].push_back({{"id", user}, {"content", "<|turn|>"}, {"special", true}});
+  std::ofstream(path) << j.dump();
+  absl::StatusOr<std::unique_ptr<Tokenizer>> t = Tokenizer::LoadHfJson(path);
+  ASSERT_TRUE(t.ok()) << t.status();
+  EXPECT_FALSE((*t)->HiddenInOutput(think));
+  EXPECT_TRUE((*t)->HiddenInOutput(user));
+  EXPECT_TRUE((*t)->HiddenInOutput((*t)->SpecialId("<|user|>")));  // no "special" field: an added token is hidden
+  EXPECT_FALSE((*t)->HiddenInOutput(5));                             // ordinary
+  EXPECT_EQ((*t)->Encode("a<think>", true).back(), think);
+  j["added_tokens"].back()["special"] = "yes";
+  std::ofstream(path) << j.dump();
+  t = Tokenizer::LoadHfJson(path);
+  ASSERT_FALSE(t.ok());
+  EXPECT_NE(t.status().message().find("'special' must be true or false"), std::string::npos) << t.status();
+}
+
 // Regression (fuzzing): 16,000 special tokens took 11.5 s, quadratic in the
 // text. 64,000 would take minutes that way; linear, it is milliseconds.
 TEST(Tokenizer, EncodingManySpecialTokensIsLinear) {

@@ -29,6 +29,9 @@ GLM4V_SPECIALS = ["<|endoftext|>", "[MASK]", "[gMASK]", "[sMASK]", "<sop>", "<eo
                   "<|assistant|>", "<|observation|>", "<|begin_of_image|>", "<|end_of_image|>", "<|begin_of_video|>",
                   "<|end_of_video|>", "<|image|>", "<|video|>", "<think>", "</think>", "<answer>", "</answer>"]
 
+# Added tokens that are text in the answer (not "special"): the phone agent reads them in `content`.
+SHOWN_IN_OUTPUT = {"<think>", "</think>", "<answer>", "</answer>"}
+
 
 def ordinary_tokens():
     tokens = [bytes([b]) for b in range(256)]
@@ -62,7 +65,7 @@ def hf_tokenizer_json(tokens):
         cut = min(range(1, len(t)), key=lambda i: max(rank.get(t[:i], 1 << 30), rank.get(t[i:], 1 << 30)))
         merges.append("%s %s" % (word(t[:cut]), word(t[cut:])))
     added = [{"id": 300 + i, "content": c, "single_word": False, "lstrip": False, "rstrip": False,
-              "normalized": False, "special": True} for i, c in enumerate(GLM4V_SPECIALS)]
+              "normalized": False, "special": c not in SHOWN_IN_OUTPUT} for i, c in enumerate(GLM4V_SPECIALS)]
     return {"version": "1.0", "truncation": None, "padding": None, "added_tokens": added, "normalizer": None,
             "pre_tokenizer": {"type": "Sequence", "pretokenizers": [
                 {"type": "Split", "pattern": {"Regex": GLM4_REGEX}, "behavior": "Isolated", "invert": False},

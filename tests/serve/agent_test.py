@@ -11,13 +11,17 @@ healthy and correct afterwards.
 
 Environment: as server_test.py (AUTOGLM_SERVE, AUTOGLM_RUN, AUTOGLM_TEST_DATA); AUTOGLM_TOKENIZE."""
 import base64
+import http.server
 import json
 import os
 import shutil
+import ssl
 import struct
 import subprocess
 import sys
 import tempfile
+import threading
+import time
 import unittest
 import zlib
 
@@ -95,7 +99,9 @@ class Agent(unittest.TestCase):
         with open(os.path.join(cls.model, "preprocessor_config.json"), "w") as f:
             json.dump(processor, f)
         with open(os.path.join(FIXTURE, "tokenizer.json")) as f:
-            cls.ids = {t["content"]: t["id"] for t in json.load(f)["added_tokens"]}
+            added = json.load(f)["added_tokens"]
+        cls.ids = {t["content"]: t["id"] for t in added}
+        cls.hidden = {t["id"] for t in added if t["special"]}  # skip_special_tokens drops these from the text
         with open(os.path.join(FIXTURE, "generation_config.json")) as f:
             eos = json.load(f)["eos_token_id"]
         cls.eos = set(eos if isinstance(eos, list) else [eos])
@@ -140,7 +146,7 @@ class Agent(unittest.TestCase):
         return tokens
 
     def detokenize(self, tokens):
-        status, r = self.s.post("/detokenize", {"tokens": [t for t in tokens if t < 300]})  # specials are not shown
+        status, r = self.s.post("/detokenize", {"tokens": [t for t in tokens if t not in self.hidden]})
         self.assertEqual(status, 200, r)
         return r["prompt"]
 
@@ -237,6 +243,193 @@ class Agent(unittest.TestCase):
         self.assertEqual(self.s.request("GET", "/health")[0], 200)
         healthy_after, _ = self.step([user_turn("ok", "file://" + inside)])
         self.assertEqual(healthy_after, healthy_before)
+
+
+def scripted_model(directory, chain):
+    """The tiny GLM-4.1V fixture rewritten to answer by rote: every layer's o_proj and down_proj are
+    zero, so the last hidden state is the last token's embedding; chain[i]'s embedding is the i-th unit
+    vector and lm_head's row for chain[i + 1] that vector, so greedy decoding walks the chain. Pure
+    Python (bf16 is a float32's upper half), so the test needs no numpy."""
+    for name in os.listdir(FIXTURE):
+        if name != "model.safetensors" and os.path.isfile(os.path.join(FIXTURE, name)):
+            os.symlink(os.path.abspath(os.path.join(FIXTURE, name)), os.path.join(directory, name))
+    with open(os.path.join(FIXTURE, "model.safetensors"), "rb") as f:
+        raw = f.read()
+    size = struct.unpack("<Q", raw[:8])[0]
+    header = json.loads(raw[8:8 + size])
+    data = bytearray(raw[8 + size:])
+
+    def tensor(name):
+        info = header[name]
+        assert info["dtype"] == "BF16", name
+        return info["data_offsets"][0], info["shape"]
+
+    def put(offset, values):
+        data[offset:offset + 2 * len(values)] = b"".join(struct.pack("<f", v)[2:] for v in values)
+
+    prefix = "model.language_model."
+    for name in header:
+        if name.startswith(prefix + "layers.") and name.endswith(("o_proj.weight", "down_proj.weight")):
+            begin, end = header[name]["data_offsets"]
+            data[begin:end] = bytes(end - begin)
+    begin, (hidden,) = tensor(prefix + "norm.weight")
+    put(begin, [1.0] * hidden)
+    embed, _ = tensor(prefix + "embed_tokens.weight")
+    head, (vocab, _) = tensor("lm_head.weight")
+    data[head:head + 2 * vocab * hidden] = bytes(2 * vocab * hidden)
+    for i, token in enumerate(chain[:-1]):
+        unit = [0.0] * hidden
+        unit[i] = 1.0
+        put(embed + 2 * hidden * token, unit)
+        put(head + 2 * hidden * chain[i + 1], [2.0 * u for u in unit])
+    with open(os.path.join(directory, "model.safetensors"), "wb") as f:
+        f.write(raw[:8 + size] + bytes(data))
+
+
+class Thinking(unittest.TestCase):
+    """A model that answers "<think>hm</think><answer>ok</answer>" by rote (scripted_model), so the
+    thinking output is checked end to end: by default all of it stays in content, up to the stop id
+    </answer> (in the fixture's eos list, its text not sent); --reasoning-parser glm45 moves the thinking
+    into reasoning_content, streamed and not."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.dir = tempfile.mkdtemp()
+        ensure_tokenizer()
+        with open(os.path.join(FIXTURE, "tokenizer.json")) as f:
+            ids = {t["content"]: t["id"] for t in json.load(f)["added_tokens"]}
+        cls.messages = [{"role": "system", "content": "s"}, {"role": "user", "content": "go"}]
+        prompt = subprocess.run([TOKENIZE, "--tokenizer", FIXTURE, "--chat"], input=json.dumps(cls.messages),
+                                capture_output=True, text=True, check=True)
+        last = json.loads(prompt.stdout)[-1]
+        chain = [last, ids["<think>"], ord("h"), ord("m"), ids["</think>"], ids["<answer>"], ord("o"), ord("k"),
+                 ids["</answer>"]]
+        assert len(set(chain)) == len(chain), chain  # each token has one successor
+        scripted_model(cls.dir, chain)
+        cls.chain = chain
+        cls.plain = Server("--served-model-name", NAME, model=cls.dir)
+        cls.parsed = Server("--served-model-name", NAME, "--reasoning-parser", "glm45", model=cls.dir)
+
+    @classmethod
+    def tearDownClass(cls):
+        codes = [cls.plain.stop(), cls.parsed.stop()]
+        shutil.rmtree(cls.dir, ignore_errors=True)
+        assert codes == [0, 0], "exit statuses %s; logs:\n%s" % (codes, "".join(cls.plain.log + cls.parsed.log))
+
+    def ask(self, server, stream):
+        client = server.client()
+        if not stream:
+            r = client.chat.completions.create(model=NAME, messages=self.messages, max_tokens=20, temperature=0)
+            message = r.choices[0].message
+            return getattr(message, "reasoning_content", None), message.content, r.choices[0].finish_reason
+        reasoning, content, order, finish = "", "", "", None
+        for chunk in client.chat.completions.create(model=NAME, messages=self.messages, max_tokens=20, temperature=0,
+                                                    stream=True):
+            delta = chunk.choices[0].delta
+            if getattr(delta, "reasoning_content", None):
+                reasoning += delta.reasoning_content
+                order += "r"
+            if delta.content:
+                content += delta.content
+                order += "c"
+            finish = chunk.choices[0].finish_reason or finish
+        self.assertNotIn("cr", order, "all thinking comes before the content")
+        return reasoning or None, content, finish
+
+    def test_thinking_stays_in_content_by_default(self):
+        for stream in (False, True):
+            self.assertEqual(self.ask(self.plain, stream), (None, "<think>hm</think><answer>ok", "stop"), stream)
+
+    def test_the_glm45_parser_moves_thinking_to_reasoning_content(self):
+        for stream in (False, True):
+            self.assertEqual(self.ask(self.parsed, stream), ("hm", "<answer>ok", "stop"), stream)
+
+    def test_completions_are_not_parsed(self):
+        status, r = self.parsed.post("/v1/completions", {"model": NAME, "prompt": [self.chain[0]], "max_tokens": 20,
+                                                         "temperature": 0})
+        self.assertEqual(status, 200, r)
+        self.assertEqual(r["choices"][0]["text"], "<think>hm</think><answer>ok")
+        self.assertNotIn("reasoning_content", r["choices"][0])
+
+
+class RemoteMedia(unittest.TestCase):
+    """--allow-remote-media: the screenshot from a loopback http server and from an https one (the
+    test's certificate, tests/data/tls, trusted through SSL_CERT_FILE) gives the answer its data URL
+    gives; a stalled URL is a 400 within the fetch timeout, a missing one a 400 naming the status."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.shot = png(300, 200, seed=7)
+        shot = cls.shot
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self):
+                if self.path == "/stall.png":
+                    time.sleep(5)
+                if self.path in ("/shot.png", "/stall.png"):
+                    self.send_response(200)
+                    self.send_header("Content-Type", "image/png")
+                    self.send_header("Content-Length", str(len(shot)))
+                    self.end_headers()
+                    self.wfile.write(shot)
+                else:
+                    self.send_error(404)
+
+            def log_message(self, *args):
+                pass
+
+        tls = os.path.join(os.environ.get("AUTOGLM_TEST_DATA", "tests/data"), "tls")
+        cls.servers = []
+        for secure in (False, True):
+            server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+            server.daemon_threads = True
+            if secure:
+                context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+                context.load_cert_chain(os.path.join(tls, "localhost.crt"), os.path.join(tls, "localhost.key"))
+                server.socket = context.wrap_socket(server.socket, server_side=True)
+            threading.Thread(target=server.serve_forever, daemon=True).start()
+            cls.servers.append(server)
+        cls.http = "http://127.0.0.1:%d" % cls.servers[0].server_address[1]
+        cls.https = "https://localhost:%d" % cls.servers[1].server_address[1]
+        env = dict(os.environ, SSL_CERT_FILE=os.path.join(tls, "localhost.crt"))
+        cls.s = Server("--served-model-name", NAME, "--allow-remote-media", "--media-fetch-timeout-seconds", "1",
+                       model=FIXTURE, env=env)
+
+    @classmethod
+    def tearDownClass(cls):
+        code = cls.s.stop()
+        for server in cls.servers:
+            server.shutdown()
+            server.server_close()
+        assert code == 0, "exit status %d; log:\n%s" % (code, "".join(cls.s.log))
+
+    def chat(self, url):
+        body = {"model": NAME, "max_tokens": 6, "temperature": 0, "ignore_eos": True,
+                "messages": [{"role": "system", "content": "s"}, user_turn("look", url)]}
+        return self.s.post("/v1/chat/completions", body)
+
+    def test_http_and_https_give_the_data_url_answer(self):
+        status, want = self.chat(data_url(self.shot))
+        self.assertEqual(status, 200, want)
+        for url in (self.http + "/shot.png", self.https + "/shot.png"):
+            status, got = self.chat(url)
+            self.assertEqual(status, 200, (url, got))
+            self.assertEqual(got["choices"][0]["message"]["content"], want["choices"][0]["message"]["content"], url)
+            self.assertEqual(got["usage"]["prompt_tokens"], want["usage"]["prompt_tokens"], url)
+
+    def test_stalled_and_missing_urls_are_400s(self):
+        for url, words in ((self.http + "/stall.png", "took more than 1 s"),
+                           (self.https + "/stall.png", "took more than 1 s"),
+                           (self.http + "/gone.png", "answered HTTP 404"),
+                           (self.https.replace("localhost", "127.0.0.1").replace("https", "http") + "/shot.png",
+                            "fetching the URL failed")):  # plain http to the TLS port
+            start = time.time()
+            status, r = self.chat(url)
+            self.assertEqual(status, 400, (url, r))
+            self.assertEqual(r["error"]["param"], "messages[1].content[0]", r)
+            self.assertIn(words, r["error"]["message"], url)
+            self.assertLess(time.time() - start, 4, url)
+        self.assertEqual(self.s.request("GET", "/health")[0], 200)
 
 
 if __name__ == "__main__":

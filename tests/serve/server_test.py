@@ -47,10 +47,10 @@ def ensure_tokenizer():
 
 
 class Server:
-    def __init__(self, *flags, preexec_fn=None, model=MODEL):
+    def __init__(self, *flags, preexec_fn=None, model=MODEL, env=None):
         ensure_tokenizer()
         self.proc = subprocess.Popen([SERVE, "--model", model, "--device", "cpu", "--host", "127.0.0.1", "--port", "0",
-                                      *flags], stderr=subprocess.PIPE, text=True, preexec_fn=preexec_fn)
+                                      *flags], stderr=subprocess.PIPE, text=True, preexec_fn=preexec_fn, env=env)
         self.log = []
         self.port = None
         ready = threading.Event()
