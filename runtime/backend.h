@@ -72,7 +72,7 @@ class WeightSource {
 struct RowSampling {
   int64_t row = 0;
   ref::SampleParams params;
-  std::vector<ref::Penalty> penalties;  // applied to the row first (frequency and presence penalties)
+  std::vector<ref::Penalty> penalties;  // applied to the row first (ref::ApplyPenalties)
 };
 
 // The log-probability of the token chosen from a logits row of the last step, and the `top` most likely.
@@ -114,7 +114,7 @@ class Backend {
   virtual absl::Status ReadNextTokens(int64_t rows, std::vector<int32_t>* out) = 0;
   // Picks one token per entry from the last step's logits, where they are: on
   // the CUDA backend only the ids come back. The engine samples this way
-  // when SamplesWhereLogitsAre() (a repetition penalty still needs the host).
+  // when SamplesWhereLogitsAre(), penalties included (each row's entries).
   virtual absl::Status SampleRows(const std::vector<RowSampling>& rows, std::vector<int32_t>* out) = 0;
   virtual bool SamplesWhereLogitsAre() const = 0;
   // ref::LogProbs of the last step's logits rows, computed where they are (the CUDA backend

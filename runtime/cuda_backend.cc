@@ -646,7 +646,7 @@ absl::Status CudaBackend::SampleRows(const std::vector<RowSampling>& rows, std::
       if (row.row < 0 || row.row >= plan_->max_batch_tokens) return absl::InvalidArgumentError("no such logits row");
       staged[i] = {static_cast<int32_t>(row.row), p.top_k, p.vocab_limit, p.temperature, p.top_p, p.uniform,
                    next_penalty, static_cast<int32_t>(row.penalties.size())};
-      for (const ref::Penalty& e : row.penalties) staged_penalties[next_penalty++] = {e.id, e.delta};
+      for (const ref::Penalty& e : row.penalties) staged_penalties[next_penalty++] = {e.id, e.delta, e.scale};
       any_penalty = any_penalty || !row.penalties.empty();
     }
     // Penalised rows are copied to a float workspace row each (the logits stay for logprobs).
@@ -658,7 +658,7 @@ absl::Status CudaBackend::SampleRows(const std::vector<RowSampling>& rows, std::
     RETURN_IF_ERROR(RoundTrip(params + penalty_bytes, params + penalty_bytes, n * 4, [&](char* device) {
       return cuda::LaunchSampleRows(logits, vocab, reinterpret_cast<const cuda::SampleRow*>(device),
                                     static_cast<int64_t>(n), reinterpret_cast<const cuda::SamplePenalty*>(device + params),
-                                    static_cast<float*>(sample_work_.get()),
+                                    any_penalty ? static_cast<float*>(sample_work_.get()) : nullptr,
                                     reinterpret_cast<int32_t*>(device + params + penalty_bytes), stream_);
     }));
     const size_t before = out->size();

@@ -115,8 +115,8 @@ absl::StatusOr<int> Engine::Submit(Request request) {
   seq->images = std::move(images);
   if (!seq->request.sampling.IsPlainGreedy()) {
     seq->sampler.emplace(seq->request.sampling);
-    seq->sample_where_logits_are =
-        backend_.SamplesWhereLogitsAre() && seq->request.sampling.repetition_penalty == 1.0f;
+    seq->sample_where_logits_are = backend_.SamplesWhereLogitsAre();
+    if (seq->request.sampling.HasPenalty()) seq->penalties.emplace(seq->request.sampling, seq->request.prompt);
   }
   seq->logits_from = seq->request.prompt_logits ? 0 : n - 1;
   const int64_t blocks = BlocksFor(MaxTokens(seq->request));
@@ -413,14 +413,15 @@ std::optional<TokenEvent> Engine::Advance(const Slice& s, int32_t chosen) {
   if (chosen >= 0) {
     token = chosen;
   } else if (seq.sampler.has_value()) {
-    std::vector<int32_t> history = seq.request.prompt;
-    history.insert(history.end(), seq.generated.begin(), seq.generated.end());
+    std::vector<ref::Penalty> penalties;
+    if (seq.penalties.has_value()) seq.penalties->Entries(&penalties);
     std::vector<float> scratch = row(last);
-    token = seq.sampler->Sample(scratch, history, seq.request.prompt.size());
+    token = seq.sampler->Sample(scratch, penalties);
   } else {
     token = next_buffer_[s.last_logit_row()];
   }
   seq.generated.push_back(token);
+  if (seq.penalties.has_value()) seq.penalties->Add(token);
   const std::vector<int64_t>& eos = plan_.model.eos_token_ids;
   const std::vector<int32_t>& stop = seq.request.stop_ids;
   if (seq.request.stop_on_eos && std::find(eos.begin(), eos.end(), token) != eos.end()) {
@@ -469,14 +470,8 @@ absl::StatusOr<std::vector<TokenEvent>> Engine::Step() {
     RowSampling r;
     r.row = s.last_logit_row();
     r.params = {p.temperature, p.top_k, p.top_p, p.vocab_limit, s.seq->sampler->NextUniform()};
-    if (p.frequency_penalty != 0.0f || p.presence_penalty != 0.0f) {
-      // The generated tokens' counts as the host sampler has them, sent down with the row.
-      absl::flat_hash_map<int32_t, int32_t> counts;
-      for (const int32_t t : s.seq->generated) ++counts[t];
-      for (const auto& [id, count] : counts) {
-        r.penalties.push_back({id, p.frequency_penalty * static_cast<float>(count) + p.presence_penalty});
-      }
-    }
+    // The sequence's penalties go down with the row: one entry per id that has any.
+    if (s.seq->penalties.has_value()) s.seq->penalties->Entries(&r.penalties);
     rows.push_back(r);
     row_slice.push_back(i);
   }

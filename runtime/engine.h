@@ -135,7 +135,8 @@ class Engine {
     std::vector<Sequence*> followers;    // choices that wait for this one's prompt (SubmitChoices)
     PromptImages images;  // the prompt's image spans and M-RoPE positions
     std::optional<Sampler> sampler;
-    bool sample_where_logits_are = false;  // through Backend::SampleRows (no repetition penalty: it needs the history)
+    std::optional<PenaltyTracker> penalties;  // with any penalty: kept up to date as tokens come
+    bool sample_where_logits_are = false;     // through Backend::SampleRows
     FinishReason finish = FinishReason::kNone;
 
     explicit Sequence(int64_t block_size) : table(block_size) {}

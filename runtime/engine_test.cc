@@ -446,40 +446,46 @@ TEST_F(EngineTest, SamplingWhereTheLogitsAreRepeatsAndSurvivesPreemption) {
   EXPECT_GT(engine->preemptions(), 0);
   for (int id : ids) EXPECT_EQ(engine->new_tokens(id), solo_engine->new_tokens(solo));
 
-  // The host sampler's tokens for the same seed differ (another rule), unless the request has a penalty.
-  std::unique_ptr<Engine> host = MakeEngine();
+  // A repetition penalty no longer sends the request to the host sampler: it goes down with the
+  // row like the others (the device rule, reproducible), and it changes the draw.
   Request penalised = r;
   penalised.sampling.repetition_penalty = 1.3f;
-  const int on_host = *host->Submit(penalised);
-  std::unique_ptr<Engine> other = make({});
-  const int also_host = *other->Submit(penalised);
-  Drain(*host);
-  Drain(*other);
-  EXPECT_EQ(host->new_tokens(on_host), other->new_tokens(also_host));
+  std::unique_ptr<Engine> first = make({}), second = make({});
+  const int a = *first->Submit(penalised), b = *second->Submit(penalised);
+  Drain(*first);
+  Drain(*second);
+  EXPECT_EQ(first->new_tokens(a), second->new_tokens(b));
+  EXPECT_NE(first->new_tokens(a), solo_engine->new_tokens(solo));
 }
 
-// Frequency and presence penalties go down with the row (Backend::SampleRows' penalty entries),
-// so the device rule applies them where the logits are: greedy with the phone agent's
-// frequency_penalty picks the host sampler's tokens, and the penalty changes the answer.
+// Every penalty goes down with the row (Backend::SampleRows' penalty entries), so the device rule
+// applies them where the logits are, the repetition penalty included (no logits row comes back
+// for it): greedy with the phone agent's frequency_penalty, with a repetition penalty, and with
+// both picks the host sampler's tokens, and a strong penalty changes the answer.
 TEST_F(EngineTest, PenaltiesWhereTheLogitsAreMatchTheHost) {
   CpuBackend device_like(/*sample_where_logits_are=*/true);
   absl::StatusOr<std::unique_ptr<Engine>> device = Engine::Create(plan_, device_like, *tiny_.weights, {});
   ASSERT_TRUE(device.ok());
   std::unique_ptr<Engine> host = MakeEngine();
-  for (const float frequency : {0.2f, 1.5f, -1.0f}) {
+  const struct {
+    float frequency, presence, repetition;
+    bool changes;
+  } cases[] = {{0.2f, 0, 1}, {1.5f, 0.5f, 1, true}, {-1.0f, 0, 1}, {0, 0, 1.8f, true}, {0.2f, 0.1f, 1.3f}};
+  for (const auto& c : cases) {
     Request r;
     r.prompt = kPrompt;
     r.max_new_tokens = 24;
     r.stop_on_eos = false;
     r.sampling.temperature = 0.0f;
     r.sampling.top_p = 0.85f;
-    r.sampling.frequency_penalty = frequency;
-    r.sampling.presence_penalty = frequency > 1.0f ? 0.5f : 0.0f;
+    r.sampling.frequency_penalty = c.frequency;
+    r.sampling.presence_penalty = c.presence;
+    r.sampling.repetition_penalty = c.repetition;
     const int a = *(*device)->Submit(r), b = *host->Submit(r);
     Drain(**device);
     Drain(*host);
-    EXPECT_EQ((*device)->new_tokens(a), host->new_tokens(b)) << frequency;
-    if (frequency > 1.0f) EXPECT_NE(host->new_tokens(b), kGreedy) << "a strong penalty changes the answer";
+    EXPECT_EQ((*device)->new_tokens(a), host->new_tokens(b)) << c.frequency << " " << c.repetition;
+    if (c.changes) EXPECT_NE(host->new_tokens(b), kGreedy) << "a strong penalty changes the answer";
   }
 }
 

@@ -4,8 +4,6 @@
 #include <cmath>
 #include <numeric>
 
-#include "absl/container/flat_hash_map.h"
-#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 
 namespace ag::runtime {
@@ -30,27 +28,43 @@ absl::Status SamplingParams::Validate() const {
   return absl::OkStatus();
 }
 
+PenaltyTracker::PenaltyTracker(const SamplingParams& params, const std::vector<int32_t>& prompt)
+    : repetition_(params.repetition_penalty), frequency_(params.frequency_penalty), presence_(params.presence_penalty) {
+  if (repetition_ != 1.0f) {
+    for (const int32_t id : prompt) seen_[id].in_prompt = true;
+  }
+}
+
+void PenaltyTracker::Add(int32_t generated_token) {
+  if (repetition_ != 1.0f || frequency_ != 0.0f || presence_ != 0.0f) ++seen_[generated_token].generated;
+}
+
+void PenaltyTracker::Entries(std::vector<ref::Penalty>* out) const {
+  out->clear();
+  for (const auto& [id, seen] : seen_) {
+    ref::Penalty p;
+    p.id = id;
+    p.scale = repetition_;  // every id here is in the prompt or was generated
+    if (seen.generated > 0) p.delta = frequency_ * static_cast<float>(seen.generated) + presence_;
+    if (p.scale != 1.0f || p.delta != 0.0f) out->push_back(p);
+  }
+}
+
 int32_t Sampler::Sample(std::vector<float>& logits, const std::vector<int32_t>& history, size_t prompt_size) {
+  prompt_size = std::min(prompt_size, history.size());
+  PenaltyTracker tracker(params_, std::vector<int32_t>(history.begin(), history.begin() + prompt_size));
+  for (size_t i = prompt_size; i < history.size(); ++i) tracker.Add(history[i]);
+  std::vector<ref::Penalty> penalties;
+  tracker.Entries(&penalties);
+  return Sample(logits, penalties);
+}
+
+int32_t Sampler::Sample(std::vector<float>& logits, const std::vector<ref::Penalty>& penalties) {
   if (params_.vocab_limit > 0 && params_.vocab_limit < static_cast<int32_t>(logits.size())) {
     logits.resize(static_cast<size_t>(params_.vocab_limit));
   }
   const int32_t n = static_cast<int32_t>(logits.size());
-  if (params_.repetition_penalty != 1.0f) {
-    absl::flat_hash_set<int32_t> seen(history.begin(), history.end());
-    for (int32_t id : seen) {
-      if (id < 0 || id >= n) continue;
-      float& l = logits[id];
-      l = l > 0 ? l / params_.repetition_penalty : l * params_.repetition_penalty;
-    }
-  }
-  if (params_.frequency_penalty != 0.0f || params_.presence_penalty != 0.0f) {
-    absl::flat_hash_map<int32_t, int32_t> counts;
-    for (size_t i = std::min(prompt_size, history.size()); i < history.size(); ++i) ++counts[history[i]];
-    for (const auto& [id, count] : counts) {
-      if (id < 0 || id >= n) continue;
-      logits[id] -= params_.frequency_penalty * static_cast<float>(count) + params_.presence_penalty;
-    }
-  }
+  ref::ApplyPenalties(logits.data(), n, penalties);
   if (params_.IsGreedy()) {
     return static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
   }

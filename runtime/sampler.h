@@ -7,7 +7,9 @@
 #include <random>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
+#include "kernels/ref/ref.h"
 
 namespace ag::runtime {
 
@@ -34,13 +36,36 @@ struct SamplingParams {
   absl::Status Validate() const;
 };
 
+// One sequence's penalties, kept as it grows: one map update per generated
+// token, instead of a pass over the prompt and the answer at every draw (the
+// agent's prompts run to 20,000 tokens). Entries() gives them as ref::Penalty
+// entries, one per id that has any, for the host sampler and for sampling
+// where the logits are alike.
+class PenaltyTracker {
+ public:
+  PenaltyTracker(const SamplingParams& params, const std::vector<int32_t>& prompt);
+  void Add(int32_t generated_token);
+  void Entries(std::vector<ref::Penalty>* out) const;
+
+ private:
+  struct Seen {
+    int32_t generated = 0;   // times among the generated tokens
+    bool in_prompt = false;  // tracked only with a repetition penalty
+  };
+  float repetition_, frequency_, presence_;
+  absl::flat_hash_map<int32_t, Seen> seen_;
+};
+
 class Sampler {
  public:
   explicit Sampler(const SamplingParams& params) : params_(params), rng_(params.seed) {}
 
-  // Picks a token from `logits` (modified in place). `history` holds the
-  // prompt and what was generated; its first `prompt_size` ids are the prompt
-  // (the repetition penalty sees all of it, the frequency and presence penalties the rest).
+  // Picks a token from `logits` (modified in place) after ref::ApplyPenalties
+  // with `penalties` (a PenaltyTracker's entries).
+  int32_t Sample(std::vector<float>& logits, const std::vector<ref::Penalty>& penalties);
+  // The same with the penalties of `history`: the prompt and what was
+  // generated, its first `prompt_size` ids the prompt (the repetition penalty
+  // sees all of it, the frequency and presence penalties the rest).
   int32_t Sample(std::vector<float>& logits, const std::vector<int32_t>& history, size_t prompt_size = 0);
   // The next draw in [0, 1) of this sampler's seeded stream, for sampling where the logits are
   // (Backend::SampleRows): a seed repeats its tokens there too.

@@ -98,10 +98,10 @@ TEST(Sampler, RepetitionPenaltyFollowsTransformers) {
   p.repetition_penalty = 2.0f;
   Sampler sampler(p);
   std::vector<float> logits = {3.0f, 2.0f, -1.0f};
-  EXPECT_EQ(sampler.Sample(logits, {0}), 1) << "3/2 = 1.5 < 2";
+  EXPECT_EQ(sampler.Sample(logits, std::vector<int32_t>{0}), 1) << "3/2 = 1.5 < 2";
   EXPECT_EQ(logits[0], 1.5f);
   std::vector<float> negative = {-1.0f, -1.5f};
-  EXPECT_EQ(sampler.Sample(negative, {0}), 1) << "-1*2 = -2 < -1.5";
+  EXPECT_EQ(sampler.Sample(negative, std::vector<int32_t>{0}), 1) << "-1*2 = -2 < -1.5";
 }
 
 TEST(Sampler, SameSeedSameDrawsAndVocabLimit) {
@@ -114,7 +114,8 @@ TEST(Sampler, SameSeedSameDrawsAndVocabLimit) {
   int same = 0, differ = 0;
   for (int i = 0; i < 200; ++i) {
     std::vector<float> la = LogProbs(kProbs), lb = la, lc = la;
-    const int32_t x = a.Sample(la, {}), y = b.Sample(lb, {}), z = c.Sample(lc, {});
+    const std::vector<ref::Penalty> none;
+    const int32_t x = a.Sample(la, none), y = b.Sample(lb, none), z = c.Sample(lc, none);
     same += x == y;
     differ += x != z;
   }
@@ -184,6 +185,45 @@ TEST(Sampler, FrequencyAndPresencePenaltiesAreOpenAIs) {
   p.frequency_penalty = 0;
   p.top_p = 0.85f;  // top_p with temperature 0 is greedy
   EXPECT_TRUE(p.IsPlainGreedy());
+}
+
+// The three penalties together, kept incrementally (PenaltyTracker: what the engine sends with a
+// row), against their definitions applied in transformers' and vLLM's order: the repetition
+// factor on every id of the prompt or the answer, then frequency x count + presence on the
+// answer's ids. Exact: the same float operations in the same order.
+TEST(Sampler, TrackedPenaltiesEqualTheirDefinition) {
+  std::mt19937 rng(11);
+  std::uniform_real_distribution<float> logit(-3.0f, 3.0f), penalty(-2.0f, 2.0f);
+  std::uniform_int_distribution<int32_t> token(0, 15);
+  for (int trial = 0; trial < 300; ++trial) {
+    SamplingParams p;
+    p.frequency_penalty = trial % 3 == 0 ? 0.0f : penalty(rng);
+    p.presence_penalty = trial % 5 == 0 ? 0.0f : penalty(rng);
+    p.repetition_penalty = trial % 2 == 0 ? 1.0f : std::uniform_real_distribution<float>(0.5f, 2.0f)(rng);
+    std::vector<int32_t> prompt(1 + trial % 6), answer(trial % 9);
+    for (int32_t& t : prompt) t = token(rng);
+    for (int32_t& t : answer) t = token(rng);
+    std::vector<float> want(16);
+    for (float& l : want) l = logit(rng);
+    std::vector<float> got = want;
+    for (int32_t t = 0; t < 16; ++t) {
+      const bool seen = std::count(prompt.begin(), prompt.end(), t) + std::count(answer.begin(), answer.end(), t) > 0;
+      const int64_t count = std::count(answer.begin(), answer.end(), t);
+      float& l = want[t];
+      if (seen && p.repetition_penalty != 1.0f) l = l > 0 ? l / p.repetition_penalty : l * p.repetition_penalty;
+      if (count > 0) l -= p.frequency_penalty * static_cast<float>(count) + p.presence_penalty;
+    }
+    PenaltyTracker tracker(p, prompt);
+    for (const int32_t t : answer) tracker.Add(t);
+    std::vector<ref::Penalty> entries;
+    tracker.Entries(&entries);
+    ref::ApplyPenalties(got.data(), 16, entries);
+    EXPECT_EQ(got, want) << trial;
+    std::vector<int32_t> ids;
+    for (const ref::Penalty& e : entries) ids.push_back(e.id);
+    std::sort(ids.begin(), ids.end());
+    EXPECT_EQ(std::adjacent_find(ids.begin(), ids.end()), ids.end()) << "one entry per id";
+  }
 }
 
 }  // namespace

@@ -197,28 +197,45 @@ __device__ void SampleRow1(const T* row, int64_t n, const SampleRow& r, SampleSh
   *out = choice < 0 ? 0 : choice;
 }
 
+// One block per entry of `rows`: an entry with penalties gets its logits row as float in its
+// workspace row, penalised there (ref::ApplyPenalties). A kernel of its own, launched only when
+// some entry has penalties: inside the sampler, the IEEE division's slow path crowded its
+// registers into local memory.
+__global__ void __launch_bounds__(kThreads) PenalizeRowsKernel(const bf16* __restrict__ logits, int64_t vocab,
+                                                               const SampleRow* __restrict__ rows,
+                                                               const SamplePenalty* __restrict__ penalties,
+                                                               float* __restrict__ workspace) {
+  AllowNextKernel();
+  WaitForPreviousKernel();
+  const SampleRow r = rows[blockIdx.x];
+  if (r.penalty_count == 0) return;
+  const bf16* row = logits + static_cast<int64_t>(r.row) * vocab;
+  const int64_t n = r.vocab_limit > 0 ? min(vocab, static_cast<int64_t>(r.vocab_limit)) : vocab;
+  float* work = workspace + static_cast<int64_t>(blockIdx.x) * vocab;
+  for (int64_t i = threadIdx.x; i < n; i += kThreads) work[i] = __bfloat162float(row[i]);
+  __syncthreads();
+  for (int j = threadIdx.x; j < r.penalty_count; j += kThreads) {
+    const SamplePenalty p = penalties[r.penalty_begin + j];
+    if (p.id < 0 || p.id >= n) continue;
+    float w = work[p.id];  // the ids are distinct: one thread owns each
+    if (p.scale != 1.0f) w = w > 0 ? w / p.scale : w * p.scale;  // IEEE division, as the host's
+    work[p.id] = w - p.delta;
+  }
+}
+
 // One block per entry of `rows`.
 __global__ void __launch_bounds__(kThreads) SampleRowsKernel(const bf16* __restrict__ logits, int64_t vocab,
                                                              const SampleRow* __restrict__ rows,
-                                                             const SamplePenalty* __restrict__ penalties,
-                                                             float* __restrict__ workspace, int32_t* __restrict__ out) {
+                                                             const float* __restrict__ workspace,
+                                                             int32_t* __restrict__ out) {
   __shared__ SampleShared sh;
   AllowNextKernel();
   WaitForPreviousKernel();
   const SampleRow r = rows[blockIdx.x];
   const bf16* row = logits + static_cast<int64_t>(r.row) * vocab;
   const int64_t n = r.vocab_limit > 0 ? min(vocab, static_cast<int64_t>(r.vocab_limit)) : vocab;
-  if (r.penalty_count == 0) return SampleRow1(row, n, r, sh, out + blockIdx.x);
-  // The row as float in this entry's workspace row, penalised there (ref::ApplyPenalties).
-  float* work = workspace + static_cast<int64_t>(blockIdx.x) * vocab;
-  for (int64_t i = threadIdx.x; i < n; i += kThreads) work[i] = __bfloat162float(row[i]);
-  __syncthreads();
-  for (int j = threadIdx.x; j < r.penalty_count; j += kThreads) {
-    const SamplePenalty p = penalties[r.penalty_begin + j];
-    if (p.id >= 0 && p.id < n) atomicAdd(&work[p.id], -p.delta);  // ids are distinct: one exact subtraction each
-  }
-  __syncthreads();
-  SampleRow1(static_cast<const float*>(work), n, r, sh, out + blockIdx.x);
+  if (r.penalty_count == 0 || workspace == nullptr) return SampleRow1(row, n, r, sh, out + blockIdx.x);
+  SampleRow1(workspace + static_cast<int64_t>(blockIdx.x) * vocab, n, r, sh, out + blockIdx.x);  // PenalizeRowsKernel's
 }
 
 // One block per entry. The top ids: those above the k-th largest value (fewer than k), then the
@@ -331,8 +348,13 @@ cudaError_t LaunchSampleRows(const bf16* logits, int64_t vocab, const SampleRow*
                              const SamplePenalty* penalties, float* workspace, int32_t* out, cudaStream_t stream) {
   if (count == 0) return cudaSuccess;
   if (vocab <= 0 || count > INT32_MAX) return cudaErrorInvalidValue;
+  if (workspace != nullptr) {
+    const cudaError_t e = LaunchKernel(PenalizeRowsKernel, dim3(static_cast<unsigned>(count)), dim3(kThreads), 0,
+                                       stream, logits, vocab, rows, penalties, workspace);
+    if (e != cudaSuccess) return e;
+  }
   return LaunchKernel(SampleRowsKernel, dim3(static_cast<unsigned>(count)), dim3(kThreads), 0, stream, logits, vocab,
-                      rows, penalties, workspace, out);
+                      rows, static_cast<const float*>(workspace), out);
 }
 
 cudaError_t LaunchLogprobs(const bf16* logits, int64_t vocab, const LogprobRow* rows, int64_t count, float* logprob,

@@ -23,10 +23,12 @@ struct SampleRow {
   float uniform = 0.0f;
   int32_t penalty_begin = 0, penalty_count = 0;  // its entries of `penalties`
 };
-// ref::Penalty: the logit of `id` less `delta`.
+// ref::Penalty: the logit of `id` divided (positive) or multiplied (negative) by `scale`, less
+// `delta`. A row's entries have distinct ids.
 struct SamplePenalty {
   int32_t id = 0;
   float delta = 0.0f;
+  float scale = 1.0f;
 };
 
 // out[i] = ref::SampleFiltered of logits row rows[i].row with rows[i]'s
@@ -34,8 +36,9 @@ struct SamplePenalty {
 // penalties is copied to workspace row i, as float, and penalised there; the
 // logits stay as they are for logprobs): thresholds by radix select (no
 // sort), then an inverse CDF in id order, all on the device. One block per
-// entry; `rows`, `penalties` and `workspace` ([count, vocab] floats, needed
-// only when some row has penalties) are device memory.
+// entry; `rows`, `penalties` and `workspace` are device memory. `workspace`
+// ([count, vocab] floats) must be given when some row has penalties, and
+// null otherwise (it costs a kernel: the penalties' own).
 cudaError_t LaunchSampleRows(const __nv_bfloat16* logits, int64_t vocab, const SampleRow* rows, int64_t count,
                              const SamplePenalty* penalties, float* workspace, int32_t* out, cudaStream_t stream);
 

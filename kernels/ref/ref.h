@@ -138,13 +138,15 @@ struct SampleParams {
 // kept id at which the running kept mass exceeds uniform * (kept mass).
 // Greedy (T = 0 or k = 1) is Argmax. NaN logits are never kept.
 int32_t SampleFiltered(const float* logits, int64_t vocab, const SampleParams& params);
-// An additive penalty on one id's logit before sampling (OpenAI's frequency and presence
-// penalties: delta = frequency x count + presence); the logit becomes logit - delta.
+// The penalties on one id's logit before sampling: transformers' repetition penalty first (a
+// positive logit divided by `scale`, a negative one multiplied), then OpenAI's frequency and
+// presence penalties (delta = frequency x count + presence), subtracted.
 struct Penalty {
   int32_t id = 0;
   float delta = 0.0f;
+  float scale = 1.0f;  // 1: no repetition penalty on this id
 };
-// logits[id] -= delta for each entry with an id in [0, vocab).
+// Each entry with an id in [0, vocab), in that order; the ids are distinct.
 void ApplyPenalties(float* logits, int64_t vocab, const std::vector<Penalty>& penalties);
 
 // Log-probability of `token` under softmax(logits[0, n)), with n = vocab_limit

@@ -11,7 +11,10 @@ namespace ag::ref {
 
 void ApplyPenalties(float* logits, int64_t vocab, const std::vector<Penalty>& penalties) {
   for (const Penalty& p : penalties) {
-    if (p.id >= 0 && p.id < vocab) logits[p.id] -= p.delta;
+    if (p.id < 0 || p.id >= vocab) continue;
+    float& l = logits[p.id];
+    if (p.scale != 1.0f) l = l > 0 ? l / p.scale : l * p.scale;
+    l -= p.delta;
   }
 }
 
