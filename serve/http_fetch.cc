@@ -55,7 +55,11 @@ absl::StatusOr<Answer> Exchange(asio::io_context& io, Stream& stream, const Http
   const char* stage = "";
 
   http::request<http::empty_body> request(http::verb::get, url.target, 11);
-  request.set(http::field::host, url.host);
+  // RFC 9110: the host as in the URL, an IPv6 literal in brackets, the port unless the scheme's default.
+  const bool v6 = url.host.find(':') != std::string::npos;
+  const bool default_port = url.port == (url.tls ? "443" : "80");
+  request.set(http::field::host, absl::StrCat(v6 ? "[" : "", url.host, v6 ? "]" : "", default_port ? "" : ":",
+                                              default_port ? "" : url.port));
   request.set(http::field::user_agent, "autoglm-serve");
   request.set(http::field::accept, "image/*");
   beast::flat_buffer buffer;

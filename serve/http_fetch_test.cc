@@ -81,7 +81,9 @@ class LoopbackServer {
     http::request<http::empty_body> request;
     http::read(stream, buffer, request, ec);
     if (ec) return;
-    const Reply r = reply_(std::string(request.target()));
+    // "/host" answers the Host header the client sent; every other target, what the test says.
+    const Reply r = request.target() == "/host" ? Reply{Ok(std::string(request[http::field::host]))}
+                                                : reply_(std::string(request.target()));
     if (!Sleep(r.wait)) return;
     for (size_t at = 0; at < r.bytes.size(); at += r.piece) {
       asio::write(stream, asio::buffer(r.bytes.data() + at, std::min(r.piece, r.bytes.size() - at)), ec);
@@ -156,6 +158,9 @@ TEST(HttpGet, ReturnsTheBodyOfA200) {
   absl::StatusOr<std::string> body = HttpGet(absl::StrCat("http://127.0.0.1:", server.port(), "/a.png?v=2"), Limits());
   ASSERT_TRUE(body.ok()) << body.status();
   EXPECT_EQ(*body, "image bytes for /a.png?v=2");
+  body = HttpGet(absl::StrCat("http://localhost:", server.port(), "/host"), Limits());
+  ASSERT_TRUE(body.ok()) << body.status();
+  EXPECT_EQ(*body, absl::StrCat("localhost:", server.port())) << "the port unless it is the scheme's default";
 }
 
 TEST(HttpGet, RefusesOtherStatusesAndLargeBodies) {
