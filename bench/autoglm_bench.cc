@@ -41,6 +41,11 @@ ABSL_FLAG(std::vector<std::string>, batches, std::vector<std::string>({"1", "8",
 ABSL_FLAG(int32_t, iterations, 50, "timed steps per measurement");
 ABSL_FLAG(int32_t, warmup, 5, "untimed steps first");
 ABSL_FLAG(std::string, json, "", "also write the results here");
+ABSL_FLAG(std::string, quantize, "",
+          "store the linear weights quantized, as autoglm-compile --quantize does (int8, int4, fp8, ...; the floor "
+          "counts their bytes)");
+ABSL_FLAG(std::string, quantize_policy, "", "a file of 'PATTERN: FORMAT' lines that override --quantize per weight");
+ABSL_FLAG(std::string, kv_cache_dtype, "auto", "the KV cache: auto (the model's dtype), fp8 or int8");
 ABSL_FLAG(uint64_t, seed, 1, "random weight seed");
 ABSL_FLAG(bool, profile, false,
           "instead: time every plan step of one decode step (--profile-batch sequences at --context) beside its "
@@ -170,6 +175,8 @@ absl::Status Run() {
   options.build.dtype = device == "cuda" ? ir::DType::kBF16 : ir::DType::kF32;
   options.build.max_batch_tokens = std::max<int64_t>({prompt, max_batch, 64});
   options.build.max_seqs = max_batch;
+  ASSIGN_OR_RETURN(options.quant, QuantPolicyFromFlags(absl::GetFlag(FLAGS_quantize), absl::GetFlag(FLAGS_quantize_policy)));
+  ASSIGN_OR_RETURN(options.build.kv_dtype, ParseKvCacheDType(absl::GetFlag(FLAGS_kv_cache_dtype)));
   const ParallelOptions parallel = ParallelFlags();
   RETURN_IF_ERROR(CheckTpFlag(parallel.tp));
   options.tp = static_cast<int32_t>(std::max<int64_t>(parallel.tp, 1));
@@ -182,11 +189,13 @@ absl::Status Run() {
   RETURN_IF_ERROR(backend->Load(plan, weights, per_seq * max_batch));
   if (profile) return Profile(*backend, plan, max_batch, context, per_seq);
 
-  // Bytes a decode step must read (per rank at tp > 1): every weight except the embedding table, plus the KV cache.
-  int64_t weight_bytes = 0;
+  // Bytes a decode step must read (per rank at tp > 1): every weight except the embedding table, in the
+  // format it is stored in (quantized rows with their scales), plus the KV cache.
+  int64_t weight_bytes = 0, weight_elements = 0;
   for (const compiler::WeightEntry& w : plan.weights) {
     if (w.name != "model.embed_tokens.weight" || config.tie_word_embeddings) {
-      weight_bytes += w.NumElements() * ir::DTypeSize(w.dtype);
+      weight_bytes += w.DeviceBytes();
+      weight_elements += w.NumElements();
     }
   }
   const int iterations = absl::GetFlag(FLAGS_iterations), warmup = absl::GetFlag(FLAGS_warmup);
@@ -196,6 +205,8 @@ absl::Status Run() {
   results["layers"] = config.num_layers;
   results["hidden"] = config.hidden_size;
   results["weight_bytes_per_step"] = weight_bytes;
+  results["quantize"] = absl::GetFlag(FLAGS_quantize);
+  results["kv_cache_dtype"] = std::string(ir::DTypeName(plan.kv.dtype));
   std::printf("%-28s %12s %12s %10s\n", "measurement", "median ms", "floor ms", "floor/ms");
 
   // Time to first token: one prefill step of the whole prompt.
@@ -205,7 +216,7 @@ absl::Status Run() {
     AddSequence(b, 0, 0, prompt, per_seq, block, config.vocab_size, false);
     ASSIGN_OR_RETURN(std::vector<double> ms, backend->TimeExecute(b, warmup, std::max(5, iterations / 5)));
     const double median = Median(ms);
-    const double flops = 2.0 * static_cast<double>(weight_bytes / ir::DTypeSize(plan.dtype)) * static_cast<double>(prompt);
+    const double flops = 2.0 * static_cast<double>(weight_elements) * static_cast<double>(prompt);
     const double floor = flops / kTensorRate * 1e3;
     std::printf("%-28s %12.3f %12.3f %10.3f\n", absl::StrFormat("ttft prompt=%d", prompt).c_str(), median, floor,
                 floor / median);
