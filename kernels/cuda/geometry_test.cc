@@ -15,6 +15,7 @@
 #include "kernels/cuda/per_device.h"
 #include "kernels/cuda/linear_split.h"
 #include "kernels/cuda/mma_layout.h"
+#include "kernels/cuda/quant_pack.h"
 
 namespace ag::cuda {
 namespace {
@@ -221,6 +222,27 @@ TEST(PerDevice, EachDeviceIsSetOnceAndFailuresAreRetried) {
   EXPECT_EQ(once.Get(5, [] { return 7; }), 7);
   EXPECT_EQ(once.Get(5, ok), 0);  // tried again after the failure
   EXPECT_EQ(calls, 3);
+}
+
+// The quantized weight's packing: every code comes back from its word, and a 16-byte load's
+// codes are consecutive inputs of one row (what the GEMV dequantizes per load).
+TEST(QuantPack, CodesRoundTripAndLoadsStayInARow) {
+  std::mt19937 rng(3);
+  for (const int bits : {4, 8}) {
+    const int64_t n = 5, k = 3 * CodesPerLoad(bits);
+    std::vector<uint8_t> codes(n * k);
+    for (uint8_t& c : codes) c = static_cast<uint8_t>(rng() % (1u << bits));
+    std::vector<uint32_t> words(n * PackedRowWords(k, bits));
+    PackQuantCodes(codes.data(), n, k, bits, words.data());
+    for (int64_t r = 0; r < n; ++r) {
+      for (int64_t j = 0; j < k; ++j) ASSERT_EQ(PackedCode(words.data(), k, bits, r, j), codes[r * k + j]) << bits;
+    }
+    EXPECT_EQ(PackedRowWords(k, bits) % 4, 0) << "a row is whole 16-byte loads";
+    // Load i of row r holds inputs [i * CodesPerLoad, (i + 1) * CodesPerLoad), low bits first.
+    const uint32_t* load = words.data() + 2 * PackedRowWords(k, bits) + 4;  // row 2, load 1
+    EXPECT_EQ(load[0] & ((1u << bits) - 1), codes[2 * k + CodesPerLoad(bits)]);
+    EXPECT_EQ(load[3] >> (32 - bits), codes[2 * k + 2 * CodesPerLoad(bits) - 1]);
+  }
 }
 
 }  // namespace

@@ -12,7 +12,10 @@
 #include "kernels/cuda/embedding.cuh"
 #include "kernels/cuda/linear.cuh"
 #include "kernels/cuda/norm.cuh"
+#include "kernels/cuda/quant_gemv.cuh"
+#include "kernels/cuda/quant_pack.h"
 #include "kernels/cuda/vocab.cuh"
+#include "kernels/ref/quant.h"
 #include "kernels/ref/ref.h"
 #include "runtime/weights.h"
 #include "tests/gpu/gpu_testing.h"
@@ -504,6 +507,72 @@ TEST(GpuKernels, RandomWeightsMatchTheHostGenerator) {
   std::vector<float> host(entry.NumElements());
   ASSERT_TRUE(runtime::RandomWeights(1234).Fill(entry, {}, host.data()).ok());
   ExpectClose(device.Download(), Bf16(host), 0, 0, "random weights");
+}
+
+// The quantized decode GEMV, exact by construction: codes, zero points and power-of-two scales
+// make every dequantized weight s * (q - z) a small multiple of 2^-4, and x holds small integers,
+// so every product and partial sum is exact in fp32 whatever the order; the result rounded to
+// bf16 must then equal the reference's (ref::DequantizeRows and a double-precision product)
+// bit for bit, for each format, group and decode batch.
+TEST(GpuKernels, QuantGemvIsExactByConstruction) {
+  SKIP_WITHOUT_GPU();
+  const int64_t n = 259, k = 512;  // n odd: a partial last block
+  const struct {
+    int bits;
+    int64_t group;
+    bool symmetric;
+  } formats[] = {{4, 128, false}, {4, 32, true}, {4, 0, true}, {8, 64, false}, {8, 0, true}};
+  std::mt19937 rng(17);
+  for (const auto& f : formats) {
+    ref::QuantSpec spec;
+    spec.bits = f.bits;
+    spec.group = f.group;
+    spec.symmetric = f.symmetric;
+    const int64_t groups = spec.Groups(k);
+    std::vector<uint8_t> codes(n * k), zeros(n * groups);
+    std::vector<float> scales(n * groups);
+    for (uint8_t& c : codes) c = static_cast<uint8_t>(rng() % (1u << f.bits));
+    for (uint8_t& z : zeros) z = static_cast<uint8_t>(rng() % (1u << f.bits));
+    for (float& sc : scales) sc = std::ldexp(1.0f, -static_cast<int>(rng() % 5));
+    std::vector<float> w(n * k);
+    ref::DequantizeRows(codes.data(), scales.data(), f.symmetric ? nullptr : zeros.data(), n, k, spec, w.data());
+    std::vector<uint32_t> words(n * cuda::PackedRowWords(k, f.bits));
+    cuda::PackQuantCodes(codes.data(), n, k, f.bits, words.data());
+    DeviceArray<uint32_t> dcodes(words);
+    DeviceArray<float> dscales(scales);
+    DeviceArray<uint8_t> dzeros(zeros);
+    cuda::QuantWeight qw;
+    qw.codes = dcodes.get();
+    qw.scales = dscales.get();
+    qw.zeros = f.symmetric ? nullptr : dzeros.get();
+    qw.bits = f.bits;
+    qw.group = f.group;
+    qw.n = n;
+    qw.k = k;
+    for (const int64_t m : {1, 3, 8}) {
+      std::vector<float> x(m * k);
+      for (float& v : x) v = static_cast<float>(static_cast<int>(rng() % 9) - 4);
+      Bf16Array dx(x), dy(m * n);
+      ASSERT_CUDA(cuda::LaunchQuantGemv(dx.get(), m, qw, dy.get(), nullptr));
+      std::vector<float> want(m * n);
+      for (int64_t r = 0; r < m; ++r) {
+        for (int64_t c = 0; c < n; ++c) {
+          double sum = 0;
+          for (int64_t j = 0; j < k; ++j) sum += double{x[r * k + j]} * w[c * k + j];
+          want[r * n + c] = static_cast<float>(sum);  // exact: a multiple of 2^-4 below 2^20
+        }
+      }
+      ExpectClose(dy.Download(), Bf16(want), 0, 0,
+                  "quant gemv int" + std::to_string(f.bits) + " g" + std::to_string(f.group) + " m" + std::to_string(m));
+    }
+  }
+  cuda::QuantWeight bad;
+  bad.bits = 4;
+  bad.n = 4;
+  bad.k = 48;  // not whole 16-byte loads of int4 codes
+  EXPECT_EQ(cuda::LaunchQuantGemv(nullptr, 1, bad, nullptr, nullptr), cudaErrorInvalidValue);
+  bad.k = 64;
+  EXPECT_EQ(cuda::LaunchQuantGemv(nullptr, 9, bad, nullptr, nullptr), cudaErrorInvalidValue);
 }
 
 }  // namespace

@@ -1,0 +1,39 @@
+// How the CUDA kernels store an integer-quantized weight [n, k] (plain C++:
+// the loader packs with it and the CPU tests check it). Each row's codes are
+// packed little-endian into 32-bit words along k: code j of a row sits in
+// word j / (32 / bits), at bit bits * (j % (32 / bits)). A row is k * bits / 32
+// words, so a 16-byte load gives a thread 32 int4 or 16 int8 codes of one row,
+// all of one group (groups are 32, 64 or 128 inputs, or the whole row).
+#ifndef AUTOGLM_KERNELS_CUDA_QUANT_PACK_H_
+#define AUTOGLM_KERNELS_CUDA_QUANT_PACK_H_
+
+#include <cstdint>
+
+namespace ag::cuda {
+
+// Codes a 16-byte load carries.
+inline constexpr int64_t CodesPerLoad(int bits) { return 128 / bits; }
+// Words of one packed row; the kernels need k to be a multiple of CodesPerLoad(bits).
+inline constexpr int64_t PackedRowWords(int64_t k, int bits) { return k * bits / 32; }
+
+// codes [n, k], one byte each (ref::QuantizeRows' layout), into words [n, PackedRowWords(k, bits)].
+inline void PackQuantCodes(const uint8_t* codes, int64_t n, int64_t k, int bits, uint32_t* words) {
+  const int per_word = 32 / bits;
+  const uint32_t mask = (1u << bits) - 1;
+  for (int64_t i = 0; i < n * k / per_word; ++i) {
+    uint32_t w = 0;
+    for (int j = 0; j < per_word; ++j) w |= (codes[i * per_word + j] & mask) << (bits * j);
+    words[i] = w;
+  }
+}
+
+// The code of row r, input j of a packed weight.
+inline uint8_t PackedCode(const uint32_t* words, int64_t k, int bits, int64_t r, int64_t j) {
+  const int per_word = 32 / bits;
+  const uint32_t word = words[r * PackedRowWords(k, bits) + j / per_word];
+  return static_cast<uint8_t>((word >> (bits * (j % per_word))) & ((1u << bits) - 1));
+}
+
+}  // namespace ag::cuda
+
+#endif  // AUTOGLM_KERNELS_CUDA_QUANT_PACK_H_
