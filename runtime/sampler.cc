@@ -28,7 +28,7 @@ absl::Status SamplingParams::Validate() const {
   return absl::OkStatus();
 }
 
-PenaltyTracker::PenaltyTracker(const SamplingParams& params, const std::vector<int32_t>& prompt)
+PenaltyTracker::PenaltyTracker(const SamplingParams& params, absl::Span<const int32_t> prompt)
     : repetition_(params.repetition_penalty), frequency_(params.frequency_penalty), presence_(params.presence_penalty) {
   if (repetition_ != 1.0f) {
     for (const int32_t id : prompt) seen_[id].in_prompt = true;
@@ -52,7 +52,7 @@ void PenaltyTracker::Entries(std::vector<ref::Penalty>* out) const {
 
 int32_t Sampler::Sample(std::vector<float>& logits, const std::vector<int32_t>& history, size_t prompt_size) {
   prompt_size = std::min(prompt_size, history.size());
-  PenaltyTracker tracker(params_, std::vector<int32_t>(history.begin(), history.begin() + prompt_size));
+  PenaltyTracker tracker(params_, absl::MakeConstSpan(history).first(prompt_size));
   for (size_t i = prompt_size; i < history.size(); ++i) tracker.Add(history[i]);
   std::vector<ref::Penalty> penalties;
   tracker.Entries(&penalties);

@@ -9,6 +9,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
+#include "absl/types/span.h"
 #include "kernels/ref/ref.h"
 
 namespace ag::runtime {
@@ -43,7 +44,7 @@ struct SamplingParams {
 // where the logits are alike.
 class PenaltyTracker {
  public:
-  PenaltyTracker(const SamplingParams& params, const std::vector<int32_t>& prompt);
+  PenaltyTracker(const SamplingParams& params, absl::Span<const int32_t> prompt);
   void Add(int32_t generated_token);
   void Entries(std::vector<ref::Penalty>* out) const;
 

@@ -17,7 +17,6 @@
 #include <boost/beast/ssl.hpp>
 
 #include "absl/status/status.h"
-#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -33,6 +32,14 @@ using tcp = asio::ip::tcp;
 using Clock = std::chrono::steady_clock;
 
 absl::Status Bad(absl::string_view what) { return absl::InvalidArgumentError(what); }
+
+// "host:port" as a URL writes it (an IPv6 literal in brackets); the scheme's default port left
+// out unless `with_default_port`.
+std::string Authority(const HttpUrl& url, bool with_default_port) {
+  const bool v6 = absl::StrContains(url.host, ':');
+  const bool show_port = with_default_port || url.port != (url.tls ? "443" : "80");
+  return absl::StrCat(v6 ? "[" : "", url.host, v6 ? "]" : "", show_port ? ":" : "", show_port ? url.port : "");
+}
 
 struct Answer {
   int status = 0;
@@ -55,11 +62,7 @@ absl::StatusOr<Answer> Exchange(asio::io_context& io, Stream& stream, const Http
   const char* stage = "";
 
   http::request<http::empty_body> request(http::verb::get, url.target, 11);
-  // RFC 9110: the host as in the URL, an IPv6 literal in brackets, the port unless the scheme's default.
-  const bool v6 = url.host.find(':') != std::string::npos;
-  const bool default_port = url.port == (url.tls ? "443" : "80");
-  request.set(http::field::host, absl::StrCat(v6 ? "[" : "", url.host, v6 ? "]" : "", default_port ? "" : ":",
-                                              default_port ? "" : url.port));
+  request.set(http::field::host, Authority(url, /*with_default_port=*/false));  // RFC 9110's Host
   request.set(http::field::user_agent, "autoglm-serve");
   request.set(http::field::accept, "image/*");
   beast::flat_buffer buffer;
@@ -121,12 +124,14 @@ absl::StatusOr<Answer> Exchange(asio::io_context& io, Stream& stream, const Http
   if (timed_out) {
     return Bad(absl::StrCat("fetching the URL took more than ", limits.timeout_ms / 1000.0, " s"));
   }
-  const std::string authority = absl::StrCat(url.host, ":", url.port);
+  const std::string authority = Authority(url, /*with_default_port=*/true);
   if (failure) {
     const absl::string_view s = stage;
     if (s == "resolve") return Bad(absl::StrCat("cannot resolve ", url.host, ": ", failure.message()));
     if (s == "connect") return Bad(absl::StrCat("cannot connect to ", authority, ": ", failure.message()));
-    if (s == "handshake") return Bad(absl::StrCat("the TLS handshake with ", authority, " failed: ", failure.message()));
+    if (s == "handshake") {
+      return Bad(absl::StrCat("the TLS handshake with ", authority, " failed: ", failure.message()));
+    }
     if (failure == http::error::body_limit) {
       return Bad(absl::StrCat("the answer is larger than ", limits.max_bytes, " bytes"));
     }
@@ -174,9 +179,7 @@ std::string RedirectTarget(const HttpUrl& base, absl::string_view location) {
   const size_t scheme = location.find("://");
   if (scheme != absl::string_view::npos && location.find_first_of("/?") > scheme) return std::string(location);
   if (absl::StartsWith(location, "//")) return absl::StrCat(base.tls ? "https:" : "http:", location);
-  const bool v6 = absl::StrContains(base.host, ':');
-  const std::string origin = absl::StrCat(base.tls ? "https://" : "http://", v6 ? "[" : "", base.host, v6 ? "]" : "",
-                                          ":", base.port);
+  const std::string origin = absl::StrCat(base.tls ? "https://" : "http://", Authority(base, true));
   if (absl::StartsWith(location, "/")) return absl::StrCat(origin, location);
   // Relative to the folder of the path that answered.
   absl::string_view path = base.target;
@@ -244,7 +247,9 @@ absl::StatusOr<std::string> HttpGet(absl::string_view url_text, const FetchLimit
     if (status == 200) return std::move(answer->body);
     const bool redirect = status == 301 || status == 302 || status == 303 || status == 307 || status == 308;
     if (!redirect || answer->location.empty()) return Bad(absl::StrCat("the URL answered HTTP ", status));
-    if (redirects == limits.max_redirects) return Bad(absl::StrCat("the URL redirected more than ", limits.max_redirects, " times"));
+    if (redirects == limits.max_redirects) {
+      return Bad(absl::StrCat("the URL redirected more than ", limits.max_redirects, " times"));
+    }
     current = RedirectTarget(*url, answer->location);
     if (!absl::StartsWithIgnoreCase(current, "http://") && !absl::StartsWithIgnoreCase(current, "https://")) {
       return Bad("the URL redirected to something other than http(s)");

@@ -201,10 +201,12 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::LoadHfJson(const std::stri
       if (!t->special_.emplace(content, id32).second || !t->special_by_id_.emplace(id32, content).second) {
         return fail(absl::StrCat("added token ", id, " repeats another added token's id or content"));
       }
-      if (added.contains("special") && !added["special"].is_boolean()) {
-        return fail(absl::StrCat("added token ", id, ": 'special' must be true or false"));
+      if (added.contains("special")) {
+        if (!added["special"].is_boolean()) {
+          return fail(absl::StrCat("added token ", id, ": 'special' must be true or false"));
+        }
+        if (!added["special"].get<bool>()) t->shown_in_output_.insert(id32);
       }
-      if (added.contains("special") && !added["special"].get<bool>()) t->shown_in_output_.insert(id32);
     }
   }
   RETURN_IF_ERROR(t->Finish(path));

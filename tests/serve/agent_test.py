@@ -63,6 +63,13 @@ def data_url(data):
     return "data:image/png;base64," + base64.b64encode(data).decode()
 
 
+def link_fixture(directory, but):
+    """The tiny GLM-4.1V fixture's files in `directory` as symbolic links, all but those named."""
+    for name in os.listdir(FIXTURE):
+        if name not in but and os.path.isfile(os.path.join(FIXTURE, name)):
+            os.symlink(os.path.abspath(os.path.join(FIXTURE, name)), os.path.join(directory, name))
+
+
 def user_turn(text, image_url=None):
     content = [{"type": "text", "text": text}]
     if image_url is not None:
@@ -83,9 +90,7 @@ class Agent(unittest.TestCase):
         cls.model = os.path.join(cls.dir, "model")
         os.mkdir(cls.model)
         ensure_tokenizer()
-        for name in os.listdir(FIXTURE):
-            if name not in ("config.json", "preprocessor_config.json") and os.path.isfile(os.path.join(FIXTURE, name)):
-                os.symlink(os.path.abspath(os.path.join(FIXTURE, name)), os.path.join(cls.model, name))
+        link_fixture(cls.model, ("config.json", "preprocessor_config.json"))
         with open(os.path.join(FIXTURE, "config.json")) as f:
             config = json.load(f)
         config["text_config"]["max_position_embeddings"] = 8192
@@ -250,9 +255,7 @@ def scripted_model(directory, chain):
     zero, so the last hidden state is the last token's embedding; chain[i]'s embedding is the i-th unit
     vector and lm_head's row for chain[i + 1] that vector, so greedy decoding walks the chain. Pure
     Python (bf16 is a float32's upper half), so the test needs no numpy."""
-    for name in os.listdir(FIXTURE):
-        if name != "model.safetensors" and os.path.isfile(os.path.join(FIXTURE, name)):
-            os.symlink(os.path.abspath(os.path.join(FIXTURE, name)), os.path.join(directory, name))
+    link_fixture(directory, ("model.safetensors",))
     with open(os.path.join(FIXTURE, "model.safetensors"), "rb") as f:
         raw = f.read()
     size = struct.unpack("<Q", raw[:8])[0]
