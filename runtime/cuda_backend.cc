@@ -14,10 +14,12 @@
 #include "absl/strings/str_cat.h"
 #include "ir/status_macros.h"
 #include "kernels/cuda/attention.cuh"
+#include "kernels/cuda/quant_linear.cuh"
 #include "kernels/cuda/vocab.cuh"
 #include "kernels/ref/half.h"
 #include "runtime/cuda_step.h"
 #include "runtime/memory_check.h"
+#include "runtime/quant_storage.h"
 #include "runtime/weights.h"
 
 namespace ag::runtime {
@@ -130,6 +132,16 @@ class CudaBackend : public Backend {
 
   absl::Status UploadWeight(const compiler::WeightEntry& entry, const WeightSource& source, bool interleave,
                             void* dst);
+  // A weight stored quantized: its segments' codes, scales and zero points (runtime/quant_storage.h).
+  struct QuantWeight {
+    std::vector<DeviceBuffer> buffers;
+    std::vector<cuda::QuantSegment> segments;
+  };
+  absl::StatusOr<QuantWeight> UploadQuantWeight(const compiler::WeightEntry& entry, const WeightSource& source,
+                                                bool interleave);
+  // Bytes of the bf16 weight the prefill path dequantizes into: the largest quantized matrix a
+  // step multiplies with more than kQuantLinearMaxRows token rows.
+  static absl::StatusOr<size_t> DequantScratchBytes(const compiler::Plan& plan);
   absl::Status EnsureCapacity(const StepBatch& batch, int64_t context_bucket);
   absl::Status UploadInputs(const StepBatch& batch);
   // Launches the decoder's steps. With `events` (one more than it has steps), records events[i]
@@ -166,7 +178,10 @@ class CudaBackend : public Backend {
   // start of output_staging_.
   absl::Status RoundTrip(size_t in_bytes, size_t out_offset, size_t out_bytes,
                          const std::function<cudaError_t(char* device)>& launch);
-  std::vector<DeviceBuffer> weights_;
+  std::vector<DeviceBuffer> weights_;  // bf16 weights; empty for quantized ones, stored in quant_
+  std::vector<QuantWeight> quant_;      // by weight index; no segments for bf16 weights
+  DeviceBuffer dequant_scratch_;
+  size_t dequant_bytes_ = 0;
   // Host side of the inputs, two halves used in turn: a step fills one while
   // the previous step's copy may still read the other, so no step waits for
   // the device. input_copied_[i] marks the end of the last copy out of half i.
@@ -228,6 +243,59 @@ absl::Status CudaBackend::UploadWeight(const compiler::WeightEntry& entry, const
   return absl::OkStatus();
 }
 
+absl::StatusOr<CudaBackend::QuantWeight> CudaBackend::UploadQuantWeight(const compiler::WeightEntry& entry,
+                                                                          const WeightSource& source, bool interleave) {
+  ASSIGN_OR_RETURN(std::vector<HostQuantSegment> host, PrepareQuantSegments(entry, source, rank_, interleave));
+  QuantWeight out;
+  auto upload = [&](const void* data, size_t bytes) -> absl::StatusOr<const void*> {
+    if (bytes == 0) return nullptr;
+    ASSIGN_OR_RETURN(DeviceBuffer buffer, DeviceAlloc(bytes, entry.name.c_str()));
+    CUDA_RETURN_IF_ERROR(cudaMemcpy(buffer.get(), data, bytes, cudaMemcpyHostToDevice));
+    out.buffers.push_back(std::move(buffer));
+    return out.buffers.back().get();
+  };
+  for (const HostQuantSegment& h : host) {
+    cuda::QuantSegment s;
+    s.code = h.code;
+    s.group = h.group;
+    s.group_offset = h.group_offset;
+    s.n_begin = h.n_begin;
+    s.n = h.rows;
+    ASSIGN_OR_RETURN(const void* codes, upload(h.words.data(), h.words.size() * sizeof(uint32_t)));
+    s.codes = static_cast<const uint32_t*>(codes);
+    if (h.group == 0) {
+      ASSIGN_OR_RETURN(s.scales, upload(h.row_scales.data(), h.row_scales.size() * sizeof(float)));
+    } else {
+      ASSIGN_OR_RETURN(s.scales, upload(h.group_scales.data(), h.group_scales.size() * sizeof(uint16_t)));
+    }
+    ASSIGN_OR_RETURN(const void* zeros, upload(h.zeros.data(), h.zeros.size()));
+    s.zeros = static_cast<const uint8_t*>(zeros);
+    out.segments.push_back(s);
+  }
+  return out;
+}
+
+absl::StatusOr<size_t> CudaBackend::DequantScratchBytes(const compiler::Plan& plan) {
+  size_t bytes = 0;
+  for (const compiler::Program& program : plan.programs) {
+    for (const compiler::PlanStep& step : program.steps) {
+      const int matrix = ir::GetOpInfo(step.kernel).matrix_operand;
+      if (matrix < 0 || static_cast<size_t>(matrix) >= step.operands.size()) continue;
+      const compiler::PlanTensor& w = step.operands[matrix];
+      if (w.kind != compiler::TensorKind::kWeight || !plan.weights[w.index].quantized()) continue;
+      // Logit rows (R) are the sampled rows, few but for prompt logprobs: the LM head (the largest
+      // matrix: 1.24 GB in bf16 for GLM-4-9B) stays on the codes kernel, 8 rows a block.
+      const ir::Dim& rows_dim = step.operands[0].type.shape[0];
+      if (rows_dim.symbol() == "R") continue;
+      ASSIGN_OR_RETURN(const int64_t rows, rows_dim.Resolve(program.bounds));
+      if (rows > cuda::kQuantLinearMaxRows) {
+        bytes = std::max(bytes, static_cast<size_t>(plan.weights[w.index].NumElements()) * 2);
+      }
+    }
+  }
+  return bytes;
+}
+
 absl::Status CudaBackend::Load(const compiler::Plan& plan, const WeightSource& weights, int64_t kv_blocks) {
   RETURN_IF_ERROR(compiler::ValidatePlan(plan));
   if (plan.dtype != ir::DType::kBF16) {
@@ -238,22 +306,19 @@ absl::Status CudaBackend::Load(const compiler::Plan& plan, const WeightSource& w
     return absl::UnimplementedError(absl::StrCat("the CUDA backend has no kernels for an ", ir::DTypeName(plan.kv.dtype),
                                                  " KV cache yet: run the plan with --device cpu"));
   }
-  for (const compiler::WeightEntry& w : plan.weights) {
-    if (w.quantized()) {
-      return absl::UnimplementedError(absl::StrCat("the CUDA backend has no kernels for quantized weights yet (", w.name,
-                                                   " is ", w.FormatName(), "): run the plan with --device cpu"));
-    }
-  }
   if (kv_blocks <= 0) return absl::InvalidArgumentError("the KV cache needs at least one block");
   ASSIGN_OR_RETURN(rank_, CheckRank(plan, options_.comm));
   CUDA_RETURN_IF_ERROR(cudaSetDevice(options_.device));
   size_t free_bytes = 0, total_bytes = 0;
   CUDA_RETURN_IF_ERROR(cudaMemGetInfo(&free_bytes, &total_bytes));
-  // bf16 weights, arena and KV cache; the extra covers the linear scratch and the
-  // attention workspace, sized later (at most a few hundred MB at 4096 batch tokens).
-  const int64_t extra = plan.max_batch_tokens * plan.model.hidden_size * 16 + (int64_t{256} << 20);
-  RETURN_IF_ERROR(CheckPlanFits(plan, kv_blocks, StorageLayout{2, 2, 1, 1}, extra, static_cast<int64_t>(free_bytes),
-                                absl::StrCat("GPU memory on device ", options_.device)));
+  // bf16 (or quantized) weights, arena and KV cache; the extra covers the linear scratch, the
+  // attention workspace, sized later (at most a few hundred MB at 4096 batch tokens), and the
+  // prefill path's dequantized weight.
+  ASSIGN_OR_RETURN(const size_t dequant_bytes, DequantScratchBytes(plan));
+  const int64_t extra = plan.max_batch_tokens * plan.model.hidden_size * 16 + (int64_t{256} << 20) +
+                        static_cast<int64_t>(dequant_bytes);
+  RETURN_IF_ERROR(CheckPlanFits(plan, kv_blocks, StorageLayout{2, 2, 1, 1, /*weights_as_stored=*/true}, extra,
+                                static_cast<int64_t>(free_bytes), absl::StrCat("GPU memory on device ", options_.device)));
   if (stream_ == nullptr) CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
   for (cudaEvent_t& e : input_copied_) {
     if (e == nullptr) CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
@@ -309,11 +374,24 @@ absl::Status CudaBackend::Load(const compiler::Plan& plan, const WeightSource& w
     }
   }
   weights_.clear();
+  quant_.clear();
   for (size_t i = 0; i < plan.weights.size(); ++i) {
     const compiler::WeightEntry& entry = plan.weights[i];
+    if (entry.quantized()) {
+      ASSIGN_OR_RETURN(QuantWeight q, UploadQuantWeight(entry, weights, interleave[i]));
+      quant_.push_back(std::move(q));
+      weights_.emplace_back();
+      continue;
+    }
     ASSIGN_OR_RETURN(DeviceBuffer buffer, DeviceAlloc(static_cast<size_t>(entry.NumElements()) * 2, entry.name.c_str()));
     RETURN_IF_ERROR(UploadWeight(entry, weights, interleave[i], buffer.get()));
     weights_.push_back(std::move(buffer));
+    quant_.emplace_back();
+  }
+  dequant_scratch_ = DeviceBuffer();
+  dequant_bytes_ = dequant_bytes;
+  if (dequant_bytes > 0) {
+    ASSIGN_OR_RETURN(dequant_scratch_, DeviceAlloc(dequant_bytes, "the dequantized weight"));
   }
   // The norm prologue's scratch holds up to the most rows any program runs (the vision tower's patches).
   int64_t scratch_rows = plan.max_batch_tokens;
@@ -414,6 +492,8 @@ absl::Status CudaBackend::LaunchProgram(const compiler::Program& program, void* 
     args.attention_workspace = static_cast<float*>(attention_workspace_.get());
     args.linear_scratch = linear_scratch_.get();
     args.gather_scratch = gather_scratch_.get();
+    args.dequant_scratch = dequant_scratch_.get();
+    args.dequant_bytes = dequant_bytes_;
     args.comm = options_.comm;
     args.peer = options_.peer;
     args.stream = stream_;
@@ -429,6 +509,7 @@ absl::Status CudaBackend::LaunchProgram(const compiler::Program& program, void* 
           break;
         case compiler::TensorKind::kWeight:
           out.data = weights_[t.index].get();
+          if (!quant_[t.index].segments.empty()) args.quant = &quant_[t.index].segments;
           break;
         case compiler::TensorKind::kInput:
           out.data = inputs + offsets.at(program.inputs[t.index].name);

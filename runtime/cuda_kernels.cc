@@ -5,6 +5,7 @@
 #include "kernels/cuda/embedding.cuh"
 #include "kernels/cuda/linear.cuh"
 #include "kernels/cuda/norm.cuh"
+#include "kernels/cuda/quant_linear.cuh"
 #include "ir/status_macros.h"
 #include "kernels/cuda/vision.cuh"
 #include "kernels/cuda/vocab.cuh"
@@ -52,6 +53,28 @@ cuda::LinearParams Linear(const A& a, const CudaTensor& x, const bf16* norm_w, c
   return p;
 }
 
+// A linear step, over a bf16 weight or a quantized one. Quantized, up to kQuantLinearMaxRows rows
+// (decode) run on the codes, x normalised first when there is a norm prologue; more rows
+// (prefill) dequantize the weight into the scratch and take the bf16 tensor-core GEMM, unless the
+// scratch was not sized for it (the LM head's logit rows: the codes kernel takes any rows).
+absl::Status RunLinear(const A& a, cuda::LinearParams p) {
+  if (a.quant == nullptr) return Check(cuda::LaunchLinear(p, a.stream), a);
+  if (p.m > cuda::kQuantLinearMaxRows && static_cast<size_t>(p.n * p.k) * 2 <= a.dequant_bytes) {
+    p.w = static_cast<const bf16*>(a.dequant_scratch);
+    for (const cuda::QuantSegment& s : *a.quant) {
+      RETURN_IF_ERROR(Check(cuda::LaunchDequantize(s, p.k, static_cast<bf16*>(a.dequant_scratch), a.stream), a));
+    }
+    return Check(cuda::LaunchLinear(p, a.stream), a);
+  }
+  if (p.norm_w != nullptr) {
+    RETURN_IF_ERROR(Check(cuda::LaunchRmsNorm(p.x, p.norm_w, p.m, p.k, p.eps, p.scratch, a.stream), a));
+    p.x = p.scratch;
+    p.norm_w = nullptr;
+  }
+  for (const cuda::QuantSegment& s : *a.quant) RETURN_IF_ERROR(Check(cuda::LaunchQuantLinear(p, s, a.stream), a));
+  return absl::OkStatus();
+}
+
 cuda::AttentionShape Shape(const A& a, int64_t tokens) {
   return {tokens, a.Int("heads"), a.max_context};
 }
@@ -70,7 +93,7 @@ absl::Status LinearOp(const A& a) {
   cuda::LinearParams p = Linear(a, a.operands[0], nullptr, a.operands[1]);
   p.bias = Optional(a, 2);
   p.epilogue = p.bias != nullptr ? cuda::Epilogue::kBias : cuda::Epilogue::kNone;
-  return Check(cuda::LaunchLinear(p, a.stream), a);
+  return RunLinear(a, p);
 }
 absl::Status Rotary(const A& a) {
   return Check(cuda::LaunchRotary(In(a, 0), a.Positions(1), a.operands[0].dim(0), a.Int("heads"),
@@ -166,19 +189,19 @@ absl::Status NormQkvRopeKvWrite(const A& a) {
   r.head_dim = static_cast<int>(a.Int("head_dim"));
   r.rot = static_cast<int>(a.Int("rot"));
   r.theta = a.Float("theta");
-  return Check(cuda::LaunchLinear(p, a.stream), a);
+  return RunLinear(a, p);
 }
 // The gate/up weight was uploaded with its rows interleaved (see the backend).
 absl::Status NormGateUpSilu(const A& a) {
   cuda::LinearParams p = Linear(a, a.operands[0], In(a, 1), a.operands[2]);
   p.epilogue = cuda::Epilogue::kSiluMul;
-  return Check(cuda::LaunchLinear(p, a.stream), a);
+  return RunLinear(a, p);
 }
 absl::Status LinearResidual(const A& a) {
   cuda::LinearParams p = Linear(a, a.operands[0], nullptr, a.operands[1]);
   p.epilogue = cuda::Epilogue::kResidual;
   p.residual = In(a, 2);
-  return Check(cuda::LaunchLinear(p, a.stream), a);
+  return RunLinear(a, p);
 }
 absl::Status RmsNormResidual(const A& a) {
   const CudaTensor& x = a.operands[0];
@@ -194,7 +217,7 @@ absl::Status AddRmsNorm(const A& a) {
 }
 absl::Status NormLinear(const A& a) {
   cuda::LinearParams p = Linear(a, a.operands[0], In(a, 1), a.operands[2]);
-  return Check(cuda::LaunchLinear(p, a.stream), a);
+  return RunLinear(a, p);
 }
 
 // Collectives: NCCL on the step stream (captured into the step's graph like

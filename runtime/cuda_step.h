@@ -13,6 +13,7 @@
 #include "compiler/plan.h"
 #include "kernels/cuda/allreduce.cuh"
 #include "kernels/cuda/paged_kv.cuh"
+#include "kernels/cuda/quant_linear.cuh"
 #include "runtime/communicator.h"
 #include "runtime/tensor_view.h"
 
@@ -38,6 +39,11 @@ struct CudaStepArgs {
   float* attention_workspace = nullptr;
   void* linear_scratch = nullptr;  // [T, max k] bf16, for the GEMM path's norm prologue
   void* gather_scratch = nullptr;  // [R, gathered width] bf16: all_gather's rank-major landing place
+  // The step's matrix operand when it is stored quantized (its segments), else null; and the bf16
+  // weight the prefill path dequantizes it into, when it has room.
+  const std::vector<cuda::QuantSegment>* quant = nullptr;
+  void* dequant_scratch = nullptr;
+  size_t dequant_bytes = 0;
   Communicator* comm = nullptr;    // the tensor-parallel group, or null alone
   const cuda::PeerAllReduce* peer = nullptr;  // the one-shot all-reduce, when the group has one
   cudaStream_t stream = nullptr;

@@ -33,7 +33,10 @@ absl::Status CheckPlanFits(const compiler::Plan& plan, int64_t kv_blocks, const 
   using ir::CheckedMul;
   std::optional<int64_t> weights = 0;
   for (const compiler::WeightEntry& w : plan.weights) {
-    weights = CheckedAdd(*weights, CheckedMul(w.NumElements(), layout.weight_element_bytes).value_or(ir::kMaxSize));
+    const std::optional<int64_t> bytes = layout.weights_as_stored && w.quantized()
+                                             ? std::optional<int64_t>(w.DeviceBytes())
+                                             : CheckedMul(w.NumElements(), layout.weight_element_bytes);
+    weights = CheckedAdd(*weights, bytes.value_or(ir::kMaxSize));
     if (!weights) break;
   }
   const std::optional<int64_t> arena_scaled = CheckedMul(plan.ArenaBytes(), layout.arena_scale_num);

@@ -19,6 +19,9 @@ struct StorageLayout {
   int64_t weight_element_bytes;
   int64_t kv_element_bytes;
   int64_t arena_scale_num, arena_scale_den;  // memory = arena_bytes * num / den
+  // Quantized weights take their stored bytes (WeightEntry::DeviceBytes), not weight_element_bytes
+  // an element: a device keeps the codes; the CPU backend computes with floats.
+  bool weights_as_stored = false;
 };
 
 // The host's available memory (MemAvailable), or its physical memory.

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <thread>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -58,6 +59,55 @@ ref::QuantSpec SpecOf(const ir::QuantFormat& f) {
 
 }  // namespace
 
+namespace {
+
+// The whole weight's values (every piece unsharded: ValidatePlan made a quantized weight 2-D, its
+// pieces whole rows of k inputs), in piece order.
+absl::Status ReadWhole(const compiler::WeightEntry& entry, const WeightSource& source, RankInfo rank,
+                       std::vector<float>* values, int64_t* k) {
+  compiler::WeightEntry whole = entry;
+  int64_t rows = 0;
+  for (compiler::WeightPiece& p : whole.pieces) {
+    p.shard = {};
+    rows += p.row_end - p.row_begin;
+    *k = compiler::SliceForRank(p, 0, 1).row_elems;
+  }
+  whole.shape = {rows, *k};
+  values->resize(static_cast<size_t>(rows * *k));
+  return source.Fill(whole, rank, values->data());
+}
+
+// Quantizes the n rows of k values at `w` as `format` says.
+absl::Status QuantizePiece(const compiler::WeightEntry& entry, const compiler::WeightPiece& p, const float* w, int64_t n,
+                           int64_t k, std::vector<uint8_t>* codes, std::vector<float>* scales,
+                           std::vector<uint8_t>* zeros) {
+  const ref::QuantSpec spec = SpecOf(p.quant);
+  codes->resize(static_cast<size_t>(n * k));
+  scales->resize(static_cast<size_t>(n * spec.Groups(k)));
+  zeros->resize(scales->size());
+  // Rows are quantized on their own: a big matrix is split over the cores.
+  const int64_t groups = spec.Groups(k);
+  const int64_t threads = std::clamp<int64_t>(std::thread::hardware_concurrency(), 1, std::max<int64_t>(1, (n * k) >> 22));
+  std::vector<char> finite(static_cast<size_t>(threads), 0);
+  auto quantize = [&](int64_t t) {
+    const int64_t begin = n * t / threads, end = n * (t + 1) / threads;
+    finite[t] = ref::QuantizeRows(w + begin * k, end - begin, k, spec, codes->data() + begin * k,
+                                  scales->data() + begin * groups, zeros->data() + begin * groups);
+  };
+  std::vector<std::thread> workers;
+  for (int64_t t = 1; t < threads; ++t) workers.emplace_back(quantize, t);
+  quantize(0);
+  for (std::thread& worker : workers) worker.join();
+  if (std::find(finite.begin(), finite.end(), 0) != finite.end()) {
+    return absl::InvalidArgumentError(absl::StrCat("weight ", entry.name, ": ", p.tensor,
+                                                   " holds a NaN or an infinity; it cannot be stored as ",
+                                                   p.quant.ToString()));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 absl::Status FillStored(const compiler::WeightEntry& entry, const WeightSource& source, RankInfo rank,
                         ir::DType dtype, float* out) {
   if (!entry.quantized()) {
@@ -65,17 +115,9 @@ absl::Status FillStored(const compiler::WeightEntry& entry, const WeightSource& 
     RoundRows(out, entry.NumElements(), dtype);
     return absl::OkStatus();
   }
-  // The whole weight (every piece unsharded: ValidatePlan made it 2-D, its pieces whole rows of k inputs).
-  compiler::WeightEntry whole = entry;
-  int64_t rows = 0, k = 0;
-  for (compiler::WeightPiece& p : whole.pieces) {
-    p.shard = {};
-    rows += p.row_end - p.row_begin;
-    k = compiler::SliceForRank(p, 0, 1).row_elems;
-  }
-  whole.shape = {rows, k};
-  std::vector<float> values(static_cast<size_t>(rows * k));
-  RETURN_IF_ERROR(source.Fill(whole, rank, values.data()));
+  std::vector<float> values;
+  int64_t k = 0;
+  RETURN_IF_ERROR(ReadWhole(entry, source, rank, &values, &k));
   std::vector<uint8_t> codes, zeros;
   std::vector<float> scales;
   int64_t first_row = 0;
@@ -83,16 +125,8 @@ absl::Status FillStored(const compiler::WeightEntry& entry, const WeightSource& 
     const int64_t n = p.row_end - p.row_begin;
     float* rows_of_piece = values.data() + first_row * k;
     if (p.quant.quantized() && !source.Decodes(p)) {
-      const ref::QuantSpec spec = SpecOf(p.quant);
-      codes.resize(static_cast<size_t>(n * k));
-      scales.resize(static_cast<size_t>(n * spec.Groups(k)));
-      zeros.resize(scales.size());
-      if (!ref::QuantizeRows(rows_of_piece, n, k, spec, codes.data(), scales.data(), zeros.data())) {
-        return absl::InvalidArgumentError(absl::StrCat("weight ", entry.name, ": ", p.tensor,
-                                                       " holds a NaN or an infinity; it cannot be stored as ",
-                                                       p.quant.ToString()));
-      }
-      ref::DequantizeRows(codes.data(), scales.data(), zeros.data(), n, k, spec, rows_of_piece);
+      RETURN_IF_ERROR(QuantizePiece(entry, p, rows_of_piece, n, k, &codes, &scales, &zeros));
+      ref::DequantizeRows(codes.data(), scales.data(), zeros.data(), n, k, SpecOf(p.quant), rows_of_piece);
     } else if (!p.quant.quantized()) {
       RoundRows(rows_of_piece, n * k, dtype);  // decoded rows stay as the checkpoint's scales make them
     }
@@ -105,6 +139,53 @@ absl::Status FillStored(const compiler::WeightEntry& entry, const WeightSource& 
     first_row += n;
   }
   return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<QuantizedRows>> QuantizeForDevice(const compiler::WeightEntry& entry,
+                                                             const WeightSource& source, RankInfo rank) {
+  for (const compiler::WeightPiece& p : entry.pieces) {
+    if (!p.quant.quantized()) {
+      return absl::UnimplementedError(absl::StrCat("weight ", entry.name, " keeps ", p.tensor,
+                                                   " unquantized beside quantized rows; a device stores a weight's "
+                                                   "pieces all quantized or none (give the whole weight one format)"));
+    }
+    if (source.Decodes(p)) {
+      return absl::UnimplementedError(absl::StrCat("weight ", entry.name, ": ", p.tensor, " is a pre-quantized ",
+                                                   ir::QuantPackingName(p.packing),
+                                                   " tensor; only the CPU backend runs those today"));
+    }
+  }
+  std::vector<float> values;
+  int64_t k = 0;
+  RETURN_IF_ERROR(ReadWhole(entry, source, rank, &values, &k));
+  std::vector<QuantizedRows> pieces;
+  std::vector<uint8_t> codes, zeros;
+  std::vector<float> scales;
+  int64_t first_row = 0;
+  for (const compiler::WeightPiece& p : entry.pieces) {
+    const int64_t n = p.row_end - p.row_begin;
+    RETURN_IF_ERROR(QuantizePiece(entry, p, values.data() + first_row * k, n, k, &codes, &scales, &zeros));
+    first_row += n;
+    const compiler::PieceSlice s = compiler::SliceForRank(p, rank.rank, rank.tp);
+    const int64_t group = p.quant.group, groups = p.quant.Groups(k);
+    QuantizedRows q;
+    q.format = p.quant;
+    q.rows = s.row_end - s.row_begin;
+    q.cols = s.col_end - s.col_begin;
+    q.group_offset = group == 0 ? 0 : s.col_begin % group;
+    // Groups [g0, g1) of each row cover this rank's columns (the whole row's one scale when group is 0).
+    const int64_t g0 = group == 0 ? 0 : s.col_begin / group, g1 = group == 0 ? 1 : (s.col_end + group - 1) / group;
+    for (int64_t r = s.row_begin; r < s.row_end; ++r) {
+      const int64_t local = r - p.row_begin;
+      q.codes.insert(q.codes.end(), codes.begin() + local * k + s.col_begin, codes.begin() + local * k + s.col_end);
+      q.scales.insert(q.scales.end(), scales.begin() + local * groups + g0, scales.begin() + local * groups + g1);
+      if (!p.quant.symmetric && p.quant.kind != ir::QuantKind::kFp8E4M3) {
+        q.zeros.insert(q.zeros.end(), zeros.begin() + local * groups + g0, zeros.begin() + local * groups + g1);
+      }
+    }
+    pieces.push_back(std::move(q));
+  }
+  return pieces;
 }
 
 namespace {
@@ -151,9 +232,21 @@ absl::Status RandomWeights::Fill(const compiler::WeightEntry& entry, RankInfo ra
   Distribution(entry, &center, &half_width);
   const uint64_t stream = RankStream(entry.name, rank);
   const int64_t n = entry.NumElements();
-  for (int64_t i = 0; i < n; ++i) {
-    out[i] = center + half_width * (2.0f * RandomUniform(seed_, stream, static_cast<uint64_t>(i)) - 1.0f);
+  auto fill = [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) {
+      out[i] = center + half_width * (2.0f * RandomUniform(seed_, stream, static_cast<uint64_t>(i)) - 1.0f);
+    }
+  };
+  // Value i depends on i alone: a big matrix (a quantized 9B model is drawn on the host) is split
+  // over the cores.
+  const int64_t threads = std::min<int64_t>(std::max(1u, std::thread::hardware_concurrency()), n >> 22);
+  if (threads <= 1) {
+    fill(0, n);
+    return absl::OkStatus();
   }
+  std::vector<std::thread> workers;
+  for (int64_t t = 0; t < threads; ++t) workers.emplace_back(fill, n * t / threads, n * (t + 1) / threads);
+  for (std::thread& w : workers) w.join();
   return absl::OkStatus();
 }
 

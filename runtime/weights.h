@@ -4,6 +4,9 @@
 #define AUTOGLM_RUNTIME_WEIGHTS_H_
 
 #include <cstdint>
+#include <vector>
+
+#include "absl/status/statusor.h"
 
 #include "models/glm/safetensors.h"
 #include "runtime/backend.h"
@@ -48,6 +51,25 @@ class RandomWeights : public WeightSource {
 // scales are the whole row's and every degree runs the same numbers.
 absl::Status FillStored(const compiler::WeightEntry& entry, const WeightSource& source, RankInfo rank,
                         ir::DType dtype, float* out);
+
+// One piece of a quantized weight as a device stores it: this rank's block of
+// the piece's rows (`rows` x `cols`), codes one byte each, scales and zero
+// points of the groups its columns touch (zeros empty when symmetric): a
+// column block may start inside a group, `group_offset` inputs into it.
+struct QuantizedRows {
+  ir::QuantFormat format;
+  int64_t rows = 0, cols = 0, group_offset = 0;
+  std::vector<uint8_t> codes, zeros;
+  std::vector<float> scales;
+};
+
+// This rank's pieces of a quantized weight, quantized exactly as FillStored
+// quantizes them (the whole weight, then the rank's block), so a device that
+// dequantizes them computes with FillStored's values. Unimplemented, naming
+// the weight, for what a device cannot store as codes today: a piece kept in
+// the plan's dtype beside quantized ones, a pre-quantized checkpoint's piece.
+absl::StatusOr<std::vector<QuantizedRows>> QuantizeForDevice(const compiler::WeightEntry& entry,
+                                                             const WeightSource& source, RankInfo rank);
 
 // A counter-based generator: value i of weight `name` under `seed` (splitmix64).
 float RandomUniform(uint64_t seed, uint64_t stream, uint64_t index);

@@ -9,59 +9,11 @@
 
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/linear.cuh"
+#include "kernels/cuda/linear_epilogue.cuh"
 #include "kernels/cuda/linear_split.h"
 #include "kernels/cuda/mma_layout.h"
 
 namespace ag::cuda {
-
-// ---- epilogue: one pair of adjacent outputs (n0, n0 + 1) of row m ----
-
-template <Epilogue kE>
-__device__ __forceinline__ void StorePair(const LinearParams& p, int64_t m, int64_t n0, float a0, float a1) {
-  const bool has1 = n0 + 1 < p.n;
-  if constexpr (kE == Epilogue::kNone || kE == Epilogue::kBias || kE == Epilogue::kResidual) {
-    if (kE == Epilogue::kBias) {
-      a0 += __bfloat162float(p.bias[n0]);
-      if (has1) a1 += __bfloat162float(p.bias[n0 + 1]);
-    }
-    if (kE == Epilogue::kResidual) {
-      a0 += __bfloat162float(p.residual[m * p.n + n0]);
-      if (has1) a1 += __bfloat162float(p.residual[m * p.n + n0 + 1]);
-    }
-    p.y[m * p.n + n0] = __float2bfloat16(a0);
-    if (has1) p.y[m * p.n + n0 + 1] = __float2bfloat16(a1);
-  } else if constexpr (kE == Epilogue::kSiluMul) {
-    // a0 is gate j, a1 is up j (rows interleaved).
-    const float silu = a0 / (1.0f + __expf(-a0));
-    p.y[m * (p.n / 2) + n0 / 2] = __float2bfloat16(silu * a1);
-  } else {  // kQkvRope
-    const QkvRope& r = p.qkv;
-    if (p.bias != nullptr) {
-      a0 += __bfloat162float(p.bias[n0]);
-      a1 += __bfloat162float(p.bias[n0 + 1]);
-    }
-    const int64_t q_width = static_cast<int64_t>(r.heads) * r.head_dim;
-    const int64_t kv_width = static_cast<int64_t>(r.kv_heads) * r.head_dim;
-    if (n0 < q_width + kv_width) {  // q or k: rotate the pair
-      const int64_t channel = (n0 < q_width ? n0 : n0 - q_width) % r.head_dim;
-      if (channel < r.rot) {
-        const int pair = static_cast<int>(channel / 2);
-        RotatePair(a0, a1, pair, r.rot, RopePosition(r.positions, m, pair), r.theta);
-      }
-    }
-    const __nv_bfloat162 pair = __floats2bfloat162_rn(a0, a1);
-    if (n0 < q_width) {
-      *reinterpret_cast<__nv_bfloat162*>(p.y + m * q_width + n0) = pair;
-      return;
-    }
-    const int32_t slot = r.slots[m];
-    if (slot < 0) return;
-    const bool is_k = n0 < q_width + kv_width;
-    __nv_bfloat16* cache = is_k ? r.cache.k : r.cache.v;
-    const int64_t c = n0 - q_width - (is_k ? 0 : kv_width);
-    *reinterpret_cast<__nv_bfloat162*>(cache + static_cast<int64_t>(slot) * kv_width + c) = pair;
-  }
-}
 
 // Sum of squares of x rows -> 1 / rms, for the norm prologue.
 __device__ __forceinline__ float RowInvRms(const bf16* x, int64_t k, float eps, float* scratch) {

@@ -11,10 +11,24 @@
 
 namespace ag::cuda {
 
+// The code formats the quantized kernels read (quant_linear.cuh).
+enum class QuantCode : int { kInt4, kInt8, kFp8 };
+
+inline constexpr int QuantCodeBits(QuantCode code) { return code == QuantCode::kInt4 ? 4 : 8; }
+
 // Codes a 16-byte load carries.
 inline constexpr int64_t CodesPerLoad(int bits) { return 128 / bits; }
 // Words of one packed row; the kernels need k to be a multiple of CodesPerLoad(bits).
 inline constexpr int64_t PackedRowWords(int64_t k, int bits) { return k * bits / 32; }
+
+// A tensor-parallel rank's block of a row may start inside a group (GLM-4-9B's
+// down_proj at tp 4: 3,424 inputs a rank, groups of 128): `offset` inputs of
+// its first group lie before it, so its scales cover SegmentGroups groups and
+// input j belongs to group GroupOf(j). Offset 0 for a whole row.
+inline constexpr int64_t SegmentGroups(int64_t k, int64_t group, int64_t offset) {
+  return group == 0 ? 1 : (offset + k + group - 1) / group;
+}
+inline constexpr int64_t GroupOf(int64_t j, int64_t group, int64_t offset) { return group == 0 ? 0 : (j + offset) / group; }
 
 // codes [n, k], one byte each (ref::QuantizeRows' layout), into words [n, PackedRowWords(k, bits)].
 inline void PackQuantCodes(const uint8_t* codes, int64_t n, int64_t k, int bits, uint32_t* words) {

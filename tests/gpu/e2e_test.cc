@@ -12,6 +12,8 @@
 // bf16 plan, where only accumulation order differs, 1 %.
 #include <gtest/gtest.h>
 
+#include "ir/quant.h"
+#include "passes/quantize.h"
 #include "runtime/cuda_backend.h"
 #include "tests/gpu/gpu_testing.h"
 #include "tests/testing/engine_runner.h"
@@ -129,6 +131,55 @@ TEST(GpuRandomWeights, CpuAndGpuAgreeAtWiderShapes) {
     logits.push_back((*engine)->logits(id));
   }
   EXPECT_LE(testing::RelativeError(Rows(logits[1], 70), Rows(logits[0], 70)), 1e-2) << "the prompt rows";
+}
+
+// Quantized plans on the GPU against the same plan on the CPU, whose weights are the exact
+// dequantized values (the oracle): a 4-bit body with its fp8 K/V rows and LM head (two segments in
+// one QKV weight), and 8-bit bodies; a 70-token prompt takes the prefill path (the weight
+// dequantized to bf16 for the GEMM), the answer the codes kernels, batch 1 and batched.
+TEST(GpuQuantized, PlansMatchTheCpuOracle) {
+  SKIP_WITHOUT_GPU();
+  const char* text = R"({"model_type":"glm","hidden_size":512,"intermediate_size":1024,"num_hidden_layers":2,
+    "num_attention_heads":16,"num_key_value_heads":1,"head_dim":128,"vocab_size":1000,"max_position_embeddings":512,
+    "dtype":"bfloat16"})";
+  const glm::ModelConfig config = *glm::ParseModelConfig(text, "config.json");
+  for (const char* body : {"int4:g128:asym", "int4:g32:sym", "int8", "int8:g64:asym", "fp8e4m3"}) {
+    compiler::CompileOptions options = Bf16Options();
+    options.quant = passes::DefaultQuantPolicy(*ir::ParseQuantFormat(body));
+    absl::StatusOr<compiler::CompileResult> compiled = compiler::Compile(config, options);
+    ASSERT_TRUE(compiled.ok()) << compiled.status();
+    runtime::RandomWeights weights(7);
+    std::vector<std::unique_ptr<runtime::Backend>> backends;
+    backends.push_back(std::make_unique<runtime::CpuBackend>());
+    backends.push_back(Gpu());
+    std::vector<std::vector<std::vector<float>>> logits;
+    std::vector<std::vector<int32_t>> tokens;
+    for (auto& backend : backends) {
+      absl::StatusOr<std::unique_ptr<runtime::Engine>> engine =
+          runtime::Engine::Create(compiled->plan, *backend, weights, {});
+      ASSERT_TRUE(engine.ok()) << body << ": " << engine.status();
+      std::vector<int> ids;
+      for (int q = 0; q < 3; ++q) {  // one long prompt, two short ones decoding beside it
+        runtime::Request r;
+        const int length = q == 0 ? 70 : 5 + q;
+        for (int i = 0; i < length; ++i) r.prompt.push_back((i * 37 + q * 11) % 1000);
+        r.max_new_tokens = 8;
+        r.prompt_logits = r.keep_logits = true;
+        ids.push_back(*(*engine)->Submit(r));
+      }
+      while ((*engine)->HasWork()) ASSERT_TRUE((*engine)->Step().ok()) << body;
+      for (const int id : ids) {
+        logits.push_back((*engine)->logits(id));
+        tokens.push_back((*engine)->new_tokens(id));
+      }
+    }
+    for (size_t q = 0; q < 3; ++q) {
+      const size_t same = CommonPrefix(tokens[3 + q], tokens[q]);
+      const size_t rows = (q == 0 ? 70 : 5 + q) + same;
+      EXPECT_LE(testing::RelativeError(Rows(logits[3 + q], rows), Rows(logits[q], rows)), 2e-2)
+          << body << " request " << q << " (" << same << " tokens alike)";
+    }
+  }
 }
 
 }  // namespace

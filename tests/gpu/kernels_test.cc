@@ -12,7 +12,7 @@
 #include "kernels/cuda/embedding.cuh"
 #include "kernels/cuda/linear.cuh"
 #include "kernels/cuda/norm.cuh"
-#include "kernels/cuda/quant_gemv.cuh"
+#include "kernels/cuda/quant_linear.cuh"
 #include "kernels/cuda/quant_pack.h"
 #include "kernels/cuda/vocab.cuh"
 #include "kernels/ref/quant.h"
@@ -509,70 +509,158 @@ TEST(GpuKernels, RandomWeightsMatchTheHostGenerator) {
   ExpectClose(device.Download(), Bf16(host), 0, 0, "random weights");
 }
 
-// The quantized decode GEMV, exact by construction: codes, zero points and power-of-two scales
-// make every dequantized weight s * (q - z) a small multiple of 2^-4, and x holds small integers,
-// so every product and partial sum is exact in fp32 whatever the order; the result rounded to
-// bf16 must then equal the reference's (ref::DequantizeRows and a double-precision product)
-// bit for bit, for each format, group and decode batch.
-TEST(GpuKernels, QuantGemvIsExactByConstruction) {
+// The quantized linear, exact by construction: codes, zero points and power-of-two scales make
+// every dequantized weight a small multiple of 2^-7 (fp8: codes of small powers of two), and x
+// and the residual hold small integers, so every product and partial sum is exact in fp32 whatever
+// the order; the result rounded to bf16 must then equal the reference's (ref::DequantizeRows and a
+// double-precision product) bit for bit, for each format and group, over two segments of one
+// weight (the second an fp8 one, as a 4-bit body's K/V rows), at batches that take one block of
+// rows and several, through the decode kernel and through the prefill path's dequantized weight.
+struct QuantCase {
+  cuda::QuantCode code;
+  int64_t group;
+  bool symmetric;
+};
+
+struct HostSegment {
+  ref::QuantSpec spec;
+  std::vector<uint8_t> codes, zeros;
+  std::vector<float> scales;
+  std::vector<uint32_t> words;
+};
+
+HostSegment MakeSegment(const QuantCase& c, int64_t n, int64_t k, std::mt19937& rng) {
+  HostSegment h;
+  h.spec.fp8 = c.code == cuda::QuantCode::kFp8;
+  h.spec.bits = cuda::QuantCodeBits(c.code);
+  h.spec.group = c.group;
+  h.spec.symmetric = c.symmetric;
+  const int64_t groups = h.spec.Groups(k);
+  h.codes.resize(n * k);
+  h.zeros.resize(n * groups);
+  h.scales.resize(n * groups);
+  const float fp8_values[] = {0.0f, 0.25f, -0.5f, 1.0f, -2.0f, 4.0f, -8.0f, 0.125f};
+  for (uint8_t& q : h.codes) {
+    q = h.spec.fp8 ? ref::FloatToE4M3(fp8_values[rng() % 8]) : static_cast<uint8_t>(rng() % (1u << h.spec.bits));
+  }
+  for (uint8_t& z : h.zeros) z = static_cast<uint8_t>(rng() % (1u << h.spec.bits));
+  for (float& sc : h.scales) sc = std::ldexp(1.0f, -static_cast<int>(rng() % 5));
+  h.words.resize(n * cuda::PackedRowWords(k, h.spec.bits));
+  cuda::PackQuantCodes(h.codes.data(), n, k, h.spec.bits, h.words.data());
+  return h;
+}
+
+TEST(GpuKernels, QuantLinearIsExactByConstruction) {
   SKIP_WITHOUT_GPU();
-  const int64_t n = 259, k = 512;  // n odd: a partial last block
-  const struct {
-    int bits;
-    int64_t group;
-    bool symmetric;
-  } formats[] = {{4, 128, false}, {4, 32, true}, {4, 0, true}, {8, 64, false}, {8, 0, true}};
+  const int64_t n0 = 258, n1 = 37, n = n0 + n1, k = 512;  // the last segment odd: a partial last pair
+  const QuantCase cases[] = {{cuda::QuantCode::kInt4, 128, false}, {cuda::QuantCode::kInt4, 32, true},
+                             {cuda::QuantCode::kInt4, 0, true},    {cuda::QuantCode::kInt8, 64, false},
+                             {cuda::QuantCode::kInt8, 0, true},    {cuda::QuantCode::kFp8, 0, true}};
+  const QuantCase fp8 = {cuda::QuantCode::kFp8, 0, true};
   std::mt19937 rng(17);
-  for (const auto& f : formats) {
-    ref::QuantSpec spec;
-    spec.bits = f.bits;
-    spec.group = f.group;
-    spec.symmetric = f.symmetric;
-    const int64_t groups = spec.Groups(k);
-    std::vector<uint8_t> codes(n * k), zeros(n * groups);
-    std::vector<float> scales(n * groups);
-    for (uint8_t& c : codes) c = static_cast<uint8_t>(rng() % (1u << f.bits));
-    for (uint8_t& z : zeros) z = static_cast<uint8_t>(rng() % (1u << f.bits));
-    for (float& sc : scales) sc = std::ldexp(1.0f, -static_cast<int>(rng() % 5));
+  for (const QuantCase& c : cases) {
+    const HostSegment h0 = MakeSegment(c, n0, k, rng), h1 = MakeSegment(fp8, n1, k, rng);
     std::vector<float> w(n * k);
-    ref::DequantizeRows(codes.data(), scales.data(), f.symmetric ? nullptr : zeros.data(), n, k, spec, w.data());
-    std::vector<uint32_t> words(n * cuda::PackedRowWords(k, f.bits));
-    cuda::PackQuantCodes(codes.data(), n, k, f.bits, words.data());
-    DeviceArray<uint32_t> dcodes(words);
-    DeviceArray<float> dscales(scales);
-    DeviceArray<uint8_t> dzeros(zeros);
-    cuda::QuantWeight qw;
-    qw.codes = dcodes.get();
-    qw.scales = dscales.get();
-    qw.zeros = f.symmetric ? nullptr : dzeros.get();
-    qw.bits = f.bits;
-    qw.group = f.group;
-    qw.n = n;
-    qw.k = k;
-    for (const int64_t m : {1, 3, 8}) {
-      std::vector<float> x(m * k);
+    ref::DequantizeRows(h0.codes.data(), h0.scales.data(), c.symmetric ? nullptr : h0.zeros.data(), n0, k, h0.spec,
+                        w.data());
+    ref::DequantizeRows(h1.codes.data(), h1.scales.data(), nullptr, n1, k, h1.spec, w.data() + n0 * k);
+    DeviceArray<uint32_t> codes0(h0.words), codes1(h1.words);
+    // Per-row scales are fp32 on the device, group scales bf16 (powers of two here: exact).
+    DeviceArray<float> scales0(h0.scales), scales1(h1.scales);
+    Bf16Array group_scales0(h0.scales);
+    DeviceArray<uint8_t> zeros0(h0.zeros);
+    const void* device_scales0 = c.group == 0 ? static_cast<const void*>(scales0.get()) : group_scales0.get();
+    cuda::QuantSegment s0{codes0.get(), device_scales0, c.symmetric ? nullptr : zeros0.get(), c.code, c.group, 0, n0};
+    cuda::QuantSegment s1{codes1.get(), scales1.get(), nullptr, cuda::QuantCode::kFp8, 0, n0, n1};
+    const std::string name = "quant linear code " + std::to_string(static_cast<int>(c.code)) + " g" +
+                             std::to_string(c.group) + (c.symmetric ? " sym" : " asym");
+    // The prefill path's weight: exact in bf16 (at most 8 significant bits).
+    Bf16Array dw(n * k);
+    ASSERT_CUDA(cuda::LaunchDequantize(s0, k, dw.get(), nullptr));
+    ASSERT_CUDA(cuda::LaunchDequantize(s1, k, dw.get(), nullptr));
+    ExpectClose(dw.Download(), Bf16(w), 0, 0, name + " dequantized");
+    for (const int64_t m : {1, 3, 8, 13, 64}) {
+      std::vector<float> x(m * k), residual(m * n);
       for (float& v : x) v = static_cast<float>(static_cast<int>(rng() % 9) - 4);
+      for (float& v : residual) v = static_cast<float>(static_cast<int>(rng() % 9) - 4);
       Bf16Array dx(x), dy(m * n);
-      ASSERT_CUDA(cuda::LaunchQuantGemv(dx.get(), m, qw, dy.get(), nullptr));
       std::vector<float> want(m * n);
       for (int64_t r = 0; r < m; ++r) {
-        for (int64_t c = 0; c < n; ++c) {
-          double sum = 0;
-          for (int64_t j = 0; j < k; ++j) sum += double{x[r * k + j]} * w[c * k + j];
-          want[r * n + c] = static_cast<float>(sum);  // exact: a multiple of 2^-4 below 2^20
+        for (int64_t col = 0; col < n; ++col) {
+          double sum = residual[r * n + col];
+          for (int64_t j = 0; j < k; ++j) sum += double{x[r * k + j]} * w[col * k + j];
+          want[r * n + col] = static_cast<float>(sum);  // exact: a multiple of 2^-7 below 2^20
         }
       }
-      ExpectClose(dy.Download(), Bf16(want), 0, 0,
-                  "quant gemv int" + std::to_string(f.bits) + " g" + std::to_string(f.group) + " m" + std::to_string(m));
+      cuda::LinearParams p;
+      p.x = dx.get();
+      p.m = m;
+      p.k = k;
+      p.n = n;
+      p.y = dy.get();
+      p.epilogue = cuda::Epilogue::kResidual;
+      dy.Upload(residual);
+      p.residual = dy.get();  // in place, as the decoder's residual stream
+      ASSERT_CUDA(cuda::LaunchQuantLinear(p, s0, nullptr));
+      ASSERT_CUDA(cuda::LaunchQuantLinear(p, s1, nullptr));
+      ExpectClose(dy.Download(), Bf16(want), 0, 0, name + " m" + std::to_string(m));
     }
   }
-  cuda::QuantWeight bad;
-  bad.bits = 4;
-  bad.n = 4;
-  bad.k = 48;  // not whole 16-byte loads of int4 codes
-  EXPECT_EQ(cuda::LaunchQuantGemv(nullptr, 1, bad, nullptr, nullptr), cudaErrorInvalidValue);
-  bad.k = 64;
-  EXPECT_EQ(cuda::LaunchQuantGemv(nullptr, 9, bad, nullptr, nullptr), cudaErrorInvalidValue);
+  // Shapes the kernel cannot take.
+  cuda::LinearParams p;
+  p.m = 1;
+  p.k = 48;  // not whole 16-byte loads of int4 codes
+  p.n = 4;
+  uint32_t dummy_codes = 0;
+  float dummy_scale = 1;
+  cuda::QuantSegment bad{&dummy_codes, &dummy_scale, nullptr, cuda::QuantCode::kInt4, 0, 0, 4};
+  EXPECT_EQ(cuda::LaunchQuantLinear(p, bad, nullptr), cudaErrorInvalidValue);
+  p.k = 64;
+  bad.group = 48;  // does not divide k
+  EXPECT_EQ(cuda::LaunchQuantLinear(p, bad, nullptr), cudaErrorInvalidValue);
+  bad.group = 32;
+  bad.n = 3;  // odd and not the last segment
+  EXPECT_EQ(cuda::LaunchQuantLinear(p, bad, nullptr), cudaErrorInvalidValue);
+  bad.n = 5;  // past the weight's rows
+  EXPECT_EQ(cuda::LaunchQuantLinear(p, bad, nullptr), cudaErrorInvalidValue);
+}
+
+// The fused epilogues on the quantized path give what the bf16 path gives on the dequantized
+// weight (tolerance: the two paths sum in different orders), here gate/up SiLU (StorePair is
+// the one epilogue code both paths call).
+TEST(GpuKernels, QuantLinearEpiloguesMatchTheBf16Path) {
+  SKIP_WITHOUT_GPU();
+  const int64_t k = 256;
+  std::mt19937 rng(23);
+  for (const QuantCase& c : {QuantCase{cuda::QuantCode::kInt4, 64, false}, QuantCase{cuda::QuantCode::kInt8, 0, true}}) {
+    // Gate/up, rows interleaved as the backend stores them: 2 x 96 rows.
+    const int64_t n = 192;
+    const HostSegment h = MakeSegment(c, n, k, rng);
+    DeviceArray<uint32_t> codes(h.words);
+    DeviceArray<float> scales(h.scales);
+    Bf16Array group_scales(h.scales);
+    DeviceArray<uint8_t> zeros(h.zeros);
+    const void* device_scales = c.group == 0 ? static_cast<const void*>(scales.get()) : group_scales.get();
+    const cuda::QuantSegment seg{codes.get(), device_scales, c.symmetric ? nullptr : zeros.get(), c.code, c.group, 0, n};
+    Bf16Array dw(n * k);
+    ASSERT_CUDA(cuda::LaunchDequantize(seg, k, dw.get(), nullptr));
+    for (const int64_t m : {1, 5, 40}) {
+      const std::vector<float> x = RandomBf16(m * k, 31);
+      Bf16Array dx(x), got(m * n / 2), want(m * n / 2);
+      cuda::LinearParams p;
+      p.x = dx.get();
+      p.m = m;
+      p.k = k;
+      p.n = n;
+      p.epilogue = cuda::Epilogue::kSiluMul;
+      p.y = got.get();
+      ASSERT_CUDA(cuda::LaunchQuantLinear(p, seg, nullptr));
+      p.w = dw.get();
+      p.y = want.get();
+      ASSERT_CUDA(cuda::LaunchGemv(p, nullptr));
+      ExpectClose(got.Download(), want.Download(), kAtol, kRtol, "quant gate_up silu m" + std::to_string(m));
+    }
+  }
 }
 
 }  // namespace

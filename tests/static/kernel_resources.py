@@ -14,7 +14,8 @@ import sys
 # (name pattern, threads per block, dynamic shared memory at GLM-4-9B decode
 # shapes, least resident blocks per SM we state for it; 0 = not hot).
 KERNELS = [
-    (r"QuantGemvKernel<", 128, 0, 4),             # quantized decode GEMV; listed before GemvKernel, which matches it too
+    (r"QuantLinearKernel<\(QuantCode\)\d, 1,", 128, 0, 5),  # quantized decode at batch 1
+    (r"QuantLinearKernel<\(QuantCode\)\d, 8,", 128, 0, 3),  # quantized decode, 8 rows of x a block
     (r"GemvKernel<", 128, 4 * 13696, 4),         # decode GEMV at batch 1; x staged as fp32 (down_proj: K = 13696)
     (r"SkinnyKernel<[124],", 128, 0, 4),          # decode batches 2..32: weight streaming, tile in static smem
     (r"SkinnyKernel<8,", 128, 0, 3),              # batches 33..64

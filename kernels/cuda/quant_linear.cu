@@ -1,0 +1,85 @@
+#include "kernels/cuda/quant_linear.cuh"
+
+#include "kernels/cuda/quant_linear_impl.cuh"
+
+namespace ag::cuda {
+namespace {
+
+// The segment's shape against k: whole 16-byte loads of codes, each inside one group.
+bool SegmentFits(const QuantSegment& s, int64_t k) {
+  const int64_t per_load = CodesPerLoad(QuantCodeBits(s.code));
+  if (s.n < 0 || s.n_begin < 0 || k <= 0 || k % per_load != 0 || s.group < 0) return false;
+  if (s.n > 0 && (s.codes == nullptr || s.scales == nullptr)) return false;
+  if (s.group == 0) return s.group_offset == 0;
+  // Every load inside one group: groups and the offset in whole loads.
+  return s.group % per_load == 0 && s.group_offset >= 0 && s.group_offset < s.group && s.group_offset % per_load == 0;
+}
+
+// One thread per 16-byte load of codes: kCodes weights of one row.
+template <QuantCode kCode>
+__global__ void __launch_bounds__(256) DequantizeKernel(QuantSegment s, int64_t k, bf16* w) {
+  constexpr int kCodes = 128 / QuantCodeBits(kCode);
+  AllowNextKernel();
+  WaitForPreviousKernel();
+  const int64_t loads = k / kCodes, groups = SegmentGroups(k, s.group, s.group_offset);
+  for (int64_t t = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; t < s.n * loads;
+       t += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t row = t / loads, first = (t % loads) * kCodes;
+    float scale, zero, v[kCodes];
+    GroupParams<kCode>(s, row, groups, GroupOf(first, s.group, s.group_offset), &scale, &zero);
+    DequantizeLoad<kCode>(reinterpret_cast<const uint4*>(s.codes)[t], scale, zero, v);
+    bf16* out = w + (s.n_begin + row) * k + first;
+#pragma unroll
+    for (int j = 0; j < kCodes; j += 8) Store8(out + j, FromFloat8(v + j));
+  }
+}
+
+template <QuantCode kCode>
+cudaError_t LaunchDequantizeFor(const QuantSegment& s, int64_t k, bf16* w, cudaStream_t stream) {
+  const int64_t loads = s.n * (k / (128 / QuantCodeBits(kCode)));
+  const int64_t blocks = std::min<int64_t>((loads + 255) / 256, int64_t{1} << 16);
+  return LaunchKernel(DequantizeKernel<kCode>, dim3(static_cast<unsigned>(blocks)), dim3(256), 0, stream, s, k, w);
+}
+
+}  // namespace
+
+cudaError_t LaunchQuantLinear(const LinearParams& p, const QuantSegment& s, cudaStream_t stream) {
+  if (!SegmentFits(s, p.k) || p.m < 0 || p.norm_w != nullptr || s.n_begin + s.n > p.n) return cudaErrorInvalidValue;
+  const bool pairs = p.epilogue == Epilogue::kSiluMul || p.epilogue == Epilogue::kQkvRope;
+  if (pairs && (s.n % 2 != 0 || s.n_begin % 2 != 0)) return cudaErrorInvalidValue;
+  // The kernel stores column pairs: an odd segment's last pair would overwrite the next segment's first column.
+  if (s.n % 2 != 0 && s.n_begin + s.n != p.n) return cudaErrorInvalidValue;
+  if (p.epilogue == Epilogue::kQkvRope) {
+    const QkvRope& r = p.qkv;
+    if (r.head_dim % 2 != 0 || r.rot % 2 != 0 || r.rot > r.head_dim ||
+        p.n != static_cast<int64_t>(r.heads + 2 * r.kv_heads) * r.head_dim) {
+      return cudaErrorInvalidValue;
+    }
+  }
+  if (p.m == 0 || s.n == 0) return cudaSuccess;
+  switch (s.code) {
+    case QuantCode::kInt4:
+      return LaunchQuantFor<QuantCode::kInt4>(p, s, stream);
+    case QuantCode::kInt8:
+      return LaunchQuantFor<QuantCode::kInt8>(p, s, stream);
+    case QuantCode::kFp8:
+      return LaunchQuantFor<QuantCode::kFp8>(p, s, stream);
+  }
+  return cudaErrorInvalidValue;
+}
+
+cudaError_t LaunchDequantize(const QuantSegment& s, int64_t k, bf16* w, cudaStream_t stream) {
+  if (!SegmentFits(s, k) || w == nullptr) return cudaErrorInvalidValue;
+  if (s.n == 0) return cudaSuccess;
+  switch (s.code) {
+    case QuantCode::kInt4:
+      return LaunchDequantizeFor<QuantCode::kInt4>(s, k, w, stream);
+    case QuantCode::kInt8:
+      return LaunchDequantizeFor<QuantCode::kInt8>(s, k, w, stream);
+    case QuantCode::kFp8:
+      return LaunchDequantizeFor<QuantCode::kFp8>(s, k, w, stream);
+  }
+  return cudaErrorInvalidValue;
+}
+
+}  // namespace ag::cuda

@@ -1,0 +1,63 @@
+// The linear layer over a weight stored quantized (issue 18): y = x W^T with
+// the epilogues of kernels/cuda/linear.cuh, W = s * (q - z) (int4, int8) or
+// s * e4m3(q) (fp8) as quant_pack.h packs it, a scale per group of inputs or
+// per row (and a zero point per group for asymmetric integer formats).
+//
+// A weight may hold several segments of rows in different formats (a 4-bit
+// body's QKV keeps its K/V rows at 8 bits): each is launched on its own over
+// its columns of y, the epilogue seeing the whole weight's column indices.
+//
+// Two paths, the backend choosing by M:
+//   decode (M up to kQuantLinearMaxRows)  the codes cross the memory bus at 4
+//       or 8 bits and are dequantized in registers; one warp per pair of
+//       output columns, 8 rows of x per block, the blocks of one column pair
+//       adjacent in the grid so that the row chunks after the first find the
+//       codes in L2;
+//   prefill  LaunchDequantize expands the weight to bf16 in a scratch and the
+//       bf16 tensor-core GEMM (linear.cuh) runs on it. The scratch rounds
+//       s * (q - z) to bf16: there, and only there, a quantized plan's
+//       weights are not the CPU oracle's exact values.
+#ifndef AUTOGLM_KERNELS_CUDA_QUANT_LINEAR_CUH_
+#define AUTOGLM_KERNELS_CUDA_QUANT_LINEAR_CUH_
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "kernels/cuda/linear.cuh"
+#include "kernels/cuda/quant_pack.h"
+
+namespace ag::cuda {
+
+// Rows [n_begin, n_begin + n) of a quantized weight [N, k], on the device.
+struct QuantSegment {
+  const uint32_t* codes = nullptr;  // [n, PackedRowWords(k, bits)] (quant_pack.h); fp8: E4M3 bytes, packed as int8
+  // Per row (group 0): fp32 [n]; per group: bf16 [n, groups], exact (ref::QuantizeRows rounds
+  // group scales to bf16 values), as ir::QuantFormat::DeviceBytes counts them.
+  const void* scales = nullptr;
+  const uint8_t* zeros = nullptr;   // [n, groups], or null: symmetric (z = 2^(bits-1)); unused for fp8
+  QuantCode code = QuantCode::kInt4;
+  int64_t group = 0;         // inputs per scale; 0: the whole row
+  int64_t group_offset = 0;  // inputs of the first group before this block's first (quant_pack.h)
+  int64_t n_begin = 0, n = 0;
+};
+
+// Rows of x up to which the backend takes the decode path.
+inline constexpr int64_t kQuantLinearMaxRows = 64;
+
+// The decode path over one segment: p as for LaunchLinear, but p.w is not read
+// (the segment is the weight), p.norm_w must be null (normalise x first) and
+// p.n is the whole weight's rows. cudaErrorInvalidValue when k is not a
+// multiple of 128 / bits, a 16-byte load of codes would span two groups,
+// the segment lies outside [0, p.n), or is odd and not the last (the kernel stores
+// column pairs) or, for a pair epilogue, odd at all.
+cudaError_t LaunchQuantLinear(const LinearParams& p, const QuantSegment& segment, cudaStream_t stream);
+
+// Rows [n_begin, n_begin + n) of w [N, k] bf16 <- the segment's dequantized
+// values rounded to bf16 (the prefill path's weight).
+cudaError_t LaunchDequantize(const QuantSegment& segment, int64_t k, __nv_bfloat16* w, cudaStream_t stream);
+
+}  // namespace ag::cuda
+
+#endif  // AUTOGLM_KERNELS_CUDA_QUANT_LINEAR_CUH_

@@ -1,0 +1,163 @@
+// The quantized linear's decode kernel, included by one .cu per code format
+// (int4, int8, fp8) so that nvcc compiles them in parallel. Not a public header.
+#ifndef AUTOGLM_KERNELS_CUDA_QUANT_LINEAR_IMPL_CUH_
+#define AUTOGLM_KERNELS_CUDA_QUANT_LINEAR_IMPL_CUH_
+
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
+
+#include "kernels/cuda/common.cuh"
+#include "kernels/cuda/linear_epilogue.cuh"
+#include "kernels/cuda/quant_linear.cuh"
+#include "kernels/cuda/quant_pack.h"
+
+namespace ag::cuda {
+
+constexpr int kQuantWarps = 4;
+constexpr int kQuantUnroll = 4;  // 16-byte loads in flight per lane and column
+
+// The kCodes weights of one 16-byte load, dequantized exactly in fp32.
+template <QuantCode kCode>
+__device__ __forceinline__ void DequantizeLoad(const uint4& packed, float s, float z, float* w) {
+  constexpr int kBits = QuantCodeBits(kCode), kCodes = 128 / kBits, kPerWord = 32 / kBits;
+  constexpr uint32_t kMask = (1u << kBits) - 1;
+  const uint32_t words[4] = {packed.x, packed.y, packed.z, packed.w};
+#pragma unroll
+  for (int j = 0; j < kCodes; ++j) {
+    const uint32_t q = (words[j / kPerWord] >> (kBits * (j % kPerWord))) & kMask;
+    if constexpr (kCode == QuantCode::kFp8) {
+      const __half_raw h = __nv_cvt_fp8_to_halfraw(static_cast<__nv_fp8_storage_t>(q), __NV_E4M3);
+      w[j] = s * __half2float(__half(h));  // every E4M3 value is an fp16 value: exact
+    } else {
+      w[j] = s * (static_cast<float>(q) - z);
+    }
+  }
+}
+
+// The scale and zero point of group g of segment row `row`.
+template <QuantCode kCode>
+__device__ __forceinline__ void GroupParams(const QuantSegment& s, int64_t row, int64_t groups, int64_t g,
+                                            float* scale, float* zero) {
+  *scale = s.group == 0 ? static_cast<const float*>(s.scales)[row]
+                        : __bfloat162float(static_cast<const bf16*>(s.scales)[row * groups + g]);
+  if constexpr (kCode == QuantCode::kFp8) {
+    *zero = 0.0f;
+  } else {
+    *zero = s.zeros != nullptr ? static_cast<float>(s.zeros[row * groups + g])
+                               : static_cast<float>(1 << (QuantCodeBits(kCode) - 1));
+  }
+}
+
+// Block: kQuantWarps warps; warp w of column group c takes the segment's columns
+// 2 (kQuantWarps c + w) and the next, for rows [kRows r, kRows r + kRows) of x,
+// where blockIdx.x = c * chunks + r. Lane L takes the 16-byte loads L, L + 32, ...
+// of both rows of W, kQuantUnroll of them in flight, each kCodes codes of one group.
+template <QuantCode kCode, int kRows, Epilogue kE>
+__global__ void __launch_bounds__(kQuantWarps * 32) QuantLinearKernel(LinearParams p, QuantSegment s) {
+  constexpr int kBits = QuantCodeBits(kCode), kCodes = 128 / kBits;
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const int64_t chunks = (p.m + kRows - 1) / kRows;
+  const int64_t m0 = static_cast<int64_t>(blockIdx.x % chunks) * kRows;
+  const int64_t local = 2 * ((static_cast<int64_t>(blockIdx.x) / chunks) * kQuantWarps + warp);
+  const int64_t words = PackedRowWords(p.k, kBits);
+  const bool active = local < s.n, has1 = local + 1 < s.n;
+  const uint4* row0 = reinterpret_cast<const uint4*>(s.codes + (active ? local : 0) * words);
+  // A segment's odd last column reads its neighbour's codes again; its sum is never stored.
+  const uint4* row1 = reinterpret_cast<const uint4*>(s.codes + (has1 ? local + 1 : local) * words);
+  AllowNextKernel();
+  if (active) PrefetchL2(row0 + lane);  // weights only, before the wait
+  WaitForPreviousKernel();
+  if (!active) return;  // the whole warp
+  const int rows = static_cast<int>(min(static_cast<int64_t>(kRows), p.m - m0));
+  const int64_t loads = p.k / kCodes, groups = SegmentGroups(p.k, s.group, s.group_offset);
+  float acc[2][kRows];
+#pragma unroll
+  for (int r = 0; r < kRows; ++r) acc[0][r] = acc[1][r] = 0.0f;
+  // The weights of load i (both columns) into acc.
+  auto accumulate = [&](const uint4 (&packed)[2], int64_t i) {
+    const int64_t first = i * kCodes, g = GroupOf(first, s.group, s.group_offset);
+#pragma unroll
+    for (int c = 0; c < 2; ++c) {
+      float scale, zero, w[kCodes];
+      GroupParams<kCode>(s, has1 ? local + c : local, groups, g, &scale, &zero);
+      DequantizeLoad<kCode>(packed[c], scale, zero, w);
+#pragma unroll
+      for (int r = 0; r < kRows; ++r) {
+        if (r >= rows) continue;
+        const bf16* xr = p.x + (m0 + r) * p.k + first;
+        float sum = 0.0f;
+#pragma unroll
+        for (int v = 0; v < kCodes / 8; ++v) {  // 8 bf16 of x per 16-byte load
+          float xf[8];
+          ToFloat8(Load8(xr + 8 * v), xf);
+#pragma unroll
+          for (int e = 0; e < 8; ++e) sum = fmaf(xf[e], w[8 * v + e], sum);
+        }
+        acc[c][r] += sum;
+      }
+    }
+  };
+  // kQuantUnroll loads per column in flight while whole rounds remain, then one at a time.
+  int64_t i = lane;
+  for (; i + 32 * (kQuantUnroll - 1) < loads; i += 32 * kQuantUnroll) {
+    uint4 packed[kQuantUnroll][2];
+#pragma unroll
+    for (int u = 0; u < kQuantUnroll; ++u) {
+      packed[u][0] = __ldcs(row0 + i + 32 * u);
+      packed[u][1] = __ldcs(row1 + i + 32 * u);
+    }
+#pragma unroll
+    for (int u = 0; u < kQuantUnroll; ++u) accumulate(packed[u], i + 32 * u);
+  }
+  for (; i < loads; i += 32) {
+    const uint4 packed[2] = {__ldcs(row0 + i), __ldcs(row1 + i)};
+    accumulate(packed, i);
+  }
+#pragma unroll
+  for (int r = 0; r < kRows; ++r) {
+    if (r >= rows) continue;
+    const float a0 = WarpSum(acc[0][r]), a1 = WarpSum(acc[1][r]);
+    if (lane == 0) StorePair<kE>(p, m0 + r, s.n_begin + local, a0, a1);
+  }
+}
+
+template <QuantCode kCode, int kRows, Epilogue kE>
+cudaError_t LaunchQuantTile(const LinearParams& p, const QuantSegment& s, cudaStream_t stream) {
+  const int64_t chunks = (p.m + kRows - 1) / kRows;
+  const int64_t column_groups = (s.n + 2 * kQuantWarps - 1) / (2 * kQuantWarps);
+  if (chunks * column_groups > INT32_MAX) return cudaErrorInvalidValue;
+  return LaunchKernel(QuantLinearKernel<kCode, kRows, kE>, dim3(static_cast<unsigned>(chunks * column_groups)),
+                      dim3(kQuantWarps * 32), 0, stream, p, s);
+}
+
+template <QuantCode kCode, Epilogue kE>
+cudaError_t LaunchQuantRows(const LinearParams& p, const QuantSegment& s, cudaStream_t stream) {
+  // Batch 1 on its own: a kernel with one accumulator row per column, the latency case.
+  return p.m == 1 ? LaunchQuantTile<kCode, 1, kE>(p, s, stream) : LaunchQuantTile<kCode, 8, kE>(p, s, stream);
+}
+
+// Every epilogue of one code format; defined in quant_linear_<code>.cu.
+template <QuantCode kCode>
+cudaError_t LaunchQuantFor(const LinearParams& p, const QuantSegment& s, cudaStream_t stream);
+
+#define AG_INSTANTIATE_QUANT_LINEAR(C)                                                               \
+  template <>                                                                                        \
+  cudaError_t LaunchQuantFor<C>(const LinearParams& p, const QuantSegment& s, cudaStream_t stream) { \
+    switch (p.epilogue) {                                                                            \
+      case Epilogue::kNone:                                                                          \
+        return LaunchQuantRows<C, Epilogue::kNone>(p, s, stream);                                    \
+      case Epilogue::kBias:                                                                          \
+        return LaunchQuantRows<C, Epilogue::kBias>(p, s, stream);                                    \
+      case Epilogue::kResidual:                                                                      \
+        return LaunchQuantRows<C, Epilogue::kResidual>(p, s, stream);                                \
+      case Epilogue::kSiluMul:                                                                       \
+        return LaunchQuantRows<C, Epilogue::kSiluMul>(p, s, stream);                                 \
+      case Epilogue::kQkvRope:                                                                       \
+        return LaunchQuantRows<C, Epilogue::kQkvRope>(p, s, stream);                                 \
+    }                                                                                                \
+    return cudaErrorInvalidValue;                                                                    \
+  }
+
+}  // namespace ag::cuda
+
+#endif  // AUTOGLM_KERNELS_CUDA_QUANT_LINEAR_IMPL_CUH_

@@ -1,0 +1,124 @@
+#include "runtime/quant_storage.h"
+
+#include <utility>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "ir/status_macros.h"
+#include "kernels/ref/half.h"
+#include "kernels/ref/quant.h"
+#include "runtime/weights.h"
+
+namespace ag::runtime {
+namespace {
+
+cuda::QuantCode CodeOf(ir::QuantKind kind) {
+  switch (kind) {
+    case ir::QuantKind::kInt4:
+      return cuda::QuantCode::kInt4;
+    case ir::QuantKind::kInt8:
+      return cuda::QuantCode::kInt8;
+    default:
+      return cuda::QuantCode::kFp8;
+  }
+}
+
+// `rows` rows of `v` reordered so that row 2j is row j and row 2j + 1 is row rows / 2 + j.
+template <typename T>
+std::vector<T> InterleaveHalves(const std::vector<T>& v, int64_t rows) {
+  if (v.empty()) return {};
+  const int64_t width = static_cast<int64_t>(v.size()) / rows, half = rows / 2;
+  std::vector<T> out;
+  out.reserve(v.size());
+  for (int64_t r = 0; r < half; ++r) {
+    out.insert(out.end(), v.begin() + r * width, v.begin() + (r + 1) * width);
+    out.insert(out.end(), v.begin() + (half + r) * width, v.begin() + (half + r + 1) * width);
+  }
+  return out;
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<HostQuantSegment>> PrepareQuantSegments(const compiler::WeightEntry& entry,
+                                                                   const WeightSource& source, RankInfo rank,
+                                                                   bool interleave) {
+  ASSIGN_OR_RETURN(std::vector<QuantizedRows> pieces, QuantizeForDevice(entry, source, rank));
+  if (interleave) {  // the rank's rows (gate block, then up block) as one segment, halves alternating
+    QuantizedRows all = pieces[0];
+    for (size_t i = 1; i < pieces.size(); ++i) {
+      if (!(pieces[i].format == all.format)) {
+        return absl::UnimplementedError(absl::StrCat("weight ", entry.name, " feeds a gate/up projection, whose "
+                                                     "halves a device stores interleaved: give them one format"));
+      }
+      all.rows += pieces[i].rows;
+      all.codes.insert(all.codes.end(), pieces[i].codes.begin(), pieces[i].codes.end());
+      all.scales.insert(all.scales.end(), pieces[i].scales.begin(), pieces[i].scales.end());
+      all.zeros.insert(all.zeros.end(), pieces[i].zeros.begin(), pieces[i].zeros.end());
+    }
+    if (all.rows % 2 != 0) {
+      return absl::InvalidArgumentError(absl::StrCat("weight ", entry.name, ": a gate/up projection of odd rows"));
+    }
+    all.codes = InterleaveHalves(all.codes, all.rows);
+    all.scales = InterleaveHalves(all.scales, all.rows);
+    all.zeros = InterleaveHalves(all.zeros, all.rows);
+    pieces = {std::move(all)};
+  }
+  std::vector<HostQuantSegment> segments;
+  int64_t n_begin = 0;
+  for (size_t i = 0; i < pieces.size(); ++i) {
+    QuantizedRows& q = pieces[i];
+    HostQuantSegment s;
+    s.code = CodeOf(q.format.kind);
+    s.group = q.format.group;
+    s.group_offset = q.group_offset;
+    s.n_begin = n_begin;
+    s.rows = q.rows;
+    s.cols = q.cols;
+    const int bits = cuda::QuantCodeBits(s.code);
+    const int64_t per_load = cuda::CodesPerLoad(bits);
+    if (s.cols % per_load != 0 || s.group % per_load != 0 || s.group_offset % per_load != 0) {
+      return absl::UnimplementedError(absl::StrCat(
+          "weight ", entry.name, ": the CUDA kernels read ", q.format.ToString(), " codes ", per_load,
+          " at a time, each load inside one group; this rank's ", s.cols, " inputs a row, starting ", s.group_offset,
+          " into a group, are not whole loads (a smaller tensor-parallel degree or an 8-bit format fits)"));
+    }
+    if (s.rows % 2 != 0 && i + 1 < pieces.size()) {
+      return absl::UnimplementedError(absl::StrCat("weight ", entry.name, ": a piece of ", s.rows,
+                                                   " rows before another; the CUDA kernels store column pairs"));
+    }
+    s.words.resize(static_cast<size_t>(s.rows * cuda::PackedRowWords(s.cols, bits)));
+    cuda::PackQuantCodes(q.codes.data(), s.rows, s.cols, bits, s.words.data());
+    if (s.group == 0) {
+      s.row_scales = std::move(q.scales);
+    } else {
+      s.group_scales.reserve(q.scales.size());
+      for (const float v : q.scales) s.group_scales.push_back(FloatToBF16(v));  // bf16 values already: exact
+    }
+    s.zeros = std::move(q.zeros);
+    n_begin += s.rows;
+    segments.push_back(std::move(s));
+  }
+  return segments;
+}
+
+std::vector<float> DequantizeSegment(const HostQuantSegment& s) {
+  const int bits = cuda::QuantCodeBits(s.code);
+  const int64_t groups = cuda::SegmentGroups(s.cols, s.group, s.group_offset);
+  std::vector<float> w(static_cast<size_t>(s.rows * s.cols));
+  for (int64_t r = 0; r < s.rows; ++r) {
+    for (int64_t j = 0; j < s.cols; ++j) {
+      const int64_t g = r * groups + cuda::GroupOf(j, s.group, s.group_offset);
+      const float scale = s.group == 0 ? s.row_scales[r] : BF16ToFloat(s.group_scales[g]);
+      const uint8_t q = cuda::PackedCode(s.words.data(), s.cols, bits, r, j);
+      if (s.code == cuda::QuantCode::kFp8) {
+        w[r * s.cols + j] = scale * ref::E4M3ToFloat(q);
+      } else {
+        const int z = s.zeros.empty() ? 1 << (bits - 1) : s.zeros[g];
+        w[r * s.cols + j] = scale * static_cast<float>(static_cast<int>(q) - z);  // as ref::DequantizeRows
+      }
+    }
+  }
+  return w;
+}
+
+}  // namespace ag::runtime

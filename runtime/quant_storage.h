@@ -1,0 +1,47 @@
+// A quantized weight as the CUDA backend stores it (kernels/cuda/quant_linear.cuh),
+// prepared on the host: each piece of this rank becomes a segment of rows with
+// its codes packed along k (kernels/cuda/quant_pack.h), its scales (fp32 per
+// row, bf16 per group) and zero points. Plain C++, so the layout is checked on
+// every machine; the backend only copies the buffers to the device.
+#ifndef AUTOGLM_RUNTIME_QUANT_STORAGE_H_
+#define AUTOGLM_RUNTIME_QUANT_STORAGE_H_
+
+#include <cstdint>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "compiler/plan.h"
+#include "kernels/cuda/quant_pack.h"
+#include "runtime/backend.h"
+
+namespace ag::runtime {
+
+struct HostQuantSegment {
+  cuda::QuantCode code = cuda::QuantCode::kInt4;
+  int64_t group = 0;            // inputs per scale; 0: per row
+  int64_t group_offset = 0;     // inputs of the first group before this rank's first (quant_pack.h)
+  int64_t n_begin = 0, rows = 0, cols = 0;
+  std::vector<uint32_t> words;  // [rows, PackedRowWords(cols, bits)]
+  std::vector<float> row_scales;       // [rows] when group is 0
+  std::vector<uint16_t> group_scales;  // [rows, SegmentGroups] bf16 bits otherwise
+  std::vector<uint8_t> zeros;          // [rows, groups] for asymmetric integer formats, else empty
+};
+
+// This rank's segments of quantized weight `entry`, in row order. With
+// `interleave` (the gate/up weight of a fused SiLU-mul), the rank's rows become
+// one segment whose row 2j is gate row j and row 2j + 1 up row j. Unimplemented,
+// naming the weight, where the kernels cannot take the layout: inputs not in
+// whole 16-byte loads of codes (a rank's block must also start on a load
+// boundary of its first group), gate and up in different formats, an odd
+// segment before another (the kernels store column pairs), and what
+// QuantizeForDevice refuses.
+absl::StatusOr<std::vector<HostQuantSegment>> PrepareQuantSegments(const compiler::WeightEntry& entry,
+                                                                   const WeightSource& source, RankInfo rank,
+                                                                   bool interleave);
+
+// The segment's weights, dequantized as the kernels do (row-major [rows, cols]).
+std::vector<float> DequantizeSegment(const HostQuantSegment& segment);
+
+}  // namespace ag::runtime
+
+#endif  // AUTOGLM_RUNTIME_QUANT_STORAGE_H_
