@@ -10,6 +10,8 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <optional>
+#include <set>
 #include <random>
 
 #include "absl/strings/match.h"
@@ -312,82 +314,88 @@ INSTANTIATE_TEST_SUITE_P(
       return name;
     });
 
+// The tiny GLM fixture's config and checkpoint, for the device-storage tests.
+class DeviceStorage : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const std::string dir = testing::TestDataDir() + "/tiny-glm";
+    absl::StatusOr<glm::ModelConfig> config = glm::LoadModelConfig(dir);
+    ASSERT_TRUE(config.ok()) << config.status();
+    config_ = *config;
+    absl::StatusOr<glm::Checkpoint> ckpt = glm::Checkpoint::Open(dir);
+    ASSERT_TRUE(ckpt.ok()) << ckpt.status();
+    ckpt_.emplace(std::move(*ckpt));
+    source_.emplace(*ckpt_);
+  }
+  glm::ModelConfig config_;
+  std::optional<glm::Checkpoint> ckpt_;
+  std::optional<runtime::CheckpointWeights> source_;
+};
+
 // What the CUDA backend uploads for a quantized weight (packed codes, bf16 group scales, the
 // gate/up halves interleaved, each rank's block) dequantizes to exactly the values the CPU backend
 // computes with, for every weight of a 4-bit body with its 8-bit K/V rows and LM head, and of 8-bit
 // bodies at tp 2, where down_proj's 80 inputs a rank start 16 into a group of 32 on rank 1.
-TEST(DeviceStorage, DequantizesToTheLoaderValues) {
-  const std::string dir = testing::TestDataDir() + "/tiny-glm";
-  absl::StatusOr<glm::ModelConfig> config = glm::LoadModelConfig(dir);
-  ASSERT_TRUE(config.ok()) << config.status();
-  absl::StatusOr<glm::Checkpoint> ckpt = glm::Checkpoint::Open(dir);
-  ASSERT_TRUE(ckpt.ok()) << ckpt.status();
-  const runtime::CheckpointWeights source(*ckpt);
+TEST_F(DeviceStorage, DequantizesToTheLoaderValues) {
+  const runtime::CheckpointWeights& source = *source_;
   const std::pair<const char*, int> cases[] = {{"int4:g32:asym", 1}, {"int4:channel:sym", 1}, {"int8:g32:sym", 1},
                                                 {"int8:g32:asym", 2}, {"int8", 2}, {"fp8e4m3", 2}};
   for (const auto& [body, tp] : cases) {
-    {
-      absl::StatusOr<compiler::CompileResult> compiled =
-          compiler::Compile(*config, Options(passes::DefaultQuantPolicy(Format(body)), tp));
-      ASSERT_TRUE(compiled.ok()) << compiled.status();
-      const compiler::Plan& plan = compiled->plan;
-      std::set<int64_t> gate_up;
-      for (const compiler::PlanStep& step : plan.decoder().steps) {
-        if (step.kernel == ir::OpId::k_norm_gate_up_silu) gate_up.insert(step.operands[2].index);
-      }
-      std::set<std::string> formats;
-      int offsets = 0;
-      for (size_t i = 0; i < plan.weights.size(); ++i) {
-        const compiler::WeightEntry& w = plan.weights[i];
-        if (!w.quantized()) continue;
-        for (int32_t rank = 0; rank < tp; ++rank) {
-          const runtime::RankInfo info{rank, tp};
-          std::vector<float> want(static_cast<size_t>(w.NumElements()));
-          ASSERT_TRUE(runtime::FillStored(w, source, info, plan.dtype, want.data()).ok());
-          const bool interleave = gate_up.contains(static_cast<int64_t>(i));
-          absl::StatusOr<std::vector<runtime::HostQuantSegment>> segments =
-              runtime::PrepareQuantSegments(w, source, info, interleave);
-          ASSERT_TRUE(segments.ok()) << segments.status();
-          std::vector<float> got;
-          for (const runtime::HostQuantSegment& s : *segments) {
-            EXPECT_EQ(s.n_begin, static_cast<int64_t>(got.size()) / w.shape[1]) << w.name;
-              const std::vector<float> values = runtime::DequantizeSegment(s);
-            got.insert(got.end(), values.begin(), values.end());
-            formats.insert(absl::StrCat(static_cast<int>(s.code), "/", s.group));
-            offsets += s.group_offset != 0;
-          }
-          ASSERT_EQ(got.size(), want.size()) << w.name;
-          const int64_t k = w.shape[1], half = w.shape[0] / 2;
-          for (int64_t r = 0; r < w.shape[0]; ++r) {  // stored row r holds checkpoint row `from`
-            const int64_t from = interleave ? (r % 2 == 0 ? r / 2 : half + r / 2) : r;
-            for (int64_t j = 0; j < k; ++j) {
-              ASSERT_EQ(got[r * k + j], want[from * k + j]) << body << " tp " << tp << " rank " << rank << " "
-                                                            << w.name << " row " << r << " input " << j;
-            }
+    absl::StatusOr<compiler::CompileResult> compiled =
+        compiler::Compile(config_, Options(passes::DefaultQuantPolicy(Format(body)), tp));
+    ASSERT_TRUE(compiled.ok()) << compiled.status();
+    const compiler::Plan& plan = compiled->plan;
+    std::set<int64_t> gate_up;
+    for (const compiler::PlanStep& step : plan.decoder().steps) {
+      if (step.kernel == ir::OpId::k_norm_gate_up_silu) gate_up.insert(step.operands[2].index);
+    }
+    std::set<std::string> formats;
+    int offsets = 0;
+    for (size_t i = 0; i < plan.weights.size(); ++i) {
+      const compiler::WeightEntry& w = plan.weights[i];
+      if (!w.quantized()) continue;
+      for (int32_t rank = 0; rank < tp; ++rank) {
+        const runtime::RankInfo info{rank, tp};
+        std::vector<float> want(static_cast<size_t>(w.NumElements()));
+        ASSERT_TRUE(runtime::FillStored(w, source, info, plan.dtype, want.data()).ok());
+        const bool interleave = gate_up.contains(static_cast<int64_t>(i));
+        absl::StatusOr<std::vector<runtime::HostQuantSegment>> segments =
+            runtime::PrepareQuantSegments(w, source, info, interleave);
+        ASSERT_TRUE(segments.ok()) << segments.status();
+        std::vector<float> got;
+        for (const runtime::HostQuantSegment& s : *segments) {
+          EXPECT_EQ(s.n_begin, static_cast<int64_t>(got.size()) / w.shape[1]) << w.name;
+          const std::vector<float> values = runtime::DequantizeSegment(s);
+          got.insert(got.end(), values.begin(), values.end());
+          formats.insert(absl::StrCat(static_cast<int>(s.code), "/", s.group));
+          offsets += s.group_offset != 0;
+        }
+        ASSERT_EQ(got.size(), want.size()) << w.name;
+        const int64_t k = w.shape[1], half = w.shape[0] / 2;
+        for (int64_t r = 0; r < w.shape[0]; ++r) {  // stored row r holds checkpoint row `from`
+          const int64_t from = interleave ? (r % 2 == 0 ? r / 2 : half + r / 2) : r;
+          for (int64_t j = 0; j < k; ++j) {
+            ASSERT_EQ(got[r * k + j], want[from * k + j]) << body << " tp " << tp << " rank " << rank << " "
+                                                          << w.name << " row " << r << " input " << j;
           }
         }
       }
-      EXPECT_EQ(formats.size(), absl::StartsWith(body, "int4") ? 2u : 1u) << body << ": the body (and fp8 K/V rows)";
-      if (std::string(body) == "int8:g32:asym") {
-        EXPECT_GT(offsets, 0) << "a rank's block inside a group";
-      }
+    }
+    EXPECT_EQ(formats.size(), absl::StartsWith(body, "int4") ? 2u : 1u) << body << ": the body (and fp8 K/V rows)";
+    if (std::string(body) == "int8:g32:asym") {
+      EXPECT_GT(offsets, 0) << "a rank's block inside a group";
     }
   }
 }
 
-TEST(DeviceStorage, RefusesWhatTheKernelsCannotStore) {
-  const std::string dir = testing::TestDataDir() + "/tiny-glm";
-  absl::StatusOr<glm::ModelConfig> config = glm::LoadModelConfig(dir);
-  ASSERT_TRUE(config.ok()) << config.status();
-  absl::StatusOr<glm::Checkpoint> ckpt = glm::Checkpoint::Open(dir);
-  ASSERT_TRUE(ckpt.ok()) << ckpt.status();
-  const runtime::CheckpointWeights source(*ckpt);
+TEST_F(DeviceStorage, RefusesWhatTheKernelsCannotStore) {
+  const runtime::CheckpointWeights& source = *source_;
   passes::QuantPolicy policy;
   policy.body = Format("int8");
   absl::StatusOr<std::vector<passes::QuantRule>> rules = passes::ParseQuantPolicy("*.q_proj: bf16\n", "p.policy");
   ASSERT_TRUE(rules.ok()) << rules.status();
   policy.rules = *rules;
-  absl::StatusOr<compiler::CompileResult> compiled = compiler::Compile(*config, Options(policy));
+  absl::StatusOr<compiler::CompileResult> compiled = compiler::Compile(config_, Options(policy));
   ASSERT_TRUE(compiled.ok()) << compiled.status();
   bool mixed = false;
   for (const compiler::WeightEntry& w : compiled->plan.weights) {
@@ -400,7 +408,7 @@ TEST(DeviceStorage, RefusesWhatTheKernelsCannotStore) {
   }
   EXPECT_TRUE(mixed);
   // int4 codes are read 32 at a time: a rank's 80 down_proj inputs are not whole loads.
-  compiled = compiler::Compile(*config, Options(passes::DefaultQuantPolicy(Format("int4:g32")), 2));
+  compiled = compiler::Compile(config_, Options(passes::DefaultQuantPolicy(Format("int4:g32")), 2));
   ASSERT_TRUE(compiled.ok()) << compiled.status();
   const compiler::WeightEntry* down = nullptr;
   for (const compiler::WeightEntry& w : compiled->plan.weights) {

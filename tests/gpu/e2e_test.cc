@@ -105,13 +105,17 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, GpuFixtures, ::testing::ValuesIn(testing::kFi
   return n;
 });
 
-TEST(GpuRandomWeights, CpuAndGpuAgreeAtWiderShapes) {
-  SKIP_WITHOUT_GPU();
-  // GLM-4-9B's head geometry (head_dim 128, 16 query heads per KV head) at a small width.
+// GLM-4-9B's head geometry (head_dim 128, 16 query heads per KV head) at a small width.
+glm::ModelConfig WideConfig() {
   const char* text = R"({"model_type":"glm","hidden_size":512,"intermediate_size":1024,"num_hidden_layers":2,
     "num_attention_heads":16,"num_key_value_heads":1,"head_dim":128,"vocab_size":1000,"max_position_embeddings":512,
     "dtype":"bfloat16"})";
-  const glm::ModelConfig config = *glm::ParseModelConfig(text, "config.json");
+  return *glm::ParseModelConfig(text, "config.json");
+}
+
+TEST(GpuRandomWeights, CpuAndGpuAgreeAtWiderShapes) {
+  SKIP_WITHOUT_GPU();
+  const glm::ModelConfig config = WideConfig();
   compiler::CompileOptions options = Bf16Options();
   const compiler::Plan plan = compiler::Compile(config, options)->plan;
   runtime::RandomWeights weights(99);
@@ -139,10 +143,7 @@ TEST(GpuRandomWeights, CpuAndGpuAgreeAtWiderShapes) {
 // dequantized to bf16 for the GEMM), the answer the codes kernels, batch 1 and batched.
 TEST(GpuQuantized, PlansMatchTheCpuOracle) {
   SKIP_WITHOUT_GPU();
-  const char* text = R"({"model_type":"glm","hidden_size":512,"intermediate_size":1024,"num_hidden_layers":2,
-    "num_attention_heads":16,"num_key_value_heads":1,"head_dim":128,"vocab_size":1000,"max_position_embeddings":512,
-    "dtype":"bfloat16"})";
-  const glm::ModelConfig config = *glm::ParseModelConfig(text, "config.json");
+  const glm::ModelConfig config = WideConfig();
   for (const char* body : {"int4:g128:asym", "int4:g32:sym", "int8", "int8:g64:asym", "fp8e4m3"}) {
     compiler::CompileOptions options = Bf16Options();
     options.quant = passes::DefaultQuantPolicy(*ir::ParseQuantFormat(body));
