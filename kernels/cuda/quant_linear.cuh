@@ -13,7 +13,7 @@
 //       output columns, 8 rows of x per block, the blocks of one column pair
 //       adjacent in the grid so that the row chunks after the first find the
 //       codes in L2;
-//   prefill  LaunchDequantize expands the weight to bf16 in a scratch and the
+//   more rows  LaunchDequantize expands the weight to bf16 in a scratch and the
 //       bf16 tensor-core GEMM (linear.cuh) runs on it. The scratch rounds
 //       s * (q - z) to bf16: there, and only there, a quantized plan's
 //       weights are not the CPU oracle's exact values.
@@ -43,8 +43,12 @@ struct QuantSegment {
   int64_t n_begin = 0, n = 0;
 };
 
-// Rows of x up to which the backend takes the decode path.
-inline constexpr int64_t kQuantLinearMaxRows = 64;
+// Rows of x up to which the backend takes the decode path. Each block of 8 rows dequantizes the
+// codes again and its FMAs run on CUDA cores: by the instruction count (bench/RESULTS.md,
+// "Quantized decode"), at 16 rows a GLM-4-9B step is ~8 ms on the codes and ~9.5 ms through the
+// dequantized bf16 weight (4.5 bytes a weight of traffic), and beyond that the codes lose. The
+// swap-AB tensor-core kernel for quantized weights, which would take 17..64, is owed.
+inline constexpr int64_t kQuantLinearMaxRows = 16;
 
 // The decode path over one segment: p as for LaunchLinear, but p.w is not read
 // (the segment is the weight), p.norm_w must be null (normalise x first) and
