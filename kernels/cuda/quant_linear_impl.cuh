@@ -14,7 +14,10 @@
 namespace ag::cuda {
 
 constexpr int kQuantWarps = 4;
-constexpr int kQuantUnroll = 4;  // 16-byte loads in flight per lane and column
+// 16-byte loads in flight per lane and column: 4 at one row of x; 2 at 8 rows, whose accumulators
+// leave no room for more (4 spilled), still ~24 KB in flight per SM at 3 blocks.
+template <int kRows>
+constexpr int kQuantUnroll = kRows == 1 ? 4 : 2;
 
 // The kCodes weights of one 16-byte load, dequantized exactly in fp32.
 template <QuantCode kCode>
@@ -51,7 +54,7 @@ __device__ __forceinline__ void GroupParams(const QuantSegment& s, int64_t row, 
 // Block: kQuantWarps warps; warp w of column group c takes the segment's columns
 // 2 (kQuantWarps c + w) and the next, for rows [kRows r, kRows r + kRows) of x,
 // where blockIdx.x = c * chunks + r. Lane L takes the 16-byte loads L, L + 32, ...
-// of both rows of W, kQuantUnroll of them in flight, each kCodes codes of one group.
+// of both rows of W, kQuantUnroll<kRows> of them in flight, each kCodes codes of one group.
 template <QuantCode kCode, int kRows, Epilogue kE>
 __global__ void __launch_bounds__(kQuantWarps * 32) QuantLinearKernel(LinearParams p, QuantSegment s) {
   constexpr int kBits = QuantCodeBits(kCode), kCodes = 128 / kBits;
@@ -97,17 +100,17 @@ __global__ void __launch_bounds__(kQuantWarps * 32) QuantLinearKernel(LinearPara
       }
     }
   };
-  // kQuantUnroll loads per column in flight while whole rounds remain, then one at a time.
+  // kQuantUnroll<kRows> loads per column in flight while whole rounds remain, then one at a time.
   int64_t i = lane;
-  for (; i + 32 * (kQuantUnroll - 1) < loads; i += 32 * kQuantUnroll) {
-    uint4 packed[kQuantUnroll][2];
+  for (; i + 32 * (kQuantUnroll<kRows> - 1) < loads; i += 32 * kQuantUnroll<kRows>) {
+    uint4 packed[kQuantUnroll<kRows>][2];
 #pragma unroll
-    for (int u = 0; u < kQuantUnroll; ++u) {
+    for (int u = 0; u < kQuantUnroll<kRows>; ++u) {
       packed[u][0] = __ldcs(row0 + i + 32 * u);
       packed[u][1] = __ldcs(row1 + i + 32 * u);
     }
 #pragma unroll
-    for (int u = 0; u < kQuantUnroll; ++u) accumulate(packed[u], i + 32 * u);
+    for (int u = 0; u < kQuantUnroll<kRows>; ++u) accumulate(packed[u], i + 32 * u);
   }
   for (; i < loads; i += 32) {
     const uint4 packed[2] = {__ldcs(row0 + i), __ldcs(row1 + i)};
