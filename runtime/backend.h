@@ -8,10 +8,12 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "compiler/plan.h"
 #include "kernels/ref/ref.h"
 #include "ir/types.h"
+#include "models/quant/packed.h"
 
 namespace ag::runtime {
 
@@ -66,6 +68,11 @@ class WeightSource {
   // Whether Fill gives a piece's stored values as they are (a pre-quantized
   // checkpoint's, decoded) rather than values still to be quantized to its format.
   virtual bool Decodes(const compiler::WeightPiece& /*piece*/) const { return false; }
+  // The whole tensor of a piece that Decodes, unpacked to codes, scales and zero points: what a
+  // device computing on codes stores (the values Fill gives are Value of these).
+  virtual absl::StatusOr<quant::UnpackedWeight> Unpack(const compiler::WeightPiece& piece) const {
+    return absl::UnimplementedError(absl::StrCat(piece.tensor, ": this weight source stores no codes"));
+  }
 };
 
 // One logits row of the last step to pick a token from, and how (ref::SampleFiltered's rule).

@@ -142,6 +142,9 @@ class CudaBackend : public Backend {
   // Bytes of the bf16 weight the prefill path dequantizes into: the largest quantized matrix a
   // step multiplies with more than kQuantLinearMaxRows token rows.
   static absl::StatusOr<size_t> DequantScratchBytes(const compiler::Plan& plan);
+  // Bytes of x put in an act-order weight's input order for the codes kernel: the most rows it
+  // takes there (kQuantLinearMaxRows, or a logit-row step's bound) times the inputs. Needs quant_.
+  absl::StatusOr<size_t> OrderScratchBytes(const compiler::Plan& plan) const;
   absl::Status EnsureCapacity(const StepBatch& batch, int64_t context_bucket);
   absl::Status UploadInputs(const StepBatch& batch);
   // Launches the decoder's steps. With `events` (one more than it has steps), records events[i]
@@ -180,8 +183,8 @@ class CudaBackend : public Backend {
                          const std::function<cudaError_t(char* device)>& launch);
   std::vector<DeviceBuffer> weights_;  // bf16 weights; empty for quantized ones, stored in quant_
   std::vector<QuantWeight> quant_;      // by weight index; no segments for bf16 weights
-  DeviceBuffer dequant_scratch_;
-  size_t dequant_bytes_ = 0;
+  DeviceBuffer dequant_scratch_, order_scratch_;
+  size_t dequant_bytes_ = 0, order_bytes_ = 0;
   // Host side of the inputs, two halves used in turn: a step fills one while
   // the previous step's copy may still read the other, so no step waits for
   // the device. input_copied_[i] marks the end of the last copy out of half i.
@@ -266,10 +269,13 @@ absl::StatusOr<CudaBackend::QuantWeight> CudaBackend::UploadQuantWeight(const co
     if (h.group == 0) {
       ASSIGN_OR_RETURN(s.scales, upload(h.row_scales.data(), h.row_scales.size() * sizeof(float)));
     } else {
-      ASSIGN_OR_RETURN(s.scales, upload(h.group_scales.data(), h.group_scales.size() * sizeof(uint16_t)));
+      s.scale_type = h.scale_type;
+      ASSIGN_OR_RETURN(s.scales, upload(h.group_scales.data(), h.group_scales.size()));
     }
     ASSIGN_OR_RETURN(const void* zeros, upload(h.zeros.data(), h.zeros.size()));
     s.zeros = static_cast<const uint8_t*>(zeros);
+    ASSIGN_OR_RETURN(const void* order, upload(h.input_order.data(), h.input_order.size() * sizeof(int32_t)));
+    s.input_order = static_cast<const int32_t*>(order);
     out.segments.push_back(s);
   }
   return out;
@@ -291,6 +297,27 @@ absl::StatusOr<size_t> CudaBackend::DequantScratchBytes(const compiler::Plan& pl
       if (rows > cuda::kQuantLinearMaxRows) {
         bytes = std::max(bytes, static_cast<size_t>(plan.weights[w.index].NumElements()) * 2);
       }
+    }
+  }
+  return bytes;
+}
+
+absl::StatusOr<size_t> CudaBackend::OrderScratchBytes(const compiler::Plan& plan) const {
+  size_t bytes = 0;
+  for (const compiler::Program& program : plan.programs) {
+    for (const compiler::PlanStep& step : program.steps) {
+      const int matrix = ir::GetOpInfo(step.kernel).matrix_operand;
+      if (matrix < 0 || static_cast<size_t>(matrix) >= step.operands.size()) continue;
+      const compiler::PlanTensor& w = step.operands[matrix];
+      if (w.kind != compiler::TensorKind::kWeight) continue;
+      bool ordered = false;
+      for (const cuda::QuantSegment& s : quant_[w.index].segments) ordered = ordered || s.input_order != nullptr;
+      if (!ordered) continue;
+      const ir::Dim& rows_dim = step.operands[0].type.shape[0];
+      ASSIGN_OR_RETURN(int64_t rows, rows_dim.Resolve(program.bounds));
+      if (rows_dim.symbol() != "R") rows = std::min(rows, cuda::kQuantLinearMaxRows);  // more take the GEMM
+      ASSIGN_OR_RETURN(const int64_t k, step.operands[0].type.shape[1].Resolve(program.bounds));
+      bytes = std::max(bytes, static_cast<size_t>(rows * k) * 2);
     }
   }
   return bytes;
@@ -393,6 +420,11 @@ absl::Status CudaBackend::Load(const compiler::Plan& plan, const WeightSource& w
   if (dequant_bytes > 0) {
     ASSIGN_OR_RETURN(dequant_scratch_, DeviceAlloc(dequant_bytes, "the dequantized weight"));
   }
+  order_scratch_ = DeviceBuffer();
+  ASSIGN_OR_RETURN(order_bytes_, OrderScratchBytes(plan));
+  if (order_bytes_ > 0) {
+    ASSIGN_OR_RETURN(order_scratch_, DeviceAlloc(order_bytes_, "the act-order inputs"));
+  }
   // The norm prologue's scratch holds up to the most rows any program runs (the vision tower's patches).
   int64_t scratch_rows = plan.max_batch_tokens;
   for (const compiler::Program& program : plan.programs) {
@@ -494,6 +526,8 @@ absl::Status CudaBackend::LaunchProgram(const compiler::Program& program, void* 
     args.gather_scratch = gather_scratch_.get();
     args.dequant_scratch = dequant_scratch_.get();
     args.dequant_bytes = dequant_bytes_;
+    args.order_scratch = order_scratch_.get();
+    args.order_bytes = order_bytes_;
     args.comm = options_.comm;
     args.peer = options_.peer;
     args.stream = stream_;

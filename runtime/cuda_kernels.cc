@@ -56,7 +56,9 @@ cuda::LinearParams Linear(const A& a, const CudaTensor& x, const bf16* norm_w, c
 // A linear step, over a bf16 weight or a quantized one. Quantized, up to kQuantLinearMaxRows rows
 // (decode) run on the codes, x normalised first when there is a norm prologue; more rows
 // (prefill) dequantize the weight into the scratch and take the bf16 tensor-core GEMM, unless the
-// scratch was not sized for it (the LM head's logit rows: the codes kernel takes any rows).
+// scratch was not sized for it (the LM head's logit rows: the codes kernel takes any rows). An
+// act-order segment's codes kernel reads x reordered into the order scratch; its dequantized
+// weight is written back in input order.
 absl::Status RunLinear(const A& a, cuda::LinearParams p) {
   if (a.quant == nullptr) return Check(cuda::LaunchLinear(p, a.stream), a);
   if (p.m > cuda::kQuantLinearMaxRows && static_cast<size_t>(p.n * p.k) * 2 <= a.dequant_bytes) {
@@ -71,7 +73,19 @@ absl::Status RunLinear(const A& a, cuda::LinearParams p) {
     p.x = p.scratch;
     p.norm_w = nullptr;
   }
-  for (const cuda::QuantSegment& s : *a.quant) RETURN_IF_ERROR(Check(cuda::LaunchQuantLinear(p, s, a.stream), a));
+  for (const cuda::QuantSegment& s : *a.quant) {
+    cuda::LinearParams q = p;
+    if (s.input_order != nullptr) {  // an act-order segment reads x in its own input order
+      if (static_cast<size_t>(p.m * p.k) * 2 > a.order_bytes) {
+        return absl::InternalError(absl::StrCat("step ", a.step->name, ": ", p.m, " rows outgrow the act-order scratch"));
+      }
+      q.x = static_cast<const bf16*>(a.order_scratch);
+      RETURN_IF_ERROR(Check(cuda::LaunchOrderInputs(p.x, p.m, p.k, s.input_order, static_cast<bf16*>(a.order_scratch),
+                                                    a.stream),
+                            a));
+    }
+    RETURN_IF_ERROR(Check(cuda::LaunchQuantLinear(q, s, a.stream), a));
+  }
   return absl::OkStatus();
 }
 

@@ -44,6 +44,8 @@ struct CudaStepArgs {
   const std::vector<cuda::QuantSegment>* quant = nullptr;
   void* dequant_scratch = nullptr;
   size_t dequant_bytes = 0;
+  void* order_scratch = nullptr;  // x in an act-order segment's input order, for the codes kernel
+  size_t order_bytes = 0;
   Communicator* comm = nullptr;    // the tensor-parallel group, or null alone
   const cuda::PeerAllReduce* peer = nullptr;  // the one-shot all-reduce, when the group has one
   cudaStream_t stream = nullptr;

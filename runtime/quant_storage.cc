@@ -1,5 +1,6 @@
 #include "runtime/quant_storage.h"
 
+#include <cstring>
 #include <utility>
 
 #include "absl/status/status.h"
@@ -37,6 +38,33 @@ std::vector<T> InterleaveHalves(const std::vector<T>& v, int64_t rows) {
   return out;
 }
 
+// Group scales as bytes of the narrowest type that holds each exactly.
+void StoreGroupScales(const std::vector<float>& scales, HostQuantSegment* s) {
+  bool bf16 = true, f16 = true;
+  for (const float v : scales) {
+    bf16 = bf16 && BF16ToFloat(FloatToBF16(v)) == v;
+    f16 = f16 && HalfToFloat(FloatToHalf(v)) == v;
+  }
+  s->scale_type = bf16 ? cuda::ScaleType::kBF16 : f16 ? cuda::ScaleType::kF16 : cuda::ScaleType::kF32;
+  const int bytes = cuda::ScaleBytes(s->scale_type);
+  s->group_scales.resize(scales.size() * bytes);
+  for (size_t i = 0; i < scales.size(); ++i) {
+    const uint16_t h = bf16 ? FloatToBF16(scales[i]) : FloatToHalf(scales[i]);
+    std::memcpy(s->group_scales.data() + i * bytes, bytes == 4 ? static_cast<const void*>(&scales[i]) : &h, bytes);
+  }
+}
+
+float GroupScale(const HostQuantSegment& s, int64_t g) {
+  if (s.scale_type == cuda::ScaleType::kF32) {
+    float v;
+    std::memcpy(&v, s.group_scales.data() + 4 * g, 4);
+    return v;
+  }
+  uint16_t h;
+  std::memcpy(&h, s.group_scales.data() + 2 * g, 2);
+  return s.scale_type == cuda::ScaleType::kBF16 ? BF16ToFloat(h) : HalfToFloat(h);
+}
+
 }  // namespace
 
 absl::StatusOr<std::vector<HostQuantSegment>> PrepareQuantSegments(const compiler::WeightEntry& entry,
@@ -44,11 +72,18 @@ absl::StatusOr<std::vector<HostQuantSegment>> PrepareQuantSegments(const compile
                                                                    bool interleave) {
   ASSIGN_OR_RETURN(std::vector<QuantizedRows> pieces, QuantizeForDevice(entry, source, rank));
   if (interleave) {  // the rank's rows (gate block, then up block) as one segment, halves alternating
+    // A half whose zero points are all 2^(bits-1) has none stored: give it them if the other has.
+    bool zeros = false;
+    for (const QuantizedRows& q : pieces) zeros = zeros || !q.zeros.empty();
+    for (QuantizedRows& q : pieces) {
+      if (zeros && q.zeros.empty()) q.zeros.assign(q.scales.size(), static_cast<uint8_t>(1 << (q.format.bits() - 1)));
+    }
     QuantizedRows all = pieces[0];
     for (size_t i = 1; i < pieces.size(); ++i) {
-      if (!(pieces[i].format == all.format)) {
+      if (!(pieces[i].format == all.format) || pieces[i].input_order != all.input_order) {
         return absl::UnimplementedError(absl::StrCat("weight ", entry.name, " feeds a gate/up projection, whose "
-                                                     "halves a device stores interleaved: give them one format"));
+                                                     "halves a device stores interleaved: give them one format "
+                                                     "(and one act order)"));
       }
       all.rows += pieces[i].rows;
       all.codes.insert(all.codes.end(), pieces[i].codes.begin(), pieces[i].codes.end());
@@ -91,10 +126,10 @@ absl::StatusOr<std::vector<HostQuantSegment>> PrepareQuantSegments(const compile
     if (s.group == 0) {
       s.row_scales = std::move(q.scales);
     } else {
-      s.group_scales.reserve(q.scales.size());
-      for (const float v : q.scales) s.group_scales.push_back(FloatToBF16(v));  // bf16 values already: exact
+      StoreGroupScales(q.scales, &s);
     }
     s.zeros = std::move(q.zeros);
+    s.input_order = std::move(q.input_order);
     n_begin += s.rows;
     segments.push_back(std::move(s));
   }
@@ -108,13 +143,14 @@ std::vector<float> DequantizeSegment(const HostQuantSegment& s) {
   for (int64_t r = 0; r < s.rows; ++r) {
     for (int64_t j = 0; j < s.cols; ++j) {
       const int64_t g = r * groups + cuda::GroupOf(j, s.group, s.group_offset);
-      const float scale = s.group == 0 ? s.row_scales[r] : BF16ToFloat(s.group_scales[g]);
+      const float scale = s.group == 0 ? s.row_scales[r] : GroupScale(s, g);
       const uint8_t q = cuda::PackedCode(s.words.data(), s.cols, bits, r, j);
+      float& out = w[r * s.cols + (s.input_order.empty() ? j : s.input_order[j])];
       if (s.code == cuda::QuantCode::kFp8) {
-        w[r * s.cols + j] = scale * ref::E4M3ToFloat(q);
+        out = scale * ref::E4M3ToFloat(q);
       } else {
         const int z = s.zeros.empty() ? 1 << (bits - 1) : s.zeros[g];
-        w[r * s.cols + j] = scale * static_cast<float>(static_cast<int>(q) - z);  // as ref::DequantizeRows
+        out = scale * static_cast<float>(static_cast<int>(q) - z);  // as ref::DequantizeRows
       }
     }
   }

@@ -23,13 +23,17 @@ struct HostQuantSegment {
   int64_t n_begin = 0, rows = 0, cols = 0;
   std::vector<uint32_t> words;  // [rows, PackedRowWords(cols, bits)]
   std::vector<float> row_scales;       // [rows] when group is 0
-  std::vector<uint16_t> group_scales;  // [rows, SegmentGroups] bf16 bits otherwise
+  cuda::ScaleType scale_type = cuda::ScaleType::kBF16;
+  std::vector<uint8_t> group_scales;   // [rows, SegmentGroups] of scale_type otherwise (little-endian)
   std::vector<uint8_t> zeros;          // [rows, groups] for asymmetric integer formats, else empty
+  std::vector<int32_t> input_order;    // act order: stored input j is input input_order[j]; empty: in order
 };
 
 // This rank's segments of quantized weight `entry`, in row order. With
 // `interleave` (the gate/up weight of a fused SiLU-mul), the rank's rows become
-// one segment whose row 2j is gate row j and row 2j + 1 up row j. Unimplemented,
+// one segment whose row 2j is gate row j and row 2j + 1 up row j. An act-order
+// checkpoint's segment keeps each group's inputs together (input_order): the
+// kernels read x in that order. Unimplemented,
 // naming the weight, where the kernels cannot take the layout: inputs not in
 // whole 16-byte loads of codes (a rank's block must also start on a load
 // boundary of its first group), gate and up in different formats, an odd
@@ -39,7 +43,8 @@ absl::StatusOr<std::vector<HostQuantSegment>> PrepareQuantSegments(const compile
                                                                    const WeightSource& source, RankInfo rank,
                                                                    bool interleave);
 
-// The segment's weights, dequantized as the kernels do (row-major [rows, cols]).
+// The segment's weights, dequantized as the kernels do (row-major [rows, cols],
+// inputs in the weight's own order).
 std::vector<float> DequantizeSegment(const HostQuantSegment& segment);
 
 }  // namespace ag::runtime

@@ -45,6 +45,11 @@ absl::Status CheckpointWeights::Fill(const compiler::WeightEntry& entry, RankInf
   return absl::OkStatus();
 }
 
+absl::StatusOr<quant::UnpackedWeight> CheckpointWeights::Unpack(const compiler::WeightPiece& piece) const {
+  return quant::UnpackPacked(checkpoint_, piece.packing, piece.quant, quant::PackedModule(piece.tensor),
+                             piece.tensor_shape[0], piece.tensor_shape[1]);
+}
+
 namespace {
 
 void RoundRows(float* data, int64_t n, ir::DType dtype) {
@@ -141,46 +146,117 @@ absl::Status FillStored(const compiler::WeightEntry& entry, const WeightSource& 
   return absl::OkStatus();
 }
 
+namespace {
+
+// A piece's codes, scales and zero points for all of its rows and inputs, before the rank's block is taken.
+struct PieceCodes {
+  int64_t groups = 0;
+  std::vector<uint8_t> codes, zeros;  // [n, k], [n, groups] (empty: symmetric)
+  std::vector<float> scales;          // [n, groups]
+  std::vector<int32_t> input_order;   // act order: stored input j is input input_order[j]
+};
+
+// The inputs of an act-order weight sorted by group, or empty when they are in order already.
+// Unimplemented unless every group then holds `group` consecutive inputs, as the kernels read them.
+absl::StatusOr<std::vector<int32_t>> InputOrder(const compiler::WeightEntry& entry, const compiler::WeightPiece& p,
+                                                const quant::UnpackedWeight& u) {
+  std::vector<int32_t> order(static_cast<size_t>(u.k));
+  for (int64_t j = 0; j < u.k; ++j) order[j] = static_cast<int32_t>(j);
+  std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return u.group_of[a] < u.group_of[b]; });
+  bool identity = true;
+  for (int64_t j = 0; j < u.k; ++j) {
+    identity = identity && order[j] == j;
+    if (p.quant.group > 0 && u.group_of[order[j]] != j / p.quant.group) {
+      return absl::UnimplementedError(absl::StrCat("weight ", entry.name, ": ", p.tensor, "'s act-order groups are not ",
+                                                   p.quant.group, " inputs each; only the CPU backend runs it"));
+    }
+  }
+  if (identity) order.clear();
+  return order;
+}
+
+// The rows of piece `p` of a pre-quantized checkpoint, as the device stores them.
+absl::StatusOr<PieceCodes> DecodedPiece(const compiler::WeightEntry& entry, const compiler::WeightPiece& p,
+                                        const WeightSource& source) {
+  ASSIGN_OR_RETURN(const quant::UnpackedWeight u, source.Unpack(p));
+  PieceCodes c;
+  c.groups = u.groups;
+  ASSIGN_OR_RETURN(c.input_order, InputOrder(entry, p, u));
+  const int64_t k = u.k, first = p.row_begin * k, last = p.row_end * k;
+  c.codes.assign(u.codes.begin() + first, u.codes.begin() + last);
+  if (!c.input_order.empty()) {
+    for (int64_t r = 0; r < p.row_end - p.row_begin; ++r) {
+      for (int64_t j = 0; j < k; ++j) c.codes[r * k + j] = u.codes[first + r * k + c.input_order[j]];
+    }
+  }
+  c.scales.assign(u.scales.begin() + p.row_begin * u.groups, u.scales.begin() + p.row_end * u.groups);
+  if (u.fp8) return c;
+  const int half = 1 << (p.quant.bits() - 1);
+  bool symmetric = true;
+  for (int64_t i = p.row_begin * u.groups; i < p.row_end * u.groups; ++i) {
+    const int32_t z = u.zeros[i];
+    if (z < 0 || z > 255) {
+      return absl::UnimplementedError(absl::StrCat("weight ", entry.name, ": ", p.tensor, " has a zero point of ", z,
+                                                   ", which a device stores in one byte; only the CPU backend runs it"));
+    }
+    symmetric = symmetric && z == half;
+    c.zeros.push_back(static_cast<uint8_t>(z));
+  }
+  if (symmetric) c.zeros.clear();
+  return c;
+}
+
+}  // namespace
+
 absl::StatusOr<std::vector<QuantizedRows>> QuantizeForDevice(const compiler::WeightEntry& entry,
                                                              const WeightSource& source, RankInfo rank) {
+  bool all_decoded = true;
   for (const compiler::WeightPiece& p : entry.pieces) {
     if (!p.quant.quantized()) {
       return absl::UnimplementedError(absl::StrCat("weight ", entry.name, " keeps ", p.tensor,
                                                    " unquantized beside quantized rows; a device stores a weight's "
                                                    "pieces all quantized or none (give the whole weight one format)"));
     }
-    if (source.Decodes(p)) {
-      return absl::UnimplementedError(absl::StrCat("weight ", entry.name, ": ", p.tensor, " is a pre-quantized ",
-                                                   ir::QuantPackingName(p.packing),
-                                                   " tensor; only the CPU backend runs those today"));
-    }
+    all_decoded = all_decoded && source.Decodes(p);
   }
-  std::vector<float> values;
+  std::vector<float> values;  // the whole weight, when a piece is still to be quantized
   int64_t k = 0;
-  RETURN_IF_ERROR(ReadWhole(entry, source, rank, &values, &k));
+  if (!all_decoded) RETURN_IF_ERROR(ReadWhole(entry, source, rank, &values, &k));
   std::vector<QuantizedRows> pieces;
-  std::vector<uint8_t> codes, zeros;
-  std::vector<float> scales;
   int64_t first_row = 0;
   for (const compiler::WeightPiece& p : entry.pieces) {
     const int64_t n = p.row_end - p.row_begin;
-    RETURN_IF_ERROR(QuantizePiece(entry, p, values.data() + first_row * k, n, k, &codes, &scales, &zeros));
+    k = compiler::SliceForRank(p, 0, 1).row_elems;
+    PieceCodes c;
+    if (source.Decodes(p)) {
+      ASSIGN_OR_RETURN(c, DecodedPiece(entry, p, source));
+    } else {
+      RETURN_IF_ERROR(QuantizePiece(entry, p, values.data() + first_row * k, n, k, &c.codes, &c.scales, &c.zeros));
+      c.groups = p.quant.Groups(k);
+      if (p.quant.symmetric || p.quant.kind == ir::QuantKind::kFp8E4M3) c.zeros.clear();
+    }
     first_row += n;
     const compiler::PieceSlice s = compiler::SliceForRank(p, rank.rank, rank.tp);
-    const int64_t group = p.quant.group, groups = p.quant.Groups(k);
+    if (!c.input_order.empty() && s.col_end - s.col_begin != k) {
+      return absl::UnimplementedError(absl::StrCat("weight ", entry.name, ": ", p.tensor, " is stored in act order and ",
+                                                   "split over ranks by input; run it at tensor-parallel degree 1 or ",
+                                                   "with --device cpu"));
+    }
+    const int64_t group = p.quant.group, groups = c.groups;
     QuantizedRows q;
     q.format = p.quant;
     q.rows = s.row_end - s.row_begin;
     q.cols = s.col_end - s.col_begin;
     q.group_offset = group == 0 ? 0 : s.col_begin % group;
+    q.input_order = std::move(c.input_order);
     // Groups [g0, g1) of each row cover this rank's columns (the whole row's one scale when group is 0).
     const int64_t g0 = group == 0 ? 0 : s.col_begin / group, g1 = group == 0 ? 1 : (s.col_end + group - 1) / group;
     for (int64_t r = s.row_begin; r < s.row_end; ++r) {
       const int64_t local = r - p.row_begin;
-      q.codes.insert(q.codes.end(), codes.begin() + local * k + s.col_begin, codes.begin() + local * k + s.col_end);
-      q.scales.insert(q.scales.end(), scales.begin() + local * groups + g0, scales.begin() + local * groups + g1);
-      if (!p.quant.symmetric && p.quant.kind != ir::QuantKind::kFp8E4M3) {
-        q.zeros.insert(q.zeros.end(), zeros.begin() + local * groups + g0, zeros.begin() + local * groups + g1);
+      q.codes.insert(q.codes.end(), c.codes.begin() + local * k + s.col_begin, c.codes.begin() + local * k + s.col_end);
+      q.scales.insert(q.scales.end(), c.scales.begin() + local * groups + g0, c.scales.begin() + local * groups + g1);
+      if (!c.zeros.empty()) {
+        q.zeros.insert(q.zeros.end(), c.zeros.begin() + local * groups + g0, c.zeros.begin() + local * groups + g1);
       }
     }
     pieces.push_back(std::move(q));

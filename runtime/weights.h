@@ -22,6 +22,7 @@ class CheckpointWeights : public WeightSource {
   // A pre-quantized piece (WeightPiece::packing) is decoded exactly (models/quant/packed.h).
   absl::Status Fill(const compiler::WeightEntry& entry, RankInfo rank, float* out) const override;
   bool Decodes(const compiler::WeightPiece& piece) const override { return piece.packing != ir::QuantPacking::kNone; }
+  absl::StatusOr<quant::UnpackedWeight> Unpack(const compiler::WeightPiece& piece) const override;
 
  private:
   const glm::Checkpoint& checkpoint_;
@@ -54,20 +55,25 @@ absl::Status FillStored(const compiler::WeightEntry& entry, const WeightSource& 
 
 // One piece of a quantized weight as a device stores it: this rank's block of
 // the piece's rows (`rows` x `cols`), codes one byte each, scales and zero
-// points of the groups its columns touch (zeros empty when symmetric): a
-// column block may start inside a group, `group_offset` inputs into it.
+// points of the groups its columns touch (zeros empty when symmetric: z is
+// 2^(bits-1)): a column block may start inside a group, `group_offset` inputs
+// into it. An act-order checkpoint's codes are stored with each group's inputs
+// together: stored input j is input `input_order[j]` (empty: in order).
 struct QuantizedRows {
   ir::QuantFormat format;
   int64_t rows = 0, cols = 0, group_offset = 0;
   std::vector<uint8_t> codes, zeros;
   std::vector<float> scales;
+  std::vector<int32_t> input_order;
 };
 
-// This rank's pieces of a quantized weight, quantized exactly as FillStored
-// quantizes them (the whole weight, then the rank's block), so a device that
-// dequantizes them computes with FillStored's values. Unimplemented, naming
-// the weight, for what a device cannot store as codes today: a piece kept in
-// the plan's dtype beside quantized ones, a pre-quantized checkpoint's piece.
+// This rank's pieces of a quantized weight, so that a device that dequantizes
+// them computes with FillStored's values: quantized exactly as FillStored
+// quantizes them (the whole weight, then the rank's block), or a pre-quantized
+// checkpoint's codes as they are. Unimplemented, naming the weight, for what a
+// device cannot store as codes today: a piece kept in the plan's dtype beside
+// quantized ones; an act-order weight whose inputs are split over ranks or
+// whose groups are not `group` inputs each; a zero point past 255.
 absl::StatusOr<std::vector<QuantizedRows>> QuantizeForDevice(const compiler::WeightEntry& entry,
                                                              const WeightSource& source, RankInfo rank);
 

@@ -314,82 +314,157 @@ INSTANTIATE_TEST_SUITE_P(
       return name;
     });
 
-// The tiny GLM fixture's config and checkpoint, for the device-storage tests.
+// A fixture's config and checkpoint (the tiny GLM unless a test opens another), for the
+// device-storage tests.
 class DeviceStorage : public ::testing::Test {
  protected:
-  void SetUp() override {
-    const std::string dir = testing::TestDataDir() + "/tiny-glm";
+  void SetUp() override { Open("tiny-glm"); }
+  void Open(const std::string& fixture) {
+    const std::string dir = testing::TestDataDir() + "/" + fixture;
     absl::StatusOr<glm::ModelConfig> config = glm::LoadModelConfig(dir);
     ASSERT_TRUE(config.ok()) << config.status();
     config_ = *config;
+    source_.reset();
     absl::StatusOr<glm::Checkpoint> ckpt = glm::Checkpoint::Open(dir);
     ASSERT_TRUE(ckpt.ok()) << ckpt.status();
     ckpt_.emplace(std::move(*ckpt));
     source_.emplace(*ckpt_);
   }
-  glm::ModelConfig config_;
-  std::optional<glm::Checkpoint> ckpt_;
-  std::optional<runtime::CheckpointWeights> source_;
-};
 
-// What the CUDA backend uploads for a quantized weight (packed codes, bf16 group scales, the
-// gate/up halves interleaved, each rank's block) dequantizes to exactly the values the CPU backend
-// computes with, for every weight of a 4-bit body with its 8-bit K/V rows and LM head, and of 8-bit
-// bodies at tp 2, where down_proj's 80 inputs a rank start 16 into a group of 32 on rank 1.
-TEST_F(DeviceStorage, DequantizesToTheLoaderValues) {
-  const runtime::CheckpointWeights& source = *source_;
-  const std::pair<const char*, int> cases[] = {{"int4:g32:asym", 1}, {"int4:channel:sym", 1}, {"int8:g32:sym", 1},
-                                                {"int8:g32:asym", 2}, {"int8", 2}, {"fp8e4m3", 2}};
-  for (const auto& [body, tp] : cases) {
-    absl::StatusOr<compiler::CompileResult> compiled =
-        compiler::Compile(config_, Options(passes::DefaultQuantPolicy(Format(body)), tp));
-    ASSERT_TRUE(compiled.ok()) << compiled.status();
-    const compiler::Plan& plan = compiled->plan;
+  // What the segments of a plan's weights showed.
+  struct Seen {
+    std::set<std::string> formats;  // "code/group"
+    std::set<int> scale_types;      // of group scales
+    int offsets = 0, ordered = 0;   // segments starting inside a group; in act order
+  };
+
+  // What the CUDA backend uploads for each quantized weight of `plan` (packed codes, group scales,
+  // the gate/up halves interleaved, each rank's block) dequantizes to exactly the values the CPU
+  // backend computes with, on every rank.
+  void ExpectStoredAsLoaded(const compiler::Plan& plan, int tp, const std::string& label, Seen* seen) {
     std::set<int64_t> gate_up;
     for (const compiler::PlanStep& step : plan.decoder().steps) {
       if (step.kernel == ir::OpId::k_norm_gate_up_silu) gate_up.insert(step.operands[2].index);
     }
-    std::set<std::string> formats;
-    int offsets = 0;
     for (size_t i = 0; i < plan.weights.size(); ++i) {
       const compiler::WeightEntry& w = plan.weights[i];
       if (!w.quantized()) continue;
       for (int32_t rank = 0; rank < tp; ++rank) {
         const runtime::RankInfo info{rank, tp};
         std::vector<float> want(static_cast<size_t>(w.NumElements()));
-        ASSERT_TRUE(runtime::FillStored(w, source, info, plan.dtype, want.data()).ok());
+        ASSERT_TRUE(runtime::FillStored(w, *source_, info, plan.dtype, want.data()).ok());
         const bool interleave = gate_up.contains(static_cast<int64_t>(i));
         absl::StatusOr<std::vector<runtime::HostQuantSegment>> segments =
-            runtime::PrepareQuantSegments(w, source, info, interleave);
-        ASSERT_TRUE(segments.ok()) << segments.status();
+            runtime::PrepareQuantSegments(w, *source_, info, interleave);
+        ASSERT_TRUE(segments.ok()) << label << ": " << segments.status();
         std::vector<float> got;
         for (const runtime::HostQuantSegment& s : *segments) {
           EXPECT_EQ(s.n_begin, static_cast<int64_t>(got.size()) / w.shape[1]) << w.name;
           const std::vector<float> values = runtime::DequantizeSegment(s);
           got.insert(got.end(), values.begin(), values.end());
-          formats.insert(absl::StrCat(static_cast<int>(s.code), "/", s.group));
-          offsets += s.group_offset != 0;
+          seen->formats.insert(absl::StrCat(static_cast<int>(s.code), "/", s.group));
+          if (s.group != 0) seen->scale_types.insert(static_cast<int>(s.scale_type));
+          seen->offsets += s.group_offset != 0;
+          seen->ordered += !s.input_order.empty();
         }
         ASSERT_EQ(got.size(), want.size()) << w.name;
         const int64_t k = w.shape[1], half = w.shape[0] / 2;
         for (int64_t r = 0; r < w.shape[0]; ++r) {  // stored row r holds checkpoint row `from`
           const int64_t from = interleave ? (r % 2 == 0 ? r / 2 : half + r / 2) : r;
           for (int64_t j = 0; j < k; ++j) {
-            ASSERT_EQ(got[r * k + j], want[from * k + j]) << body << " tp " << tp << " rank " << rank << " "
-                                                          << w.name << " row " << r << " input " << j;
+            ASSERT_EQ(got[r * k + j], want[from * k + j])
+                << label << " tp " << tp << " rank " << rank << " " << w.name << " row " << r << " input " << j;
           }
         }
       }
     }
-    EXPECT_EQ(formats.size(), absl::StartsWith(body, "int4") ? 2u : 1u) << body << ": the body (and fp8 K/V rows)";
+  }
+
+  glm::ModelConfig config_;
+  std::optional<glm::Checkpoint> ckpt_;
+  std::optional<runtime::CheckpointWeights> source_;
+};
+
+// A 4-bit body with its 8-bit K/V rows and LM head, and 8-bit bodies at tp 2, where down_proj's
+// 80 inputs a rank start 16 into a group of 32 on rank 1.
+TEST_F(DeviceStorage, DequantizesToTheLoaderValues) {
+  const std::pair<const char*, int> cases[] = {{"int4:g32:asym", 1}, {"int4:channel:sym", 1}, {"int8:g32:sym", 1},
+                                                {"int8:g32:asym", 2}, {"int8", 2}, {"fp8e4m3", 2}};
+  for (const auto& [body, tp] : cases) {
+    absl::StatusOr<compiler::CompileResult> compiled =
+        compiler::Compile(config_, Options(passes::DefaultQuantPolicy(Format(body)), tp));
+    ASSERT_TRUE(compiled.ok()) << compiled.status();
+    Seen seen;
+    ExpectStoredAsLoaded(compiled->plan, tp, body, &seen);
+    EXPECT_EQ(seen.formats.size(), absl::StartsWith(body, "int4") ? 2u : 1u) << body << ": the body (and fp8 K/V rows)";
+    if (!seen.scale_types.empty()) {
+      EXPECT_EQ(seen.scale_types, std::set<int>{static_cast<int>(cuda::ScaleType::kBF16)}) << body;
+    }
+    EXPECT_EQ(seen.ordered, 0) << body;
     if (std::string(body) == "int8:g32:asym") {
-      EXPECT_GT(offsets, 0) << "a rank's block inside a group";
+      EXPECT_GT(seen.offsets, 0) << "a rank's block inside a group";
+    }
+  }
+}
+
+// A pre-quantized checkpoint's codes go to the device as they are: its fp16 scales stay fp16 and
+// compressed-tensors' fp32 ones fp32, GPTQ v1's stored z - 1 comes back as z, AWQ's nibble order is
+// undone, and the act-order GPTQ's inputs are sorted by group (q, k and v each in their own order).
+// At tp 2 the 8-bit checkpoints split like the others; an act-order weight split by its inputs and
+// 4-bit rows of 80 inputs a rank are refused, naming the weight.
+TEST_F(DeviceStorage, PreQuantizedCheckpointsKeepTheirCodes) {
+  struct Case {
+    const char* fixture;
+    int scale_type;   // of the group scales; -1: per-row scales only
+    bool act_order;
+    const char* tp2;  // the refusal at tp 2, or null when it stores
+  };
+  const int f16 = static_cast<int>(cuda::ScaleType::kF16), f32 = static_cast<int>(cuda::ScaleType::kF32);
+  const Case cases[] = {{"tiny-glm-gptq", f16, true, "split over ranks by input"},
+                        {"tiny-glm-gptq8", f16, false, nullptr},
+                        {"tiny-glm-awq", f16, false, "are not whole loads"},
+                        {"tiny-glm-ct-w4a16", f32, false, "are not whole loads"},
+                        {"tiny-glm-ct-w8a16", -1, false, nullptr},
+                        {"tiny-glm-ct-fp8", -1, false, nullptr}};
+  for (const Case& c : cases) {
+    Open(c.fixture);
+    for (const int tp : {1, 2}) {
+      absl::StatusOr<compiler::CompileResult> compiled = compiler::Compile(config_, Options({}, tp));
+      ASSERT_TRUE(compiled.ok()) << compiled.status();
+      int packed = 0;
+      for (const compiler::WeightEntry& w : compiled->plan.weights) {
+        for (const compiler::WeightPiece& p : w.pieces) packed += p.packing != ir::QuantPacking::kNone;
+      }
+      ASSERT_GE(packed, 2 * 6) << c.fixture;
+      if (tp == 2 && c.tp2 != nullptr) {
+        bool refused = false;
+        for (const compiler::WeightEntry& w : compiled->plan.weights) {
+          if (!w.quantized()) continue;
+          const absl::Status s = runtime::PrepareQuantSegments(w, *source_, {1, 2}, false).status();
+          if (s.ok()) continue;
+          refused = true;
+          EXPECT_EQ(s.code(), absl::StatusCode::kUnimplemented) << s;
+          EXPECT_NE(s.message().find(w.name), std::string::npos) << s;
+          EXPECT_NE(s.message().find(c.tp2), std::string::npos) << s;
+        }
+        EXPECT_TRUE(refused) << c.fixture;
+        continue;
+      }
+      Seen seen;
+      ExpectStoredAsLoaded(compiled->plan, tp, c.fixture, &seen);
+      if (c.scale_type >= 0) {
+        EXPECT_EQ(seen.scale_types, std::set<int>{c.scale_type}) << c.fixture;
+      } else {
+        EXPECT_TRUE(seen.scale_types.empty()) << c.fixture;
+      }
+      EXPECT_EQ(seen.ordered > 0, c.act_order) << c.fixture;
+      if (c.act_order) EXPECT_GE(seen.ordered, 4) << "q, k, v and the rest each in their own order";
     }
   }
 }
 
 TEST_F(DeviceStorage, RefusesWhatTheKernelsCannotStore) {
-  const runtime::CheckpointWeights& source = *source_;
+  const runtime::CheckpointWeights& source = *source_;  // the tiny GLM
   passes::QuantPolicy policy;
   policy.body = Format("int8");
   absl::StatusOr<std::vector<passes::QuantRule>> rules = passes::ParseQuantPolicy("*.q_proj: bf16\n", "p.policy");

@@ -11,6 +11,7 @@ bool SegmentFits(const QuantSegment& s, int64_t k) {
   if (s.n < 0 || s.n_begin < 0 || k <= 0 || k % per_load != 0 || s.group < 0) return false;
   if (s.n > 0 && (s.codes == nullptr || s.scales == nullptr)) return false;
   if (s.group == 0) return s.group_offset == 0;
+  if (s.code == QuantCode::kFp8) return false;  // E4M3 weights have one scale a row
   // Every load inside one group: groups and the offset in whole loads.
   return s.group % per_load == 0 && s.group_offset >= 0 && s.group_offset < s.group && s.group_offset % per_load == 0;
 }
@@ -28,9 +29,14 @@ __global__ void __launch_bounds__(256) DequantizeKernel(QuantSegment s, int64_t 
     float scale, zero, v[kCodes];
     GroupParams<kCode>(s, row, groups, GroupOf(first, s.group, s.group_offset), &scale, &zero);
     DequantizeLoad<kCode>(reinterpret_cast<const uint4*>(s.codes)[t], scale, zero, v);
-    bf16* out = w + (s.n_begin + row) * k + first;
+    bf16* out = w + (s.n_begin + row) * k;
+    if (s.input_order == nullptr) {
 #pragma unroll
-    for (int j = 0; j < kCodes; j += 8) Store8(out + j, FromFloat8(v + j));
+      for (int j = 0; j < kCodes; j += 8) Store8(out + first + j, FromFloat8(v + j));
+    } else {  // act order: each weight back to its own input, so the GEMM reads x as it is
+#pragma unroll
+      for (int j = 0; j < kCodes; ++j) out[s.input_order[first + j]] = __float2bfloat16(v[j]);
+    }
   }
 }
 
@@ -41,7 +47,31 @@ cudaError_t LaunchDequantizeFor(const QuantSegment& s, int64_t k, bf16* w, cudaS
   return LaunchKernel(DequantizeKernel<kCode>, dim3(static_cast<unsigned>(blocks)), dim3(256), 0, stream, s, k, w);
 }
 
+// One thread per 8 outputs: y[r, j..j+8) gathered from row r of x.
+__global__ void __launch_bounds__(256) OrderInputsKernel(const bf16* x, int64_t m, int64_t k, const int32_t* order,
+                                                         bf16* y) {
+  AllowNextKernel();
+  WaitForPreviousKernel();
+  const int64_t chunks = k / 8;
+  for (int64_t t = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; t < m * chunks;
+       t += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t r = t / chunks, j = (t % chunks) * 8;
+    float v[8];
+#pragma unroll
+    for (int e = 0; e < 8; ++e) v[e] = __bfloat162float(x[r * k + order[j + e]]);
+    Store8(y + r * k + j, FromFloat8(v));
+  }
+}
+
 }  // namespace
+
+cudaError_t LaunchOrderInputs(const bf16* x, int64_t m, int64_t k, const int32_t* order, bf16* y,
+                              cudaStream_t stream) {
+  if (x == nullptr || order == nullptr || y == nullptr || m < 0 || k <= 0 || k % 8 != 0) return cudaErrorInvalidValue;
+  if (m == 0) return cudaSuccess;
+  const int64_t blocks = std::min<int64_t>((m * (k / 8) + 255) / 256, int64_t{1} << 16);
+  return LaunchKernel(OrderInputsKernel, dim3(static_cast<unsigned>(blocks)), dim3(256), 0, stream, x, m, k, order, y);
+}
 
 cudaError_t LaunchQuantLinear(const LinearParams& p, const QuantSegment& s, cudaStream_t stream) {
   if (!SegmentFits(s, p.k) || p.m < 0 || p.norm_w != nullptr || s.n_begin + s.n > p.n) return cudaErrorInvalidValue;

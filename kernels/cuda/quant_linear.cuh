@@ -4,8 +4,9 @@
 // per row (and a zero point per group for asymmetric integer formats).
 //
 // A weight may hold several segments of rows in different formats (a 4-bit
-// body's QKV keeps its K/V rows at 8 bits): each is launched on its own over
-// its columns of y, the epilogue seeing the whole weight's column indices.
+// body's QKV keeps its K/V rows at 8 bits, a GPTQ checkpoint's q, k and v
+// their own act orders): each is launched on its own over its columns of y,
+// the epilogue seeing the whole weight's column indices.
 //
 // Two paths, the backend choosing by M:
 //   decode (M up to kQuantLinearMaxRows)  the codes cross the memory bus at 4
@@ -33,14 +34,19 @@ namespace ag::cuda {
 // Rows [n_begin, n_begin + n) of a quantized weight [N, k], on the device.
 struct QuantSegment {
   const uint32_t* codes = nullptr;  // [n, PackedRowWords(k, bits)] (quant_pack.h); fp8: E4M3 bytes, packed as int8
-  // Per row (group 0): fp32 [n]; per group: bf16 [n, groups], exact (ref::QuantizeRows rounds
-  // group scales to bf16 values), as ir::QuantFormat::DeviceBytes counts them.
+  // Per row (group 0): fp32 [n]; per group: [n, groups] of scale_type (bf16 for what this engine
+  // quantizes, as ir::QuantFormat::DeviceBytes counts them; a checkpoint's may be fp16 or fp32).
   const void* scales = nullptr;
   const uint8_t* zeros = nullptr;   // [n, groups], or null: symmetric (z = 2^(bits-1)); unused for fp8
   QuantCode code = QuantCode::kInt4;
   int64_t group = 0;         // inputs per scale; 0: the whole row
   int64_t group_offset = 0;  // inputs of the first group before this block's first (quant_pack.h)
   int64_t n_begin = 0, n = 0;
+  ScaleType scale_type = ScaleType::kBF16;
+  // An act-order checkpoint's codes keep each group's inputs together: stored input j is input
+  // input_order[j] of x ([k] on the device; null: in order). LaunchQuantLinear then wants x in that
+  // order (LaunchOrderInputs), and LaunchDequantize writes each weight back to its own input.
+  const int32_t* input_order = nullptr;
 };
 
 // Rows of x up to which the backend takes the decode path. Each block of 8 rows dequantizes the
@@ -61,6 +67,10 @@ cudaError_t LaunchQuantLinear(const LinearParams& p, const QuantSegment& segment
 // Rows [n_begin, n_begin + n) of w [N, k] bf16 <- the segment's dequantized
 // values rounded to bf16 (the prefill path's weight).
 cudaError_t LaunchDequantize(const QuantSegment& segment, int64_t k, __nv_bfloat16* w, cudaStream_t stream);
+
+// y[r, j] = x[r, order[j]] for the m rows of k inputs: x in an act-order segment's input order.
+cudaError_t LaunchOrderInputs(const __nv_bfloat16* x, int64_t m, int64_t k, const int32_t* order, __nv_bfloat16* y,
+                              cudaStream_t stream);
 
 }  // namespace ag::cuda
 

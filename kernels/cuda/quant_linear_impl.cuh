@@ -41,14 +41,22 @@ __device__ __forceinline__ void DequantizeLoad(const uint4& packed, float s, flo
 template <QuantCode kCode>
 __device__ __forceinline__ void GroupParams(const QuantSegment& s, int64_t row, int64_t groups, int64_t g,
                                             float* scale, float* zero) {
-  *scale = s.group == 0 ? static_cast<const float*>(s.scales)[row]
-                        : __bfloat162float(static_cast<const bf16*>(s.scales)[row * groups + g]);
-  if constexpr (kCode == QuantCode::kFp8) {
+  if constexpr (kCode == QuantCode::kFp8) {  // one fp32 scale a row (SegmentFits), no zero point
+    *scale = static_cast<const float*>(s.scales)[row];
     *zero = 0.0f;
-  } else {
-    *zero = s.zeros != nullptr ? static_cast<float>(s.zeros[row * groups + g])
-                               : static_cast<float>(1 << (QuantCodeBits(kCode) - 1));
+    return;
   }
+  const int64_t i = row * groups + g;
+  if (s.group == 0) {
+    *scale = static_cast<const float*>(s.scales)[row];
+  } else if (s.scale_type == ScaleType::kBF16) {  // uniform over the grid: no divergence
+    *scale = __bfloat162float(static_cast<const bf16*>(s.scales)[i]);
+  } else if (s.scale_type == ScaleType::kF16) {
+    *scale = __half2float(static_cast<const __half*>(s.scales)[i]);
+  } else {
+    *scale = static_cast<const float*>(s.scales)[i];
+  }
+  *zero = s.zeros != nullptr ? static_cast<float>(s.zeros[i]) : static_cast<float>(1 << (QuantCodeBits(kCode) - 1));
 }
 
 // Block: kQuantWarps warps; warp w of column group c takes the segment's columns

@@ -16,6 +16,13 @@ enum class QuantCode : int { kInt4, kInt8, kFp8 };
 
 inline constexpr int QuantCodeBits(QuantCode code) { return code == QuantCode::kInt4 ? 4 : 8; }
 
+// How a segment's group scales are stored (per-row scales are always fp32): bf16 for the
+// weights this engine quantizes (ref::QuantizeRows rounds them so); a pre-quantized
+// checkpoint's in the narrowest of bf16, fp16 and fp32 that holds every one exactly.
+enum class ScaleType : int { kBF16, kF16, kF32 };
+
+inline constexpr int ScaleBytes(ScaleType type) { return type == ScaleType::kF32 ? 4 : 2; }
+
 // Codes a 16-byte load carries.
 inline constexpr int64_t CodesPerLoad(int bits) { return 128 / bits; }
 // Words of one packed row; the kernels need k to be a multiple of CodesPerLoad(bits).

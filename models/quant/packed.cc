@@ -150,8 +150,16 @@ absl::StatusOr<std::vector<std::string>> CheckPacked(const glm::Checkpoint& chec
   return names;
 }
 
-absl::Status DecodePacked(const glm::Checkpoint& checkpoint, QuantPacking packing, const ir::QuantFormat& format,
-                          absl::string_view module, int64_t n, int64_t k, float* out) {
+float UnpackedWeight::Value(int64_t r, int64_t j) const {
+  const int64_t g = r * groups + group_of[j];
+  const uint8_t q = codes[r * k + j];
+  if (fp8) return scales[g] * ref::E4M3ToFloat(q);
+  return scales[g] * static_cast<float>(static_cast<int>(q) - zeros[g]);
+}
+
+absl::StatusOr<UnpackedWeight> UnpackPacked(const glm::Checkpoint& checkpoint, QuantPacking packing,
+                                            const ir::QuantFormat& format, absl::string_view module, int64_t n,
+                                            int64_t k) {
   RETURN_IF_ERROR(CheckPacked(checkpoint, packing, format, module, n, k).status());
   std::vector<const glm::TensorView*> t;
   for (const Part& part : PartsOf(packing, format, n, k)) {
@@ -159,69 +167,104 @@ absl::Status DecodePacked(const glm::Checkpoint& checkpoint, QuantPacking packin
     t.push_back(v);
   }
   const int bits = format.bits(), pf = 32 / bits, half = 1 << (bits - 1);
-  const int64_t groups = format.Groups(k);
+  UnpackedWeight u;
+  u.n = n;
+  u.k = k;
+  u.groups = format.Groups(k);
+  u.codes.resize(static_cast<size_t>(n * k));
+  const int64_t groups = u.groups;
   switch (packing) {
     case QuantPacking::kGptq:
     case QuantPacking::kGptqV2: {  // qweight [k/pf, n], qzeros [groups, n/pf], scales [groups, n], g_idx [k]
       ASSIGN_OR_RETURN(const std::vector<float> s, Scales(*t[2]));
-      ASSIGN_OR_RETURN(const std::vector<int32_t> g, Groups(t[3], format, k));
+      ASSIGN_OR_RETURN(u.group_of, Groups(t[3], format, k));
       const int z_offset = packing == QuantPacking::kGptq ? 1 : 0;  // v1 stores z - 1
-      for (int64_t kk = 0; kk < k; ++kk) {
+      u.scales.resize(static_cast<size_t>(n * groups));
+      u.zeros.resize(u.scales.size());
+      for (int64_t g = 0; g < groups; ++g) {
         for (int64_t nn = 0; nn < n; ++nn) {
-          const int q = Field(I32At(*t[0], (kk / pf) * n + nn), bits * static_cast<int>(kk % pf), bits);
-          const int z = Field(I32At(*t[1], g[kk] * (n / pf) + nn / pf), bits * static_cast<int>(nn % pf), bits) + z_offset;
-          out[nn * k + kk] = s[g[kk] * n + nn] * static_cast<float>(q - z);
+          u.scales[nn * groups + g] = s[g * n + nn];
+          u.zeros[nn * groups + g] = Field(I32At(*t[1], g * (n / pf) + nn / pf), bits * static_cast<int>(nn % pf), bits) +
+                                     z_offset;
         }
       }
-      return absl::OkStatus();
+      for (int64_t kk = 0; kk < k; ++kk) {
+        for (int64_t nn = 0; nn < n; ++nn) {
+          u.codes[nn * k + kk] = static_cast<uint8_t>(
+              Field(I32At(*t[0], (kk / pf) * n + nn), bits * static_cast<int>(kk % pf), bits));
+        }
+      }
+      return u;
     }
     case QuantPacking::kAwq: {  // qweight [k, n/8], qzeros [groups, n/8], scales [groups, n]; AWQ's nibble order
       constexpr int kNibbleOfColumn[8] = {0, 4, 1, 5, 2, 6, 3, 7};
       ASSIGN_OR_RETURN(const std::vector<float> s, Scales(*t[2]));
-      const int64_t len = k / groups;
-      for (int64_t kk = 0; kk < k; ++kk) {
+      ASSIGN_OR_RETURN(u.group_of, Groups(nullptr, format, k));
+      u.scales.resize(static_cast<size_t>(n * groups));
+      u.zeros.resize(u.scales.size());
+      for (int64_t g = 0; g < groups; ++g) {
         for (int64_t nn = 0; nn < n; ++nn) {
-          const int shift = 4 * kNibbleOfColumn[nn % 8];
-          const int q = Field(I32At(*t[0], kk * (n / 8) + nn / 8), shift, 4);
-          const int z = Field(I32At(*t[1], (kk / len) * (n / 8) + nn / 8), shift, 4);
-          out[nn * k + kk] = s[(kk / len) * n + nn] * static_cast<float>(q - z);
+          u.scales[nn * groups + g] = s[g * n + nn];
+          u.zeros[nn * groups + g] = Field(I32At(*t[1], g * (n / 8) + nn / 8), 4 * kNibbleOfColumn[nn % 8], 4);
         }
       }
-      return absl::OkStatus();
+      for (int64_t kk = 0; kk < k; ++kk) {
+        for (int64_t nn = 0; nn < n; ++nn) {
+          u.codes[nn * k + kk] =
+              static_cast<uint8_t>(Field(I32At(*t[0], kk * (n / 8) + nn / 8), 4 * kNibbleOfColumn[nn % 8], 4));
+        }
+      }
+      return u;
     }
     case QuantPacking::kCtInt: {  // weight_packed [n, ceil(k/pf)], weight_scale [n, groups], weight_shape, g_idx, zero points
       const int64_t rows = IntAt(*t[2], 0), cols = IntAt(*t[2], 1);
       if (rows != n || cols != k) return Mismatch(*t[2], absl::StrCat("says [", rows, ", ", cols, "], not [", n, ", ", k, "]"));
-      ASSIGN_OR_RETURN(const std::vector<float> s, Scales(*t[1]));
-      ASSIGN_OR_RETURN(const std::vector<int32_t> g, Groups(t[3], format, k));
+      ASSIGN_OR_RETURN(u.scales, Scales(*t[1]));
+      ASSIGN_OR_RETURN(u.group_of, Groups(t[3], format, k));
+      // Codes and zero points are stored offset by 2^(bits-1) (signed values made unsigned).
+      u.zeros.assign(u.scales.size(), half);
+      if (!format.symmetric) {
+        for (int64_t nn = 0; nn < n; ++nn) {
+          for (int64_t g = 0; g < groups; ++g) {
+            u.zeros[nn * groups + g] = Field(I32At(*t[4], (nn / pf) * groups + g), bits * static_cast<int>(nn % pf), bits);
+          }
+        }
+      }
       const int64_t words = Ceil(k, pf);
       for (int64_t nn = 0; nn < n; ++nn) {
         for (int64_t kk = 0; kk < k; ++kk) {
-          const int q = Field(I32At(*t[0], nn * words + kk / pf), bits * static_cast<int>(kk % pf), bits);
-          // Codes and zero points are stored offset by 2^(bits-1) (signed values made unsigned).
-          const int z = format.symmetric
-                            ? half
-                            : Field(I32At(*t[4], (nn / pf) * groups + g[kk]), bits * static_cast<int>(nn % pf), bits);
-          out[nn * k + kk] = s[nn * groups + g[kk]] * static_cast<float>(q - z);
+          u.codes[nn * k + kk] =
+              static_cast<uint8_t>(Field(I32At(*t[0], nn * words + kk / pf), bits * static_cast<int>(kk % pf), bits));
         }
       }
-      return absl::OkStatus();
+      return u;
     }
     case QuantPacking::kCtFp8: {  // weight [n, k] E4M3, weight_scale [n, 1] or one for the tensor
       ASSIGN_OR_RETURN(const std::vector<float> s, Scales(*t[1]));
       for (int64_t i = 0; i < n * k; ++i) {
         if ((t[0]->data[i] & 0x7F) == 0x7F) return Mismatch(*t[0], "holds a NaN");
       }
-      for (int64_t nn = 0; nn < n; ++nn) {
-        const float scale = s.size() == 1 ? s[0] : s[nn];
-        for (int64_t kk = 0; kk < k; ++kk) out[nn * k + kk] = scale * ref::E4M3ToFloat(t[0]->data[nn * k + kk]);
-      }
-      return absl::OkStatus();
+      u.fp8 = true;
+      u.groups = 1;
+      u.group_of.assign(static_cast<size_t>(k), 0);
+      u.scales.resize(static_cast<size_t>(n));
+      for (int64_t nn = 0; nn < n; ++nn) u.scales[nn] = s.size() == 1 ? s[0] : s[nn];
+      std::memcpy(u.codes.data(), t[0]->data, static_cast<size_t>(n * k));
+      return u;
     }
     case QuantPacking::kNone:
       break;
   }
   return absl::InvalidArgumentError(absl::StrCat(module, ": not a packed weight"));
+}
+
+absl::Status DecodePacked(const glm::Checkpoint& checkpoint, QuantPacking packing, const ir::QuantFormat& format,
+                          absl::string_view module, int64_t n, int64_t k, float* out) {
+  ASSIGN_OR_RETURN(const UnpackedWeight u, UnpackPacked(checkpoint, packing, format, module, n, k));
+  for (int64_t r = 0; r < n; ++r) {
+    for (int64_t j = 0; j < k; ++j) out[r * k + j] = u.Value(r, j);
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace ag::quant

@@ -31,8 +31,27 @@ absl::StatusOr<std::vector<std::string>> CheckPacked(const glm::Checkpoint& chec
                                                      const ir::QuantFormat& format, absl::string_view module,
                                                      int64_t n, int64_t k);
 
-// The whole [n, k] weight of `module`, dequantized into `out`. Scales that
-// are not finite and act-order indices out of range are errors naming the tensor.
+// A packed linear's stored numbers, unpacked but not multiplied out: what a
+// device that computes on codes stores (runtime/quant_storage.h).
+struct UnpackedWeight {
+  int64_t n = 0, k = 0, groups = 0;
+  bool fp8 = false;              // codes are E4M3 bytes, one scale per row (groups 1)
+  std::vector<uint8_t> codes;    // [n, k]: unsigned integers of format.bits(), or E4M3 bytes
+  std::vector<float> scales;     // [n, groups], the checkpoint's values (exact in fp32)
+  std::vector<int32_t> zeros;    // [n, groups]; integer formats only (GPTQ v1's z - 1 already + 1)
+  std::vector<int32_t> group_of; // [k]: each input's group (act order: g_idx; else input / group)
+
+  // W[r, j] = s * (q - z) (or s * e4m3(q)), in fp32, as the checkpoint's library computes it.
+  float Value(int64_t r, int64_t j) const;
+};
+
+// The [n, k] weight of `module` unpacked. Scales that are not finite, act-order
+// indices out of range and a shape tensor that disagrees are errors naming the tensor.
+absl::StatusOr<UnpackedWeight> UnpackPacked(const glm::Checkpoint& checkpoint, ir::QuantPacking packing,
+                                            const ir::QuantFormat& format, absl::string_view module, int64_t n,
+                                            int64_t k);
+
+// The whole [n, k] weight of `module`, dequantized into `out` (UnpackPacked, then Value).
 absl::Status DecodePacked(const glm::Checkpoint& checkpoint, ir::QuantPacking packing, const ir::QuantFormat& format,
                           absl::string_view module, int64_t n, int64_t k, float* out);
 

@@ -68,6 +68,12 @@ void ExpectMatchesGolden(const Generation& got, const GoldenCase& c, double tole
 
 class GpuFixtures : public ::testing::TestWithParam<const char*> {};
 
+std::string FixtureName(const ::testing::TestParamInfo<const char*>& info) {
+  std::string n = info.param;
+  for (char& ch : n) ch = ch == '-' ? '_' : ch;
+  return n;
+}
+
 TEST_P(GpuFixtures, Bf16MatchesGoldenAndTheCpu) {
   SKIP_WITHOUT_GPU();
   const std::vector<GoldenCase> cases = testing::LoadGolden(testing::TestDataDir() + "/" + GetParam());
@@ -99,11 +105,15 @@ TEST_P(GpuFixtures, BatchedGraphsAndEagerAgree) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Fixtures, GpuFixtures, ::testing::ValuesIn(testing::kFixtures), [](const auto& info) {
-  std::string n = info.param;
-  for (char& ch : n) ch = ch == '-' ? '_' : ch;
-  return n;
-});
+INSTANTIATE_TEST_SUITE_P(Fixtures, GpuFixtures, ::testing::ValuesIn(testing::kFixtures), FixtureName);
+
+// Pre-quantized checkpoints as they are (issue 18): GPTQ with act order (its inputs sorted by
+// group, x reordered to match) and v2 zeros, AWQ, compressed-tensors int4/int8/fp8; fp16 and fp32
+// group scales. The codes kernels take the short prompts and the answers, batched or not.
+INSTANTIATE_TEST_SUITE_P(PreQuantized, GpuFixtures,
+                         ::testing::Values("tiny-glm-gptq", "tiny-glm-gptq8", "tiny-glm-awq", "tiny-glm-ct-w4a16",
+                                           "tiny-glm-ct-w8a16", "tiny-glm-ct-fp8"),
+                         FixtureName);
 
 // GLM-4-9B's head geometry (head_dim 128, 16 query heads per KV head) at a small width.
 glm::ModelConfig WideConfig() {

@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <numeric>
+#include <random>
 
 #include "kernels/cuda/attention.cuh"
 #include "kernels/cuda/elementwise.cuh"
@@ -15,6 +16,7 @@
 #include "kernels/cuda/quant_linear.cuh"
 #include "kernels/cuda/quant_pack.h"
 #include "kernels/cuda/vocab.cuh"
+#include "kernels/ref/half.h"
 #include "kernels/ref/quant.h"
 #include "kernels/ref/ref.h"
 #include "runtime/weights.h"
@@ -623,6 +625,68 @@ TEST(GpuKernels, QuantLinearIsExactByConstruction) {
   EXPECT_EQ(cuda::LaunchQuantLinear(p, bad, nullptr), cudaErrorInvalidValue);
   bad.n = 5;  // past the weight's rows
   EXPECT_EQ(cuda::LaunchQuantLinear(p, bad, nullptr), cudaErrorInvalidValue);
+}
+
+// A pre-quantized checkpoint's segment: fp16 or fp32 group scales (values bf16 cannot hold), and
+// act order, its codes stored with each group's inputs together. The codes kernel, given x in
+// that order (LaunchOrderInputs), and the dequantized weight, written back in input order, must
+// both give the weight's own products.
+TEST(GpuKernels, QuantLinearReadsCheckpointScalesAndActOrder) {
+  SKIP_WITHOUT_GPU();
+  const int64_t n = 64, k = 256;
+  std::mt19937 rng(29);
+  for (const cuda::ScaleType type : {cuda::ScaleType::kF16, cuda::ScaleType::kF32}) {
+    HostSegment h = MakeSegment({cuda::QuantCode::kInt4, 32, false}, n, k, rng);
+    for (float& sc : h.scales) {  // 10 (fp16) or 20 (fp32) significant bits
+      const int bits = type == cuda::ScaleType::kF16 ? 10 : 20;
+      sc = std::ldexp(1.0f + std::ldexp(static_cast<float>(1 + rng() % ((1u << bits) - 1)), -bits),
+                      -static_cast<int>(rng() % 4));
+    }
+    std::vector<int32_t> order(k);
+    std::iota(order.begin(), order.end(), 0);
+    std::shuffle(order.begin(), order.end(), rng);
+    std::vector<float> stored(n * k), w(n * k);  // w: each weight at its own input
+    ref::DequantizeRows(h.codes.data(), h.scales.data(), h.zeros.data(), n, k, h.spec, stored.data());
+    for (int64_t r = 0; r < n; ++r) {
+      for (int64_t j = 0; j < k; ++j) w[r * k + order[j]] = stored[r * k + j];
+    }
+    std::vector<uint16_t> half_scales;
+    for (const float sc : h.scales) half_scales.push_back(FloatToHalf(sc));
+    DeviceArray<uint32_t> codes(h.words);
+    DeviceArray<uint16_t> scales16(half_scales);
+    DeviceArray<float> scales32(h.scales);
+    DeviceArray<uint8_t> zeros(h.zeros);
+    DeviceArray<int32_t> device_order(order);
+    cuda::QuantSegment seg{codes.get(), nullptr, zeros.get(), cuda::QuantCode::kInt4, 32, 0, 0, n};
+    seg.scales = type == cuda::ScaleType::kF16 ? static_cast<const void*>(scales16.get()) : scales32.get();
+    seg.scale_type = type;
+    seg.input_order = device_order.get();
+    const std::string name = type == cuda::ScaleType::kF16 ? "fp16 scales" : "fp32 scales";
+    Bf16Array dw(n * k);
+    ASSERT_CUDA(cuda::LaunchDequantize(seg, k, dw.get(), nullptr));
+    ExpectClose(dw.Download(), Bf16(w), 0, 0, name + " dequantized in input order");
+    for (const int64_t m : {1, 5, 16}) {
+      const std::vector<float> x = RandomBf16(m * k, 37);
+      std::vector<float> want(m * n);
+      for (int64_t r = 0; r < m; ++r) {
+        for (int64_t col = 0; col < n; ++col) {
+          double sum = 0;
+          for (int64_t j = 0; j < k; ++j) sum += double{x[r * k + j]} * w[col * k + j];
+          want[r * n + col] = static_cast<float>(sum);
+        }
+      }
+      Bf16Array dx(x), ordered(m * k), dy(m * n);
+      ASSERT_CUDA(cuda::LaunchOrderInputs(dx.get(), m, k, device_order.get(), ordered.get(), nullptr));
+      cuda::LinearParams p;
+      p.x = ordered.get();
+      p.m = m;
+      p.k = k;
+      p.n = n;
+      p.y = dy.get();
+      ASSERT_CUDA(cuda::LaunchQuantLinear(p, seg, nullptr));
+      ExpectClose(dy.Download(), Bf16(want), 2e-2f, 1e-2f, name + " m" + std::to_string(m));
+    }
+  }
 }
 
 // The fused epilogues on the quantized path give what the bf16 path gives on the dequantized
