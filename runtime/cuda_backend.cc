@@ -184,6 +184,7 @@ class CudaBackend : public Backend {
   std::vector<DeviceBuffer> weights_;  // bf16 weights; empty for quantized ones, stored in quant_
   std::vector<QuantWeight> quant_;      // by weight index; no segments for bf16 weights
   DeviceBuffer dequant_scratch_, order_scratch_;
+  DeviceBuffer kv_staging_;  // an 8-bit cache: the fused QKV step's fp32 K and V rows (KvStagingBytes)
   size_t dequant_bytes_ = 0, order_bytes_ = 0;
   // Host side of the inputs, two halves used in turn: a step fills one while
   // the previous step's copy may still read the other, so no step waits for
@@ -302,6 +303,44 @@ absl::StatusOr<size_t> CudaBackend::DequantScratchBytes(const compiler::Plan& pl
   return bytes;
 }
 
+namespace {
+
+cuda::KvCode KvCodeOf(ir::DType dtype) {
+  switch (dtype) {
+    case ir::DType::kF8E4M3:
+      return cuda::KvCode::kFp8;
+    case ir::DType::kI8:
+      return cuda::KvCode::kInt8;
+    default:
+      return cuda::KvCode::kBF16;
+  }
+}
+
+// One layer of the cache: K values, V values, then for an 8-bit cache the K scales and the V
+// scales ([slots, kv_heads] fp32 each).
+int64_t KvLayerBytes(const compiler::KvGeometry& kv, int64_t blocks) {
+  const int64_t slots = blocks * kv.block_size;
+  return 2 * slots * kv.kv_heads * (kv.head_dim * cuda::KvCodeBytes(KvCodeOf(kv.dtype)) + (kv.quantized() ? 4 : 0));
+}
+
+cuda::PagedKv KvOfLayer(const compiler::KvGeometry& kv, int64_t blocks, char* layer) {
+  const int64_t values = blocks * kv.block_size * kv.kv_heads * kv.head_dim * cuda::KvCodeBytes(KvCodeOf(kv.dtype));
+  cuda::PagedKv out{layer, layer + values, kv.block_size, kv.kv_heads, kv.head_dim, KvCodeOf(kv.dtype)};
+  if (kv.quantized()) {
+    out.k_scale = reinterpret_cast<float*>(layer + 2 * values);
+    out.v_scale = out.k_scale + blocks * kv.block_size * kv.kv_heads;
+  }
+  return out;
+}
+
+// The fused QKV step's fp32 K and V rows before an 8-bit cache takes them: [T, 2 kv_heads head_dim].
+int64_t KvStagingBytes(const compiler::Plan& plan) {
+  const compiler::KvGeometry& kv = plan.kv;
+  return kv.quantized() ? plan.max_batch_tokens * 2 * kv.kv_heads * kv.head_dim * 4 : 0;
+}
+
+}  // namespace
+
 absl::StatusOr<size_t> CudaBackend::OrderScratchBytes(const compiler::Plan& plan) const {
   size_t bytes = 0;
   for (const compiler::Program& program : plan.programs) {
@@ -329,9 +368,9 @@ absl::Status CudaBackend::Load(const compiler::Plan& plan, const WeightSource& w
     return absl::InvalidArgumentError(absl::StrCat("the CUDA backend runs bf16 plans; this plan is ",
                                                    ir::DTypeName(plan.dtype), " (compile with --dtype bf16)"));
   }
-  if (plan.kv.dtype != ir::DType::kBF16) {
-    return absl::UnimplementedError(absl::StrCat("the CUDA backend has no kernels for an ", ir::DTypeName(plan.kv.dtype),
-                                                 " KV cache yet: run the plan with --device cpu"));
+  if (plan.kv.dtype != ir::DType::kBF16 && !plan.kv.quantized()) {
+    return absl::UnimplementedError(absl::StrCat("the CUDA backend keeps a bf16 or 8-bit KV cache, not ",
+                                                 ir::DTypeName(plan.kv.dtype)));
   }
   if (kv_blocks <= 0) return absl::InvalidArgumentError("the KV cache needs at least one block");
   ASSIGN_OR_RETURN(rank_, CheckRank(plan, options_.comm));
@@ -343,8 +382,10 @@ absl::Status CudaBackend::Load(const compiler::Plan& plan, const WeightSource& w
   // prefill path's dequantized weight.
   ASSIGN_OR_RETURN(const size_t dequant_bytes, DequantScratchBytes(plan));
   const int64_t extra = plan.max_batch_tokens * plan.model.hidden_size * 16 + (int64_t{256} << 20) +
-                        static_cast<int64_t>(dequant_bytes);
-  RETURN_IF_ERROR(CheckPlanFits(plan, kv_blocks, StorageLayout{2, 2, 1, 1, /*weights_as_stored=*/true}, extra,
+                        static_cast<int64_t>(dequant_bytes) + KvStagingBytes(plan);
+  RETURN_IF_ERROR(CheckPlanFits(plan, kv_blocks, StorageLayout{2, 2, 1, 1, /*weights_as_stored=*/true,
+                                                               /*kv_as_stored=*/true},
+                                extra,
                                 static_cast<int64_t>(free_bytes), absl::StrCat("GPU memory on device ", options_.device)));
   if (stream_ == nullptr) CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
   for (cudaEvent_t& e : input_copied_) {
@@ -365,10 +406,13 @@ absl::Status CudaBackend::Load(const compiler::Plan& plan, const WeightSource& w
     ASSIGN_OR_RETURN(vision_staging_, PinnedAlloc(vision_inputs_bytes_));
   }
   const compiler::KvGeometry& kv = plan.kv;
-  const size_t kv_bytes =
-      static_cast<size_t>(kv.num_layers * 2 * kv_blocks * kv.block_size * kv.kv_heads * kv.head_dim) * 2;
+  const size_t kv_bytes = static_cast<size_t>(kv.num_layers * KvLayerBytes(kv, kv_blocks));
   ASSIGN_OR_RETURN(kv_, DeviceAlloc(kv_bytes, "the KV cache"));
   CUDA_RETURN_IF_ERROR(cudaMemsetAsync(kv_.get(), 0, kv_bytes, stream_));
+  kv_staging_ = DeviceBuffer();
+  if (KvStagingBytes(plan) > 0) {
+    ASSIGN_OR_RETURN(kv_staging_, DeviceAlloc(static_cast<size_t>(KvStagingBytes(plan)), "the KV staging rows"));
+  }
 
   // Gate/up weights of norm_gate_up_silu are stored with their rows interleaved.
   std::vector<bool> interleave(plan.weights.size(), false);
@@ -506,7 +550,7 @@ absl::Status CudaBackend::LaunchProgram(const compiler::Program& program, void* 
   const compiler::Plan& plan = *plan_;
   const ir::SymbolBindings bindings = batch.Bindings(kv_blocks_);
   const compiler::KvGeometry& geo = plan.kv;
-  const int64_t layer_bytes = 2 * kv_blocks_ * geo.block_size * geo.kv_heads * geo.head_dim * 2;
+  const int64_t layer_bytes = KvLayerBytes(geo, kv_blocks_);
   auto input = [&](const char* name) -> const int32_t* {
     const auto it = offsets.find(name);
     return it == offsets.end() ? nullptr : reinterpret_cast<const int32_t*>(inputs + it->second);
@@ -550,8 +594,8 @@ absl::Status CudaBackend::LaunchProgram(const compiler::Program& program, void* 
           break;
         case compiler::TensorKind::kState: {
           char* layer = static_cast<char*>(kv_.get()) + t.index * layer_bytes;
-          args.kv = {reinterpret_cast<__nv_bfloat16*>(layer), reinterpret_cast<__nv_bfloat16*>(layer + layer_bytes / 2),
-                     geo.block_size, geo.kv_heads, geo.head_dim};
+          args.kv = KvOfLayer(geo, kv_blocks_, layer);
+          args.kv_staging = static_cast<float*>(kv_staging_.get());
           out.data = layer;
           break;
         }

@@ -203,7 +203,12 @@ absl::Status NormQkvRopeKvWrite(const A& a) {
   r.head_dim = static_cast<int>(a.Int("head_dim"));
   r.rot = static_cast<int>(a.Int("rot"));
   r.theta = a.Float("theta");
-  return RunLinear(a, p);
+  if (a.kv.code == cuda::KvCode::kBF16) return RunLinear(a, p);
+  // An 8-bit cache: the epilogue leaves K and V in fp32, then each head's row is quantized with its scale.
+  r.kv_staging = a.kv_staging;
+  RETURN_IF_ERROR(RunLinear(a, p));
+  const int64_t width = a.kv.kv_heads * a.kv.head_dim;
+  return Check(cuda::LaunchKvQuantize(a.kv_staging, a.kv_staging + width, 2 * width, r.slots, p.m, a.kv, a.stream), a);
 }
 // The gate/up weight was uploaded with its rows interleaved (see the backend).
 absl::Status NormGateUpSilu(const A& a) {

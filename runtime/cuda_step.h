@@ -33,6 +33,7 @@ struct CudaStepArgs {
   const compiler::PlanStep* step = nullptr;
   std::vector<CudaTensor> operands, results;
   cuda::PagedKv kv;           // the step's KV state, when it has one
+  float* kv_staging = nullptr;  // [T, 2 kv width] fp32, when the cache is 8-bit
   cuda::SeqBatch seqs;        // device pointers of the step's sequences
   const int32_t* slot_mapping = nullptr;
   int64_t max_context = 0;    // bound on the batch's context lengths (attention slicing)

@@ -42,7 +42,8 @@ absl::Status CheckPlanFits(const compiler::Plan& plan, int64_t kv_blocks, const 
   const std::optional<int64_t> arena_scaled = CheckedMul(plan.ArenaBytes(), layout.arena_scale_num);
   const int64_t arena = arena_scaled ? *arena_scaled / layout.arena_scale_den : ir::kMaxSize;
   const compiler::KvGeometry& kv = plan.kv;
-  const int64_t per_token = kv.num_layers * 2 * kv.kv_heads * kv.head_dim * layout.kv_element_bytes;
+  const int64_t per_token = layout.kv_as_stored ? kv.BytesPerToken()
+                                                : kv.num_layers * 2 * kv.kv_heads * kv.head_dim * layout.kv_element_bytes;
   const std::optional<int64_t> kv_tokens = CheckedMul(kv_blocks, kv.block_size);
   const std::optional<int64_t> kv_bytes = kv_tokens ? CheckedMul(*kv_tokens, per_token) : std::nullopt;
   std::optional<int64_t> total = weights;

@@ -22,6 +22,9 @@ struct StorageLayout {
   // Quantized weights take their stored bytes (WeightEntry::DeviceBytes), not weight_element_bytes
   // an element: a device keeps the codes; the CPU backend computes with floats.
   bool weights_as_stored = false;
+  // The KV cache takes its stored bytes a token (KvGeometry::BytesPerToken: an 8-bit cache's codes
+  // and scales), not kv_element_bytes a value.
+  bool kv_as_stored = false;
 };
 
 // The host's available memory (MemAvailable), or its physical memory.

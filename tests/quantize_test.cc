@@ -18,6 +18,7 @@
 #include "absl/strings/str_replace.h"
 #include "compiler/plan_file.h"
 #include "kernels/ref/quant.h"
+#include "runtime/memory_check.h"
 #include "runtime/quant_storage.h"
 #include "runtime/tp_backend.h"
 #include "runtime/weights.h"
@@ -262,6 +263,28 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, KvCache8Bit,
                            return absl::StrCat(absl::StrReplaceAll(info.param.fixture, {{"-", "_"}}), "_",
                                                ir::DTypeName(info.param.kv));
                          });
+
+// A device keeps an 8-bit cache as codes and fp32 scales: the memory check counts those
+// (KvGeometry::BytesPerToken), not two bytes a value.
+TEST(KvCache8BitMemory, TheCheckCountsStoredBytes) {
+  absl::StatusOr<glm::ModelConfig> config = glm::LoadModelConfig(testing::TestDataDir() + "/tiny-glm4");
+  ASSERT_TRUE(config.ok()) << config.status();
+  compiler::CompileOptions options = Options({});
+  options.build.dtype = ir::DType::kBF16;
+  options.build.kv_dtype = ir::DType::kF8E4M3;
+  absl::StatusOr<compiler::CompileResult> compiled = compiler::Compile(*config, options);
+  ASSERT_TRUE(compiled.ok()) << compiled.status();
+  const compiler::Plan& plan = compiled->plan;
+  const compiler::KvGeometry& kv = plan.kv;
+  EXPECT_EQ(kv.BytesPerToken(), kv.num_layers * 2 * kv.kv_heads * (kv.head_dim + 4));
+  int64_t weights = 0;
+  for (const compiler::WeightEntry& w : plan.weights) weights += 2 * w.NumElements();
+  const int64_t blocks = 64, available = weights + plan.ArenaBytes() + blocks * kv.block_size * kv.BytesPerToken();
+  const runtime::StorageLayout stored{2, 2, 1, 1, true, /*kv_as_stored=*/true}, bf16{2, 2, 1, 1, true, false};
+  EXPECT_TRUE(runtime::CheckPlanFits(plan, blocks, stored, 0, available, "GPU memory").ok());
+  EXPECT_EQ(runtime::CheckPlanFits(plan, blocks, bf16, 0, available, "GPU memory").code(),
+            absl::StatusCode::kResourceExhausted);
+}
 
 // Pre-quantized checkpoints, read as they are (tests/data/make_quant_fixtures.py): the engine
 // must give transformers' tokens and logits, alone and at tp 2 (o_proj and down_proj split by

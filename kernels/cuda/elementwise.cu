@@ -122,8 +122,9 @@ cudaError_t LaunchKvCacheWrite(const bf16* k, const bf16* v, const int32_t* slot
                                const PagedKv& cache, cudaStream_t stream) {
   if (tokens == 0) return cudaSuccess;
   const int64_t width = cache.kv_heads * cache.head_dim;
+  if (cache.code != KvCode::kBF16) return LaunchKvQuantize(k, v, width, slots, tokens, cache, stream);
   return LaunchKernel(KvWriteKernel, dim3(GridFor(tokens * width)), dim3(kThreads), 0, stream, k, v, slots, tokens, width,
-                      cache.k, cache.v);
+                      static_cast<bf16*>(cache.k), static_cast<bf16*>(cache.v));
 }
 
 }  // namespace ag::cuda

@@ -38,6 +38,9 @@ struct QkvRope {
   PagedKv cache;
   int heads = 0, kv_heads = 0, head_dim = 0, rot = 0;
   float theta = 10000.0f;
+  // An 8-bit cache: k and v go here in fp32 ([m, 2 kv_heads head_dim], k then v), and the caller
+  // quantizes them into the cache (LaunchKvQuantize), since a head's scale needs its whole row.
+  float* kv_staging = nullptr;
 };
 
 struct LinearParams {

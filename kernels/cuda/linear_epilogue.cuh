@@ -49,10 +49,14 @@ __device__ __forceinline__ void StorePair(const LinearParams& p, int64_t m, int6
       *reinterpret_cast<__nv_bfloat162*>(p.y + m * q_width + n0) = pair;
       return;
     }
+    if (r.kv_staging != nullptr) {  // an 8-bit cache: the fp32 values, quantized by the caller
+      *reinterpret_cast<float2*>(r.kv_staging + m * 2 * kv_width + (n0 - q_width)) = make_float2(a0, a1);
+      return;
+    }
     const int32_t slot = r.slots[m];
     if (slot < 0) return;
     const bool is_k = n0 < q_width + kv_width;
-    __nv_bfloat16* cache = is_k ? r.cache.k : r.cache.v;
+    auto* cache = static_cast<__nv_bfloat16*>(is_k ? r.cache.k : r.cache.v);
     const int64_t c = n0 - q_width - (is_k ? 0 : kv_width);
     *reinterpret_cast<__nv_bfloat162*>(cache + static_cast<int64_t>(slot) * kv_width + c) = pair;
   }

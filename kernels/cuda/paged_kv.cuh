@@ -1,23 +1,42 @@
 // The paged KV cache as kernels see it, and rotary frequencies. The layout
 // and the sequence metadata are those of kernels/ref/ref.h (KvCache,
-// SeqBatch), with bf16 storage.
+// SeqBatch), with bf16 storage or 8-bit codes: an 8-bit cache keeps one fp32
+// scale per token, KV head and K or V (value = scale * code), as
+// ref::RoundTripKvRows rounds the CPU's cache.
 #ifndef AUTOGLM_KERNELS_CUDA_PAGED_KV_CUH_
 #define AUTOGLM_KERNELS_CUDA_PAGED_KV_CUH_
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#include <cuda_runtime.h>
 
 #include <cstdint>
 
 namespace ag::cuda {
 
+// How the cache stores a value: bf16, or an 8-bit code (E4M3, or int8 in [-127, 127]) and a scale.
+enum class KvCode : int { kBF16, kFp8, kInt8 };
+
+inline constexpr int KvCodeBytes(KvCode code) { return code == KvCode::kBF16 ? 2 : 1; }
+
 struct PagedKv {
-  __nv_bfloat16* k = nullptr;
-  __nv_bfloat16* v = nullptr;
+  void* k = nullptr;  // [slots, kv_heads, head_dim] of bf16 or codes
+  void* v = nullptr;
   int64_t block_size = 0;
   int64_t kv_heads = 0;
   int64_t head_dim = 0;
+  KvCode code = KvCode::kBF16;
+  float* k_scale = nullptr;  // [slots, kv_heads] for 8-bit codes
+  float* v_scale = nullptr;
 };
+
+// Writes `tokens` rows of K and V (row t: kv_heads * head_dim values at k + t * ld, v + t * ld;
+// float or bf16) into the 8-bit cache at slots[t] (skipped when negative): each head's row as
+// codes of its own scale, amax / 448 (fp8) or amax / 127 (int8), 1 for a zero row.
+cudaError_t LaunchKvQuantize(const float* k, const float* v, int64_t ld, const int32_t* slots, int64_t tokens,
+                             const PagedKv& cache, cudaStream_t stream);
+cudaError_t LaunchKvQuantize(const __nv_bfloat16* k, const __nv_bfloat16* v, int64_t ld, const int32_t* slots,
+                             int64_t tokens, const PagedKv& cache, cudaStream_t stream);
 
 // The step's sequences, device pointers (see ref::SeqBatch).
 struct SeqBatch {

@@ -12,6 +12,8 @@
 // bf16 plan, where only accumulation order differs, 1 %.
 #include <gtest/gtest.h>
 
+#include "absl/strings/str_cat.h"
+
 #include "ir/quant.h"
 #include "passes/quantize.h"
 #include "runtime/cuda_backend.h"
@@ -147,48 +149,66 @@ TEST(GpuRandomWeights, CpuAndGpuAgreeAtWiderShapes) {
   EXPECT_LE(testing::RelativeError(Rows(logits[1], 70), Rows(logits[0], 70)), 1e-2) << "the prompt rows";
 }
 
-// Quantized plans on the GPU against the same plan on the CPU, whose weights are the exact
-// dequantized values (the oracle): a 4-bit body with its fp8 K/V rows and LM head (two segments in
-// one QKV weight), and 8-bit bodies; a 70-token prompt takes the prefill path (the weight
-// dequantized to bf16 for the GEMM), the answer the codes kernels, batch 1 and batched.
+// A plan at WideConfig's shapes with random weights, on the GPU and on the CPU (whose quantized
+// weights are the exact dequantized values and whose 8-bit cache rounds as the device's does: the
+// oracle): a 70-token prompt takes the prefill path, two short ones decode beside it.
+void ExpectGpuMatchesCpu(const compiler::CompileOptions& options, const std::string& what) {
+  absl::StatusOr<compiler::CompileResult> compiled = compiler::Compile(WideConfig(), options);
+  ASSERT_TRUE(compiled.ok()) << compiled.status();
+  runtime::RandomWeights weights(7);
+  std::vector<std::unique_ptr<runtime::Backend>> backends;
+  backends.push_back(std::make_unique<runtime::CpuBackend>());
+  backends.push_back(Gpu());
+  std::vector<std::vector<std::vector<float>>> logits;
+  std::vector<std::vector<int32_t>> tokens;
+  for (auto& backend : backends) {
+    absl::StatusOr<std::unique_ptr<runtime::Engine>> engine =
+        runtime::Engine::Create(compiled->plan, *backend, weights, {});
+    ASSERT_TRUE(engine.ok()) << what << ": " << engine.status();
+    std::vector<int> ids;
+    for (int q = 0; q < 3; ++q) {  // one long prompt, two short ones decoding beside it
+      runtime::Request r;
+      const int length = q == 0 ? 70 : 5 + q;
+      for (int i = 0; i < length; ++i) r.prompt.push_back((i * 37 + q * 11) % 1000);
+      r.max_new_tokens = 8;
+      r.prompt_logits = r.keep_logits = true;
+      ids.push_back(*(*engine)->Submit(r));
+    }
+    while ((*engine)->HasWork()) ASSERT_TRUE((*engine)->Step().ok()) << what;
+    for (const int id : ids) {
+      logits.push_back((*engine)->logits(id));
+      tokens.push_back((*engine)->new_tokens(id));
+    }
+  }
+  for (size_t q = 0; q < 3; ++q) {
+    const size_t same = CommonPrefix(tokens[3 + q], tokens[q]);
+    const size_t rows = (q == 0 ? 70 : 5 + q) + same;
+    EXPECT_LE(testing::RelativeError(Rows(logits[3 + q], rows), Rows(logits[q], rows)), 2e-2)
+        << what << " request " << q << " (" << same << " tokens alike)";
+  }
+}
+
+// Quantized plans: a 4-bit body with its fp8 K/V rows and LM head (two segments in one QKV weight),
+// and 8-bit bodies; the prompt's weight dequantized to bf16 for the GEMM, the answers on the codes.
 TEST(GpuQuantized, PlansMatchTheCpuOracle) {
   SKIP_WITHOUT_GPU();
-  const glm::ModelConfig config = WideConfig();
   for (const char* body : {"int4:g128:asym", "int4:g32:sym", "int8", "int8:g64:asym", "fp8e4m3"}) {
     compiler::CompileOptions options = Bf16Options();
     options.quant = passes::DefaultQuantPolicy(*ir::ParseQuantFormat(body));
-    absl::StatusOr<compiler::CompileResult> compiled = compiler::Compile(config, options);
-    ASSERT_TRUE(compiled.ok()) << compiled.status();
-    runtime::RandomWeights weights(7);
-    std::vector<std::unique_ptr<runtime::Backend>> backends;
-    backends.push_back(std::make_unique<runtime::CpuBackend>());
-    backends.push_back(Gpu());
-    std::vector<std::vector<std::vector<float>>> logits;
-    std::vector<std::vector<int32_t>> tokens;
-    for (auto& backend : backends) {
-      absl::StatusOr<std::unique_ptr<runtime::Engine>> engine =
-          runtime::Engine::Create(compiled->plan, *backend, weights, {});
-      ASSERT_TRUE(engine.ok()) << body << ": " << engine.status();
-      std::vector<int> ids;
-      for (int q = 0; q < 3; ++q) {  // one long prompt, two short ones decoding beside it
-        runtime::Request r;
-        const int length = q == 0 ? 70 : 5 + q;
-        for (int i = 0; i < length; ++i) r.prompt.push_back((i * 37 + q * 11) % 1000);
-        r.max_new_tokens = 8;
-        r.prompt_logits = r.keep_logits = true;
-        ids.push_back(*(*engine)->Submit(r));
-      }
-      while ((*engine)->HasWork()) ASSERT_TRUE((*engine)->Step().ok()) << body;
-      for (const int id : ids) {
-        logits.push_back((*engine)->logits(id));
-        tokens.push_back((*engine)->new_tokens(id));
-      }
-    }
-    for (size_t q = 0; q < 3; ++q) {
-      const size_t same = CommonPrefix(tokens[3 + q], tokens[q]);
-      const size_t rows = (q == 0 ? 70 : 5 + q) + same;
-      EXPECT_LE(testing::RelativeError(Rows(logits[3 + q], rows), Rows(logits[q], rows)), 2e-2)
-          << body << " request " << q << " (" << same << " tokens alike)";
+    ExpectGpuMatchesCpu(options, body);
+  }
+}
+
+// The 8-bit KV cache (fp8, int8) with GLM-4-9B's head geometry, alone and under a 4-bit body: the
+// fused QKV step's fp32 rows quantized per head, the prompt's keys read back by the decode steps.
+TEST(GpuQuantized, KvCache8BitMatchesTheCpu) {
+  SKIP_WITHOUT_GPU();
+  for (const ir::DType kv : {ir::DType::kF8E4M3, ir::DType::kI8}) {
+    for (const bool int4 : {false, true}) {
+      compiler::CompileOptions options = Bf16Options();
+      options.build.kv_dtype = kv;
+      if (int4) options.quant = passes::DefaultQuantPolicy(*ir::ParseQuantFormat("int4:g128:asym"));
+      ExpectGpuMatchesCpu(options, absl::StrCat(ir::DTypeName(kv), " cache", int4 ? ", int4 body" : ""));
     }
   }
 }

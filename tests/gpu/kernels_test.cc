@@ -304,9 +304,12 @@ TEST(GpuKernels, SkinnyEveryBatchSize) {
 // ---- paged attention: GQA groups that are not powers of two, block sizes 1 and 16,
 // contexts crossing block edges, one batch mixing prefill chunks and decode tokens ----
 
-void CheckAttention(int64_t heads, int64_t kv_heads, int64_t head_dim, int64_t block) {
+// An 8-bit cache (code fp8 or int8) is filled by LaunchKvQuantize from the same values, and the
+// reference attends over what ref::RoundTripKvRows gives back for them.
+void CheckAttention(int64_t heads, int64_t kv_heads, int64_t head_dim, int64_t block,
+                    cuda::KvCode code = cuda::KvCode::kBF16) {
   SCOPED_TRACE(::testing::Message() << "heads=" << heads << " kv=" << kv_heads << " d=" << head_dim
-                                    << " block=" << block);
+                                    << " block=" << block << " code=" << static_cast<int>(code));
   // Sequence 0: a 5-token prompt (prefill). 1: one decode token at context 37. 2: a 3-token chunk at context 20.
   const std::vector<int32_t> new_tokens = {5, 1, 3}, context = {5, 37, 20};
   const int64_t seqs = 3, max_blocks = (37 + block - 1) / block, pool_blocks = seqs * max_blocks + 3;
@@ -326,14 +329,27 @@ void CheckAttention(int64_t heads, int64_t kv_heads, int64_t head_dim, int64_t b
                            q = RandomBf16(tokens * heads * head_dim, 19);
   Bf16Array dk(kc), dv(vc), dq(q), out(tokens * heads * head_dim);
   DeviceArray<int32_t> doff(offsets), dctx(context), dtab(tables);
-  const cuda::PagedKv cache{dk.get(), dv.get(), block, kv_heads, head_dim};
+  cuda::PagedKv cache{dk.get(), dv.get(), block, kv_heads, head_dim};
   const cuda::SeqBatch batch{doff.get(), dctx.get(), dtab.get(), seqs, max_blocks};
+  const int64_t slots = pool_blocks * block;
+  DeviceArray<uint8_t> k_codes(slots * width), v_codes(slots * width);
+  DeviceArray<float> k_scales(slots * kv_heads), v_scales(slots * kv_heads);
+  std::vector<float> k_ref = kc, v_ref = vc;  // what the cache gives back
+  if (code != cuda::KvCode::kBF16) {
+    cache = {k_codes.get(), v_codes.get(), block, kv_heads, head_dim, code, k_scales.get(), v_scales.get()};
+    std::vector<int32_t> all(slots);
+    std::iota(all.begin(), all.end(), 0);
+    DeviceArray<int32_t> dall(all);
+    ASSERT_CUDA(cuda::LaunchKvQuantize(dk.get(), dv.get(), width, dall.get(), slots, cache, nullptr));
+    ref::RoundTripKvRows(k_ref.data(), slots * kv_heads, head_dim, code == cuda::KvCode::kFp8);
+    ref::RoundTripKvRows(v_ref.data(), slots * kv_heads, head_dim, code == cuda::KvCode::kFp8);
+  }
   for (int64_t bound : {37, 4096}) {  // one slice, and many slices (most of them empty)
     const cuda::AttentionShape shape{tokens, heads, bound};
     DeviceArray<float> workspace(static_cast<size_t>(cuda::PagedAttentionWorkspace(shape, kv_heads, head_dim)));
     ASSERT_CUDA(cuda::LaunchPagedAttention(dq.get(), shape, cache, batch, workspace.get(), out.get(), nullptr));
     std::vector<float> want(out.size());
-    std::vector<float> k_copy = kc, v_copy = vc;
+    std::vector<float> k_copy = k_ref, v_copy = v_ref;
     ref::PagedAttention(q.data(), heads, {k_copy.data(), v_copy.data(), pool_blocks, block, kv_heads, head_dim},
                         {offsets.data(), context.data(), tables.data(), seqs, max_blocks}, want.data());
     ExpectClose(out.Download(), want, kAtol, kRtol, "paged attention");
@@ -347,6 +363,62 @@ TEST(GpuKernels, PagedAttention) {
     CheckAttention(12, 4, 32, block);   // groups of 3
     CheckAttention(32, 2, 128, block);  // GLM-4-9B's geometry
     CheckAttention(5, 5, 64, block);    // no grouping
+  }
+}
+
+// The 8-bit KV cache: rows written (by the unfused write and the quantizer the fused QKV step
+// uses) hold exactly the CPU's round trip, codes and scales; attention reads the codes.
+TEST(GpuKernels, KvCache8Bit) {
+  SKIP_WITHOUT_GPU();
+  for (const cuda::KvCode code : {cuda::KvCode::kFp8, cuda::KvCode::kInt8}) {
+    const bool fp8 = code == cuda::KvCode::kFp8;
+    const int64_t tokens = 17, kv_heads = 2, head_dim = 128, width = kv_heads * head_dim, block = 16, slots = 640;
+    std::vector<float> k = RandomBf16(tokens * width, 41, 3.0f), v = RandomBf16(tokens * width, 42);
+    std::fill(k.begin() + 2 * width, k.begin() + 2 * width + head_dim, 0.0f);  // a zero row: scale 1
+    std::vector<int32_t> slot_of(tokens);
+    for (int64_t t = 0; t < tokens; ++t) slot_of[t] = t == 4 ? -1 : static_cast<int32_t>((t * 37) % slots);
+    Bf16Array dk(k), dv(v);
+    DeviceArray<int32_t> ds(slot_of);
+    DeviceArray<uint8_t> k_codes(slots * width), v_codes(slots * width);
+    DeviceArray<float> k_scales(slots * kv_heads), v_scales(slots * kv_heads);
+    const cuda::PagedKv cache{k_codes.get(), v_codes.get(), block, kv_heads, head_dim, code, k_scales.get(), v_scales.get()};
+    std::vector<float> f32(2 * tokens * width);  // the fused step's staging rows: k then v, fp32
+    for (int64_t t = 0; t < tokens; ++t) {
+      std::copy(k.begin() + t * width, k.begin() + (t + 1) * width, f32.begin() + 2 * t * width);
+      std::copy(v.begin() + t * width, v.begin() + (t + 1) * width, f32.begin() + (2 * t + 1) * width);
+    }
+    DeviceArray<float> staging(f32);
+    for (const bool fused : {false, true}) {
+      if (fused) {
+        ASSERT_CUDA(cuda::LaunchKvQuantize(staging.get(), staging.get() + width, 2 * width, ds.get(), tokens, cache,
+                                           nullptr));
+      } else {
+        ASSERT_CUDA(cuda::LaunchKvCacheWrite(dk.get(), dv.get(), ds.get(), tokens, cache, nullptr));
+      }
+      std::vector<float> want_k = k, want_v = v;
+      ref::RoundTripKvRows(want_k.data(), tokens * kv_heads, head_dim, fp8);
+      ref::RoundTripKvRows(want_v.data(), tokens * kv_heads, head_dim, fp8);
+      const std::vector<uint8_t> kq = k_codes.Download(), vq = v_codes.Download();
+      const std::vector<float> ks = k_scales.Download(), vs = v_scales.Download();
+      std::vector<float> got_k, got_v, wk, wv;
+      for (int64_t t = 0; t < tokens; ++t) {
+        if (slot_of[t] < 0) continue;
+        for (int64_t c = 0; c < width; ++c) {
+          const int64_t at = slot_of[t] * width + c, scale = slot_of[t] * kv_heads + c / head_dim;
+          auto value = [&](uint8_t q) { return fp8 ? ref::E4M3ToFloat(q) : static_cast<float>(static_cast<int8_t>(q)); };
+          got_k.push_back(ks[scale] * value(kq[at]));
+          got_v.push_back(vs[scale] * value(vq[at]));
+          wk.push_back(want_k[t * width + c]);
+          wv.push_back(want_v[t * width + c]);
+        }
+      }
+      const std::string name = std::string(fp8 ? "fp8" : "int8") + (fused ? " staged" : " write");
+      ExpectClose(got_k, wk, 0, 0, name + " k");
+      ExpectClose(got_v, wv, 0, 0, name + " v");
+    }
+    CheckAttention(6, 2, 16, 1, code);
+    CheckAttention(32, 2, 128, 16, code);  // GLM-4-9B's geometry
+    CheckAttention(5, 5, 64, 16, code);
   }
 }
 

@@ -21,10 +21,13 @@ KERNELS = [
     (r"SkinnyKernel<8,", 128, 0, 3),              # batches 33..64
     (r"GemmKernel<", 256, 4 * 20480, 2),          # prefill: 4-stage pipeline in 80 KB of dynamic smem (defect 7)
     # decode attention: K/V double buffer (2 x 2 x 32 x (128 + 8) bf16) plus q (4 x heads-per-warp x 128 fp32)
-    (r"AttentionSliceKernel<1>", 128, 34816 + 2048, 4),
-    (r"AttentionSliceKernel<2>", 128, 34816 + 4096, 4),
-    (r"AttentionSliceKernel<4>", 128, 34816 + 8192, 4),
-    (r"AttentionSliceKernel<8>", 128, 34816 + 16384, 2),  # prefill rows: big head groups per block
+    (r"AttentionSliceKernel<1, \(KvCode\)0>", 128, 34816 + 2048, 4),
+    (r"AttentionSliceKernel<2, \(KvCode\)0>", 128, 34816 + 4096, 4),
+    (r"AttentionSliceKernel<4, \(KvCode\)0>", 128, 34816 + 8192, 4),
+    (r"AttentionSliceKernel<8, \(KvCode\)0>", 128, 34816 + 16384, 2),  # prefill rows: big head groups per block
+    # over an 8-bit cache: codes (2 x 2 x 32 x (128 + 16) bytes) and the tiles' scales (2 x 2 x 32 fp32)
+    (r"AttentionSliceKernel<[124], \(KvCode\)[12]>", 128, 18944 + 8192, 4),
+    (r"AttentionSliceKernel<8, \(KvCode\)[12]>", 128, 18944 + 16384, 2),
     (r"CombineKernel\(", 128, 0, 8),
     (r"RmsNormKernel<", 256, 4 * 4096, 4),
     (r"ArgmaxKernel\(", 1024, 0, 1),
