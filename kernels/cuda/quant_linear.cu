@@ -28,7 +28,9 @@ __global__ void __launch_bounds__(256) DequantizeKernel(QuantSegment s, int64_t 
     const int64_t row = t / loads, first = (t % loads) * kCodes;
     float scale, zero, v[kCodes];
     GroupParams<kCode>(s, row, groups, GroupOf(first, s.group, s.group_offset), &scale, &zero);
-    DequantizeLoad<kCode>(reinterpret_cast<const uint4*>(s.codes)[t], scale, zero, v);
+    DequantizeLoad<kCode>(reinterpret_cast<const uint4*>(s.codes)[t], zero, v);
+#pragma unroll
+    for (int j = 0; j < kCodes; ++j) v[j] *= scale;  // s * (q - z): one rounding, as the CPU's
     bf16* out = w + (s.n_begin + row) * k;
     if (s.input_order == nullptr) {
 #pragma unroll

@@ -10,7 +10,9 @@
 //
 // Two paths, the backend choosing by M:
 //   decode (M up to kQuantLinearMaxRows)  the codes cross the memory bus at 4
-//       or 8 bits and are dequantized in registers; one warp per pair of
+//       or 8 bits and are dequantized in registers (q - z by a float trick, no
+//       convert; the scale multiplies each load's partial sum, not each weight,
+//       so the result differs from the CPU's only in rounding); one warp per pair of
 //       output columns, 8 rows of x per block, the blocks of one column pair
 //       adjacent in the grid so that the row chunks after the first find the
 //       codes in L2;

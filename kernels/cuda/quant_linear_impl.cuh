@@ -19,20 +19,24 @@ constexpr int kQuantWarps = 4;
 template <int kRows>
 constexpr int kQuantUnroll = kRows == 1 ? 4 : 2;
 
-// The kCodes weights of one 16-byte load, dequantized exactly in fp32.
+// The kCodes weights of one 16-byte load before their scale, exactly in fp32: q - z for integer
+// codes, e4m3(q) for fp8. An integer code becomes a float without a convert instruction: OR-ed
+// into the mantissa of 2^23 it is the float 2^23 + q, and one subtraction of 2^23 + z leaves
+// q - z (a shift and a LOP3 to place the code, one FADD; exact: every value is an integer below 2^23).
 template <QuantCode kCode>
-__device__ __forceinline__ void DequantizeLoad(const uint4& packed, float s, float z, float* w) {
+__device__ __forceinline__ void DequantizeLoad(const uint4& packed, float z, float* w) {
   constexpr int kBits = QuantCodeBits(kCode), kCodes = 128 / kBits, kPerWord = 32 / kBits;
-  constexpr uint32_t kMask = (1u << kBits) - 1;
+  constexpr uint32_t kMask = (1u << kBits) - 1, kTwo23 = 0x4B000000u;
   const uint32_t words[4] = {packed.x, packed.y, packed.z, packed.w};
+  const float bias = 8388608.0f + z;
 #pragma unroll
   for (int j = 0; j < kCodes; ++j) {
     const uint32_t q = (words[j / kPerWord] >> (kBits * (j % kPerWord))) & kMask;
     if constexpr (kCode == QuantCode::kFp8) {
       const __half_raw h = __nv_cvt_fp8_to_halfraw(static_cast<__nv_fp8_storage_t>(q), __NV_E4M3);
-      w[j] = s * __half2float(__half(h));  // every E4M3 value is an fp16 value: exact
+      w[j] = __half2float(__half(h));  // every E4M3 value is an fp16 value: exact
     } else {
-      w[j] = s * (static_cast<float>(q) - z);
+      w[j] = __uint_as_float(q | kTwo23) - bias;
     }
   }
 }
@@ -64,7 +68,7 @@ __device__ __forceinline__ void GroupParams(const QuantSegment& s, int64_t row, 
 // where blockIdx.x = c * chunks + r. Lane L takes the 16-byte loads L, L + 32, ...
 // of both rows of W, kQuantUnroll<kRows> of them in flight, each kCodes codes of one group.
 template <QuantCode kCode, int kRows, Epilogue kE>
-__global__ void __launch_bounds__(kQuantWarps * 32) QuantLinearKernel(LinearParams p, QuantSegment s) {
+__global__ void __launch_bounds__(kQuantWarps * 32, kRows == 1 ? 5 : 4) QuantLinearKernel(LinearParams p, QuantSegment s) {
   constexpr int kBits = QuantCodeBits(kCode), kCodes = 128 / kBits;
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int64_t chunks = (p.m + kRows - 1) / kRows;
@@ -91,7 +95,7 @@ __global__ void __launch_bounds__(kQuantWarps * 32) QuantLinearKernel(LinearPara
     for (int c = 0; c < 2; ++c) {
       float scale, zero, w[kCodes];
       GroupParams<kCode>(s, has1 ? local + c : local, groups, g, &scale, &zero);
-      DequantizeLoad<kCode>(packed[c], scale, zero, w);
+      DequantizeLoad<kCode>(packed[c], zero, w);  // the scale multiplies each row's sum of the load
 #pragma unroll
       for (int r = 0; r < kRows; ++r) {
         if (r >= rows) continue;
@@ -104,7 +108,7 @@ __global__ void __launch_bounds__(kQuantWarps * 32) QuantLinearKernel(LinearPara
 #pragma unroll
           for (int e = 0; e < 8; ++e) sum = fmaf(xf[e], w[8 * v + e], sum);
         }
-        acc[c][r] += sum;
+        acc[c][r] = fmaf(scale, sum, acc[c][r]);
       }
     }
   };
