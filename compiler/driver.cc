@@ -11,6 +11,7 @@
 #include "compiler/lower.h"
 #include "ir/status_macros.h"
 #include "models/glm/weight_map.h"
+#include "models/quant/checkpoint_quant.h"
 #include "models/quant/packed.h"
 #include "passes/pipeline.h"
 #include "models/glm4v/vision_builder.h"
@@ -87,7 +88,20 @@ absl::StatusOr<CompileResult> Compile(const glm4v::Config& config, const Compile
   plan.model.config = glm4v::ConfigFingerprint(config);
   plan.model.image_token_id = config.image_token_id;
   plan.model.patches_per_token = group;
-  const WeightMapper map = [&config](absl::string_view param) { return glm4v::MapWeight(config, param); };
+  // A pre-quantized checkpoint's language-model linears keep its storage; the vision tower must be
+  // stored dense (the checkpoint's config leaves it out, as GLM-4.xV's quantized releases do).
+  ASSIGN_OR_RETURN(const quant::CheckpointQuant stored, quant::ParseCheckpointQuant(config.text));
+  const WeightMapper map = [&config, &stored](absl::string_view param) -> absl::StatusOr<glm::WeightSource> {
+    ASSIGN_OR_RETURN(glm::WeightSource source, glm4v::MapWeight(config, param));
+    if (!glm4v::IsVisionTensor(source.tensor)) return quant::Annotate(stored, std::move(source));
+    if (glm4v::IsVisionLinear(source.tensor) && stored.Covers(quant::PackedModule(source.tensor))) {
+      return absl::UnimplementedError(absl::StrCat(
+          "config.json: quantization_config covers the vision tower's ", source.tensor,
+          "; only its language model can be stored quantized (list the vision tower in its ignore or "
+          "modules_to_not_convert)"));
+    }
+    return source;
+  };
   ASSIGN_OR_RETURN(Program decoder_program, LowerProgram(decoder, kDecoderProgram, map, config.text.num_layers, plan));
   plan.programs.push_back(std::move(decoder_program));
   ASSIGN_OR_RETURN(Program vision_program, LowerProgram(vision, kVisionProgram, map, 0, plan));

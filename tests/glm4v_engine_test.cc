@@ -6,6 +6,7 @@
 // prefix caches serving a screenshot sent again.
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -15,8 +16,10 @@
 #include "compiler/plan_file.h"
 #include "image/image.h"
 #include "image/preprocess.h"
+#include "kernels/ref/quant.h"
 #include "models/glm/safetensors.h"
 #include "models/glm4v/config.h"
+#include "models/quant/packed.h"
 #include "runtime/cpu_backend.h"
 #include "runtime/engine.h"
 #include "runtime/tp_backend.h"
@@ -24,6 +27,7 @@
 #include "tests/testing/engine_runner.h"
 #include "tests/testing/golden.h"
 #include "tests/testing/glm4v_cases.h"
+#include "tests/testing/safetensors_writer.h"
 
 namespace ag {
 namespace {
@@ -230,6 +234,118 @@ TEST_F(Glm4vEngine, ImagesThatDoNotFitTheirTokensAreRefused) {
   id = (*engine)->Submit(RequestFor(Cases()[0]));
   EXPECT_NE(id.status().message().find("more than the plan's vision program takes"), std::string::npos) << id.status();
   EXPECT_FALSE((*engine)->HasWork());
+}
+
+// Writes tiny-glm4v with its language model's linears stored as compressed-tensors FP8 (E4M3
+// codes, a scale a row; the FP8 GLM-4.xV releases' format) into `fp8_dir`, and the same model with
+// those linears as dense f32 values s * e4m3(q) into `dense_dir`; `ignore` is the config's list of
+// modules left dense.
+void WriteFp8Glm4v(const std::string& fp8_dir, const std::string& dense_dir, const nlohmann::json& ignore) {
+  absl::StatusOr<glm::Checkpoint> ckpt = glm::Checkpoint::Open(Dir());
+  ASSERT_TRUE(ckpt.ok()) << ckpt.status();
+  std::vector<testing::FakeTensor> fp8, dense;
+  for (const std::string& name : ckpt->Names()) {
+    const glm::TensorView& v = **ckpt->Find(name);
+    testing::FakeTensor t{name, "F32", v.shape, {}};
+    int64_t count = 1;
+    for (const int64_t d : v.shape) count *= d;
+    t.values.resize(static_cast<size_t>(count));
+    glm::ConvertToFloat(v.dtype, v.data, count, t.values.data());
+    const bool linear = absl::StartsWith(name, "model.language_model.layers.") && v.shape.size() == 2 &&
+                        (absl::EndsWith(name, "_proj.weight"));
+    if (!linear) {
+      fp8.push_back(t);
+      dense.push_back(std::move(t));
+      continue;
+    }
+    const int64_t n = v.shape[0], k = v.shape[1];
+    testing::FakeTensor codes{name, "F8_E4M3", v.shape, {}}, scale{absl::StrCat(quant::PackedModule(name), ".weight_scale"),
+                                                                   "F32", {n, 1}, {}};
+    for (int64_t r = 0; r < n; ++r) {
+      float amax = 0.0f;
+      for (int64_t j = 0; j < k; ++j) amax = std::max(amax, std::fabs(t.values[r * k + j]));
+      const float s = amax / 448.0f;
+      scale.values.push_back(s);
+      for (int64_t j = 0; j < k; ++j) {
+        const float q = ref::E4M3ToFloat(ref::FloatToE4M3(t.values[r * k + j] / s));
+        codes.values.push_back(q);
+        t.values[r * k + j] = s * q;
+      }
+    }
+    fp8.push_back(std::move(codes));
+    fp8.push_back(std::move(scale));
+    dense.push_back(std::move(t));
+  }
+  nlohmann::json config = nlohmann::json::parse(testing::ReadFile(Dir() + "/config.json"));
+  for (const std::string& dir : {fp8_dir, dense_dir}) {
+    std::filesystem::create_directories(dir);
+    std::filesystem::copy_file(Dir() + "/generation_config.json", dir + "/generation_config.json",
+                               std::filesystem::copy_options::overwrite_existing);
+    nlohmann::json c = config;
+    if (dir == fp8_dir) {
+      c["quantization_config"] = {
+          {"quant_method", "compressed-tensors"}, {"format", "float-quantized"}, {"quantization_status", "compressed"},
+          {"config_groups",
+           {{"group_0",
+             {{"targets", {"Linear"}},
+              {"weights", {{"num_bits", 8}, {"type", "float"}, {"symmetric", true}, {"group_size", nullptr},
+                           {"strategy", "channel"}, {"dynamic", false}}},
+              {"input_activations", nullptr}}}}},
+          {"ignore", ignore}};
+    }
+    std::ofstream(dir + "/config.json") << c.dump(2);
+    testing::WriteSafetensors(dir + "/model.safetensors", dir == fp8_dir ? fp8 : dense);
+  }
+}
+
+// A pre-quantized GLM-4.1V: its language model's linears keep the checkpoint's FP8 storage (the
+// plan says so) and give, bit for bit, what the same values stored dense give, images included;
+// a config that would have the vision tower quantized is refused, naming a vision weight.
+TEST(Glm4vPreQuantized, Fp8LanguageModelMatchesItsDenseValues) {
+  const std::string root = ::testing::TempDir() + "glm4v_fp8";
+  WriteFp8Glm4v(root + "/fp8", root + "/dense", {"lm_head", "re:model.visual.*"});
+  std::vector<std::vector<std::vector<float>>> logits;
+  std::vector<std::vector<int32_t>> tokens;
+  for (const std::string dir : {root + "/fp8", root + "/dense"}) {
+    absl::StatusOr<glm4v::Config> config = glm4v::LoadConfig(dir);
+    ASSERT_TRUE(config.ok()) << config.status();
+    absl::StatusOr<compiler::CompileResult> compiled = compiler::Compile(*config, compiler::CompileOptions{});
+    ASSERT_TRUE(compiled.ok()) << compiled.status();
+    int packed = 0;
+    for (const compiler::WeightEntry& w : compiled->plan.weights) {
+      for (const compiler::WeightPiece& p : w.pieces) {
+        if (p.packing == ir::QuantPacking::kNone) continue;
+        ++packed;
+        EXPECT_EQ(p.packing, ir::QuantPacking::kCtFp8) << p.tensor;
+        EXPECT_TRUE(absl::StartsWith(p.tensor, "model.language_model.")) << p.tensor;
+      }
+    }
+    EXPECT_EQ(packed, dir == root + "/fp8" ? 2 * 6 : 0) << "q, k, v, o, gate_up and down of both layers";
+    absl::StatusOr<glm::Checkpoint> ckpt = glm::Checkpoint::Open(dir);
+    ASSERT_TRUE(ckpt.ok()) << ckpt.status();
+    runtime::CheckpointWeights weights(*ckpt);
+    runtime::CpuBackend backend;
+    absl::StatusOr<std::unique_ptr<runtime::Engine>> engine = runtime::Engine::Create(compiled->plan, backend, weights, {});
+    ASSERT_TRUE(engine.ok()) << engine.status();
+    std::vector<int> ids;
+    for (const Case& c : Cases()) ids.push_back(*(*engine)->Submit(RequestFor(c)));
+    while ((*engine)->HasWork()) ASSERT_TRUE((*engine)->Step().ok());
+    for (const int id : ids) {
+      logits.push_back((*engine)->logits(id));
+      tokens.push_back((*engine)->new_tokens(id));
+    }
+  }
+  const size_t cases = Cases().size();
+  for (size_t i = 0; i < cases; ++i) {
+    EXPECT_EQ(tokens[i], tokens[cases + i]) << Cases()[i].title;
+    EXPECT_EQ(logits[i], logits[cases + i]) << Cases()[i].title;
+  }
+  WriteFp8Glm4v(root + "/fp8-vision", root + "/dense", {"lm_head"});
+  absl::StatusOr<glm4v::Config> config = glm4v::LoadConfig(root + "/fp8-vision");
+  ASSERT_TRUE(config.ok()) << config.status();
+  const absl::Status refused = compiler::Compile(*config, compiler::CompileOptions{}).status();
+  EXPECT_EQ(refused.code(), absl::StatusCode::kUnimplemented) << refused;
+  EXPECT_NE(refused.message().find("covers the vision tower's model.visual."), std::string::npos) << refused;
 }
 
 TEST_F(Glm4vEngine, ATextModelRefusesImages) {

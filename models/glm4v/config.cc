@@ -35,6 +35,8 @@ absl::StatusOr<json> TextForGlm4(const json& root, const json& text_config, cons
   for (const char* key : {"dtype", "torch_dtype"}) {
     if (!text.Has(key) && root.contains(key)) t[key] = root[key];
   }
+  // A pre-quantized checkpoint describes its storage at the top level (models/quant reads it).
+  if (root.contains("quantization_config")) t["quantization_config"] = root["quantization_config"];
   // The rotary sections: in rope_parameters (transformers >= 5) or the legacy rope_scaling.
   const json* sections = nullptr;
   if (text.Has("rope_parameters") && t["rope_parameters"].is_object() && t["rope_parameters"].contains("mrope_section")) {

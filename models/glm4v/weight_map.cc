@@ -57,6 +57,15 @@ absl::StatusOr<std::vector<int64_t>> VisionParamShape(const Config& config, absl
   return shape;
 }
 
+bool IsVisionTensor(absl::string_view tensor) { return absl::StartsWith(tensor, kVisual); }
+
+bool IsVisionLinear(absl::string_view tensor) {
+  const absl::string_view name = tensor.substr(IsVisionTensor(tensor) ? kVisual.size() : tensor.size());
+  return (absl::StartsWith(name, "blocks.") || absl::StartsWith(name, "merger.")) &&
+         (absl::EndsWith(name, "_proj.weight") || absl::EndsWith(name, "attn.qkv.weight") ||
+          absl::EndsWith(name, "attn.proj.weight") || name == "merger.proj.weight");
+}
+
 absl::StatusOr<glm::WeightSource> MapWeight(const Config& config, absl::string_view param) {
   if (!absl::StartsWith(param, kVisual)) return glm::MapWeight(config.text, param);
   ASSIGN_OR_RETURN(std::vector<int64_t> shape, TensorShape(config, param));

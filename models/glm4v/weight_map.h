@@ -19,6 +19,11 @@ namespace ag::glm4v {
 absl::StatusOr<std::vector<int64_t>> VisionParamShape(const Config& config, absl::string_view param);
 absl::StatusOr<glm::WeightSource> MapWeight(const Config& config, absl::string_view param);
 
+// Whether a checkpoint tensor is the vision tower's, and one of its linear layers' weights (the
+// blocks' attention and MLP, the merger's projections) that a quantizer would store packed.
+bool IsVisionTensor(absl::string_view tensor);
+bool IsVisionLinear(absl::string_view tensor);
+
 }  // namespace ag::glm4v
 
 #endif  // AUTOGLM_MODELS_GLM4V_WEIGHT_MAP_H_

@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "kernels/ref/half.h"
+#include "kernels/ref/quant.h"
 
 namespace ag::testing {
 
@@ -17,10 +18,10 @@ struct FakeTensor {
   std::string name;
   std::string dtype = "F32";
   std::vector<int64_t> shape;
-  std::vector<float> values;  // written as F32, or rounded to BF16 / F16
+  std::vector<float> values;  // written as F32, or rounded to BF16 / F16 / F8_E4M3
 };
 
-inline int64_t DTypeBytes(const std::string& dtype) { return dtype == "F32" ? 4 : 2; }
+inline int64_t DTypeBytes(const std::string& dtype) { return dtype == "F32" ? 4 : dtype == "F8_E4M3" ? 1 : 2; }
 
 // Header JSON and data for `tensors`, packed in order.
 inline nlohmann::json HeaderFor(const std::vector<FakeTensor>& tensors, std::string* data) {
@@ -32,6 +33,8 @@ inline nlohmann::json HeaderFor(const std::vector<FakeTensor>& tensors, std::str
       std::memcpy(&bits, &v, 4);
       if (t.dtype == "F32") {
         data->append(reinterpret_cast<const char*>(&bits), 4);
+      } else if (t.dtype == "F8_E4M3") {
+        data->push_back(static_cast<char>(ref::FloatToE4M3(v)));
       } else {
         const uint16_t half = t.dtype == "F16" ? FloatToHalf(v) : FloatToBF16(v);
         data->append(reinterpret_cast<const char*>(&half), 2);
