@@ -282,24 +282,40 @@ absl::StatusOr<CudaBackend::QuantWeight> CudaBackend::UploadQuantWeight(const co
   return out;
 }
 
-absl::StatusOr<size_t> CudaBackend::DequantScratchBytes(const compiler::Plan& plan) {
-  size_t bytes = 0;
+namespace {
+
+// Calls `visit` for every step of every program whose matrix operand is a weight (its index).
+absl::Status ForEachWeightMatrix(
+    const compiler::Plan& plan,
+    const std::function<absl::Status(const compiler::Program&, const compiler::PlanStep&, int64_t)>& visit) {
   for (const compiler::Program& program : plan.programs) {
     for (const compiler::PlanStep& step : program.steps) {
       const int matrix = ir::GetOpInfo(step.kernel).matrix_operand;
       if (matrix < 0 || static_cast<size_t>(matrix) >= step.operands.size()) continue;
       const compiler::PlanTensor& w = step.operands[matrix];
-      if (w.kind != compiler::TensorKind::kWeight || !plan.weights[w.index].quantized()) continue;
-      // Logit rows (R) are the sampled rows, few but for prompt logprobs: the LM head (the largest
-      // matrix: 1.24 GB in bf16 for GLM-4-9B) stays on the codes kernel, 8 rows a block.
-      const ir::Dim& rows_dim = step.operands[0].type.shape[0];
-      if (rows_dim.symbol() == "R") continue;
-      ASSIGN_OR_RETURN(const int64_t rows, rows_dim.Resolve(program.bounds));
-      if (rows > cuda::kQuantLinearMaxRows) {
-        bytes = std::max(bytes, static_cast<size_t>(plan.weights[w.index].NumElements()) * 2);
-      }
+      if (w.kind == compiler::TensorKind::kWeight) RETURN_IF_ERROR(visit(program, step, w.index));
     }
   }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<size_t> CudaBackend::DequantScratchBytes(const compiler::Plan& plan) {
+  size_t bytes = 0;
+  RETURN_IF_ERROR(ForEachWeightMatrix(plan, [&](const compiler::Program& program, const compiler::PlanStep& step,
+                                                int64_t weight) -> absl::Status {
+    if (!plan.weights[weight].quantized()) return absl::OkStatus();
+    // Logit rows (R) are the sampled rows, few but for prompt logprobs: the LM head (the largest
+    // matrix: 1.24 GB in bf16 for GLM-4-9B) stays on the codes kernel, 8 rows a block.
+    const ir::Dim& rows_dim = step.operands[0].type.shape[0];
+    if (rows_dim.symbol() == "R") return absl::OkStatus();
+    ASSIGN_OR_RETURN(const int64_t rows, rows_dim.Resolve(program.bounds));
+    if (rows > cuda::kQuantLinearMaxRows) {
+      bytes = std::max(bytes, static_cast<size_t>(plan.weights[weight].NumElements()) * 2);
+    }
+    return absl::OkStatus();
+  }));
   return bytes;
 }
 
@@ -343,22 +359,18 @@ int64_t KvStagingBytes(const compiler::Plan& plan) {
 
 absl::StatusOr<size_t> CudaBackend::OrderScratchBytes(const compiler::Plan& plan) const {
   size_t bytes = 0;
-  for (const compiler::Program& program : plan.programs) {
-    for (const compiler::PlanStep& step : program.steps) {
-      const int matrix = ir::GetOpInfo(step.kernel).matrix_operand;
-      if (matrix < 0 || static_cast<size_t>(matrix) >= step.operands.size()) continue;
-      const compiler::PlanTensor& w = step.operands[matrix];
-      if (w.kind != compiler::TensorKind::kWeight) continue;
-      bool ordered = false;
-      for (const cuda::QuantSegment& s : quant_[w.index].segments) ordered = ordered || s.input_order != nullptr;
-      if (!ordered) continue;
-      const ir::Dim& rows_dim = step.operands[0].type.shape[0];
-      ASSIGN_OR_RETURN(int64_t rows, rows_dim.Resolve(program.bounds));
-      if (rows_dim.symbol() != "R") rows = std::min(rows, cuda::kQuantLinearMaxRows);  // more take the GEMM
-      ASSIGN_OR_RETURN(const int64_t k, step.operands[0].type.shape[1].Resolve(program.bounds));
-      bytes = std::max(bytes, static_cast<size_t>(rows * k) * 2);
-    }
-  }
+  RETURN_IF_ERROR(ForEachWeightMatrix(plan, [&](const compiler::Program& program, const compiler::PlanStep& step,
+                                                int64_t weight) -> absl::Status {
+    bool ordered = false;
+    for (const cuda::QuantSegment& s : quant_[weight].segments) ordered = ordered || s.input_order != nullptr;
+    if (!ordered) return absl::OkStatus();
+    const ir::Dim& rows_dim = step.operands[0].type.shape[0];
+    ASSIGN_OR_RETURN(int64_t rows, rows_dim.Resolve(program.bounds));
+    if (rows_dim.symbol() != "R") rows = std::min(rows, cuda::kQuantLinearMaxRows);  // more take the GEMM
+    ASSIGN_OR_RETURN(const int64_t k, step.operands[0].type.shape[1].Resolve(program.bounds));
+    bytes = std::max(bytes, static_cast<size_t>(rows * k) * 2);
+    return absl::OkStatus();
+  }));
   return bytes;
 }
 
