@@ -19,6 +19,8 @@ cuda::QuantCode CodeOf(ir::QuantKind kind) {
       return cuda::QuantCode::kInt4;
     case ir::QuantKind::kInt8:
       return cuda::QuantCode::kInt8;
+    case ir::QuantKind::kNone:
+      return cuda::QuantCode::kBf16;
     default:
       return cuda::QuantCode::kFp8;
   }
@@ -122,6 +124,14 @@ absl::StatusOr<std::vector<HostQuantSegment>> PrepareQuantSegments(const compile
                                                    " rows before another; the CUDA kernels store column pairs"));
     }
     s.words.resize(static_cast<size_t>(s.rows * cuda::PackedRowWords(s.cols, bits)));
+    if (s.code == cuda::QuantCode::kBf16) {  // two bf16 values a word, no scale
+      for (size_t w = 0; w < s.words.size(); ++w) {
+        s.words[w] = FloatToBF16(q.values[2 * w]) | static_cast<uint32_t>(FloatToBF16(q.values[2 * w + 1])) << 16;
+      }
+      n_begin += s.rows;
+      segments.push_back(std::move(s));
+      continue;
+    }
     cuda::PackQuantCodes(q.codes.data(), s.rows, s.cols, bits, s.words.data());
     if (s.group == 0) {
       s.row_scales = std::move(q.scales);
@@ -143,9 +153,14 @@ std::vector<float> DequantizeSegment(const HostQuantSegment& s) {
   for (int64_t r = 0; r < s.rows; ++r) {
     for (int64_t j = 0; j < s.cols; ++j) {
       const int64_t g = r * groups + cuda::GroupOf(j, s.group, s.group_offset);
+      float& out = w[r * s.cols + (s.input_order.empty() ? j : s.input_order[j])];
+      if (s.code == cuda::QuantCode::kBf16) {
+        const uint32_t word = s.words[(r * s.cols + j) / 2];
+        out = BF16ToFloat(static_cast<uint16_t>(j % 2 == 0 ? word & 0xFFFF : word >> 16));
+        continue;
+      }
       const float scale = s.group == 0 ? s.row_scales[r] : GroupScale(s, g);
       const uint8_t q = cuda::PackedCode(s.words.data(), s.cols, bits, r, j);
-      float& out = w[r * s.cols + (s.input_order.empty() ? j : s.input_order[j])];
       if (s.code == cuda::QuantCode::kFp8) {
         out = scale * ref::E4M3ToFloat(q);
       } else {

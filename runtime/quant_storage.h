@@ -21,7 +21,7 @@ struct HostQuantSegment {
   int64_t group = 0;            // inputs per scale; 0: per row
   int64_t group_offset = 0;     // inputs of the first group before this rank's first (quant_pack.h)
   int64_t n_begin = 0, rows = 0, cols = 0;
-  std::vector<uint32_t> words;  // [rows, PackedRowWords(cols, bits)]
+  std::vector<uint32_t> words;  // [rows, PackedRowWords(cols, bits)]; kBf16: two values a word
   std::vector<float> row_scales;       // [rows] when group is 0
   cuda::ScaleType scale_type = cuda::ScaleType::kBF16;
   std::vector<uint8_t> group_scales;   // [rows, SegmentGroups] of scale_type otherwise (little-endian)
@@ -29,7 +29,8 @@ struct HostQuantSegment {
   std::vector<int32_t> input_order;    // act order: stored input j is input input_order[j]; empty: in order
 };
 
-// This rank's segments of quantized weight `entry`, in row order. With
+// This rank's segments of quantized weight `entry`, in row order (a piece kept
+// unquantized becomes a kBf16 segment: its bf16 values, no scale). With
 // `interleave` (the gate/up weight of a fused SiLU-mul), the rank's rows become
 // one segment whose row 2j is gate row j and row 2j + 1 up row j. An act-order
 // checkpoint's segment keeps each group's inputs together (input_order): the

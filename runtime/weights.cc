@@ -211,14 +211,7 @@ absl::StatusOr<PieceCodes> DecodedPiece(const compiler::WeightEntry& entry, cons
 absl::StatusOr<std::vector<QuantizedRows>> QuantizeForDevice(const compiler::WeightEntry& entry,
                                                              const WeightSource& source, RankInfo rank) {
   bool all_decoded = true;
-  for (const compiler::WeightPiece& p : entry.pieces) {
-    if (!p.quant.quantized()) {
-      return absl::UnimplementedError(absl::StrCat("weight ", entry.name, " keeps ", p.tensor,
-                                                   " unquantized beside quantized rows; a device stores a weight's "
-                                                   "pieces all quantized or none (give the whole weight one format)"));
-    }
-    all_decoded = all_decoded && source.Decodes(p);
-  }
+  for (const compiler::WeightPiece& p : entry.pieces) all_decoded = all_decoded && source.Decodes(p);
   std::vector<float> values;  // the whole weight, when a piece is still to be quantized
   int64_t k = 0;
   if (!all_decoded) RETURN_IF_ERROR(ReadWhole(entry, source, rank, &values, &k));
@@ -227,6 +220,21 @@ absl::StatusOr<std::vector<QuantizedRows>> QuantizeForDevice(const compiler::Wei
   for (const compiler::WeightPiece& p : entry.pieces) {
     const int64_t n = p.row_end - p.row_begin;
     k = compiler::SliceForRank(p, 0, 1).row_elems;
+    if (!p.quant.quantized()) {  // kept in the plan's dtype: this rank's block of its rows, rounded
+      const compiler::PieceSlice s = compiler::SliceForRank(p, rank.rank, rank.tp);
+      QuantizedRows q;
+      q.format = p.quant;
+      q.rows = s.row_end - s.row_begin;
+      q.cols = s.col_end - s.col_begin;
+      for (int64_t r = s.row_begin; r < s.row_end; ++r) {
+        const float* row = values.data() + (first_row + r - p.row_begin) * k;
+        q.values.insert(q.values.end(), row + s.col_begin, row + s.col_end);
+      }
+      RoundRows(q.values.data(), static_cast<int64_t>(q.values.size()), entry.dtype);
+      first_row += n;
+      pieces.push_back(std::move(q));
+      continue;
+    }
     PieceCodes c;
     if (source.Decodes(p)) {
       ASSIGN_OR_RETURN(c, DecodedPiece(entry, p, source));

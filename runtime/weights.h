@@ -65,15 +65,17 @@ struct QuantizedRows {
   std::vector<uint8_t> codes, zeros;
   std::vector<float> scales;
   std::vector<int32_t> input_order;
+  // A piece kept in the plan's dtype (format none): its values, rounded as FillStored rounds them.
+  std::vector<float> values;
 };
 
 // This rank's pieces of a quantized weight, so that a device that dequantizes
 // them computes with FillStored's values: quantized exactly as FillStored
 // quantizes them (the whole weight, then the rank's block), or a pre-quantized
-// checkpoint's codes as they are. Unimplemented, naming the weight, for what a
-// device cannot store as codes today: a piece kept in the plan's dtype beside
-// quantized ones; an act-order weight whose inputs are split over ranks or
-// whose groups are not `group` inputs each; a zero point past 255.
+// checkpoint's codes as they are; a piece kept in the plan's dtype as values.
+// Unimplemented, naming the weight, for what a device cannot store as codes
+// today: an act-order weight whose inputs are split over ranks or whose groups
+// are not `group` inputs each; a zero point past 255.
 absl::StatusOr<std::vector<QuantizedRows>> QuantizeForDevice(const compiler::WeightEntry& entry,
                                                              const WeightSource& source, RankInfo rank);
 

@@ -486,27 +486,30 @@ TEST_F(DeviceStorage, PreQuantizedCheckpointsKeepTheirCodes) {
   }
 }
 
-TEST_F(DeviceStorage, RefusesWhatTheKernelsCannotStore) {
-  const runtime::CheckpointWeights& source = *source_;  // the tiny GLM
+// A piece a policy keeps unquantized beside quantized ones (the fused QKV: q bf16, k and v int8)
+// becomes a bf16 segment of the same weight, at tp 1 and 2.
+TEST_F(DeviceStorage, KeepsBf16PiecesBesideQuantizedOnes) {
   passes::QuantPolicy policy;
   policy.body = Format("int8");
   absl::StatusOr<std::vector<passes::QuantRule>> rules = passes::ParseQuantPolicy("*.q_proj: bf16\n", "p.policy");
   ASSERT_TRUE(rules.ok()) << rules.status();
   policy.rules = *rules;
-  absl::StatusOr<compiler::CompileResult> compiled = compiler::Compile(config_, Options(policy));
-  ASSERT_TRUE(compiled.ok()) << compiled.status();
-  bool mixed = false;
-  for (const compiler::WeightEntry& w : compiled->plan.weights) {
-    if (!w.quantized() || w.pieces.size() != 3) continue;  // the fused QKV: q bf16, k and v int8
-    mixed = true;
-    const absl::Status s = runtime::PrepareQuantSegments(w, source, {}, false).status();
-    EXPECT_EQ(s.code(), absl::StatusCode::kUnimplemented) << s;
-    EXPECT_NE(s.message().find(w.name), std::string::npos) << s;
-    EXPECT_NE(s.message().find("unquantized beside"), std::string::npos) << s;
+  for (const int tp : {1, 2}) {
+    compiler::CompileOptions options = Options(policy, tp);
+    options.build.dtype = ir::DType::kBF16;
+    absl::StatusOr<compiler::CompileResult> compiled = compiler::Compile(config_, options);
+    ASSERT_TRUE(compiled.ok()) << compiled.status();
+    Seen seen;
+    ExpectStoredAsLoaded(compiled->plan, tp, "q_proj bf16 beside int8", &seen);
+    EXPECT_TRUE(seen.formats.contains(absl::StrCat(static_cast<int>(cuda::QuantCode::kBf16), "/0"))) << tp;
+    EXPECT_TRUE(seen.formats.contains(absl::StrCat(static_cast<int>(cuda::QuantCode::kInt8), "/0"))) << tp;
   }
-  EXPECT_TRUE(mixed);
+}
+
+TEST_F(DeviceStorage, RefusesWhatTheKernelsCannotStore) {
+  const runtime::CheckpointWeights& source = *source_;  // the tiny GLM
   // int4 codes are read 32 at a time: a rank's 80 down_proj inputs are not whole loads.
-  compiled = compiler::Compile(config_, Options(passes::DefaultQuantPolicy(Format("int4:g32")), 2));
+  absl::StatusOr<compiler::CompileResult> compiled = compiler::Compile(config_, Options(passes::DefaultQuantPolicy(Format("int4:g32")), 2));
   ASSERT_TRUE(compiled.ok()) << compiled.status();
   const compiler::WeightEntry* down = nullptr;
   for (const compiler::WeightEntry& w : compiled->plan.weights) {

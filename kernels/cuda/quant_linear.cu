@@ -9,7 +9,9 @@ namespace {
 bool SegmentFits(const QuantSegment& s, int64_t k) {
   const int64_t per_load = CodesPerLoad(QuantCodeBits(s.code));
   if (s.n < 0 || s.n_begin < 0 || k <= 0 || k % per_load != 0 || s.group < 0) return false;
-  if (s.n > 0 && (s.codes == nullptr || s.scales == nullptr)) return false;
+  const bool values = s.code == QuantCode::kBf16;  // no scales, no groups
+  if (s.n > 0 && (s.codes == nullptr || (s.scales == nullptr && !values))) return false;
+  if (values) return s.group == 0 && s.group_offset == 0 && s.input_order == nullptr;
   if (s.group == 0) return s.group_offset == 0;
   if (s.code == QuantCode::kFp8) return false;  // E4M3 weights have one scale a row
   // Every load inside one group: groups and the offset in whole loads.
@@ -96,6 +98,8 @@ cudaError_t LaunchQuantLinear(const LinearParams& p, const QuantSegment& s, cuda
       return LaunchQuantFor<QuantCode::kInt8>(p, s, stream);
     case QuantCode::kFp8:
       return LaunchQuantFor<QuantCode::kFp8>(p, s, stream);
+    case QuantCode::kBf16:
+      return LaunchQuantFor<QuantCode::kBf16>(p, s, stream);
   }
   return cudaErrorInvalidValue;
 }
@@ -110,6 +114,8 @@ cudaError_t LaunchDequantize(const QuantSegment& s, int64_t k, bf16* w, cudaStre
       return LaunchDequantizeFor<QuantCode::kInt8>(s, k, w, stream);
     case QuantCode::kFp8:
       return LaunchDequantizeFor<QuantCode::kFp8>(s, k, w, stream);
+    case QuantCode::kBf16:
+      return LaunchDequantizeFor<QuantCode::kBf16>(s, k, w, stream);
   }
   return cudaErrorInvalidValue;
 }

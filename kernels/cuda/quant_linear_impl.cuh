@@ -1,5 +1,5 @@
 // The quantized linear's decode kernel, included by one .cu per code format
-// (int4, int8, fp8) so that nvcc compiles them in parallel. Not a public header.
+// (int4, int8, fp8, bf16) so that nvcc compiles them in parallel. Not a public header.
 #ifndef AUTOGLM_KERNELS_CUDA_QUANT_LINEAR_IMPL_CUH_
 #define AUTOGLM_KERNELS_CUDA_QUANT_LINEAR_IMPL_CUH_
 
@@ -32,7 +32,9 @@ __device__ __forceinline__ void DequantizeLoad(const uint4& packed, float z, flo
 #pragma unroll
   for (int j = 0; j < kCodes; ++j) {
     const uint32_t q = (words[j / kPerWord] >> (kBits * (j % kPerWord))) & kMask;
-    if constexpr (kCode == QuantCode::kFp8) {
+    if constexpr (kCode == QuantCode::kBf16) {
+      w[j] = __uint_as_float(q << 16);  // a bf16 value is the top half of its fp32 value
+    } else if constexpr (kCode == QuantCode::kFp8) {
       const __half_raw h = __nv_cvt_fp8_to_halfraw(static_cast<__nv_fp8_storage_t>(q), __NV_E4M3);
       w[j] = __half2float(__half(h));  // every E4M3 value is an fp16 value: exact
     } else {
@@ -45,6 +47,11 @@ __device__ __forceinline__ void DequantizeLoad(const uint4& packed, float z, flo
 template <QuantCode kCode>
 __device__ __forceinline__ void GroupParams(const QuantSegment& s, int64_t row, int64_t groups, int64_t g,
                                             float* scale, float* zero) {
+  if constexpr (kCode == QuantCode::kBf16) {  // values, not codes: nothing to read
+    *scale = 1.0f;
+    *zero = 0.0f;
+    return;
+  }
   if constexpr (kCode == QuantCode::kFp8) {  // one fp32 scale a row (SegmentFits), no zero point
     *scale = static_cast<const float*>(s.scales)[row];
     *zero = 0.0f;

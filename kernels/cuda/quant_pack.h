@@ -11,10 +11,14 @@
 
 namespace ag::cuda {
 
-// The code formats the quantized kernels read (quant_linear.cuh).
-enum class QuantCode : int { kInt4, kInt8, kFp8 };
+// The code formats the quantized kernels read (quant_linear.cuh). kBf16: rows a quantized weight
+// keeps unquantized (a policy's `*.q_proj: bf16` under an int4 body), stored as bf16 "codes" with
+// no scale, so that one weight's segments run through one kernel family.
+enum class QuantCode : int { kInt4, kInt8, kFp8, kBf16 };
 
-inline constexpr int QuantCodeBits(QuantCode code) { return code == QuantCode::kInt4 ? 4 : 8; }
+inline constexpr int QuantCodeBits(QuantCode code) {
+  return code == QuantCode::kInt4 ? 4 : code == QuantCode::kBf16 ? 16 : 8;
+}
 
 // How a segment's group scales are stored (per-row scales are always fp32): bf16 for the
 // weights this engine quantizes (ref::QuantizeRows rounds them so); a pre-quantized

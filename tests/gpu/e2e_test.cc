@@ -197,6 +197,12 @@ TEST(GpuQuantized, PlansMatchTheCpuOracle) {
     options.quant = passes::DefaultQuantPolicy(*ir::ParseQuantFormat(body));
     ExpectGpuMatchesCpu(options, body);
   }
+  // A policy that keeps q_proj in bf16 under an int4 body: QKV is a bf16, then two fp8 segments.
+  compiler::CompileOptions options = Bf16Options();
+  options.quant = passes::DefaultQuantPolicy(*ir::ParseQuantFormat("int4:g128:asym"));
+  const std::vector<passes::QuantRule> keep_q = *passes::ParseQuantPolicy("*.q_proj: bf16\n", "test");
+  options.quant.rules.insert(options.quant.rules.begin(), keep_q.begin(), keep_q.end());  // first match wins
+  ExpectGpuMatchesCpu(options, "int4 body, q_proj bf16");
 }
 
 // The 8-bit KV cache (fp8, int8) with GLM-4-9B's head geometry, alone and under a 4-bit body: the
