@@ -332,10 +332,11 @@ cudaError_t LaunchSkinnyFor(const LinearParams& p, cudaStream_t stream) {
   const bf16* a = nullptr;
   const cudaError_t e = TensorCoreInput(p, stream, &a);
   if (e != cudaSuccess) return e;
-  if (p.m <= 8) return LaunchSkinnyTile<1, kE>(p, a, stream);
-  if (p.m <= 16) return LaunchSkinnyTile<2, kE>(p, a, stream);
-  if (p.m <= 32) return LaunchSkinnyTile<4, kE>(p, a, stream);
-  return LaunchSkinnyTile<8, kE>(p, a, stream);
+  const Bf16Rows rows{p.w, p.k, 0, p.n};
+  if (p.m <= 8) return LaunchSkinnyTile<1, kE>(p, rows, a, stream);
+  if (p.m <= 16) return LaunchSkinnyTile<2, kE>(p, rows, a, stream);
+  if (p.m <= 32) return LaunchSkinnyTile<4, kE>(p, rows, a, stream);
+  return LaunchSkinnyTile<8, kE>(p, rows, a, stream);
 }
 
 enum class LinearPath { kGemv, kSkinny, kGemm };

@@ -34,8 +34,20 @@ __device__ __forceinline__ unsigned Word(const int4& v, int i) {
   return static_cast<unsigned>(i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w);
 }
 
-template <int kNT, Epilogue kE>
-__global__ void __launch_bounds__(kSkinnyThreads) SkinnyKernel(LinearParams p, const bf16* x, int64_t k_per_rank) {
+// Where the skinny kernel's weight rows come from: rows [n_begin, n_begin + n) of the output, eight
+// bf16 weights of a row at a time (Load8(row, k): inputs k..k+7, k % 8 == 0). These are p.w's own
+// rows; quant_linear_impl.cuh's QuantRows dequantizes a quantized segment's codes instead.
+struct Bf16Rows {
+  const bf16* w;
+  int64_t k, n_begin, n;
+  __device__ __forceinline__ int4 Load8(int64_t row, int64_t at) const {
+    return __ldcs(reinterpret_cast<const int4*>(w + row * k + at));
+  }
+};
+
+template <int kNT, Epilogue kE, class Rows>
+__global__ void __launch_bounds__(kSkinnyThreads) SkinnyKernel(LinearParams p, Rows rows, const bf16* x,
+                                                               int64_t k_per_rank) {
   __shared__ __align__(16) float tile[8 * kNT][kSkinnyTileLd];  // [batch row][feature]: this block's partial sums
   namespace cg = cooperative_groups;
   const cg::cluster_group cluster = cg::this_cluster();
@@ -43,9 +55,7 @@ __global__ void __launch_bounds__(kSkinnyThreads) SkinnyKernel(LinearParams p, c
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   const int64_t feature0 = static_cast<int64_t>(blockIdx.x) * kSkinnyFeatures;
   const int64_t ra = feature0 + warp * 16 + g, rb = ra + 8;
-  const bool va = ra < p.n, vb = rb < p.n;
-  const bf16* wa = p.w + (va ? ra : 0) * p.k;
-  const bf16* wb = p.w + (vb ? rb : 0) * p.k;
+  const bool va = ra < rows.n, vb = rb < rows.n;
   const int64_t k_begin = rank * k_per_rank, k_end = min(p.k, k_begin + k_per_rank);
   AllowNextKernel();
   WaitForPreviousKernel();
@@ -56,8 +66,8 @@ __global__ void __launch_bounds__(kSkinnyThreads) SkinnyKernel(LinearParams p, c
 #pragma unroll
     for (int u = 0; u < kSkinnyUnroll; ++u) {
       const int64_t k = k0 + 32 * u + 8 * t;  // k % 8 == 0 and K % 8 == 0: a piece is wholly in or out
-      a[u] = va && k < k_end ? __ldcs(reinterpret_cast<const int4*>(wa + k)) : make_int4(0, 0, 0, 0);
-      b[u] = vb && k < k_end ? __ldcs(reinterpret_cast<const int4*>(wb + k)) : make_int4(0, 0, 0, 0);
+      a[u] = va && k < k_end ? rows.Load8(ra, k) : make_int4(0, 0, 0, 0);
+      b[u] = vb && k < k_end ? rows.Load8(rb, k) : make_int4(0, 0, 0, 0);
     }
 #pragma unroll
     for (int u = 0; u < kSkinnyUnroll; ++u) {
@@ -96,19 +106,19 @@ __global__ void __launch_bounds__(kSkinnyThreads) SkinnyKernel(LinearParams p, c
   for (int i = rank * kSkinnyThreads + static_cast<int>(threadIdx.x); i < pairs; i += ranks * kSkinnyThreads) {
     const int m = i / (kSkinnyFeatures / 2), f = 2 * (i % (kSkinnyFeatures / 2));
     const float2 sum = ClusterSum2(cluster, &tile[0][0], m * kSkinnyTileLd + f);
-    if (feature0 + f < p.n) StorePair<kE>(p, m, feature0 + f, sum.x, sum.y);
+    if (feature0 + f < rows.n) StorePair<kE>(p, m, rows.n_begin + feature0 + f, sum.x, sum.y);
   }
   cluster.sync();  // peers may still be reading this block's tile
 }
 
-template <int kNT, Epilogue kE>
-cudaError_t LaunchSkinnyTile(const LinearParams& p, const bf16* x, cudaStream_t stream) {
+template <int kNT, Epilogue kE, class Rows = Bf16Rows>
+cudaError_t LaunchSkinnyTile(const LinearParams& p, const Rows& rows, const bf16* x, cudaStream_t stream) {
   const int sms = MultiprocessorCount();
-  const KSplit split = SplitSkinnyK(p.n, p.k, sms > 0 ? sms : 132);
-  const dim3 grid(static_cast<unsigned>((p.n + kSkinnyFeatures - 1) / kSkinnyFeatures),
+  const KSplit split = SplitSkinnyK(rows.n, p.k, sms > 0 ? sms : 132);
+  const dim3 grid(static_cast<unsigned>((rows.n + kSkinnyFeatures - 1) / kSkinnyFeatures),
                   static_cast<unsigned>(split.ranks));
-  return LaunchKernelInCluster(SkinnyKernel<kNT, kE>, grid, dim3(kSkinnyThreads), 0, stream,
-                               dim3(1, static_cast<unsigned>(split.ranks), 1), p, x, split.k_per_rank);
+  return LaunchKernelInCluster(SkinnyKernel<kNT, kE, Rows>, grid, dim3(kSkinnyThreads), 0, stream,
+                               dim3(1, static_cast<unsigned>(split.ranks), 1), p, rows, x, split.k_per_rank);
 }
 
 }  // namespace ag::cuda

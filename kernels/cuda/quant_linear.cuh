@@ -15,11 +15,12 @@
 //       so the result differs from the CPU's only in rounding); one warp per pair of
 //       output columns, 8 rows of x per block, the blocks of one column pair
 //       adjacent in the grid so that the row chunks after the first find the
-//       codes in L2;
+//       codes in L2; from 17 rows the skinny tensor-core kernel instead, its
+//       weights dequantized to bf16 in registers as they stream in;
 //   more rows  LaunchDequantize expands the weight to bf16 in a scratch and the
-//       bf16 tensor-core GEMM (linear.cuh) runs on it. The scratch rounds
-//       s * (q - z) to bf16: there, and only there, a quantized plan's
-//       weights are not the CPU oracle's exact values.
+//       bf16 tensor-core GEMM (linear.cuh) runs on it. The skinny kernel and the
+//       scratch round s * (q - z) to bf16: there, and only there, a quantized
+//       plan's weights are not the CPU oracle's exact values.
 #ifndef AUTOGLM_KERNELS_CUDA_QUANT_LINEAR_CUH_
 #define AUTOGLM_KERNELS_CUDA_QUANT_LINEAR_CUH_
 
@@ -51,12 +52,11 @@ struct QuantSegment {
   const int32_t* input_order = nullptr;
 };
 
-// Rows of x up to which the backend takes the decode path. Each block of 8 rows dequantizes the
-// codes again and its FMAs run on CUDA cores: by the instruction count (bench/RESULTS.md,
-// "Quantized decode"), at 16 rows a GLM-4-9B step is ~8 ms on the codes and ~9.5 ms through the
-// dequantized bf16 weight (4.5 bytes a weight of traffic), and beyond that the codes lose. The
-// swap-AB tensor-core kernel for quantized weights, which would take 17..64, is owed.
-inline constexpr int64_t kQuantLinearMaxRows = 16;
+// Rows of x up to which the backend takes the decode path: up to 16 the codes kernel (8 rows a
+// block, CUDA cores), then the skinny tensor-core kernel (linear_skinny.cuh) on weights
+// dequantized to bf16 in registers, each read once whatever the rows (bench/RESULTS.md,
+// "Quantized decode"). More rows dequantize the whole weight into the scratch for the GEMM.
+inline constexpr int64_t kQuantLinearMaxRows = 64;
 
 // The decode path over one segment: p as for LaunchLinear, but p.w is not read
 // (the segment is the weight), p.norm_w must be null (normalise x first) and

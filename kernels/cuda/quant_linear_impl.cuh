@@ -8,6 +8,7 @@
 
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/linear_epilogue.cuh"
+#include "kernels/cuda/linear_impl.cuh"  // the skinny tensor-core kernel (linear_skinny.cuh)
 #include "kernels/cuda/quant_linear.cuh"
 #include "kernels/cuda/quant_pack.h"
 
@@ -152,10 +153,62 @@ cudaError_t LaunchQuantTile(const LinearParams& p, const QuantSegment& s, cudaSt
                       dim3(kQuantWarps * 32), 0, stream, p, s);
 }
 
+// The skinny tensor-core kernel's rows of a quantized segment (linear_skinny.cuh): eight weights
+// of a row dequantized to bf16, s * (q - z) rounded once as LaunchDequantize rounds it. The eight
+// codes of a load lie in one group (groups and offsets are whole 16-byte loads of codes).
+template <QuantCode kCode>
+struct QuantRows {
+  QuantSegment s;
+  int64_t words_per_row, groups, n_begin, n;
+
+  __device__ __forceinline__ int4 Load8(int64_t row, int64_t k) const {
+    const uint32_t* words = s.codes + row * words_per_row;
+    if constexpr (kCode == QuantCode::kBf16) return __ldcs(reinterpret_cast<const int4*>(words + k / 2));
+    float scale, zero, v[8];
+    GroupParams<kCode>(s, row, groups, GroupOf(k, s.group, s.group_offset), &scale, &zero);
+    uint32_t w[2];
+    if constexpr (kCode == QuantCode::kInt4) {
+      w[0] = __ldcs(words + k / 8);
+    } else {
+      const uint2 pair = __ldcs(reinterpret_cast<const uint2*>(words + k / 4));
+      w[0] = pair.x;
+      w[1] = pair.y;
+    }
+    constexpr int kBits = QuantCodeBits(kCode), kPerWord = 32 / kBits;
+    const float bias = 8388608.0f + zero;
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      const uint32_t q = (w[j / kPerWord] >> (kBits * (j % kPerWord))) & ((1u << kBits) - 1);
+      if constexpr (kCode == QuantCode::kFp8) {
+        const __half_raw h = __nv_cvt_fp8_to_halfraw(static_cast<__nv_fp8_storage_t>(q), __NV_E4M3);
+        v[j] = scale * __half2float(__half(h));
+      } else {
+        v[j] = scale * (__uint_as_float(q | 0x4B000000u) - bias);
+      }
+    }
+    int4 out;
+    const __nv_bfloat162 b[4] = {__floats2bfloat162_rn(v[0], v[1]), __floats2bfloat162_rn(v[2], v[3]),
+                                 __floats2bfloat162_rn(v[4], v[5]), __floats2bfloat162_rn(v[6], v[7])};
+    std::memcpy(&out, b, sizeof(out));
+    return out;
+  }
+};
+
+// Rows of x up to which a block of the codes kernel takes 8 of them; the skinny tensor-core kernel
+// takes the rest, to kQuantLinearMaxRows.
+inline constexpr int64_t kQuantCodesMaxRows = 16;
+
 template <QuantCode kCode, Epilogue kE>
 cudaError_t LaunchQuantRows(const LinearParams& p, const QuantSegment& s, cudaStream_t stream) {
   // Batch 1 on its own: a kernel with one accumulator row per column, the latency case.
-  return p.m == 1 ? LaunchQuantTile<kCode, 1, kE>(p, s, stream) : LaunchQuantTile<kCode, 8, kE>(p, s, stream);
+  if (p.m == 1) return LaunchQuantTile<kCode, 1, kE>(p, s, stream);
+  if (p.m <= kQuantCodesMaxRows) return LaunchQuantTile<kCode, 8, kE>(p, s, stream);
+  // Beyond, every 8-row block would dequantize the codes again and multiply on CUDA cores: the
+  // weights go through the tensor cores once, as the bf16 skinny kernel streams them.
+  const QuantRows<kCode> rows{s, PackedRowWords(p.k, QuantCodeBits(kCode)), SegmentGroups(p.k, s.group, s.group_offset),
+                              s.n_begin, s.n};
+  if (p.m <= 32) return LaunchSkinnyTile<4, kE>(p, rows, p.x, stream);
+  return LaunchSkinnyTile<8, kE>(p, rows, p.x, stream);
 }
 
 // Every epilogue of one code format; defined in quant_linear_<code>.cu.

@@ -653,7 +653,7 @@ TEST(GpuKernels, QuantLinearIsExactByConstruction) {
     ASSERT_CUDA(cuda::LaunchDequantize(s0, k, dw.get(), nullptr));
     ASSERT_CUDA(cuda::LaunchDequantize(s1, k, dw.get(), nullptr));
     ExpectClose(dw.Download(), Bf16(w), 0, 0, name + " dequantized");
-    for (const int64_t m : {1, 3, 8, 13, 64}) {
+    for (const int64_t m : {1, 3, 8, 13, 20, 40, 64}) {  // codes kernel to 16 rows, then skinny tensor cores
       std::vector<float> x(m * k), residual(m * n);
       for (float& v : x) v = static_cast<float>(static_cast<int>(rng() % 9) - 4);
       for (float& v : residual) v = static_cast<float>(static_cast<int>(rng() % 9) - 4);
@@ -737,7 +737,7 @@ TEST(GpuKernels, QuantLinearReadsCheckpointScalesAndActOrder) {
     Bf16Array dw(n * k);
     ASSERT_CUDA(cuda::LaunchDequantize(seg, k, dw.get(), nullptr));
     ExpectClose(dw.Download(), Bf16(w), 0, 0, name + " dequantized in input order");
-    for (const int64_t m : {1, 5, 16}) {
+    for (const int64_t m : {1, 5, 16, 40}) {
       const std::vector<float> x = RandomBf16(m * k, 37);
       std::vector<float> want(m * n);
       for (int64_t r = 0; r < m; ++r) {
