@@ -624,6 +624,20 @@ HostSegment MakeSegment(const QuantCase& c, int64_t n, int64_t k, std::mt19937& 
   return h;
 }
 
+// x [m, k] times w [n, k] transposed (plus residual [m, n]), summed in double and rounded once.
+std::vector<float> HostProduct(const std::vector<float>& x, const std::vector<float>& w, int64_t m, int64_t n,
+                               int64_t k, const std::vector<float>* residual = nullptr) {
+  std::vector<float> y(m * n);
+  for (int64_t r = 0; r < m; ++r) {
+    for (int64_t col = 0; col < n; ++col) {
+      double sum = residual != nullptr ? (*residual)[r * n + col] : 0.0;
+      for (int64_t j = 0; j < k; ++j) sum += double{x[r * k + j]} * w[col * k + j];
+      y[r * n + col] = static_cast<float>(sum);
+    }
+  }
+  return y;
+}
+
 TEST(GpuKernels, QuantLinearIsExactByConstruction) {
   SKIP_WITHOUT_GPU();
   const int64_t n0 = 258, n1 = 37, n = n0 + n1, k = 512;  // the last segment odd: a partial last pair
@@ -658,14 +672,7 @@ TEST(GpuKernels, QuantLinearIsExactByConstruction) {
       for (float& v : x) v = static_cast<float>(static_cast<int>(rng() % 9) - 4);
       for (float& v : residual) v = static_cast<float>(static_cast<int>(rng() % 9) - 4);
       Bf16Array dx(x), dy(m * n);
-      std::vector<float> want(m * n);
-      for (int64_t r = 0; r < m; ++r) {
-        for (int64_t col = 0; col < n; ++col) {
-          double sum = residual[r * n + col];
-          for (int64_t j = 0; j < k; ++j) sum += double{x[r * k + j]} * w[col * k + j];
-          want[r * n + col] = static_cast<float>(sum);  // exact: a multiple of 2^-7 below 2^20
-        }
-      }
+      const std::vector<float> want = HostProduct(x, w, m, n, k, &residual);  // exact: multiples of 2^-7 below 2^20
       cuda::LinearParams p;
       p.x = dx.get();
       p.m = m;
@@ -739,14 +746,7 @@ TEST(GpuKernels, QuantLinearReadsCheckpointScalesAndActOrder) {
     ExpectClose(dw.Download(), Bf16(w), 0, 0, name + " dequantized in input order");
     for (const int64_t m : {1, 5, 16, 40}) {
       const std::vector<float> x = RandomBf16(m * k, 37);
-      std::vector<float> want(m * n);
-      for (int64_t r = 0; r < m; ++r) {
-        for (int64_t col = 0; col < n; ++col) {
-          double sum = 0;
-          for (int64_t j = 0; j < k; ++j) sum += double{x[r * k + j]} * w[col * k + j];
-          want[r * n + col] = static_cast<float>(sum);
-        }
-      }
+      const std::vector<float> want = HostProduct(x, w, m, n, k);
       Bf16Array dx(x), ordered(m * k), dy(m * n);
       ASSERT_CUDA(cuda::LaunchOrderInputs(dx.get(), m, k, device_order.get(), ordered.get(), nullptr));
       cuda::LinearParams p;
