@@ -202,7 +202,9 @@ template <QuantCode kCode, Epilogue kE>
 cudaError_t LaunchQuantRows(const LinearParams& p, const QuantSegment& s, cudaStream_t stream) {
   // Batch 1 on its own: a kernel with one accumulator row per column, the latency case.
   if (p.m == 1) return LaunchQuantTile<kCode, 1, kE>(p, s, stream);
-  if (p.m <= kQuantCodesMaxRows) return LaunchQuantTile<kCode, 8, kE>(p, s, stream);
+  // Past the skinny kernel's 64 rows only a head's many logit rows come here (token rows take the
+  // dequantized GEMM): 8 rows a block, any number of blocks.
+  if (p.m <= kQuantCodesMaxRows || p.m > kSkinnyMaxRows) return LaunchQuantTile<kCode, 8, kE>(p, s, stream);
   // Beyond, every 8-row block would dequantize the codes again and multiply on CUDA cores: the
   // weights go through the tensor cores once, as the bf16 skinny kernel streams them.
   const QuantRows<kCode> rows{s, PackedRowWords(p.k, QuantCodeBits(kCode)), SegmentGroups(p.k, s.group, s.group_offset),

@@ -667,7 +667,7 @@ TEST(GpuKernels, QuantLinearIsExactByConstruction) {
     ASSERT_CUDA(cuda::LaunchDequantize(s0, k, dw.get(), nullptr));
     ASSERT_CUDA(cuda::LaunchDequantize(s1, k, dw.get(), nullptr));
     ExpectClose(dw.Download(), Bf16(w), 0, 0, name + " dequantized");
-    for (const int64_t m : {1, 3, 8, 13, 20, 40, 64}) {  // codes kernel to 16 rows, then skinny tensor cores
+    for (const int64_t m : {1, 3, 8, 13, 20, 40, 64, 75}) {  // codes kernel to 16 rows, skinny to 64, codes
       std::vector<float> x(m * k), residual(m * n);
       for (float& v : x) v = static_cast<float>(static_cast<int>(rng() % 9) - 4);
       for (float& v : residual) v = static_cast<float>(static_cast<int>(rng() % 9) - 4);
