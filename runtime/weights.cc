@@ -2,6 +2,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <iterator>
+#include <optional>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -56,6 +59,17 @@ void RoundRows(float* data, int64_t n, ir::DType dtype) {
   if (dtype == ir::DType::kBF16) {
     for (int64_t i = 0; i < n; ++i) data[i] = RoundToBF16(data[i]);
   }
+}
+
+// Appends this rank's block `s` of piece `p` to `out`: `rows` holds the piece's rows (k values each,
+// row p.row_begin first).
+template <typename T, typename Out>
+Out CopyRankBlock(const T* rows, int64_t k, const compiler::WeightPiece& p, const compiler::PieceSlice& s, Out out) {
+  for (int64_t r = s.row_begin; r < s.row_end; ++r) {
+    const T* row = rows + (r - p.row_begin) * k;
+    out = std::copy(row + s.col_begin, row + s.col_end, out);
+  }
+  return out;
 }
 
 ref::QuantSpec SpecOf(const ir::QuantFormat& f) {
@@ -135,12 +149,7 @@ absl::Status FillStored(const compiler::WeightEntry& entry, const WeightSource& 
     } else if (!p.quant.quantized()) {
       RoundRows(rows_of_piece, n * k, dtype);  // decoded rows stay as the checkpoint's scales make them
     }
-    // This rank's block of the piece.
-    const compiler::PieceSlice s = compiler::SliceForRank(p, rank.rank, rank.tp);
-    for (int64_t r = s.row_begin; r < s.row_end; ++r) {
-      const float* src = values.data() + (first_row + r - p.row_begin) * k;
-      out = std::copy(src + s.col_begin, src + s.col_end, out);
-    }
+    out = CopyRankBlock(rows_of_piece, k, p, compiler::SliceForRank(p, rank.rank, rank.tp), out);
     first_row += n;
   }
   return absl::OkStatus();
@@ -175,10 +184,9 @@ absl::StatusOr<std::vector<int32_t>> InputOrder(const compiler::WeightEntry& ent
   return order;
 }
 
-// The rows of piece `p` of a pre-quantized checkpoint, as the device stores them.
+// The rows of piece `p` of a pre-quantized checkpoint, as the device stores them; `u` is its tensor unpacked.
 absl::StatusOr<PieceCodes> DecodedPiece(const compiler::WeightEntry& entry, const compiler::WeightPiece& p,
-                                        const WeightSource& source) {
-  ASSIGN_OR_RETURN(const quant::UnpackedWeight u, source.Unpack(p));
+                                        const quant::UnpackedWeight& u) {
   PieceCodes c;
   c.groups = u.groups;
   ASSIGN_OR_RETURN(c.input_order, InputOrder(entry, p, u));
@@ -216,6 +224,8 @@ absl::StatusOr<std::vector<QuantizedRows>> QuantizeForDevice(const compiler::Wei
   int64_t k = 0;
   if (!all_decoded) RETURN_IF_ERROR(ReadWhole(entry, source, rank, &values, &k));
   std::vector<QuantizedRows> pieces;
+  std::optional<quant::UnpackedWeight> unpacked;  // the last pre-quantized tensor: a fused gate/up holds two pieces
+  std::string unpacked_tensor;
   int64_t first_row = 0;
   for (const compiler::WeightPiece& p : entry.pieces) {
     const int64_t n = p.row_end - p.row_begin;
@@ -226,10 +236,7 @@ absl::StatusOr<std::vector<QuantizedRows>> QuantizeForDevice(const compiler::Wei
       q.format = p.quant;
       q.rows = s.row_end - s.row_begin;
       q.cols = s.col_end - s.col_begin;
-      for (int64_t r = s.row_begin; r < s.row_end; ++r) {
-        const float* row = values.data() + (first_row + r - p.row_begin) * k;
-        q.values.insert(q.values.end(), row + s.col_begin, row + s.col_end);
-      }
+      CopyRankBlock(values.data() + first_row * k, k, p, s, std::back_inserter(q.values));
       RoundRows(q.values.data(), static_cast<int64_t>(q.values.size()), entry.dtype);
       first_row += n;
       pieces.push_back(std::move(q));
@@ -237,7 +244,11 @@ absl::StatusOr<std::vector<QuantizedRows>> QuantizeForDevice(const compiler::Wei
     }
     PieceCodes c;
     if (source.Decodes(p)) {
-      ASSIGN_OR_RETURN(c, DecodedPiece(entry, p, source));
+      if (!unpacked || unpacked_tensor != p.tensor) {
+        ASSIGN_OR_RETURN(unpacked, source.Unpack(p));
+        unpacked_tensor = p.tensor;
+      }
+      ASSIGN_OR_RETURN(c, DecodedPiece(entry, p, *unpacked));
     } else {
       RETURN_IF_ERROR(QuantizePiece(entry, p, values.data() + first_row * k, n, k, &c.codes, &c.scales, &c.zeros));
       c.groups = p.quant.Groups(k);
@@ -259,9 +270,9 @@ absl::StatusOr<std::vector<QuantizedRows>> QuantizeForDevice(const compiler::Wei
     q.input_order = std::move(c.input_order);
     // Groups [g0, g1) of each row cover this rank's columns (the whole row's one scale when group is 0).
     const int64_t g0 = group == 0 ? 0 : s.col_begin / group, g1 = group == 0 ? 1 : (s.col_end + group - 1) / group;
+    CopyRankBlock(c.codes.data(), k, p, s, std::back_inserter(q.codes));
     for (int64_t r = s.row_begin; r < s.row_end; ++r) {
       const int64_t local = r - p.row_begin;
-      q.codes.insert(q.codes.end(), c.codes.begin() + local * k + s.col_begin, c.codes.begin() + local * k + s.col_end);
       q.scales.insert(q.scales.end(), c.scales.begin() + local * groups + g0, c.scales.begin() + local * groups + g1);
       if (!c.zeros.empty()) {
         q.zeros.insert(q.zeros.end(), c.zeros.begin() + local * groups + g0, c.zeros.begin() + local * groups + g1);

@@ -20,18 +20,18 @@ constexpr int kQuantWarps = 4;
 template <int kRows>
 constexpr int kQuantUnroll = kRows == 1 ? 4 : 2;
 
-// The kCodes weights of one 16-byte load before their scale, exactly in fp32: q - z for integer
-// codes, e4m3(q) for fp8. An integer code becomes a float without a convert instruction: OR-ed
-// into the mantissa of 2^23 it is the float 2^23 + q, and one subtraction of 2^23 + z leaves
-// q - z (a shift and a LOP3 to place the code, one FADD; exact: every value is an integer below 2^23).
-template <QuantCode kCode>
-__device__ __forceinline__ void DequantizeLoad(const uint4& packed, float z, float* w) {
-  constexpr int kBits = QuantCodeBits(kCode), kCodes = 128 / kBits, kPerWord = 32 / kBits;
+// The weights of kWords packed words before their scale, exactly in fp32: q - z for integer
+// codes, e4m3(q) for fp8, the value for bf16. An integer code becomes a float without a convert
+// instruction: OR-ed into the mantissa of 2^23 it is the float 2^23 + q, and one subtraction of
+// 2^23 + z leaves q - z (a shift and a LOP3 to place the code, one FADD; exact: every value is an
+// integer below 2^23).
+template <QuantCode kCode, int kWords>
+__device__ __forceinline__ void DequantizeWords(const uint32_t (&words)[kWords], float z, float* w) {
+  constexpr int kBits = QuantCodeBits(kCode), kPerWord = 32 / kBits;
   constexpr uint32_t kMask = (1u << kBits) - 1, kTwo23 = 0x4B000000u;
-  const uint32_t words[4] = {packed.x, packed.y, packed.z, packed.w};
   const float bias = 8388608.0f + z;
 #pragma unroll
-  for (int j = 0; j < kCodes; ++j) {
+  for (int j = 0; j < kWords * kPerWord; ++j) {
     const uint32_t q = (words[j / kPerWord] >> (kBits * (j % kPerWord))) & kMask;
     if constexpr (kCode == QuantCode::kBf16) {
       w[j] = __uint_as_float(q << 16);  // a bf16 value is the top half of its fp32 value
@@ -42,6 +42,13 @@ __device__ __forceinline__ void DequantizeLoad(const uint4& packed, float z, flo
       w[j] = __uint_as_float(q | kTwo23) - bias;
     }
   }
+}
+
+// The 128 / bits weights of one 16-byte load, as DequantizeWords.
+template <QuantCode kCode>
+__device__ __forceinline__ void DequantizeLoad(const uint4& packed, float z, float* w) {
+  const uint32_t words[4] = {packed.x, packed.y, packed.z, packed.w};
+  DequantizeWords<kCode>(words, z, w);
 }
 
 // The scale and zero point of group g of segment row `row`.
@@ -166,26 +173,16 @@ struct QuantRows {
     if constexpr (kCode == QuantCode::kBf16) return __ldcs(reinterpret_cast<const int4*>(words + k / 2));
     float scale, zero, v[8];
     GroupParams<kCode>(s, row, groups, GroupOf(k, s.group, s.group_offset), &scale, &zero);
-    uint32_t w[2];
     if constexpr (kCode == QuantCode::kInt4) {
-      w[0] = __ldcs(words + k / 8);
+      const uint32_t w[1] = {__ldcs(words + k / 8)};
+      DequantizeWords<kCode>(w, zero, v);
     } else {
       const uint2 pair = __ldcs(reinterpret_cast<const uint2*>(words + k / 4));
-      w[0] = pair.x;
-      w[1] = pair.y;
+      const uint32_t w[2] = {pair.x, pair.y};
+      DequantizeWords<kCode>(w, zero, v);
     }
-    constexpr int kBits = QuantCodeBits(kCode), kPerWord = 32 / kBits;
-    const float bias = 8388608.0f + zero;
 #pragma unroll
-    for (int j = 0; j < 8; ++j) {
-      const uint32_t q = (w[j / kPerWord] >> (kBits * (j % kPerWord))) & ((1u << kBits) - 1);
-      if constexpr (kCode == QuantCode::kFp8) {
-        const __half_raw h = __nv_cvt_fp8_to_halfraw(static_cast<__nv_fp8_storage_t>(q), __NV_E4M3);
-        v[j] = scale * __half2float(__half(h));
-      } else {
-        v[j] = scale * (__uint_as_float(q | 0x4B000000u) - bias);
-      }
-    }
+    for (int j = 0; j < 8; ++j) v[j] *= scale;
     int4 out;
     const __nv_bfloat162 b[4] = {__floats2bfloat162_rn(v[0], v[1]), __floats2bfloat162_rn(v[2], v[3]),
                                  __floats2bfloat162_rn(v[4], v[5]), __floats2bfloat162_rn(v[6], v[7])};
