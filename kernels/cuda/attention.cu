@@ -5,6 +5,7 @@
 #include "kernels/cuda/attention_impl.cuh"
 #include "kernels/cuda/attention_plan.h"
 #include "kernels/cuda/common.cuh"
+#include "kernels/cuda/flash_attention.cuh"
 
 namespace ag::cuda {
 
@@ -74,6 +75,10 @@ cudaError_t LaunchPagedAttention(const bf16* q, const AttentionShape& shape, con
       seqs.num_seqs <= 0 || (codes && (cache.k_scale == nullptr || cache.v_scale == nullptr))) {
     return cudaErrorInvalidValue;
   }
+  // Prefill (sequences of many new rows) on the tensor cores; decode and 8-bit caches below.
+  if (!codes && FlashAttentionHeadDim(D) && UseFlashAttention(shape.tokens, seqs.num_seqs)) {
+    return LaunchFlashPagedAttention(q, shape.tokens, shape.heads, cache, seqs, out, stream);
+  }
   const int64_t group = shape.heads / cache.kv_heads;
   const AttentionGeometry geo = PlanAttention(shape.tokens, cache.kv_heads, group, shape.max_context, MultiprocessorCount());
   Params p;
@@ -89,6 +94,7 @@ cudaError_t LaunchPagedAttention(const bf16* q, const AttentionShape& shape, con
   p.scale = 1.0f / sqrtf(static_cast<float>(D));
   p.partial_acc = workspace;
   p.partial_ml = workspace + shape.tokens * shape.heads * geo.slices * D;
+  p.out = out;
   const size_t smem = SliceSmemBytes(static_cast<int>(D), cache.code, geo.heads_per_warp);
   // Query rows go on grid z (and y for the combine step): at most kMaxGridYZ a launch.
   for (int64_t chunk = 0; chunk < RowChunks(shape.tokens); ++chunk) {
@@ -97,6 +103,7 @@ cudaError_t LaunchPagedAttention(const bf16* q, const AttentionShape& shape, con
     const dim3 grid(static_cast<unsigned>(geo.slices), static_cast<unsigned>(cache.kv_heads * geo.head_chunks), rows);
     cudaError_t e = LaunchForCache(p, geo.heads_per_warp, grid, smem, stream);
     if (e != cudaSuccess) return e;
+    if (geo.slices == 1) continue;  // one slice: the slice kernel wrote out, no combine step
     e = LaunchKernel(CombineKernel, dim3(static_cast<unsigned>(shape.heads), rows), dim3(kThreads), 0, stream,
                      p.partial_acc, p.partial_ml, p.heads, geo.slices, p.head_dim, p.row_base, out);
     if (e != cudaSuccess) return e;

@@ -5,8 +5,10 @@
 // decode step fills the GPU at every context length); it streams 32-key K/V
 // tiles through cp.async double buffering, keeps an online softmax per head
 // in warp registers, and writes a partial result; a second kernel combines
-// the slices. Causal: the query at position p sees keys 0..p of its own
-// sequence.
+// the slices (with one slice the slice kernel writes the answer itself).
+// Causal: the query at position p sees keys 0..p of its own sequence.
+// Steps whose sequences bring many new rows (prefill) and a bf16 cache go to
+// the tensor-core flash kernel instead (flash_attention.cuh).
 #ifndef AUTOGLM_KERNELS_CUDA_ATTENTION_CUH_
 #define AUTOGLM_KERNELS_CUDA_ATTENTION_CUH_
 

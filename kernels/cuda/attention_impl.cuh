@@ -34,6 +34,7 @@ struct Params {
   float scale;
   float* partial_acc;  // [tokens, heads, slices, head_dim]
   float* partial_ml;   // [tokens, heads, slices, 2]: running max and sum
+  bf16* out;           // with one slice the slice is the answer: written here, no combine step
   int64_t row_base;    // the launch's first query row (grid z holds at most kMaxGridYZ rows)
 };
 
@@ -239,7 +240,20 @@ __global__ void __launch_bounds__(kThreads, kHPW <= 4 ? 4 : 2) AttentionSliceKer
   for (int hi = 0; hi < kHPW; ++hi) {
     const int h = warp + kWarps * hi;
     if (h >= heads_here) break;
-    const int64_t row = (t * p.heads + static_cast<int64_t>(g) * G + head_lo + h) * p.slices + slice;
+    const int64_t head_row = t * p.heads + static_cast<int64_t>(g) * G + head_lo + h;
+    if (p.slices == 1) {
+      const float inv = 1.0f / l_run[hi];  // key 0 is always visible: l_run >= 1
+#pragma unroll
+      for (int i = 0; i < kMaxPairs; ++i) {
+        const int d = 2 * lane + 64 * i;
+        if (d < D) {
+          *reinterpret_cast<__nv_bfloat162*>(p.out + head_row * D + d) =
+              __floats2bfloat162_rn(acc[hi][2 * i] * inv, acc[hi][2 * i + 1] * inv);
+        }
+      }
+      continue;
+    }
+    const int64_t row = head_row * p.slices + slice;
 #pragma unroll
     for (int i = 0; i < kMaxPairs; ++i) {
       const int d = 2 * lane + 64 * i;

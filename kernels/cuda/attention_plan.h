@@ -1,11 +1,19 @@
 // How paged attention divides its work (kernels/cuda/attention.cu): per
 // (query row, KV head), blocks over chunks of the group's query heads and
-// slices of the context. Plain C++, so that a CPU test checks the cover.
+// slices of the context; and how the tensor-core flash kernel
+// (flash_attention.cuh) tiles prefill rows. Plain C++, so that a CPU test
+// checks the cover.
 #ifndef AUTOGLM_KERNELS_CUDA_ATTENTION_PLAN_H_
 #define AUTOGLM_KERNELS_CUDA_ATTENTION_PLAN_H_
 
 #include <algorithm>
 #include <cstdint>
+
+#ifdef __CUDACC__
+#define AG_HOST_DEVICE __host__ __device__
+#else
+#define AG_HOST_DEVICE
+#endif
 
 namespace ag::cuda {
 
@@ -51,6 +59,50 @@ inline AttentionGeometry PlanAttention(int64_t rows_of_queries, int64_t kv_heads
   return {hpw, static_cast<int>(chunks(hpw)), static_cast<int>((ctx + keys - 1) / keys), static_cast<int>(keys)};
 }
 
+// ---- flash attention (prefill) ----
+//
+// A block takes 64 query rows of one sequence (segment) and one query head,
+// and streams the sequence's keys in tiles of 64. The grid does not depend on
+// the row counts (CUDA graphs replay it): floor(rows / 64) + sequences blocks
+// cover sum ceil(n_s / 64) tiles, and the blocks past the last tile leave.
+inline constexpr int kFlashRows = 64;
+inline constexpr int kFlashKeys = 64;
+// The flash kernel takes a step when its sequences average this many new rows
+// (below, the slice kernel wastes fewer tensor-core rows than flash would).
+inline constexpr int kFlashMinRowsPerSequence = 16;
+
+inline int64_t FlashGridTiles(int64_t rows, int64_t sequences) { return rows / kFlashRows + sequences; }
+
+inline bool UseFlashAttention(int64_t rows, int64_t sequences) {
+  return sequences > 0 && rows >= kFlashMinRowsPerSequence * sequences;
+}
+
+struct FlashTile {
+  int seq = -1;        // -1: past the last tile
+  int64_t first = 0;   // its first query row
+  int rows = 0;        // 1..kFlashRows
+};
+
+// Tile `index` in sequence order (offsets [sequences + 1], non-decreasing).
+AG_HOST_DEVICE inline FlashTile FlashTileOf(const int32_t* offsets, int64_t sequences, int64_t index) {
+  FlashTile tile;
+  for (int64_t s = 0; s < sequences; ++s) {
+    const int64_t n = offsets[s + 1] - offsets[s];
+    const int64_t tiles = n > 0 ? (n + kFlashRows - 1) / kFlashRows : 0;
+    if (index < tiles) {
+      const int64_t left = n - index * kFlashRows;
+      tile.seq = static_cast<int>(s);
+      tile.first = offsets[s] + index * kFlashRows;
+      tile.rows = static_cast<int>(left < kFlashRows ? left : kFlashRows);
+      return tile;
+    }
+    index -= tiles;
+  }
+  return tile;
+}
+
 }  // namespace ag::cuda
+
+#undef AG_HOST_DEVICE
 
 #endif  // AUTOGLM_KERNELS_CUDA_ATTENTION_PLAN_H_

@@ -1,8 +1,11 @@
 // The CUDA kernels' index math, checked on the CPU: an emulation of
 // mma.sync.m16n8k16 from the PTX fragment tables, fed the way the skinny
 // kernel feeds it (16-byte loads in the permuted k order), must compute
-// W x^T; the K splits must cover K with work for every rank; attention's
-// head chunks and context slices must cover the group and the context.
+// W x^T; ldmatrix, emulated the same way, must give the fragments the
+// kernels expect, and the flash kernel's chain (S = Q K^T, S's accumulators as
+// P's A fragments, P V) must compute (Q K^T) V; the K splits must cover K with
+// work for every rank; attention's head chunks and context slices must cover
+// the group and the context, and flash attention's tiles every row once.
 #include <gtest/gtest.h>
 
 #include <random>
@@ -108,6 +111,143 @@ TEST(MmaLayout, SkinnyFeedComputesTheProduct) {
   }
 }
 
+// ldmatrix.x4 emulated from its PTX description: lane 8j + i addresses row i
+// of matrix j, register j of a lane holds LdMatrixHolds of matrix j. The three
+// ways the tensor-core kernels point the lanes must yield the mma's fragments.
+struct Tile {
+  int cols;
+  std::vector<float> v;
+  float at(int r, int c) const { return v[r * cols + c]; }
+};
+
+// Element `half` of register `reg` of `lane` after ldmatrix.x4 with lanes addressing `row_of(lane)`.
+template <typename RowOf>
+float LdMatrix(const Tile& t, RowOf row_of, int lane, int reg, int half, bool trans) {
+  const mma::At in = mma::LdMatrixHolds(lane, half, trans);  // within matrix `reg`
+  const mma::At addr = row_of(8 * reg + in.row);             // the lane that gave that row
+  return t.at(addr.row, addr.col + in.col);
+}
+
+Tile Numbered(int rows, int cols) {
+  Tile t{cols, std::vector<float>(rows * cols)};
+  for (int i = 0; i < rows * cols; ++i) t.v[i] = static_cast<float>(i);
+  return t;
+}
+
+TEST(MmaLayout, LdMatrixAddressesYieldTheFragments) {
+  const Tile t = Numbered(16, 16);
+  for (int lane = 0; lane < 32; ++lane) {
+    for (int reg = 0; reg < 4; ++reg) {
+      for (int half = 0; half < 2; ++half) {
+        // A of a 16 x 16 row-major tile.
+        const mma::At a = mma::AElement(lane, reg, half);
+        EXPECT_EQ(LdMatrix(t, mma::AFragmentRow, lane, reg, half, false), t.at(a.row, a.col));
+        // B of n-tiles 0 and 1 from a [n][k] tile: (k, n) -> row n, column k.
+        const mma::At b = mma::BElement(lane, reg % 2, half);
+        const int n = b.col + 8 * (reg / 2);
+        EXPECT_EQ(LdMatrix(t, mma::BPairRow, lane, reg, half, false), t.at(n, b.row));
+        // B of n-tiles 0 and 1 from a [k][n] tile through .trans: row k, column n.
+        EXPECT_EQ(LdMatrix(t, mma::BPairTransRow, lane, reg, half, true), t.at(b.row, n));
+      }
+    }
+  }
+}
+
+// One warp of the flash kernel: S = Q K^T over 64 keys from [key][d] K, S's
+// accumulators reused as P's A fragments, O = P V from [key][d] V through
+// .trans; small integers, so the emulation must equal (Q K^T) V exactly.
+TEST(MmaLayout, FlashWarpComputesQKTransposeV) {
+  constexpr int kRows = 16, kKeys = 64, kD = 32;
+  std::mt19937 rng(11);
+  std::uniform_int_distribution<int> small(-3, 3);
+  Tile q{kD, std::vector<float>(kRows * kD)}, k{kD, std::vector<float>(kKeys * kD)}, v{kD, std::vector<float>(kKeys * kD)};
+  for (Tile* m : {&q, &k, &v}) {
+    for (float& x : m->v) x = static_cast<float>(small(rng));
+  }
+  auto shifted = [](auto row_of, int r0, int c0) {
+    return [=](int lane) { return mma::At{row_of(lane).row + r0, row_of(lane).col + c0}; };
+  };
+  // S accumulators of every lane: s[lane][score tile][element].
+  float s[32][kKeys / 8][4] = {};
+  for (int kk = 0; kk < kD; kk += 16) {
+    float A[16][16];
+    for (int lane = 0; lane < 32; ++lane) {
+      for (int reg = 0; reg < 4; ++reg) {
+        for (int half = 0; half < 2; ++half) {
+          const mma::At e = mma::AElement(lane, reg, half);
+          A[e.row][e.col] = LdMatrix(q, shifted(mma::AFragmentRow, 0, kk), lane, reg, half, false);
+        }
+      }
+    }
+    for (int n = 0; n < kKeys / 8; n += 2) {
+      float B[2][16][8];
+      for (int lane = 0; lane < 32; ++lane) {
+        for (int reg = 0; reg < 4; ++reg) {
+          for (int half = 0; half < 2; ++half) {
+            const mma::At e = mma::BElement(lane, reg % 2, half);
+            B[reg / 2][e.row][e.col] = LdMatrix(k, shifted(mma::BPairRow, 8 * n, kk), lane, reg, half, false);
+          }
+        }
+      }
+      for (int lane = 0; lane < 32; ++lane) {
+        for (int e = 0; e < 4; ++e) {
+          const mma::At c = mma::CElement(lane, e);
+          for (int j = 0; j < 16; ++j) {
+            s[lane][n][e] += A[c.row][j] * B[0][j][c.col];
+            s[lane][n + 1][e] += A[c.row][j] * B[1][j][c.col];
+          }
+        }
+      }
+    }
+  }
+  float o[32][kD / 8][4] = {};
+  for (int chunk = 0; chunk < kKeys / 16; ++chunk) {
+    float P[16][16];
+    for (int lane = 0; lane < 32; ++lane) {
+      for (int reg = 0; reg < 4; ++reg) {
+        for (int half = 0; half < 2; ++half) {
+          const mma::At e = mma::AElement(lane, reg, half);
+          P[e.row][e.col] = s[lane][2 * chunk + mma::AFromCTile(reg)][mma::AFromCElement(reg) + half];
+        }
+      }
+    }
+    for (int d = 0; d < kD / 8; d += 2) {
+      float B[2][16][8];
+      for (int lane = 0; lane < 32; ++lane) {
+        for (int reg = 0; reg < 4; ++reg) {
+          for (int half = 0; half < 2; ++half) {
+            const mma::At e = mma::BElement(lane, reg % 2, half);
+            B[reg / 2][e.row][e.col] = LdMatrix(v, shifted(mma::BPairTransRow, 16 * chunk, 8 * d), lane, reg, half, true);
+          }
+        }
+      }
+      for (int lane = 0; lane < 32; ++lane) {
+        for (int e = 0; e < 4; ++e) {
+          const mma::At c = mma::CElement(lane, e);
+          for (int j = 0; j < 16; ++j) {
+            o[lane][d][e] += P[c.row][j] * B[0][j][c.col];
+            o[lane][d + 1][e] += P[c.row][j] * B[1][j][c.col];
+          }
+        }
+      }
+    }
+  }
+  for (int lane = 0; lane < 32; ++lane) {
+    for (int d = 0; d < kD / 8; ++d) {
+      for (int e = 0; e < 4; ++e) {
+        const mma::At c = mma::CElement(lane, e);
+        float want = 0.0f;
+        for (int key = 0; key < kKeys; ++key) {
+          float score = 0.0f;
+          for (int x = 0; x < kD; ++x) score += q.at(c.row, x) * k.at(key, x);
+          want += score * v.at(key, 8 * d + c.col);
+        }
+        EXPECT_EQ(o[lane][d][e], want) << "lane " << lane << " d-tile " << d << " element " << e;
+      }
+    }
+  }
+}
+
 void ExpectCovers(const KSplit& s, int64_t k, int64_t k_tile, const char* what) {
   SCOPED_TRACE(what);
   EXPECT_GE(s.ranks, 1);
@@ -194,6 +334,42 @@ TEST(AttentionPlan, RowChunksCoverEveryRowWithinTheGridLimit) {
     EXPECT_EQ(covered, rows);
   }
   EXPECT_EQ(RowChunks(int64_t{1} << 20), 17);
+}
+
+// Flash attention's grid depends on the row and sequence counts only; its blocks find the tiles
+// of every sequence (empty ones too) and leave past the last one.
+TEST(AttentionPlan, FlashTilesCoverEveryRowOnce) {
+  const std::vector<std::vector<int32_t>> cases = {
+      {0, 1}, {0, 64}, {0, 65}, {0, 512}, {0, 5, 5, 200, 201, 263}, {0, 0, 0, 1000}, {0, 63, 127, 191, 13416}};
+  for (const std::vector<int32_t>& offsets : cases) {
+    const int64_t seqs = static_cast<int64_t>(offsets.size()) - 1, rows = offsets.back();
+    std::vector<int> covered(rows, 0);
+    int64_t used = 0;
+    for (int64_t block = 0; block < FlashGridTiles(rows, seqs); ++block) {
+      const FlashTile t = FlashTileOf(offsets.data(), seqs, block);
+      if (t.seq < 0) continue;
+      ++used;
+      EXPECT_GE(t.rows, 1);
+      EXPECT_LE(t.rows, kFlashRows);
+      EXPECT_GE(t.first, offsets[t.seq]);
+      EXPECT_LE(t.first + t.rows, offsets[t.seq + 1]);
+      for (int r = 0; r < t.rows; ++r) ++covered[t.first + r];
+    }
+    for (int64_t r = 0; r < rows; ++r) EXPECT_EQ(covered[r], 1) << "row " << r;
+    int64_t want = 0;
+    for (int64_t s = 0; s < seqs; ++s) want += (offsets[s + 1] - offsets[s] + kFlashRows - 1) / kFlashRows;
+    EXPECT_EQ(used, want);
+    EXPECT_EQ(FlashTileOf(offsets.data(), seqs, FlashGridTiles(rows, seqs)).seq, -1);
+  }
+}
+
+TEST(AttentionPlan, FlashTakesPrefillNotDecode) {
+  EXPECT_TRUE(UseFlashAttention(512, 1));     // a prompt
+  EXPECT_TRUE(UseFlashAttention(13416, 1));   // a screenshot's patches
+  EXPECT_TRUE(UseFlashAttention(543, 32));    // a 512-token chunk beside 31 decode rows
+  EXPECT_FALSE(UseFlashAttention(64, 64));    // a decode step
+  EXPECT_FALSE(UseFlashAttention(9, 3));
+  EXPECT_FALSE(UseFlashAttention(8, 0));
 }
 
 // The one-shot all-reduce waits for a peer behind, goes on with one at this call or one call

@@ -11,6 +11,7 @@
 #include "kernels/cuda/linear.cuh"
 #include "kernels/cuda/linear_epilogue.cuh"
 #include "kernels/cuda/linear_split.h"
+#include "kernels/cuda/mma.cuh"
 #include "kernels/cuda/mma_layout.h"
 
 namespace ag::cuda {
@@ -31,23 +32,6 @@ __device__ __forceinline__ float RowInvRms(const bf16* x, int64_t k, float eps, 
   float total = 0.0f;
   for (int w = 0; w < static_cast<int>(blockDim.x / 32); ++w) total += scratch[w];
   return rsqrtf(total / static_cast<float>(k) + eps);
-}
-
-// ---- tensor-core building blocks ----
-
-__device__ __forceinline__ void LdMatrixX4(unsigned* r, const bf16* smem) {
-  const unsigned addr = static_cast<unsigned>(__cvta_generic_to_shared(smem));
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(addr));
-}
-
-__device__ __forceinline__ void Mma16816(float* c, const unsigned* a, const unsigned* b) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-      "{%0,%1,%2,%3};\n"
-      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
 }
 
 // The float pair at `offset` in `tile`, summed over every block of the cluster

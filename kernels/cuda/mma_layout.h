@@ -53,6 +53,31 @@ AG_HOST_DEVICE constexpr int AWord(int step, int reg) { return 2 * step + reg / 
 // The word of the activation row's load that feeds B register `reg` at `step`.
 AG_HOST_DEVICE constexpr int BWord(int step, int reg) { return 2 * step + reg; }
 
+// ---- ldmatrix.x4 ----
+//
+// Lane 8j + i gives the address of row i of matrix j (eight b16 in a row).
+// Register j of a lane then holds two elements of matrix j: (row lane / 4,
+// cols 2 (lane % 4) + {0, 1}), or with .trans (rows 2 (lane % 4) + {0, 1},
+// col lane / 4). The kernels point the lanes at their tiles as follows,
+// (row, col) from the tile's corner:
+AG_HOST_DEVICE constexpr At LdMatrixHolds(int lane, int half, bool trans) {
+  return trans ? At{2 * (lane % 4) + half, lane / 4} : At{lane / 4, 2 * (lane % 4) + half};
+}
+// The A fragment of a 16 x 16 row-major tile (registers 0..3 in A's order).
+AG_HOST_DEVICE constexpr At AFragmentRow(int lane) { return {lane % 16, 8 * (lane / 16)}; }
+// B fragments of two n-tiles from a [n][k] tile (16 n x 16 k): registers 0, 1
+// are n 0..7's, 2, 3 are n 8..15's.
+AG_HOST_DEVICE constexpr At BPairRow(int lane) { return {lane % 8 + 8 * (lane / 16), 8 * ((lane / 8) % 2)}; }
+// B fragments of two n-tiles from a [k][n] tile (16 k x 16 n) through .trans:
+// registers 0, 1 are n 0..7's, 2, 3 are n 8..15's.
+AG_HOST_DEVICE constexpr At BPairTransRow(int lane) { return {lane % 16, 8 * (lane / 16)}; }
+
+// The accumulators of n-tiles 2c and 2c + 1 (16 x 8 each) are the A fragment
+// of k-chunk c of the next product (P V in attention): A register r is C
+// element pair 2 (r % 2) of n-tile 2c + r / 2.
+AG_HOST_DEVICE constexpr int AFromCTile(int reg) { return reg / 2; }
+AG_HOST_DEVICE constexpr int AFromCElement(int reg) { return 2 * (reg % 2); }
+
 }  // namespace ag::cuda::mma
 
 #undef AG_HOST_DEVICE

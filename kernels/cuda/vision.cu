@@ -1,11 +1,12 @@
 // The vision tower's kernels. Each is small next to the tower's linears (which
-// run on the GEMM); segment attention is the exception: this version runs on
-// the FMA units (a warp per query row and head, online softmax), correct at
-// every size but far from the tensor-core flash-attention kernel a screenshot
-// of 13,416 patches needs (issue 19 owes it, with the mask as a parameter).
+// run on the GEMM); segment attention is the exception: the head sizes of
+// flash_attention.cuh (GLM-4.1V's 128 among them) take the tensor-core flash
+// kernel, any other the FMA kernel here (a warp per query row and head,
+// online softmax), correct at every size and far slower.
 #include <algorithm>
 
 #include "kernels/cuda/common.cuh"
+#include "kernels/cuda/flash_attention.cuh"
 #include "kernels/cuda/vision.cuh"
 
 namespace ag::cuda {
@@ -238,6 +239,9 @@ cudaError_t LaunchSegmentAttention(const bf16* q, const bf16* k, const bf16* v, 
                                    cudaStream_t stream) {
   if (rows == 0 || segments == 0) return cudaSuccess;
   if (head_dim <= 0 || head_dim > kMaxHeadDim) return cudaErrorInvalidValue;
+  if (FlashAttentionHeadDim(head_dim)) {  // the tensor cores; other head sizes take the warp-a-row kernel
+    return LaunchFlashSegmentAttention(q, k, v, offsets, segments, rows, heads, head_dim, out, stream);
+  }
   const int64_t warps = rows * heads;
   const int64_t blocks = (warps * 32 + kThreads - 1) / kThreads;
   if (blocks > 0x7fffffff) return cudaErrorInvalidValue;

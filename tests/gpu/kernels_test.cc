@@ -4,6 +4,7 @@
 // order adds a little: atol 1e-2, rtol 1e-2 unless a case says otherwise.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <numeric>
 #include <random>
@@ -306,13 +307,26 @@ TEST(GpuKernels, SkinnyEveryBatchSize) {
 
 // An 8-bit cache (code fp8 or int8) is filled by LaunchKvQuantize from the same values, and the
 // reference attends over what ref::RoundTripKvRows gives back for them.
+struct AttentionBatch {
+  std::vector<int32_t> new_tokens, context;
+};
+// Sequence 0: a 5-token prompt (prefill). 1: one decode token at context 37. 2: a 3-token chunk at context 20.
+// Few rows a sequence: the slice kernel.
+const AttentionBatch kDecodeBatch = {{5, 1, 3}, {5, 37, 20}};
+// Many rows a sequence (attention_plan.h: UseFlashAttention): the flash kernel. A 130-token prompt (three
+// row tiles, the last of 2 rows), a 64-row chunk after 136 cached tokens, a decode row, a 77-token prompt.
+const AttentionBatch kPrefillBatch = {{130, 64, 1, 77}, {130, 200, 70, 77}};
+
 void CheckAttention(int64_t heads, int64_t kv_heads, int64_t head_dim, int64_t block,
-                    cuda::KvCode code = cuda::KvCode::kBF16) {
+                    cuda::KvCode code = cuda::KvCode::kBF16, const AttentionBatch& shape = kDecodeBatch) {
   SCOPED_TRACE(::testing::Message() << "heads=" << heads << " kv=" << kv_heads << " d=" << head_dim
-                                    << " block=" << block << " code=" << static_cast<int>(code));
-  // Sequence 0: a 5-token prompt (prefill). 1: one decode token at context 37. 2: a 3-token chunk at context 20.
-  const std::vector<int32_t> new_tokens = {5, 1, 3}, context = {5, 37, 20};
-  const int64_t seqs = 3, max_blocks = (37 + block - 1) / block, pool_blocks = seqs * max_blocks + 3;
+                                    << " block=" << block << " code=" << static_cast<int>(code)
+                                    << " seqs=" << shape.context.size());
+  const std::vector<int32_t>& new_tokens = shape.new_tokens;
+  const std::vector<int32_t>& context = shape.context;
+  const int64_t seqs = static_cast<int64_t>(context.size());
+  const int64_t longest = *std::max_element(context.begin(), context.end());
+  const int64_t max_blocks = (longest + block - 1) / block, pool_blocks = seqs * max_blocks + 3;
   std::vector<int32_t> offsets = {0}, tables(seqs * max_blocks, 0);
   for (int64_t s = 0; s < seqs; ++s) offsets.push_back(offsets.back() + new_tokens[s]);
   // Blocks handed out in a scrambled order.
@@ -344,7 +358,7 @@ void CheckAttention(int64_t heads, int64_t kv_heads, int64_t head_dim, int64_t b
     ref::RoundTripKvRows(k_ref.data(), slots * kv_heads, head_dim, code == cuda::KvCode::kFp8);
     ref::RoundTripKvRows(v_ref.data(), slots * kv_heads, head_dim, code == cuda::KvCode::kFp8);
   }
-  for (int64_t bound : {37, 4096}) {  // one slice, and many slices (most of them empty)
+  for (int64_t bound : {longest, int64_t{4096}}) {  // one slice, and many slices (most of them empty)
     const cuda::AttentionShape shape{tokens, heads, bound};
     DeviceArray<float> workspace(static_cast<size_t>(cuda::PagedAttentionWorkspace(shape, kv_heads, head_dim)));
     ASSERT_CUDA(cuda::LaunchPagedAttention(dq.get(), shape, cache, batch, workspace.get(), out.get(), nullptr));
@@ -364,6 +378,21 @@ TEST(GpuKernels, PagedAttention) {
     CheckAttention(32, 2, 128, block);  // GLM-4-9B's geometry
     CheckAttention(5, 5, 64, block);    // no grouping
   }
+}
+
+// Prefill on the tensor cores: causal within each row tile and across tiles, chunked prefill over
+// cached keys, a decode row in its own tile, every head size the kernel is built for; and an 8-bit
+// cache, which the slice kernel takes whatever the rows.
+TEST(GpuKernels, FlashPagedAttention) {
+  SKIP_WITHOUT_GPU();
+  for (int64_t block : {1, 16}) {
+    CheckAttention(6, 2, 16, block, cuda::KvCode::kBF16, kPrefillBatch);
+    CheckAttention(12, 4, 32, block, cuda::KvCode::kBF16, kPrefillBatch);
+    CheckAttention(32, 2, 128, block, cuda::KvCode::kBF16, kPrefillBatch);  // GLM-4-9B's geometry
+    CheckAttention(5, 5, 64, block, cuda::KvCode::kBF16, kPrefillBatch);
+    CheckAttention(4, 2, 40, block, cuda::KvCode::kBF16, kPrefillBatch);   // no flash build: the slice kernel
+  }
+  CheckAttention(32, 2, 128, 16, cuda::KvCode::kFp8, kPrefillBatch);
 }
 
 // The 8-bit KV cache: rows written (by the unfused write and the quantizer the fused QKV step

@@ -2,6 +2,9 @@
 // embeddings) against kernels/ref on odd sizes, as kernels_test.cc does for the rest.
 #include <gtest/gtest.h>
 
+#include <string>
+#include <vector>
+
 #include "kernels/cuda/elementwise.cuh"
 #include "kernels/cuda/vision.cuh"
 #include "kernels/ref/ref.h"
@@ -64,7 +67,7 @@ TEST(GpuVision, ScatterLayerNormGeluMergeRows) {
 TEST(GpuVision, PositionEmbeddingRotaryAttention) {
   SKIP_WITHOUT_GPU();
   const int64_t rows = 88, heads = 3;  // two images: 48 and 40 patches
-  for (int64_t head_dim : {16, 128}) {
+  for (int64_t head_dim : {16, 40, 128}) {  // 16 and 128 on the flash kernel, 40 on the FMA kernel
     const int64_t width = heads * head_dim, side = 5;
     const std::vector<int32_t> pos = PatchPositions(rows);
     DeviceArray<int32_t> dpos(pos);
@@ -86,6 +89,25 @@ TEST(GpuVision, PositionEmbeddingRotaryAttention) {
                                              out.get(), nullptr));
     ref::SegmentAttention(x.data(), k.data(), v.data(), offsets.data(), 2, heads, head_dim, want.data());
     ExpectClose(out.Download(), want, kAtol, kRtol, "segment_attention");
+  }
+}
+
+// Segments of several 64-row tiles and keys, one of a single row: the flash kernel's tiles and masks.
+TEST(GpuVision, FlashSegmentAttention) {
+  SKIP_WITHOUT_GPU();
+  const std::vector<int32_t> offsets = {0, 200, 201, 333, 461};
+  const int64_t rows = offsets.back(), segments = 4, heads = 2;
+  for (int64_t head_dim : {64, 128}) {
+    const int64_t width = heads * head_dim;
+    const std::vector<float> q = RandomBf16(rows * width, 21), k = RandomBf16(rows * width, 22),
+                             v = RandomBf16(rows * width, 23);
+    Bf16Array dq(q), dk(k), dv(v), out(rows * width);
+    DeviceArray<int32_t> doff(offsets);
+    ASSERT_CUDA(cuda::LaunchSegmentAttention(dq.get(), dk.get(), dv.get(), doff.get(), segments, rows, heads,
+                                             head_dim, out.get(), nullptr));
+    std::vector<float> want(rows * width);
+    ref::SegmentAttention(q.data(), k.data(), v.data(), offsets.data(), segments, heads, head_dim, want.data());
+    ExpectClose(out.Download(), want, kAtol, kRtol, "flash segment_attention d=" + std::to_string(head_dim));
   }
 }
 

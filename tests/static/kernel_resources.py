@@ -28,6 +28,9 @@ KERNELS = [
     # over an 8-bit cache: codes (2 x 2 x 32 x (128 + 16) bytes) and the tiles' scales (2 x 2 x 32 fp32)
     (r"AttentionSliceKernel<[124], \(KvCode\)[12]>", 128, 18944 + 8192, 4),
     (r"AttentionSliceKernel<8, \(KvCode\)[12]>", 128, 18944 + 16384, 2),
+    # prefill attention on tensor cores: Q, then two stages of K and V, (64 + 4 x 64) x (128 + 8) bf16
+    (r"FlashKernel<128,", 128, 87040, 2),
+    (r"FlashKernel<64,", 128, 46080, 2),
     (r"CombineKernel\(", 128, 0, 8),
     (r"RmsNormKernel<", 256, 4 * 4096, 4),
     (r"ArgmaxKernel\(", 1024, 0, 1),

@@ -1,0 +1,40 @@
+// Prefill attention on the tensor cores (flash attention, FA2's schedule on
+// mma.sync.m16n8k16): a block takes 64 query rows of one sequence and one
+// query head, holds their running max, sum and output in registers, and
+// streams the sequence's keys through shared memory in 64-key tiles
+// (cp.async, double-buffered): S = Q K^T and O += P V are mma's, the
+// softmax's probabilities go from S's accumulators to P's A fragments without
+// leaving registers. One kernel family, two masks:
+//   paged   causal over the decoder's paged KV cache (bf16): the row at
+//           position p sees keys 0..p of its sequence (chunked prefill
+//           included: earlier chunks are in the cache);
+//   segment non-causal within each segment of rows, K and V beside Q (the
+//           vision program: each image attends within itself).
+// LaunchPagedAttention and LaunchSegmentAttention take it where it applies
+// (attention_plan.h: UseFlashAttention; FlashAttentionHeadDim).
+#ifndef AUTOGLM_KERNELS_CUDA_FLASH_ATTENTION_CUH_
+#define AUTOGLM_KERNELS_CUDA_FLASH_ATTENTION_CUH_
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "kernels/cuda/paged_kv.cuh"
+
+namespace ag::cuda {
+
+// The head sizes the kernel is built for: 16, 32, 64 and 128.
+bool FlashAttentionHeadDim(int64_t head_dim);
+
+// q and out: [tokens, heads * head_dim]; cache.code bf16; heads % cache.kv_heads == 0.
+cudaError_t LaunchFlashPagedAttention(const __nv_bfloat16* q, int64_t tokens, int64_t heads, const PagedKv& cache,
+                                      const SeqBatch& seqs, __nv_bfloat16* out, cudaStream_t stream);
+// q, k, v and out: [rows, heads * head_dim]; offsets [segments + 1] on the device.
+cudaError_t LaunchFlashSegmentAttention(const __nv_bfloat16* q, const __nv_bfloat16* k, const __nv_bfloat16* v,
+                                        const int32_t* offsets, int64_t segments, int64_t rows, int64_t heads,
+                                        int64_t head_dim, __nv_bfloat16* out, cudaStream_t stream);
+
+}  // namespace ag::cuda
+
+#endif  // AUTOGLM_KERNELS_CUDA_FLASH_ATTENTION_CUH_

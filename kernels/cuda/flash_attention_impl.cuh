@@ -1,0 +1,254 @@
+// The flash attention kernel (flash_attention.cuh), included by one .cu per
+// mask so that nvcc compiles them in parallel. Not a public header.
+//
+// Block: 4 warps, 64 query rows of one sequence (warp w: rows 16w..16w+15)
+// and one query head. Shared memory: Q [64][D], then two stages of K and V
+// [64][D], rows padded by 16 bytes so that ldmatrix's eight rows fall in
+// distinct banks. A lane holds rows g and g + 8 of its warp's 16 (g = lane / 4)
+// of S (a 64-key tile: 32 floats) and of O (D / 2 floats), and the two rows'
+// running max and (partial) sum.
+#ifndef AUTOGLM_KERNELS_CUDA_FLASH_ATTENTION_IMPL_CUH_
+#define AUTOGLM_KERNELS_CUDA_FLASH_ATTENTION_IMPL_CUH_
+
+#include <cmath>
+
+#include "kernels/cuda/attention_plan.h"
+#include "kernels/cuda/common.cuh"
+#include "kernels/cuda/flash_attention.cuh"
+#include "kernels/cuda/mma.cuh"
+#include "kernels/cuda/mma_layout.h"
+
+namespace ag::cuda::flash_detail {
+
+constexpr int kThreads = 128;  // 4 warps of 16 query rows
+constexpr int kPad = 8;        // bf16 of padding a shared row
+
+enum class Mask { kCausalPaged, kSegment };
+
+struct Params {
+  const bf16* q;
+  bf16* out;
+  const int32_t* offsets;  // [sequences + 1]: each sequence's (segment's) query rows
+  int64_t sequences;
+  int heads, group;  // query heads, and query heads a KV head
+  float scale_log2;  // log2(e) / sqrt(head_dim): softmax in base 2
+  // kCausalPaged: the cache and the sequences' contexts and block tables
+  PagedKv cache;
+  const int32_t* context_lens;
+  const int32_t* block_tables;
+  int64_t max_blocks;
+  // kSegment: K and V rows beside Q's
+  const bf16* k;
+  const bf16* v;
+};
+
+template <int kD>
+constexpr size_t SmemBytes() {
+  return sizeof(bf16) * (kFlashRows + 4 * kFlashKeys) * (kD + kPad);
+}
+
+template <int kD, Mask kMask>
+__global__ void __launch_bounds__(kThreads, 2) FlashKernel(Params p) {
+  constexpr int kLd = kD + kPad, kPieces = kD / 8;  // 16-byte pieces of a row
+  constexpr int kScoreTiles = kFlashKeys / 8, kOutTiles = kD / 8;
+  extern __shared__ __align__(16) unsigned char flash_smem[];
+  bf16* qs = reinterpret_cast<bf16*>(flash_smem);  // [kFlashRows][kLd]
+  bf16* ks = qs + kFlashRows * kLd;                 // [2][kFlashKeys][kLd]
+  bf16* vs = ks + 2 * kFlashKeys * kLd;             // [2][kFlashKeys][kLd]
+  __shared__ FlashTile shared_tile;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t4 = lane % 4;
+  AllowNextKernel();
+  WaitForPreviousKernel();
+  if (threadIdx.x == 0) shared_tile = FlashTileOf(p.offsets, p.sequences, blockIdx.x);
+  __syncthreads();
+  const FlashTile tile = shared_tile;
+  if (tile.seq < 0) return;  // past the last tile: the whole block leaves
+
+  const int h = blockIdx.y, kv_head = h / p.group;
+  const int64_t q_stride = static_cast<int64_t>(p.heads) * kD, seq_first = p.offsets[tile.seq];
+  // The keys the tile's rows see: causal, 0..first_pos + row; a segment, all of it.
+  int64_t keys, first_pos = 0;
+  const int32_t* table = nullptr;
+  const bf16* k_src;
+  const bf16* v_src;
+  if constexpr (kMask == Mask::kCausalPaged) {
+    const int64_t count_new = p.offsets[tile.seq + 1] - seq_first;
+    first_pos = p.context_lens[tile.seq] - count_new + (tile.first - seq_first);
+    keys = first_pos + tile.rows;
+    table = p.block_tables + tile.seq * p.max_blocks;
+    k_src = static_cast<const bf16*>(p.cache.k);
+    v_src = static_cast<const bf16*>(p.cache.v);
+  } else {
+    keys = p.offsets[tile.seq + 1] - seq_first;
+    k_src = p.k;
+    v_src = p.v;
+  }
+  auto key_row = [&](int64_t key) -> int64_t {  // where key's K (and V) row of this head starts
+    if constexpr (kMask == Mask::kCausalPaged) {
+      const int64_t bs = p.cache.block_size;
+      return ((static_cast<int64_t>(table[key / bs]) * bs + key % bs) * p.cache.kv_heads + kv_head) * kD;
+    } else {
+      return (seq_first + key) * q_stride + static_cast<int64_t>(kv_head) * kD;
+    }
+  };
+  auto load_keys = [&](int stage, int64_t base) {  // keys past the end arrive as zeros
+    bf16* kt = ks + stage * kFlashKeys * kLd;
+    bf16* vt = vs + stage * kFlashKeys * kLd;
+    for (int i = threadIdx.x; i < kFlashKeys * kPieces; i += kThreads) {
+      const int j = i / kPieces, c = (i % kPieces) * 8;
+      const int64_t key = base + j;
+      const bool valid = key < keys;
+      const int64_t at = valid ? key_row(key) + c : 0;
+      CpAsync16(kt + j * kLd + c, k_src + at, valid);
+      CpAsync16(vt + j * kLd + c, v_src + at, valid);
+    }
+  };
+
+  for (int i = threadIdx.x; i < kFlashRows * kPieces; i += kThreads) {
+    const int r = i / kPieces, c = (i % kPieces) * 8;
+    const bool valid = r < tile.rows;
+    CpAsync16(qs + r * kLd + c, p.q + (valid ? (tile.first + r) * q_stride + static_cast<int64_t>(h) * kD + c : 0),
+              valid);
+  }
+  const int64_t tiles = keys > 0 ? (keys + kFlashKeys - 1) / kFlashKeys : 0;
+  if (tiles > 0) load_keys(0, 0);
+  CpAsyncCommit();  // Q and the first keys
+
+  const int warp_row = 16 * warp;
+  float o[kOutTiles][4] = {};
+  float row_max[2] = {-INFINITY, -INFINITY}, row_sum[2] = {0.0f, 0.0f};
+  const mma::At qa = mma::AFragmentRow(lane), kb = mma::BPairRow(lane), vb = mma::BPairTransRow(lane);
+  for (int64_t kt = 0; kt < tiles; ++kt) {
+    if (kt + 1 < tiles) load_keys(static_cast<int>((kt + 1) % 2), (kt + 1) * kFlashKeys);
+    CpAsyncCommit();  // an empty group on the last tile: the wait below counts groups
+    CpAsyncWait<1>();  // every group but the newest: tile kt (and Q) landed
+    __syncthreads();   // ... for every thread
+    const bf16* k_tile = ks + (kt % 2) * kFlashKeys * kLd;
+    const bf16* v_tile = vs + (kt % 2) * kFlashKeys * kLd;
+
+    // S = Q K^T: 16 rows x 64 keys a warp.
+    float s[kScoreTiles][4] = {};
+#pragma unroll
+    for (int kk = 0; kk < kD; kk += 16) {
+      unsigned a[4];
+      LdMatrixX4(a, qs + (warp_row + qa.row) * kLd + kk + qa.col);
+#pragma unroll
+      for (int n = 0; n < kScoreTiles; n += 2) {
+        unsigned b[4];
+        LdMatrixX4(b, k_tile + (8 * n + kb.row) * kLd + kk + kb.col);
+        Mma16816(s[n], a, b);
+        Mma16816(s[n + 1], a, b + 2);
+      }
+    }
+
+    // Mask, then the online softmax of rows g (half 0) and g + 8 (half 1); the four lanes of a
+    // group hold a row between them.
+    const int64_t key0 = kt * kFlashKeys;
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const int row = warp_row + g + 8 * half;
+      const int64_t last_key = kMask == Mask::kCausalPaged ? first_pos + row : keys - 1;
+      float best = row_max[half];
+#pragma unroll
+      for (int n = 0; n < kScoreTiles; ++n) {
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const int64_t key = key0 + 8 * n + 2 * t4 + e;
+          float& x = s[n][2 * half + e];
+          x = key <= last_key && key < keys ? x * p.scale_log2 : -INFINITY;
+          best = fmaxf(best, x);
+        }
+      }
+      best = fmaxf(best, __shfl_xor_sync(0xffffffffu, best, 1));
+      best = fmaxf(best, __shfl_xor_sync(0xffffffffu, best, 2));
+      const float base = best == -INFINITY ? 0.0f : best;  // a row that has seen no key yet
+      const float correction = exp2f(row_max[half] - base);  // 0 on a row's first keys
+      row_max[half] = best;
+      row_sum[half] *= correction;
+#pragma unroll
+      for (int d = 0; d < kOutTiles; ++d) {
+        o[d][2 * half] *= correction;
+        o[d][2 * half + 1] *= correction;
+      }
+#pragma unroll
+      for (int n = 0; n < kScoreTiles; ++n) {
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          float& x = s[n][2 * half + e];
+          x = exp2f(x - base);
+          row_sum[half] += x;
+        }
+      }
+    }
+
+    // O += P V: S's accumulators of score tiles 2c, 2c + 1 are P's A fragment of keys 16c..16c+15.
+#pragma unroll
+    for (int c = 0; c < kFlashKeys / 16; ++c) {
+      unsigned a[4];
+#pragma unroll
+      for (int r = 0; r < 4; ++r) {
+        const float* pair = &s[2 * c + mma::AFromCTile(r)][mma::AFromCElement(r)];
+        a[r] = PackBf16(pair[0], pair[1]);
+      }
+#pragma unroll
+      for (int d = 0; d < kOutTiles; d += 2) {
+        unsigned b[4];
+        LdMatrixX4Trans(b, v_tile + (16 * c + vb.row) * kLd + 8 * d + vb.col);
+        Mma16816(o[d], a, b);
+        Mma16816(o[d + 1], a, b + 2);
+      }
+    }
+    __syncthreads();  // this stage is refilled by the next iteration's load
+  }
+
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    float sum = row_sum[half];
+    sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+    sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+    const int row = warp_row + g + 8 * half;
+    if (row >= tile.rows) continue;
+    const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
+    bf16* dst = p.out + (tile.first + row) * q_stride + static_cast<int64_t>(h) * kD + 2 * t4;
+#pragma unroll
+    for (int d = 0; d < kOutTiles; ++d) {
+      *reinterpret_cast<__nv_bfloat162*>(dst + 8 * d) =
+          __floats2bfloat162_rn(o[d][2 * half] * inv, o[d][2 * half + 1] * inv);
+    }
+  }
+}
+
+template <int kD, Mask kMask>
+cudaError_t LaunchFlash(const Params& p, int64_t rows, cudaStream_t stream) {
+  constexpr size_t kSmem = SmemBytes<kD>();
+  if constexpr (kSmem > 48 * 1024) {
+    const cudaError_t e = AllowLargeSharedMemory<FlashKernel<kD, kMask>>();
+    if (e != cudaSuccess) return e;
+  }
+  const int64_t blocks = FlashGridTiles(rows, p.sequences);
+  if (blocks > 0x7fffffff || p.heads > kMaxGridYZ) return cudaErrorInvalidValue;
+  return LaunchKernel(FlashKernel<kD, kMask>, dim3(static_cast<unsigned>(blocks), static_cast<unsigned>(p.heads)),
+                      dim3(kThreads), kSmem, stream, p);
+}
+
+template <Mask kMask>
+cudaError_t LaunchFlashFor(const Params& p, int64_t head_dim, int64_t rows, cudaStream_t stream) {
+  if (rows == 0) return cudaSuccess;
+  switch (head_dim) {
+    case 16:
+      return LaunchFlash<16, kMask>(p, rows, stream);
+    case 32:
+      return LaunchFlash<32, kMask>(p, rows, stream);
+    case 64:
+      return LaunchFlash<64, kMask>(p, rows, stream);
+    case 128:
+      return LaunchFlash<128, kMask>(p, rows, stream);
+  }
+  return cudaErrorInvalidValue;
+}
+
+inline float ScaleLog2(int64_t head_dim) { return 1.4426950408889634f / std::sqrt(static_cast<float>(head_dim)); }
+
+}  // namespace ag::cuda::flash_detail
+
+#endif  // AUTOGLM_KERNELS_CUDA_FLASH_ATTENTION_IMPL_CUH_

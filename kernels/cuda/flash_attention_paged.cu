@@ -1,0 +1,27 @@
+// Flash attention over the paged KV cache, causal (flash_attention.cuh).
+#include "kernels/cuda/flash_attention_impl.cuh"
+
+namespace ag::cuda {
+
+cudaError_t LaunchFlashPagedAttention(const bf16* q, int64_t tokens, int64_t heads, const PagedKv& cache,
+                                      const SeqBatch& seqs, bf16* out, cudaStream_t stream) {
+  if (cache.code != KvCode::kBF16 || !FlashAttentionHeadDim(cache.head_dim) || cache.kv_heads <= 0 ||
+      heads % cache.kv_heads != 0 || seqs.num_seqs <= 0 || cache.block_size <= 0) {
+    return cudaErrorInvalidValue;
+  }
+  flash_detail::Params p{};
+  p.q = q;
+  p.out = out;
+  p.offsets = seqs.seq_offsets;
+  p.sequences = seqs.num_seqs;
+  p.heads = static_cast<int>(heads);
+  p.group = static_cast<int>(heads / cache.kv_heads);
+  p.scale_log2 = flash_detail::ScaleLog2(cache.head_dim);
+  p.cache = cache;
+  p.context_lens = seqs.context_lens;
+  p.block_tables = seqs.block_tables;
+  p.max_blocks = seqs.max_blocks;
+  return flash_detail::LaunchFlashFor<flash_detail::Mask::kCausalPaged>(p, cache.head_dim, tokens, stream);
+}
+
+}  // namespace ag::cuda

@@ -1,0 +1,27 @@
+// Flash attention within segments of rows, non-causal (flash_attention.cuh).
+#include "kernels/cuda/flash_attention_impl.cuh"
+
+namespace ag::cuda {
+
+bool FlashAttentionHeadDim(int64_t head_dim) {
+  return head_dim == 16 || head_dim == 32 || head_dim == 64 || head_dim == 128;
+}
+
+cudaError_t LaunchFlashSegmentAttention(const bf16* q, const bf16* k, const bf16* v, const int32_t* offsets,
+                                        int64_t segments, int64_t rows, int64_t heads, int64_t head_dim, bf16* out,
+                                        cudaStream_t stream) {
+  if (!FlashAttentionHeadDim(head_dim) || segments <= 0 || heads <= 0) return cudaErrorInvalidValue;
+  flash_detail::Params p{};
+  p.q = q;
+  p.out = out;
+  p.offsets = offsets;
+  p.sequences = segments;
+  p.heads = static_cast<int>(heads);
+  p.group = 1;
+  p.scale_log2 = flash_detail::ScaleLog2(head_dim);
+  p.k = k;
+  p.v = v;
+  return flash_detail::LaunchFlashFor<flash_detail::Mask::kSegment>(p, head_dim, rows, stream);
+}
+
+}  // namespace ag::cuda
