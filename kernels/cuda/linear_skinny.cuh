@@ -35,7 +35,8 @@ __device__ __forceinline__ unsigned Word(const int4& v, int i) {
 }
 
 // Where the skinny kernel's weight rows come from: rows [n_begin, n_begin + n) of the output, eight
-// bf16 weights of a row at a time (Load8(row, k): inputs k..k+7, k % 8 == 0). These are p.w's own
+// bf16 weights of a row at a time (Load8(row, k): inputs k..k+7, k % 8 == 0; Prefetch(row, k) pulls
+// their line into L2). These are p.w's own
 // rows; quant_linear_impl.cuh's QuantRows dequantizes a quantized segment's codes instead.
 struct Bf16Rows {
   const bf16* w;
@@ -43,10 +44,11 @@ struct Bf16Rows {
   __device__ __forceinline__ int4 Load8(int64_t row, int64_t at) const {
     return __ldcs(reinterpret_cast<const int4*>(w + row * k + at));
   }
+  __device__ __forceinline__ void Prefetch(int64_t row, int64_t at) const { PrefetchL2(w + row * k + at); }
 };
 
 template <int kNT, Epilogue kE, class Rows>
-__global__ void __launch_bounds__(kSkinnyThreads) SkinnyKernel(LinearParams p, Rows rows, const bf16* x,
+__global__ void __launch_bounds__(kSkinnyThreads, 4) SkinnyKernel(LinearParams p, Rows rows, const bf16* x,
                                                                int64_t k_per_rank) {
   __shared__ __align__(16) float tile[8 * kNT][kSkinnyTileLd];  // [batch row][feature]: this block's partial sums
   namespace cg = cooperative_groups;
@@ -58,6 +60,16 @@ __global__ void __launch_bounds__(kSkinnyThreads) SkinnyKernel(LinearParams p, R
   const bool va = ra < rows.n, vb = rb < rows.n;
   const int64_t k_begin = rank * k_per_rank, k_end = min(p.k, k_begin + k_per_rank);
   AllowNextKernel();
+  // The weights do not depend on the previous kernel: the first chunks' lines are fetched into L2
+  // while it finishes (as the GEMV does); x is read only after the wait.
+  if (t == 0) {
+    for (int u = 0; u < kSkinnyUnroll; u += 2) {  // 64 bf16 a 128-byte line
+      const int64_t k = k_begin + 32 * u;
+      if (k >= k_end) break;
+      if (va) rows.Prefetch(ra, k);
+      if (vb) rows.Prefetch(rb, k);
+    }
+  }
   WaitForPreviousKernel();
 
   float acc[kNT][4] = {};

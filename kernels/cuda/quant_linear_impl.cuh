@@ -189,6 +189,9 @@ struct QuantRows {
     std::memcpy(&out, b, sizeof(out));
     return out;
   }
+  __device__ __forceinline__ void Prefetch(int64_t row, int64_t k) const {
+    PrefetchL2(s.codes + row * words_per_row + k * QuantCodeBits(kCode) / 32);
+  }
 };
 
 // Rows of x up to which a block of the codes kernel takes 8 of them; the skinny tensor-core kernel
