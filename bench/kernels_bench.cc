@@ -16,6 +16,7 @@
 #include "kernels/cuda/attention.cuh"
 #include "kernels/cuda/linear.cuh"
 #include "kernels/cuda/norm.cuh"
+#include "kernels/cuda/vision.cuh"
 #include "kernels/cuda/vocab.cuh"
 
 namespace {
@@ -111,8 +112,9 @@ const Shape kShapes[] = {
     {"lm_head_151552x4096", 151552, 4096, ag::cuda::Epilogue::kNone, true},
 };
 
-// Our linear kernel (GEMV for m <= 64, tensor-core GEMM above) on shape `index`, m rows.
-void BM_Linear(benchmark::State& state) {
+// Our linear kernel (GEMV at m = 1, skinny tensor-core kernel to 64, GEMM above: wgmma on Hopper,
+// or the mma.sync GEMM when `mma_sync`) on shape `index`, m rows.
+void LinearBench(benchmark::State& state, bool mma_sync) {
   if (!HaveGpu()) return state.SkipWithError("no GPU");
   const Shape& s = kShapes[state.range(0)];
   const int64_t m = state.range(1);
@@ -154,10 +156,10 @@ void BM_Linear(benchmark::State& state) {
       state,
       [&](int i) {
         p.w = weights[i];
-        return ag::cuda::LaunchLinear(p, nullptr);
+        return mma_sync ? ag::cuda::LaunchGemmMmaSync(p, nullptr) : ag::cuda::LaunchLinear(p, nullptr);
       },
       static_cast<double>(s.n * s.k * 2 + m * s.k * 2 + m * s.n * 2), 2.0 * m * s.n * s.k);
-  state.SetLabel(s.name);
+  state.SetLabel(std::string(mma_sync ? "mma.sync " : "") + s.name);
   for (void* q : {static_cast<void*>(x), static_cast<void*>(norm), static_cast<void*>(bias), static_cast<void*>(y),
                   static_cast<void*>(scratch), static_cast<void*>(kc), static_cast<void*>(vc), static_cast<void*>(pos),
                   static_cast<void*>(slots)}) {
@@ -211,13 +213,72 @@ void BM_Cublas(benchmark::State& state) {
   cudaFree(y);
 }
 
+void BM_Linear(benchmark::State& state) { LinearBench(state, false); }
+void BM_GemmMmaSync(benchmark::State& state) { LinearBench(state, true); }
+
 void LinearArgs(benchmark::internal::Benchmark* b) {
   for (int shape = 0; shape < 5; ++shape) {
     for (int m : {1, 8, 32, 64, 512}) b->Args({shape, m});  // GEMV, skinny (3 tile sizes), GEMM
   }
+  for (int shape = 0; shape < 4; ++shape) b->Args({shape, 4096});  // a long prompt's GEMMs (not the LM head's)
+}
+// The two GEMMs side by side: a 512-token prompt and a 4096-token one.
+void GemmArgs(benchmark::internal::Benchmark* b) {
+  for (int shape = 0; shape < 4; ++shape) {
+    for (int m : {512, 4096}) b->Args({shape, m});
+  }
 }
 BENCHMARK(BM_Linear)->Apply(LinearArgs)->UseManualTime()->Iterations(kIterations)->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_Cublas)->Apply(LinearArgs)->UseManualTime()->Iterations(kIterations)->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_GemmMmaSync)->Apply(GemmArgs)->UseManualTime()->Iterations(kIterations)->Unit(benchmark::kMicrosecond);
+
+// Prefill attention on the tensor cores (flash_attention.cuh). Argument 0: GLM-4-9B's decoder
+// (32 heads over 2 KV heads, causal over the paged cache) for a prompt of `rows` tokens; 1:
+// GLM-4.1V's vision tower (12 heads, one image of `rows` patches, no mask). FLOPs: 4 rows keys d
+// per head, halved when causal.
+void BM_PrefillAttention(benchmark::State& state) {
+  if (!HaveGpu()) return state.SkipWithError("no GPU");
+  const bool vision = state.range(0) == 1;
+  const int64_t rows = state.range(1), d = 128, heads = vision ? 12 : 32, kv_heads = vision ? 12 : 2, block = 16;
+  const int64_t blocks = (rows + block - 1) / block, width = heads * d, kv_width = kv_heads * d;
+  const int64_t kv_rows = vision ? rows : blocks * block;
+  bf16* q = RandomDevice(rows * width, 1, 1.0f);
+  bf16* k = RandomDevice(kv_rows * kv_width, 2, 1.0f);
+  bf16* v = RandomDevice(kv_rows * kv_width, 3, 1.0f);
+  bf16* out = RandomDevice(rows * width, 4, 1.0f);
+  std::vector<int32_t> offsets = {0, static_cast<int32_t>(rows)}, lens = {static_cast<int32_t>(rows)}, tables(blocks);
+  for (int64_t i = 0; i < blocks; ++i) tables[i] = static_cast<int32_t>((i * 7919) % blocks);
+  int32_t *doff, *dlen, *dtab;
+  cudaMalloc(&doff, offsets.size() * 4);
+  cudaMalloc(&dlen, lens.size() * 4);
+  cudaMalloc(&dtab, tables.size() * 4);
+  cudaMemcpy(doff, offsets.data(), offsets.size() * 4, cudaMemcpyHostToDevice);
+  cudaMemcpy(dlen, lens.data(), lens.size() * 4, cudaMemcpyHostToDevice);
+  cudaMemcpy(dtab, tables.data(), tables.size() * 4, cudaMemcpyHostToDevice);
+  const ag::cuda::PagedKv cache{k, v, block, kv_heads, d};
+  const ag::cuda::SeqBatch batch{doff, dlen, dtab, 1, blocks};
+  const ag::cuda::AttentionShape shape{rows, heads, rows};
+  const double flops = 4.0 * rows * rows * d * heads * (vision ? 1.0 : 0.5);
+  TimeLaunches(
+      state,
+      [&](int) {
+        return vision ? ag::cuda::LaunchSegmentAttention(q, k, v, doff, 1, rows, heads, d, out, nullptr)
+                      : ag::cuda::LaunchPagedAttention(q, shape, cache, batch, nullptr, out, nullptr);
+      },
+      static_cast<double>((2 * rows * width + 2 * kv_rows * kv_width) * 2), flops);
+  state.SetLabel(vision ? "vision segment, 12 heads" : "decoder causal, 32/2 heads");
+  for (void* p : {static_cast<void*>(q), static_cast<void*>(k), static_cast<void*>(v), static_cast<void*>(out),
+                  static_cast<void*>(doff), static_cast<void*>(dlen), static_cast<void*>(dtab)}) {
+    cudaFree(p);
+  }
+}
+BENCHMARK(BM_PrefillAttention)
+    ->Args({0, 512})
+    ->Args({0, 4096})
+    ->Args({1, 13416})
+    ->UseManualTime()
+    ->Iterations(kIterations)
+    ->Unit(benchmark::kMicrosecond);
 
 // Decode attention at GLM-4-9B's geometry: one token per sequence against `context` cached tokens.
 void BM_DecodeAttention(benchmark::State& state) {

@@ -271,13 +271,21 @@ TEST(LinearSplit, GlmShapes) {
   // Small K keeps a rank's pipeline full: 8 k-tiles split at most in 2.
   EXPECT_EQ(SplitGemmK(128, 128, 256, 132).ranks, 2);
   EXPECT_EQ(SplitGemmK(128, 128, 224, 132).ranks, 1);
+  // The wgmma GEMM, one block a SM: o_proj's 128 tiles at 512 tokens fill the GPU unsplit; one row
+  // tile of a narrow projection splits 4 ways.
+  EXPECT_EQ(SplitWgmmaK(512, 4096, 4096, 132).ranks, 1);
+  EXPECT_EQ(SplitWgmmaK(97, 160, 4104, 132).ranks, 4);
+  EXPECT_EQ(SplitWgmmaK(97, 160, 4104, 132).k_per_rank % 64, 0);
 }
 
 TEST(LinearSplit, EveryShapeIsCoveredWithWorkForEveryRank) {
   for (int64_t n : {1, 2, 63, 64, 97, 160, 4096, 4608, 27392}) {
     for (int64_t k : {8, 24, 32, 40, 64, 200, 4104, 13696}) {
       ExpectCovers(SplitSkinnyK(n, k, 132), k, 32, "skinny");
-      for (int64_t m : {65, 97, 512, 8192}) ExpectCovers(SplitGemmK(m, n, k, 132), k, 32, "gemm");
+      for (int64_t m : {65, 97, 512, 8192}) {
+        ExpectCovers(SplitGemmK(m, n, k, 132), k, 32, "gemm");
+        ExpectCovers(SplitWgmmaK(m, n, k, 132), k, 64, "wgmma");  // a rank's K starts on a TMA box
+      }
     }
   }
 }

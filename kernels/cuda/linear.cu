@@ -49,5 +49,8 @@ cudaError_t LaunchSkinny(const LinearParams& p, cudaStream_t stream) {
   return Dispatch(p, stream, LinearPath::kSkinny);
 }
 cudaError_t LaunchGemm(const LinearParams& p, cudaStream_t stream) { return Dispatch(p, stream, LinearPath::kGemm); }
+cudaError_t LaunchGemmMmaSync(const LinearParams& p, cudaStream_t stream) {
+  return Dispatch(p, stream, LinearPath::kGemmMmaSync);
+}
 
 }  // namespace ag::cuda

@@ -13,7 +13,10 @@
 //   M = 2..64   a weight-streaming tensor-core kernel (swap-AB: the weights
 //               are the mma's A operand, the batch its N), every weight byte
 //               still read once whatever M is;
-//   M > 64      a tensor-core GEMM (mma.sync m16n8k16), 4-stage cp.async.
+//   M > 64      on Hopper a wgmma GEMM fed by TMA through a warp-specialised
+//               4-stage pipeline (gemm_wgmma.cuh); else, or with
+//               AUTOGLM_WGMMA=0, a tensor-core GEMM on mma.sync m16n8k16 with a
+//               4-stage cp.async pipeline.
 // The tensor-core paths take x normalised once into `scratch` (bf16, as the
 // mma takes it) when there is a norm prologue. Inside a fused op everything
 // else stays fp32 and only the outputs are rounded to bf16, as the CPU
@@ -64,11 +67,13 @@ inline constexpr int64_t kSkinnyMaxRows = 64;
 // k % 8 == 0; n even for kSiluMul and kQkvRope.
 cudaError_t LaunchLinear(const LinearParams& p, cudaStream_t stream);
 
-// The three paths, for tests and benchmarks that want one of them: the GEMV
-// and the GEMM take any M (the GEMV loops over the rows), the skinny path M <= 64.
+// The paths, for tests and benchmarks that want one of them: the GEMV and the
+// GEMMs take any M (the GEMV loops over the rows), the skinny path M <= 64.
+// LaunchGemm is the wgmma GEMM where it runs, LaunchGemmMmaSync the mma.sync one.
 cudaError_t LaunchGemv(const LinearParams& p, cudaStream_t stream);
 cudaError_t LaunchSkinny(const LinearParams& p, cudaStream_t stream);
 cudaError_t LaunchGemm(const LinearParams& p, cudaStream_t stream);
+cudaError_t LaunchGemmMmaSync(const LinearParams& p, cudaStream_t stream);
 
 // Rows of a gate/up weight [2I, k] reordered for kSiluMul: row 2j = gate j, row 2j+1 = up j.
 inline int64_t InterleavedGateUpRow(int64_t row, int64_t inter) {

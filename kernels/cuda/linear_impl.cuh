@@ -49,6 +49,7 @@ __device__ __forceinline__ float2 ClusterSum2(const cooperative_groups::cluster_
 
 }  // namespace ag::cuda
 
+#include "kernels/cuda/gemm_wgmma.cuh"     // needs the building blocks above
 #include "kernels/cuda/linear_skinny.cuh"  // needs the building blocks above
 
 namespace ag::cuda {
@@ -302,11 +303,14 @@ inline cudaError_t TensorCoreInput(const LinearParams& p, cudaStream_t stream, c
   return NormRowsInto(p, stream);
 }
 
+// M > 64: the wgmma GEMM where it can run (gemm_wgmma.cuh), else the mma.sync one; `mma_sync`
+// asks for the latter (tests and benchmarks compare the two).
 template <Epilogue kE>
-cudaError_t LaunchGemmFor(const LinearParams& p, cudaStream_t stream) {
+cudaError_t LaunchGemmFor(const LinearParams& p, cudaStream_t stream, bool mma_sync = false) {
   const bf16* a = nullptr;
   const cudaError_t e = TensorCoreInput(p, stream, &a);
   if (e != cudaSuccess) return e;
+  if (!mma_sync && WgmmaGemmUsable(p, a)) return LaunchWgmmaTiles<kE>(p, a, stream);
   return LaunchGemmTiles<kE>(p, a, stream);
 }
 
@@ -323,7 +327,7 @@ cudaError_t LaunchSkinnyFor(const LinearParams& p, cudaStream_t stream) {
   return LaunchSkinnyTile<8, kE>(p, rows, a, stream);
 }
 
-enum class LinearPath { kGemv, kSkinny, kGemm };
+enum class LinearPath { kGemv, kSkinny, kGemm, kGemmMmaSync };
 
 // The three paths for one epilogue; defined in linear_<epilogue>.cu.
 template <Epilogue kE>
@@ -339,6 +343,8 @@ cudaError_t LaunchLinearFor(const LinearParams& p, cudaStream_t stream, LinearPa
         return LaunchSkinnyFor<E>(p, stream);                                                   \
       case LinearPath::kGemm:                                                                   \
         return LaunchGemmFor<E>(p, stream);                                                     \
+      case LinearPath::kGemmMmaSync:                                                            \
+        return LaunchGemmFor<E>(p, stream, true);                                               \
     }                                                                                           \
     return cudaErrorInvalidValue;                                                               \
   }

@@ -37,6 +37,13 @@ inline KSplit SplitGemmK(int64_t m, int64_t n, int64_t k, int multiprocessors) {
   return SplitK(((m + 127) / 128) * ((n + 127) / 128), k, 32, int64_t{2} * multiprocessors, 4, 4);
 }
 
+// The wgmma GEMM (M > 64 on Hopper): 128 x 128 tiles, 64-wide k-tiles (TMA boxes: a rank's K
+// range must start on one), one block per multiprocessor, clusters of up to 4, at least four
+// k-tiles a rank.
+inline KSplit SplitWgmmaK(int64_t m, int64_t n, int64_t k, int multiprocessors) {
+  return SplitK(((m + 127) / 128) * ((n + 127) / 128), k, 64, multiprocessors, 4, 4);
+}
+
 }  // namespace ag::cuda
 
 #endif  // AUTOGLM_KERNELS_CUDA_LINEAR_SPLIT_H_

@@ -144,7 +144,8 @@ struct LinearCase {
   bool norm;
 };
 
-enum class Path { kGemv, kSkinny, kGemm };
+// kGemm: the wgmma GEMM on Hopper (LaunchGemm), kGemmMmaSync: the mma.sync one.
+enum class Path { kGemv, kSkinny, kGemm, kGemmMmaSync };
 
 void CheckLinear(const LinearCase& c, Path path) {
   SCOPED_TRACE(::testing::Message() << "m=" << c.m << " n=" << c.n << " k=" << c.k << " epilogue="
@@ -185,6 +186,8 @@ void CheckLinear(const LinearCase& c, Path path) {
         return cuda::LaunchSkinny(p, nullptr);
       case Path::kGemm:
         return cuda::LaunchGemm(p, nullptr);
+      case Path::kGemmMmaSync:
+        return cuda::LaunchGemmMmaSync(p, nullptr);
     }
     return cudaErrorInvalidValue;
   };
@@ -281,9 +284,26 @@ TEST(GpuKernels, LinearEveryEpilogueEveryPath) {
             if (m <= 3) CheckLinear({m, n, k, e, norm}, Path::kGemv);  // any M works; M = 1 is its job
             if (m <= cuda::kSkinnyMaxRows) CheckLinear({m, n, k, e, norm}, Path::kSkinny);
             CheckLinear({m, n, k, e, norm}, Path::kGemm);
+            CheckLinear({m, n, k, e, norm}, Path::kGemmMmaSync);
           }
         }
       }
+    }
+  }
+}
+
+// The wgmma GEMM's edges: row tiles of 128 (one row past, several), columns past a 128-wide tile,
+// K below, at and past its 64-wide TMA boxes, and short grids that split K over a cluster (K = 4104:
+// 65 k-tiles, the last rank's box half out of bounds); every epilogue.
+TEST(GpuKernels, WgmmaGemmEdges) {
+  SKIP_WITHOUT_GPU();
+  for (int64_t m : {65, 128, 129, 300}) {
+    for (int64_t k : {8, 64, 200, 4104}) {
+      CheckLinear({m, 97, k, cuda::Epilogue::kNone, false}, Path::kGemm);
+      CheckLinear({m, 257, k, cuda::Epilogue::kResidual, true}, Path::kGemm);
+      CheckLinear({m, 160, k, cuda::Epilogue::kSiluMul, k % 2 == 0}, Path::kGemm);
+      CheckLinear({m, 80, k, cuda::Epilogue::kQkvRope, true}, Path::kGemm);
+      CheckLinear({m, 130, k, cuda::Epilogue::kBias, false}, Path::kGemm);
     }
   }
 }

@@ -19,7 +19,8 @@ KERNELS = [
     (r"GemvKernel<", 128, 4 * 13696, 4),         # decode GEMV at batch 1; x staged as fp32 (down_proj: K = 13696)
     (r"SkinnyKernel<[124],", 128, 0, 4),          # decode batches 2..32: weight streaming, tile in static smem
     (r"SkinnyKernel<8,", 128, 0, 4),              # batches 33..64: within 128 registers, one wave (issue 19)
-    (r"GemmKernel<", 256, 4 * 20480, 2),          # prefill: 4-stage pipeline in 80 KB of dynamic smem (defect 7)
+    (r"WgmmaGemmKernel<", 384, 1024 + 5 * 32768 + 80, 1),  # prefill on Hopper: 5 TMA stages of 32 KB, one block a SM
+    (r"(?<!Wgmma)GemmKernel<", 256, 4 * 20480, 2),  # prefill elsewhere: 4-stage pipeline in 80 KB of dynamic smem
     # decode attention: K/V double buffer (2 x 2 x 32 x (128 + 8) bf16) plus q (4 x heads-per-warp x 128 fp32)
     (r"AttentionSliceKernel<1, \(KvCode\)0>", 128, 34816 + 2048, 4),
     (r"AttentionSliceKernel<2, \(KvCode\)0>", 128, 34816 + 4096, 4),

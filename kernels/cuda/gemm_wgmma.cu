@@ -1,0 +1,71 @@
+// Host side of the wgmma GEMM (gemm_wgmma.cuh): when it may run, and its TMA tensor maps. The
+// tensor-map encoder is the driver's, reached through the runtime (no link against libcuda).
+#include <cuda.h>
+#include <cudaTypedefs.h>
+
+#include <cstdlib>
+#include <cstring>
+
+#include "kernels/cuda/linear_impl.cuh"
+#include "kernels/cuda/per_device.h"
+
+namespace ag::cuda {
+namespace {
+
+PFN_cuTensorMapEncodeTiled_v12000 Encoder() {
+  static const PFN_cuTensorMapEncodeTiled_v12000 encoder = []() -> PFN_cuTensorMapEncodeTiled_v12000 {
+    void* fn = nullptr;
+    cudaDriverEntryPointQueryResult found = cudaDriverEntryPointSymbolNotFound;
+    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &found) !=
+            cudaSuccess ||
+        found != cudaDriverEntryPointSuccess) {
+      return nullptr;
+    }
+    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(fn);
+  }();
+  return encoder;
+}
+
+bool Enabled() {
+  static const bool enabled = [] {
+    const char* v = std::getenv("AUTOGLM_WGMMA");
+    return v == nullptr || std::strcmp(v, "0") != 0;
+  }();
+  return enabled;
+}
+
+// wgmma and TMA are sm_90 instructions: the current device must be a Hopper one (remembered per
+// device once seen; another device is asked again, cheaply).
+bool HopperDevice() {
+  static PerDeviceOnce<bool, true> once;
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess) return false;
+  return once.Get(device, [device] {
+    int major = 0;
+    return cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) == cudaSuccess && major == 9;
+  });
+}
+
+bool Aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
+}  // namespace
+
+bool WgmmaGemmUsable(const LinearParams& p, const bf16* a) {
+  return Enabled() && p.k % 8 == 0 && Aligned16(a) && Aligned16(p.w) && Encoder() != nullptr && HopperDevice();
+}
+
+cudaError_t EncodeTileMap(const bf16* matrix, int64_t rows, int64_t k, CUtensorMap* map) {
+  const PFN_cuTensorMapEncodeTiled_v12000 encode = Encoder();
+  if (encode == nullptr || rows <= 0 || k <= 0) return cudaErrorInvalidValue;
+  const cuuint64_t dims[2] = {static_cast<cuuint64_t>(k), static_cast<cuuint64_t>(rows)};
+  const cuuint64_t strides[1] = {static_cast<cuuint64_t>(k) * sizeof(bf16)};  // bytes between rows
+  const cuuint32_t box[2] = {kWgBK, kWgBM};
+  const cuuint32_t element_strides[2] = {1, 1};
+  static_assert(kWgBM == kWgBN, "one box shape for x and W");
+  const CUresult r = encode(map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, const_cast<bf16*>(matrix), dims, strides, box,
+                            element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                            CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  return r == CUDA_SUCCESS ? cudaSuccess : cudaErrorInvalidValue;
+}
+
+}  // namespace ag::cuda

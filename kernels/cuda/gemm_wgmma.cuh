@@ -1,0 +1,204 @@
+// The Hopper GEMM for prefill (M > 64 rows): wgmma with TMA loads and a
+// warp-specialised producer/consumer pipeline, included by linear_impl.cuh.
+// Not a public header.
+//
+// Block: 3 warpgroups. Warpgroup 0 is the producer: one thread issues the
+// TMA loads of each k-tile (A: 128 rows x 64 k of x; B: 128 rows x 64 k of W,
+// both K-major with the 128-byte swizzle) into a ring of kWgStages stages,
+// each stage guarded by two mbarriers (full: the bytes landed; empty: both
+// consumers are done with it). Warpgroups 1 and 2 each multiply 64 rows of the
+// tile by its 128 columns with wgmma.m64n128k16 (operands straight from shared
+// memory through matrix descriptors, fp32 accumulators in 64 registers a
+// thread). The epilogue is the mma.sync GEMM's: the accumulators go to an fp32
+// tile over the pipeline's buffers, a short grid splits K over a cluster summed
+// through distributed shared memory, and StorePair applies the op's epilogue.
+//
+// AUTOGLM_WGMMA=0 sends every GEMM to the mma.sync kernel instead.
+#ifndef AUTOGLM_KERNELS_CUDA_GEMM_WGMMA_CUH_
+#define AUTOGLM_KERNELS_CUDA_GEMM_WGMMA_CUH_
+
+#include <cooperative_groups.h>
+#include <cuda.h>
+
+#include <cstdint>
+
+#include "kernels/cuda/linear_split.h"
+
+namespace ag::cuda {
+
+constexpr int kWgBM = 128, kWgBN = 128, kWgBK = 64;  // a k-tile row is 128 bytes: one swizzle atom wide
+constexpr int kWgStages = 5;
+constexpr int kWgThreads = 384;  // producer + two consumer warpgroups
+constexpr int kWgTileLd = kWgBN + 4;
+constexpr size_t kWgStageBytes = sizeof(bf16) * (kWgBM + kWgBN) * kWgBK;
+// Stages, then the barriers; 1 KB of slack to align the stages to the swizzle's 1024-byte period.
+constexpr size_t kWgSmemBytes = 1024 + kWgStages * kWgStageBytes + 2 * kWgStages * sizeof(uint64_t);
+static_assert(kWgStages * kWgStageBytes >= sizeof(float) * kWgBM * kWgTileLd, "the epilogue tile reuses the stages");
+
+// ---- mbarrier, TMA and wgmma (PTX ISA 8.0, sm_90a) ----
+
+__device__ __forceinline__ unsigned SmemAddress(const void* p) {
+  return static_cast<unsigned>(__cvta_generic_to_shared(p));
+}
+__device__ __forceinline__ void BarrierInit(uint64_t* bar, unsigned count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(SmemAddress(bar)), "r"(count) : "memory");
+}
+__device__ __forceinline__ void BarrierExpectBytes(uint64_t* bar, unsigned bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(SmemAddress(bar)), "r"(bytes)
+               : "memory");
+}
+__device__ __forceinline__ void BarrierArrive(uint64_t* bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(SmemAddress(bar)) : "memory");
+}
+// Returns once the barrier's phase with this parity has completed.
+__device__ __forceinline__ void BarrierWait(uint64_t* bar, unsigned parity) {
+  unsigned done = 0;
+  do {
+    asm volatile(
+        "{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n selp.u32 %0, 1, 0, p;\n}\n"
+        : "=r"(done)
+        : "r"(SmemAddress(bar)), "r"(parity)
+        : "memory");
+  } while (done == 0);
+}
+// A box of the tensor map at (inner, outer) into shared memory; completion counted on `bar`.
+__device__ __forceinline__ void TmaLoad2d(void* dst, const CUtensorMap* map, int inner, int outer, uint64_t* bar) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n" ::
+          "r"(SmemAddress(dst)),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(inner), "r"(outer), "r"(SmemAddress(bar))
+      : "memory");
+}
+
+// A K-major operand tile in shared memory with the 128-byte swizzle: rows of 64 bf16, groups of 8
+// rows 1024 bytes apart (the stride byte offset); the leading byte offset is unused with this
+// swizzle. Advancing 16 k is +32 bytes on the start address.
+__device__ __forceinline__ uint64_t SmemDescriptor(const void* tile) {
+  const uint64_t addr = SmemAddress(tile);
+  return ((addr & 0x3FFFF) >> 4) | (uint64_t{1} << 16) | (uint64_t{1024 >> 4} << 32) | (uint64_t{1} << 62);
+}
+
+__device__ __forceinline__ void WgmmaFence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void WgmmaCommit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void WgmmaWaitAll() { asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory"); }
+
+// d (64 x 128 fp32, 64 registers a thread) += A (64 x 16) B (16 x 128), both K-major in shared memory.
+__device__ __forceinline__ void Wgmma64x128(float* d, uint64_t desc_a, uint64_t desc_b) {
+  asm volatile(
+      "{\n .reg .pred accumulate;\n setp.ne.b32 accumulate, %66, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, %64, %65, accumulate, 1, 1, 0, 0;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+      : "l"(desc_a), "l"(desc_b), "r"(1));
+}
+// The accumulators as the compiler must see them after wgmma.wait_group: written.
+__device__ __forceinline__ void FenceAccumulators(float* d) {
+#pragma unroll
+  for (int i = 0; i < 64; ++i) asm volatile("" : "+f"(d[i])::"memory");
+}
+
+template <Epilogue kE>
+__global__ void __launch_bounds__(kWgThreads, 1)
+    WgmmaGemmKernel(LinearParams p, const __grid_constant__ CUtensorMap a_map, const __grid_constant__ CUtensorMap w_map,
+                    int64_t k_per_rank) {
+  extern __shared__ __align__(16) unsigned char wg_smem_raw[];
+  unsigned char* smem = wg_smem_raw + ((1024 - SmemAddress(wg_smem_raw) % 1024) % 1024);
+  bf16* a_stages = reinterpret_cast<bf16*>(smem);                    // [kWgStages][kWgBM][kWgBK]
+  bf16* b_stages = a_stages + kWgStages * kWgBM * kWgBK;             // [kWgStages][kWgBN][kWgBK]
+  uint64_t* full = reinterpret_cast<uint64_t*>(smem + kWgStages * kWgStageBytes);
+  uint64_t* empty = full + kWgStages;
+  namespace cg = cooperative_groups;
+  const cg::cluster_group cluster = cg::this_cluster();
+  const int rank = static_cast<int>(cluster.block_rank()), ranks = static_cast<int>(cluster.num_blocks());
+  const int wg = threadIdx.x / 128, lane = threadIdx.x % 32, warp_in_wg = (threadIdx.x % 128) / 32;
+  const int64_t block_m = static_cast<int64_t>(blockIdx.y) * kWgBM, block_n = static_cast<int64_t>(blockIdx.x) * kWgBN;
+  const int64_t k_begin = rank * k_per_rank, k_end = min(p.k, k_begin + k_per_rank);
+  const int tiles = k_end > k_begin ? static_cast<int>((k_end - k_begin + kWgBK - 1) / kWgBK) : 0;
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < kWgStages; ++s) {
+      BarrierInit(&full[s], 1);                // the producer's expect-bytes arrival
+      BarrierInit(&empty[s], 2 * 128);         // every consumer thread
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+  }
+  __syncthreads();
+  AllowNextKernel();
+  WaitForPreviousKernel();  // A is the previous kernel's output
+
+  float d[64] = {};
+  if (wg == 0) {
+    if (threadIdx.x == 0) {
+      for (int t = 0; t < tiles; ++t) {
+        const int s = t % kWgStages;
+        if (t >= kWgStages) BarrierWait(&empty[s], ((t / kWgStages) - 1) & 1);
+        BarrierExpectBytes(&full[s], static_cast<unsigned>(kWgStageBytes));  // whole boxes: out of bounds is zeros
+        const int k0 = static_cast<int>(k_begin + static_cast<int64_t>(t) * kWgBK);
+        TmaLoad2d(a_stages + s * kWgBM * kWgBK, &a_map, k0, static_cast<int>(block_m), &full[s]);
+        TmaLoad2d(b_stages + s * kWgBN * kWgBK, &w_map, k0, static_cast<int>(block_n), &full[s]);
+      }
+    }
+  } else {
+    const int half = wg - 1;  // rows 64 half .. 64 half + 63 of the tile
+    for (int t = 0; t < tiles; ++t) {
+      const int s = t % kWgStages;
+      BarrierWait(&full[s], (t / kWgStages) & 1);
+      const uint64_t desc_a = SmemDescriptor(a_stages + s * kWgBM * kWgBK + half * 64 * kWgBK);
+      const uint64_t desc_b = SmemDescriptor(b_stages + s * kWgBN * kWgBK);
+      WgmmaFence();
+#pragma unroll
+      for (int kk = 0; kk < kWgBK / 16; ++kk) Wgmma64x128(d, desc_a + 2 * kk, desc_b + 2 * kk);
+      WgmmaCommit();
+      WgmmaWaitAll();
+      FenceAccumulators(d);
+      BarrierArrive(&empty[s]);
+    }
+  }
+  __syncthreads();  // every wgmma has read its stage: the stages become the output tile
+  auto tile = reinterpret_cast<float (*)[kWgTileLd]>(smem);
+  if (wg > 0) {
+    // wgmma's accumulator layout: warp w of the group holds rows 16w..16w+15, and for each 8 columns
+    // j the mma.m16n8 C fragment: d[4j + e] at (row g + 8 (e / 2), column 8j + 2t + e % 2).
+    const int row0 = 64 * (wg - 1) + 16 * warp_in_wg + lane / 4, col0 = 2 * (lane % 4);
+#pragma unroll
+    for (int j = 0; j < kWgBN / 8; ++j) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        *reinterpret_cast<float2*>(&tile[row0 + 8 * h][8 * j + col0]) = make_float2(d[4 * j + 2 * h], d[4 * j + 2 * h + 1]);
+      }
+    }
+  }
+  cluster.sync();  // every tile of the cluster is complete
+  for (int i = rank * kWgThreads + static_cast<int>(threadIdx.x); i < kWgBM * kWgBN / 2; i += ranks * kWgThreads) {
+    const int row = i / (kWgBN / 2), col = 2 * (i % (kWgBN / 2));
+    const int64_t m = block_m + row, n = block_n + col;
+    if (m >= p.m || n >= p.n) continue;
+    const float2 sum = ClusterSum2(cluster, &tile[0][0], row * kWgTileLd + col);
+    StorePair<kE>(p, m, n, sum.x, sum.y);
+  }
+  cluster.sync();  // peers may still be reading this block's tile
+}
+
+// Host side (gemm_wgmma.cu): whether the wgmma GEMM may take a launch (a Hopper device,
+// AUTOGLM_WGMMA not 0, 16-byte aligned operands, the driver's tensor-map encoder found), and the
+// tensor map of a K-major [rows, k] bf16 matrix in 128 x 64 boxes with the 128-byte swizzle.
+bool WgmmaGemmUsable(const LinearParams& p, const bf16* a);
+cudaError_t EncodeTileMap(const bf16* matrix, int64_t rows, int64_t k, CUtensorMap* map);
+
+template <Epilogue kE>
+cudaError_t LaunchWgmmaTiles(const LinearParams& p, const bf16* a, cudaStream_t stream) {
+  CUtensorMap a_map, w_map;
+  cudaError_t e = EncodeTileMap(a, p.m, p.k, &a_map);
+  if (e == cudaSuccess) e = EncodeTileMap(p.w, p.n, p.k, &w_map);
+  if (e == cudaSuccess) e = AllowLargeSharedMemory<WgmmaGemmKernel<kE>>();
+  if (e != cudaSuccess) return e;
+  const int sms = MultiprocessorCount();
+  const KSplit split = SplitWgmmaK(p.m, p.n, p.k, sms > 0 ? sms : 132);
+  const dim3 grid(static_cast<unsigned>((p.n + kWgBN - 1) / kWgBN), static_cast<unsigned>((p.m + kWgBM - 1) / kWgBM),
+                  static_cast<unsigned>(split.ranks));
+  return LaunchKernelInCluster(WgmmaGemmKernel<kE>, grid, dim3(kWgThreads), kWgSmemBytes, stream,
+                               dim3(1, 1, static_cast<unsigned>(split.ranks)), p, a_map, w_map, split.k_per_rank);
+}
+
+}  // namespace ag::cuda
+
+#endif  // AUTOGLM_KERNELS_CUDA_GEMM_WGMMA_CUH_
