@@ -1,5 +1,7 @@
 #include "runtime/backend.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "runtime/communicator.h"
 
@@ -16,6 +18,15 @@ absl::StatusOr<RankInfo> CheckRank(const compiler::Plan& plan, const Communicato
   const int32_t size = comm == nullptr ? 1 : comm->size();
   if (absl::Status ok = CheckDegree(plan, size); !ok.ok()) return ok;
   return RankInfo{comm == nullptr ? 0 : comm->rank(), size};
+}
+
+std::vector<int32_t> StepBatch::RowSequences() const {
+  std::vector<int32_t> rows(static_cast<size_t>(std::max<int64_t>(num_tokens, 0)), 0);
+  for (size_t s = 0; s + 1 < seq_offsets.size(); ++s) {
+    const int32_t end = std::min<int32_t>(seq_offsets[s + 1], static_cast<int32_t>(rows.size()));
+    for (int32_t t = std::max(seq_offsets[s], 0); t < end; ++t) rows[t] = static_cast<int32_t>(s);
+  }
+  return rows;
 }
 
 std::optional<HostInput> StepBatch::Input(absl::string_view name) const {

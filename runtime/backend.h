@@ -49,6 +49,9 @@ struct StepBatch {
 
   // The data behind a program input name (see compiler::kRuntimeInputNames), or nothing.
   std::optional<HostInput> Input(absl::string_view name) const;
+  // Each token row's sequence, from seq_offsets ([T]; rows past the last offset get none): the
+  // CUDA attention kernels read it instead of searching seq_offsets in every block.
+  std::vector<int32_t> RowSequences() const;
   ir::SymbolBindings Bindings(int64_t num_kv_blocks) const;
 };
 

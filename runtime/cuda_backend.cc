@@ -70,6 +70,9 @@ absl::StatusOr<std::map<std::string, size_t>> InputLayout(const compiler::Progra
   return offsets;
 }
 
+// The decoder's step inputs hold this one beyond the plan's (see EnsureCapacity).
+constexpr char kRowSequences[] = "row_seqs";
+
 // Copies the batch's input `name` to `dst` in device storage (float data rounded to bf16).
 void StageInput(const StepBatch& batch, const std::string& name, char* dst) {
   const std::optional<HostInput> in = batch.Input(name);
@@ -511,6 +514,10 @@ absl::Status CudaBackend::EnsureCapacity(const StepBatch& batch, int64_t context
     ir::SymbolBindings bounds = plan.decoder().bounds;
     bounds["MB"] = batch.max_blocks;
     ASSIGN_OR_RETURN(input_offsets_, InputLayout(plan.decoder(), bounds, &inputs_bytes_));
+    // Beside the plan's inputs, each row's sequence (StepBatch::RowSequences): attention reads it
+    // instead of searching seq_offsets in every block.
+    input_offsets_[kRowSequences] = inputs_bytes_;
+    inputs_bytes_ += Round256(static_cast<size_t>(plan.max_batch_tokens) * 4);
     DropGraphs();
     ASSIGN_OR_RETURN(inputs_, DeviceAlloc(inputs_bytes_, "the step inputs"));
     for (cudaEvent_t e : input_copied_) CUDA_RETURN_IF_ERROR(cudaEventSynchronize(e));  // old halves idle
@@ -544,6 +551,8 @@ absl::Status CudaBackend::UploadInputs(const StepBatch& batch) {
   CUDA_RETURN_IF_ERROR(cudaEventSynchronize(input_copied_[half]));
   auto* host = static_cast<char*>(input_staging_[half].get());
   for (const auto& [name, offset] : input_offsets_) StageInput(batch, name, host + offset);
+  const std::vector<int32_t> row_seqs = batch.RowSequences();
+  std::memcpy(host + input_offsets_.at(kRowSequences), row_seqs.data(), row_seqs.size() * 4);
   // Stream order puts this copy after the previous step's kernels, which read inputs_.
   CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(inputs_.get(), host, inputs_bytes_, cudaMemcpyHostToDevice, stream_));
   CUDA_RETURN_IF_ERROR(cudaEventRecord(input_copied_[half], stream_));
@@ -568,7 +577,7 @@ absl::Status CudaBackend::LaunchProgram(const compiler::Program& program, void* 
     return it == offsets.end() ? nullptr : reinterpret_cast<const int32_t*>(inputs + it->second);
   };
   const cuda::SeqBatch seqs{input("seq_offsets"), input("context_lens"), input("block_tables"), batch.num_seqs,
-                            batch.max_blocks};
+                            batch.max_blocks, input(kRowSequences)};
   for (size_t i = 0; i < program.steps.size(); ++i) {
     const compiler::PlanStep& step = program.steps[i];
     if (events != nullptr) CUDA_RETURN_IF_ERROR(cudaEventRecord((*events)[i], stream_));

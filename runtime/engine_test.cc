@@ -489,5 +489,18 @@ TEST_F(EngineTest, PenaltiesWhereTheLogitsAreMatchTheHost) {
   }
 }
 
+// The row -> sequence map the CUDA attention kernels read: every row of a sequence names it, a
+// sequence with no rows names none, and offsets past the step's rows are cut at num_tokens.
+TEST(StepBatchTest, RowSequencesFollowTheOffsets) {
+  StepBatch batch;
+  batch.num_tokens = 9;
+  batch.seq_offsets = {0, 5, 5, 6, 9};
+  EXPECT_EQ(batch.RowSequences(), (std::vector<int32_t>{0, 0, 0, 0, 0, 2, 3, 3, 3}));
+  batch.num_tokens = 4;
+  EXPECT_EQ(batch.RowSequences(), (std::vector<int32_t>{0, 0, 0, 0}));
+  batch.num_tokens = 0;
+  EXPECT_TRUE(batch.RowSequences().empty());
+}
+
 }  // namespace
 }  // namespace ag::runtime

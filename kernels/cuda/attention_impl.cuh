@@ -121,7 +121,8 @@ __global__ void __launch_bounds__(kThreads, kHPW <= 4 ? 4 : 2) AttentionSliceKer
   const int slice = blockIdx.x, g = blockIdx.y / p.head_chunks, chunk = blockIdx.y % p.head_chunks;
   const int head_lo = chunk * kWarps * kHPW, heads_here = min(kWarps * kHPW, G - head_lo);
   const int64_t t = p.row_base + blockIdx.z;
-  const int s = SequenceOf(p.seqs.seq_offsets, static_cast<int>(p.seqs.num_seqs), t);
+  const int s = p.seqs.row_seqs != nullptr ? p.seqs.row_seqs[t]
+                                           : SequenceOf(p.seqs.seq_offsets, static_cast<int>(p.seqs.num_seqs), t);
   const int64_t first = p.seqs.seq_offsets[s], count_new = p.seqs.seq_offsets[s + 1] - first;
   const int64_t visible = p.seqs.context_lens[s] - count_new + (t - first) + 1;  // keys 0..position
   const int64_t key_begin = static_cast<int64_t>(slice) * p.slice_keys;

@@ -45,6 +45,7 @@ struct SeqBatch {
   const int32_t* block_tables = nullptr;  // [num_seqs, max_blocks]
   int64_t num_seqs = 0;
   int64_t max_blocks = 0;
+  const int32_t* row_seqs = nullptr;      // [tokens]: each query row's sequence; null: searched in seq_offsets
 };
 
 // The positions of a rotary step: one stream [tokens], or M-RoPE's three
