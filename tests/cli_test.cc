@@ -61,9 +61,16 @@ TEST_F(Cli, CompileInspectAndRunEveryFixtureThroughAPlanFile) {
               j.at("steps_per_layer").get<int>() * j.at("layers").get<int>() + j.at("steps_outside_layers").get<int>());
     EXPECT_GT(j.at("arena_bytes").get<int64_t>(), 0);
     EXPECT_EQ(j.at("kernels").at("paged_attention").get<int>(), j.at("layers").get<int>());
+    // CUDA launches per layer: at least a step each; more rows never fewer (the norm prologues).
+    const nlohmann::json& launches = j.at("cuda_launches_per_layer");
+    EXPECT_GE(launches.at("decode_1").get<int>(), j.at("steps_per_layer").get<int>());
+    EXPECT_GE(launches.at("decode_8").get<int>(), launches.at("decode_1").get<int>());
+    EXPECT_GE(launches.at("prefill_512").get<int>(), j.at("steps_per_layer").get<int>());
     CommandResult text = RunCommand(Inspect() + " " + plan);
     ASSERT_EQ(text.exit_code, 0) << text.err;
     EXPECT_NE(text.out.find("norm_qkv_rope_kv_write"), std::string::npos);
+    EXPECT_NE(text.out.find("CUDA launches per layer (the backend's dispatch at context 512): decode_1 "),
+              std::string::npos);
 
     for (const testing::GoldenCase& g : testing::LoadGolden(model)) {
       const std::string out = Path("out.json");

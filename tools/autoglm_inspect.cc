@@ -5,14 +5,19 @@
 //   autoglm-inspect FILE.agplan --roofline --image-size WxH[,WxH...] [--json]   (GLM-4.1V's vision program)
 //
 // The text form lists the plan's inputs, weights and steps in order (the
-// names an Nsight timeline shows). --json prints counts:
-// {"steps_per_layer", "total_steps", "arena_bytes", "kernels": {name: count}, ...}.
+// names an Nsight timeline shows), and the CUDA launches a layer takes at
+// decode batches 1/8/32/64 and for a 512-token prompt (runtime/cuda_launches.h:
+// the backend's dispatch rules, no GPU needed). --json prints counts:
+// {"steps_per_layer", "total_steps", "arena_bytes", "kernels": {name: count},
+//  "cuda_launches_per_layer": {"decode_1": n, ...}, ...}.
 // --roofline prints, per step, the bytes and FLOPs of one step of that shape
 // and its floor time on the H200 (no GPU needed); with --image-size, of one
 // vision-program run over images of those pixel sizes (resized as the
 // default GLM-4.1V processor does: 1080x2400 is 13,416 patches, 3,354 tokens).
 #include <cstdio>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -27,6 +32,7 @@
 #include "compiler/roofline.h"
 #include "compiler/summary.h"
 #include "ir/status_macros.h"
+#include "runtime/cuda_launches.h"
 #include "tools/common.h"
 
 ABSL_FLAG(bool, json, false, "print counts as JSON");
@@ -54,6 +60,15 @@ absl::StatusOr<std::vector<std::pair<int64_t, int64_t>>> ImageGrids(const std::s
     grids.emplace_back(resized.first / config.patch_size, resized.second / config.patch_size);
   }
   return grids;
+}
+
+// The batch shapes whose CUDA launches per layer inspect counts: decode at four batch sizes and a
+// 512-token prompt, at context 512.
+std::vector<std::pair<std::string, runtime::LaunchShape>> LaunchShapes() {
+  std::vector<std::pair<std::string, runtime::LaunchShape>> shapes;
+  for (int64_t batch : {1, 8, 32, 64}) shapes.push_back({absl::StrCat("decode_", batch), {batch, 1, 512}});
+  shapes.push_back({"prefill_512", {1, 512, 512}});
+  return shapes;
 }
 
 absl::Status Run(const std::string& path) {
@@ -107,6 +122,9 @@ absl::Status Run(const std::string& path) {
     j["collectives_per_layer"] = s.collectives_per_layer;
     j["collectives"] = s.collectives;
     j["launches_per_layer"] = s.launches_per_layer;
+    nlohmann::json launches;
+    for (const auto& [name, shape] : LaunchShapes()) launches[name] = runtime::CudaLaunchesPerLayer(plan, shape);
+    j["cuda_launches_per_layer"] = launches;
     j["launches_per_layer_nccl"] = s.launches_per_layer_nccl;
     j["weight_bytes_read_per_step"] = s.weight_bytes_read_per_step;
     j["passes"] = plan.passes;
@@ -138,6 +156,12 @@ absl::Status Run(const std::string& path) {
   } else {
     std::printf("tensor parallel: tp 1; %lld GPU launches per layer\n", static_cast<long long>(s.launches_per_layer));
   }
+  std::vector<std::string> launches;
+  for (const auto& [name, shape] : LaunchShapes()) {
+    launches.push_back(absl::StrCat(name, " ", runtime::CudaLaunchesPerLayer(plan, shape)));
+  }
+  std::printf("CUDA launches per layer (the backend's dispatch at context 512): %s\n",
+              absl::StrJoin(launches, ", ").c_str());
   std::printf("per rank and decode step: %lld weight bytes streamed (of %lld held)\n",
               static_cast<long long>(s.weight_bytes_read_per_step), static_cast<long long>(s.weight_bytes));
   std::printf("limits: T<=%lld tokens, S<=%lld sequences per step; arena %lld bytes\n",

@@ -136,10 +136,6 @@ cudaError_t Launch(const PeerAllReduce& p, const bf16* x, const bf16* residual, 
 
 }  // namespace
 
-bool OneShotFits(int64_t rows, int64_t n) {
-  return rows > 0 && n > 0 && n % 8 == 0 && n <= 48 * 1024 && rows * n * 2 <= kOneShotMaxBytes;
-}
-
 cudaError_t LaunchOneShotAllReduce(const PeerAllReduce& peers, const bf16* x, const bf16* residual, const bf16* norm_w,
                                    float eps, int64_t rows, int64_t n, bf16* out, cudaStream_t stream) {
   if (!OneShotFits(rows, n) || peers.size < 1 || peers.size > kMaxPeerRanks || peers.rank < 0 ||

@@ -29,12 +29,12 @@
 
 #include <cstdint>
 
+#include "kernels/cuda/peer_flags.h"  // kOneShotMaxBytes, OneShotFits
+
 namespace ag::cuda {
 
 inline constexpr int kMaxPeerRanks = 8;
 inline constexpr int kOneShotMaxBlocks = 64;
-// Above this many bytes per rank NCCL's bandwidth-optimal algorithms win (one-shot reads every peer's whole buffer).
-inline constexpr int64_t kOneShotMaxBytes = int64_t{512} << 10;
 
 // What one rank's kernel needs: every rank's staging buffers and flags (device
 // pointers valid on this rank's GPU through peer access) and its own call counter.
@@ -46,8 +46,6 @@ struct PeerAllReduce {
   uint32_t* calls = nullptr;  // this rank's: [0] calls so far (the last call's epoch), [1] blocks done in this call
 };
 
-// True when the one-shot kernel takes [rows, n] (otherwise use NCCL).
-bool OneShotFits(int64_t rows, int64_t n);
 
 // out = residual + sum over ranks of x (norm_w null), or residual + rms_norm(sum, norm_w, eps).
 // Every rank must launch it with the same rows and n, in the same order as its other one-shot calls.

@@ -76,7 +76,7 @@ cudaError_t LaunchPagedAttention(const bf16* q, const AttentionShape& shape, con
     return cudaErrorInvalidValue;
   }
   // Prefill (sequences of many new rows) on the tensor cores; decode and 8-bit caches below.
-  if (!codes && FlashAttentionHeadDim(D) && UseFlashAttention(shape.tokens, seqs.num_seqs)) {
+  if (!codes && FlashHeadDim(D) && UseFlashAttention(shape.tokens, seqs.num_seqs)) {
     return LaunchFlashPagedAttention(q, shape.tokens, shape.heads, cache, seqs, out, stream);
   }
   const int64_t group = shape.heads / cache.kv_heads;

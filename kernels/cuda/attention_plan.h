@@ -71,6 +71,11 @@ inline constexpr int kFlashKeys = 64;
 // (below, the slice kernel wastes fewer tensor-core rows than flash would).
 inline constexpr int kFlashMinRowsPerSequence = 16;
 
+// The head sizes the flash kernel is built for (flash_attention_impl.cuh's instances).
+inline bool FlashHeadDim(int64_t head_dim) {
+  return head_dim == 16 || head_dim == 32 || head_dim == 64 || head_dim == 128;
+}
+
 inline int64_t FlashGridTiles(int64_t rows, int64_t sequences) { return rows / kFlashRows + sequences; }
 
 inline bool UseFlashAttention(int64_t rows, int64_t sequences) {

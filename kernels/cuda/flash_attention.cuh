@@ -11,7 +11,7 @@
 //   segment non-causal within each segment of rows, K and V beside Q (the
 //           vision program: each image attends within itself).
 // LaunchPagedAttention and LaunchSegmentAttention take it where it applies
-// (attention_plan.h: UseFlashAttention; FlashAttentionHeadDim).
+// (attention_plan.h: UseFlashAttention, FlashHeadDim).
 #ifndef AUTOGLM_KERNELS_CUDA_FLASH_ATTENTION_CUH_
 #define AUTOGLM_KERNELS_CUDA_FLASH_ATTENTION_CUH_
 
@@ -20,12 +20,10 @@
 
 #include <cstdint>
 
+#include "kernels/cuda/attention_plan.h"
 #include "kernels/cuda/paged_kv.cuh"
 
 namespace ag::cuda {
-
-// The head sizes the kernel is built for: 16, 32, 64 and 128.
-bool FlashAttentionHeadDim(int64_t head_dim);
 
 // q and out: [tokens, heads * head_dim]; cache.code bf16; heads % cache.kv_heads == 0.
 cudaError_t LaunchFlashPagedAttention(const __nv_bfloat16* q, int64_t tokens, int64_t heads, const PagedKv& cache,

@@ -5,7 +5,7 @@ namespace ag::cuda {
 
 cudaError_t LaunchFlashPagedAttention(const bf16* q, int64_t tokens, int64_t heads, const PagedKv& cache,
                                       const SeqBatch& seqs, bf16* out, cudaStream_t stream) {
-  if (cache.code != KvCode::kBF16 || !FlashAttentionHeadDim(cache.head_dim) || cache.kv_heads <= 0 ||
+  if (cache.code != KvCode::kBF16 || !FlashHeadDim(cache.head_dim) || cache.kv_heads <= 0 ||
       heads % cache.kv_heads != 0 || seqs.num_seqs <= 0 || cache.block_size <= 0) {
     return cudaErrorInvalidValue;
   }

@@ -3,14 +3,10 @@
 
 namespace ag::cuda {
 
-bool FlashAttentionHeadDim(int64_t head_dim) {
-  return head_dim == 16 || head_dim == 32 || head_dim == 64 || head_dim == 128;
-}
-
 cudaError_t LaunchFlashSegmentAttention(const bf16* q, const bf16* k, const bf16* v, const int32_t* offsets,
                                         int64_t segments, int64_t rows, int64_t heads, int64_t head_dim, bf16* out,
                                         cudaStream_t stream) {
-  if (!FlashAttentionHeadDim(head_dim) || segments <= 0 || heads <= 0) return cudaErrorInvalidValue;
+  if (!FlashHeadDim(head_dim) || segments <= 0 || heads <= 0) return cudaErrorInvalidValue;
   flash_detail::Params p{};
   p.q = q;
   p.out = out;

@@ -29,6 +29,7 @@
 
 #include <cstdint>
 
+#include "kernels/cuda/linear_split.h"  // kGemvMaxRows, kSkinnyMaxRows
 #include "kernels/cuda/paged_kv.cuh"
 
 namespace ag::cuda {
@@ -59,10 +60,6 @@ struct LinearParams {
   QkvRope qkv;
   __nv_bfloat16* scratch = nullptr;  // [m, k]: the normalised x on the tensor-core paths (m > 1)
 };
-
-// Rows of x up to which the GEMV path runs, and the skinny tensor-core path; the GEMM above.
-inline constexpr int64_t kGemvMaxRows = 1;
-inline constexpr int64_t kSkinnyMaxRows = 64;
 
 // k % 8 == 0; n even for kSiluMul and kQkvRope.
 cudaError_t LaunchLinear(const LinearParams& p, cudaStream_t stream);

@@ -1,5 +1,5 @@
-// How the tensor-core linear kernels split K over a thread-block cluster when
-// their grid is short. Plain functions of the shape (no CUDA headers), so
+// Which linear kernel takes how many rows, and how the tensor-core linear
+// kernels split K over a thread-block cluster when their grid is short. Plain functions of the shape (no CUDA headers), so
 // that geometry_test.cc checks them on the CPU: every rank gets work, the ranks cover K.
 #ifndef AUTOGLM_KERNELS_CUDA_LINEAR_SPLIT_H_
 #define AUTOGLM_KERNELS_CUDA_LINEAR_SPLIT_H_
@@ -7,6 +7,15 @@
 #include <cstdint>
 
 namespace ag::cuda {
+
+// Rows of x up to which the GEMV path runs, and the skinny tensor-core path; the GEMM above.
+inline constexpr int64_t kGemvMaxRows = 1;
+inline constexpr int64_t kSkinnyMaxRows = 64;
+// Rows of x up to which the backend takes the quantized decode path: up to 16 the codes kernel (8
+// rows a block, CUDA cores), then the skinny tensor-core kernel (linear_skinny.cuh) on weights
+// dequantized to bf16 in registers, each read once whatever the rows (bench/RESULTS.md,
+// "Quantized decode"). More rows dequantize the whole weight into the scratch for the GEMM.
+inline constexpr int64_t kQuantLinearMaxRows = 64;
 
 struct KSplit {
   int ranks = 1;           // blocks of a cluster along K, a power of two

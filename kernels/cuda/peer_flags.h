@@ -14,6 +14,14 @@
 
 namespace ag::cuda {
 
+// Above this many bytes per rank NCCL's bandwidth-optimal algorithms win (one-shot reads every peer's whole buffer).
+inline constexpr int64_t kOneShotMaxBytes = int64_t{512} << 10;
+
+// True when the one-shot kernel takes [rows, n] bf16 (otherwise NCCL does).
+inline bool OneShotFits(int64_t rows, int64_t n) {
+  return rows > 0 && n > 0 && n % 8 == 0 && n <= 48 * 1024 && rows * n * 2 <= kOneShotMaxBytes;
+}
+
 enum class PeerFlag { kWait, kReady, kCorrupt };
 
 // kReady when the peer is at this call or the next one: it can be one ahead

@@ -52,12 +52,6 @@ struct QuantSegment {
   const int32_t* input_order = nullptr;
 };
 
-// Rows of x up to which the backend takes the decode path: up to 16 the codes kernel (8 rows a
-// block, CUDA cores), then the skinny tensor-core kernel (linear_skinny.cuh) on weights
-// dequantized to bf16 in registers, each read once whatever the rows (bench/RESULTS.md,
-// "Quantized decode"). More rows dequantize the whole weight into the scratch for the GEMM.
-inline constexpr int64_t kQuantLinearMaxRows = 64;
-
 // The decode path over one segment: p as for LaunchLinear, but p.w is not read
 // (the segment is the weight), p.norm_w must be null (normalise x first) and
 // p.n is the whole weight's rows. cudaErrorInvalidValue when k is not a

@@ -1,6 +1,6 @@
 // The vision tower's kernels. Each is small next to the tower's linears (which
 // run on the GEMM); segment attention is the exception: the head sizes of
-// flash_attention.cuh (GLM-4.1V's 128 among them) take the tensor-core flash
+// flash_attention.cuh (FlashHeadDim: GLM-4.1V's 128 among them) take the tensor-core flash
 // kernel, any other the FMA kernel here (a warp per query row and head,
 // online softmax), correct at every size and far slower.
 #include <algorithm>
@@ -239,7 +239,7 @@ cudaError_t LaunchSegmentAttention(const bf16* q, const bf16* k, const bf16* v, 
                                    cudaStream_t stream) {
   if (rows == 0 || segments == 0) return cudaSuccess;
   if (head_dim <= 0 || head_dim > kMaxHeadDim) return cudaErrorInvalidValue;
-  if (FlashAttentionHeadDim(head_dim)) {  // the tensor cores; other head sizes take the warp-a-row kernel
+  if (FlashHeadDim(head_dim)) {  // the tensor cores; other head sizes take the warp-a-row kernel
     return LaunchFlashSegmentAttention(q, k, v, offsets, segments, rows, heads, head_dim, out, stream);
   }
   const int64_t warps = rows * heads;
