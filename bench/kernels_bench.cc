@@ -39,6 +39,14 @@ bf16* RandomDevice(int64_t n, uint64_t seed, float half_width) {
   return p;
 }
 
+// A copy of `v` on the device; the caller frees it.
+int32_t* DeviceInts(const std::vector<int32_t>& v) {
+  int32_t* d = nullptr;
+  cudaMalloc(&d, v.size() * 4);
+  cudaMemcpy(d, v.data(), v.size() * 4, cudaMemcpyHostToDevice);
+  return d;
+}
+
 // Random copies of an n x k weight, enough (over 180 MB together) that cycling through them misses the 60 MB L2.
 class RotatingWeights {
  public:
@@ -248,13 +256,9 @@ void BM_PrefillAttention(benchmark::State& state) {
   bf16* out = RandomDevice(rows * width, 4, 1.0f);
   std::vector<int32_t> offsets = {0, static_cast<int32_t>(rows)}, lens = {static_cast<int32_t>(rows)}, tables(blocks);
   for (int64_t i = 0; i < blocks; ++i) tables[i] = static_cast<int32_t>((i * 7919) % blocks);
-  int32_t *doff, *dlen, *dtab;
-  cudaMalloc(&doff, offsets.size() * 4);
-  cudaMalloc(&dlen, lens.size() * 4);
-  cudaMalloc(&dtab, tables.size() * 4);
-  cudaMemcpy(doff, offsets.data(), offsets.size() * 4, cudaMemcpyHostToDevice);
-  cudaMemcpy(dlen, lens.data(), lens.size() * 4, cudaMemcpyHostToDevice);
-  cudaMemcpy(dtab, tables.data(), tables.size() * 4, cudaMemcpyHostToDevice);
+  int32_t* doff = DeviceInts(offsets);
+  int32_t* dlen = DeviceInts(lens);
+  int32_t* dtab = DeviceInts(tables);
   const ag::cuda::PagedKv cache{k, v, block, kv_heads, d};
   const ag::cuda::SeqBatch batch{doff, dlen, dtab, 1, blocks};
   const ag::cuda::AttentionShape shape{rows, heads, rows};
@@ -292,13 +296,9 @@ void BM_DecodeAttention(benchmark::State& state) {
   std::vector<int32_t> offsets(seqs + 1), lens(seqs, static_cast<int32_t>(context)), tables(pool);
   for (int64_t s = 0; s <= seqs; ++s) offsets[s] = static_cast<int32_t>(s);
   for (int64_t i = 0; i < pool; ++i) tables[i] = static_cast<int32_t>((i * 7919) % pool);
-  int32_t *doff, *dlen, *dtab;
-  cudaMalloc(&doff, offsets.size() * 4);
-  cudaMalloc(&dlen, lens.size() * 4);
-  cudaMalloc(&dtab, tables.size() * 4);
-  cudaMemcpy(doff, offsets.data(), offsets.size() * 4, cudaMemcpyHostToDevice);
-  cudaMemcpy(dlen, lens.data(), lens.size() * 4, cudaMemcpyHostToDevice);
-  cudaMemcpy(dtab, tables.data(), tables.size() * 4, cudaMemcpyHostToDevice);
+  int32_t* doff = DeviceInts(offsets);
+  int32_t* dlen = DeviceInts(lens);
+  int32_t* dtab = DeviceInts(tables);
   const ag::cuda::AttentionShape shape{seqs, heads, context};
   float* workspace = nullptr;
   cudaMalloc(&workspace, ag::cuda::PagedAttentionWorkspace(shape, kv_heads, d) * 4);

@@ -5,11 +5,13 @@
 
 namespace ag::cuda {
 
+bool SwitchedOn(const char* variable) {
+  const char* v = std::getenv(variable);
+  return v == nullptr || std::strcmp(v, "0") != 0;
+}
+
 bool ProgrammaticLaunch() {
-  static const bool enabled = [] {
-    const char* v = std::getenv("AUTOGLM_PDL");
-    return v == nullptr || std::strcmp(v, "0") != 0;
-  }();
+  static const bool enabled = SwitchedOn("AUTOGLM_PDL");
   return enabled;
 }
 

@@ -118,6 +118,9 @@ __device__ __forceinline__ void PrefetchL2(const void* p) {
   asm volatile("prefetch.global.L2 [%0];\n" ::"l"(p));
 }
 
+// False when the environment variable is "0": how a feature is switched off (AUTOGLM_PDL, AUTOGLM_WGMMA).
+bool SwitchedOn(const char* variable);
+
 // False when AUTOGLM_PDL=0 (kernels then launch plainly, one after the other).
 bool ProgrammaticLaunch();
 

@@ -3,9 +3,6 @@
 #include <cuda.h>
 #include <cudaTypedefs.h>
 
-#include <cstdlib>
-#include <cstring>
-
 #include "kernels/cuda/linear_impl.cuh"
 #include "kernels/cuda/per_device.h"
 
@@ -27,10 +24,7 @@ PFN_cuTensorMapEncodeTiled_v12000 Encoder() {
 }
 
 bool Enabled() {
-  static const bool enabled = [] {
-    const char* v = std::getenv("AUTOGLM_WGMMA");
-    return v == nullptr || std::strcmp(v, "0") != 0;
-  }();
+  static const bool enabled = SwitchedOn("AUTOGLM_WGMMA");
   return enabled;
 }
 

@@ -23,6 +23,7 @@
 #include <cstdint>
 
 #include "kernels/cuda/linear_split.h"
+#include "kernels/cuda/mma_layout.h"
 
 namespace ag::cuda {
 
@@ -70,12 +71,9 @@ __device__ __forceinline__ void TmaLoad2d(void* dst, const CUtensorMap* map, int
       : "memory");
 }
 
-// A K-major operand tile in shared memory with the 128-byte swizzle: rows of 64 bf16, groups of 8
-// rows 1024 bytes apart (the stride byte offset); the leading byte offset is unused with this
-// swizzle. Advancing 16 k is +32 bytes on the start address.
+// A K-major operand tile in shared memory with the 128-byte swizzle (mma_layout.h).
 __device__ __forceinline__ uint64_t SmemDescriptor(const void* tile) {
-  const uint64_t addr = SmemAddress(tile);
-  return ((addr & 0x3FFFF) >> 4) | (uint64_t{1} << 16) | (uint64_t{1024 >> 4} << 32) | (uint64_t{1} << 62);
+  return mma::Sw128KMajorDescriptor(SmemAddress(tile));
 }
 
 __device__ __forceinline__ void WgmmaFence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
@@ -109,7 +107,7 @@ __global__ void __launch_bounds__(kWgThreads, 1)
   uint64_t* empty = full + kWgStages;
   namespace cg = cooperative_groups;
   const cg::cluster_group cluster = cg::this_cluster();
-  const int rank = static_cast<int>(cluster.block_rank()), ranks = static_cast<int>(cluster.num_blocks());
+  const int rank = static_cast<int>(cluster.block_rank());
   const int wg = threadIdx.x / 128, lane = threadIdx.x % 32, warp_in_wg = (threadIdx.x % 128) / 32;
   const int64_t block_m = static_cast<int64_t>(blockIdx.y) * kWgBM, block_n = static_cast<int64_t>(blockIdx.x) * kWgBN;
   const int64_t k_begin = rank * k_per_rank, k_end = min(p.k, k_begin + k_per_rank);
@@ -146,7 +144,9 @@ __global__ void __launch_bounds__(kWgThreads, 1)
       const uint64_t desc_b = SmemDescriptor(b_stages + s * kWgBN * kWgBK);
       WgmmaFence();
 #pragma unroll
-      for (int kk = 0; kk < kWgBK / 16; ++kk) Wgmma64x128(d, desc_a + 2 * kk, desc_b + 2 * kk);
+      for (int kk = 0; kk < kWgBK / 16; ++kk) {
+        Wgmma64x128(d, mma::DescriptorAtK(desc_a, kk), mma::DescriptorAtK(desc_b, kk));
+      }
       WgmmaCommit();
       WgmmaWaitAll();
       FenceAccumulators(d);
@@ -167,15 +167,7 @@ __global__ void __launch_bounds__(kWgThreads, 1)
       }
     }
   }
-  cluster.sync();  // every tile of the cluster is complete
-  for (int i = rank * kWgThreads + static_cast<int>(threadIdx.x); i < kWgBM * kWgBN / 2; i += ranks * kWgThreads) {
-    const int row = i / (kWgBN / 2), col = 2 * (i % (kWgBN / 2));
-    const int64_t m = block_m + row, n = block_n + col;
-    if (m >= p.m || n >= p.n) continue;
-    const float2 sum = ClusterSum2(cluster, &tile[0][0], row * kWgTileLd + col);
-    StorePair<kE>(p, m, n, sum.x, sum.y);
-  }
-  cluster.sync();  // peers may still be reading this block's tile
+  StoreClusterTile<kE, kWgBM, kWgBN, kWgThreads>(p, cluster, &tile[0][0], kWgTileLd, block_m, block_n);
 }
 
 // Host side (gemm_wgmma.cu): whether the wgmma GEMM may take a launch (a Hopper device,

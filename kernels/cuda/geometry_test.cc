@@ -248,6 +248,22 @@ TEST(MmaLayout, FlashWarpComputesQKTransposeV) {
   }
 }
 
+// wgmma's descriptor, decoded field by field from the PTX table: a stage at 0x14400 (1024-aligned).
+TEST(MmaLayout, WgmmaDescriptorFields) {
+  const uint64_t d = mma::Sw128KMajorDescriptor(0x14400);
+  EXPECT_EQ(d & 0x3FFF, 0x14400u >> 4);            // start address
+  EXPECT_EQ((d >> 16) & 0x3FFF, 1u);               // leading byte offset (unused with the swizzle)
+  EXPECT_EQ(((d >> 32) & 0x3FFF) << 4, 1024u);     // 8 rows of 128 bytes
+  EXPECT_EQ((d >> 49) & 0x7, 0u);                  // base offset
+  EXPECT_EQ(d >> 62, 1u);                          // 128-byte swizzle
+  for (int s = 0; s < 4; ++s) {                    // k-steps of 16 bf16 = 32 bytes
+    EXPECT_EQ(mma::DescriptorAtK(d, s) & 0x3FFF, (0x14400u + 32u * s) >> 4);
+    EXPECT_EQ(mma::DescriptorAtK(d, s) >> 14, d >> 14);  // nothing but the address moves
+  }
+  // The largest shared address (227 KB) still fits the 14-bit field.
+  EXPECT_EQ(mma::Sw128KMajorDescriptor(227 * 1024) & 0x3FFF, (227u * 1024u) >> 4);
+}
+
 void ExpectCovers(const KSplit& s, int64_t k, int64_t k_tile, const char* what) {
   SCOPED_TRACE(what);
   EXPECT_GE(s.ranks, 1);

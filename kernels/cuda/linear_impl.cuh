@@ -47,6 +47,24 @@ __device__ __forceinline__ float2 ClusterSum2(const cooperative_groups::cluster_
   return sum;
 }
 
+// The GEMMs' ending: each block of the cluster holds its fp32 partial tile [kRows][ld] in shared
+// memory; the cluster sums the tiles (each block finishing a share of the output pairs) and stores
+// them through the op's epilogue.
+template <Epilogue kE, int kRows, int kCols, int kThreads>
+__device__ __forceinline__ void StoreClusterTile(const LinearParams& p, const cooperative_groups::cluster_group& cluster,
+                                                 float* tile, int ld, int64_t block_m, int64_t block_n) {
+  const int rank = static_cast<int>(cluster.block_rank()), ranks = static_cast<int>(cluster.num_blocks());
+  cluster.sync();  // every tile of the cluster is complete
+  for (int i = rank * kThreads + static_cast<int>(threadIdx.x); i < kRows * kCols / 2; i += ranks * kThreads) {
+    const int row = i / (kCols / 2), col = 2 * (i % (kCols / 2));
+    const int64_t m = block_m + row, n = block_n + col;
+    if (m >= p.m || n >= p.n) continue;
+    const float2 sum = ClusterSum2(cluster, tile, row * ld + col);
+    StorePair<kE>(p, m, n, sum.x, sum.y);
+  }
+  cluster.sync();  // peers may still be reading this block's tile
+}
+
 }  // namespace ag::cuda
 
 #include "kernels/cuda/gemm_wgmma.cuh"     // needs the building blocks above
@@ -195,7 +213,7 @@ __global__ void __launch_bounds__(kGemmThreads, 2) GemmKernel(LinearParams p, co
   auto bs = reinterpret_cast<bf16 (*)[kBN][kLd]>(gemm_smem + sizeof(bf16) * kStages * kBM * kLd);
   namespace cg = cooperative_groups;
   const cg::cluster_group cluster = cg::this_cluster();
-  const int rank = static_cast<int>(cluster.block_rank()), ranks = static_cast<int>(cluster.num_blocks());
+  const int rank = static_cast<int>(cluster.block_rank());
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   const int warp_m = (warp / 4) * 64, warp_n = (warp % 4) * 32;
   const int64_t block_m = static_cast<int64_t>(blockIdx.y) * kBM, block_n = static_cast<int64_t>(blockIdx.x) * kBN;
@@ -268,15 +286,7 @@ __global__ void __launch_bounds__(kGemmThreads, 2) GemmKernel(LinearParams p, co
       }
     }
   }
-  cluster.sync();  // every tile of the cluster is complete
-  for (int i = rank * kGemmThreads + tid; i < kBM * kBN / 2; i += ranks * kGemmThreads) {
-    const int row = i / (kBN / 2), col = 2 * (i % (kBN / 2));
-    const int64_t m = block_m + row, n = block_n + col;
-    if (m >= p.m || n >= p.n) continue;
-    const float2 sum = ClusterSum2(cluster, &tile[0][0], row * kGemmTileLd + col);
-    StorePair<kE>(p, m, n, sum.x, sum.y);
-  }
-  cluster.sync();  // peers may still be reading this block's tile
+  StoreClusterTile<kE, kBM, kBN, kGemmThreads>(p, cluster, &tile[0][0], kGemmTileLd, block_m, block_n);
 }
 
 template <Epilogue kE>

@@ -13,6 +13,8 @@
 #ifndef AUTOGLM_KERNELS_CUDA_MMA_LAYOUT_H_
 #define AUTOGLM_KERNELS_CUDA_MMA_LAYOUT_H_
 
+#include <cstdint>
+
 #ifdef __CUDACC__
 #define AG_HOST_DEVICE __host__ __device__
 #else
@@ -77,6 +79,21 @@ AG_HOST_DEVICE constexpr At BPairTransRow(int lane) { return {lane % 16, 8 * (la
 // element pair 2 (r % 2) of n-tile 2c + r / 2.
 AG_HOST_DEVICE constexpr int AFromCTile(int reg) { return reg / 2; }
 AG_HOST_DEVICE constexpr int AFromCElement(int reg) { return 2 * (reg % 2); }
+
+// ---- wgmma's shared-memory matrix descriptor (PTX ISA, "Matrix Descriptor Format") ----
+//
+// bits 0-13 the start address >> 4, 16-29 the leading dimension byte offset >> 4, 32-45 the
+// stride dimension byte offset >> 4, 49-51 the base offset, 62-63 the swizzle (1: 128 bytes). A
+// K-major tile with the 128-byte swizzle (TMA's CU_TENSOR_MAP_SWIZZLE_128B boxes 64 bf16 wide):
+// rows of 128 bytes, groups of 8 rows 1024 bytes apart (the stride); the leading offset is not
+// used with this swizzle (1 by convention); base offset 0 for tiles on 1024-byte boundaries.
+AG_HOST_DEVICE constexpr uint64_t Sw128KMajorDescriptor(uint32_t smem_address) {
+  return ((smem_address & 0x3FFFFu) >> 4) | (uint64_t{1} << 16) | (uint64_t{1024 >> 4} << 32) | (uint64_t{1} << 62);
+}
+// The start address field advances 16 bytes a unit: k-step s of 16 bf16 within the 128-byte row.
+AG_HOST_DEVICE constexpr uint64_t DescriptorAtK(uint64_t descriptor, int k16_step) {
+  return descriptor + static_cast<uint64_t>(2 * k16_step);
+}
 
 }  // namespace ag::cuda::mma
 
