@@ -39,11 +39,11 @@ int64_t LinearLaunches(const compiler::Plan& plan, const compiler::PlanStep& ste
   return (norm ? 1 : 0) + segments + 1;
 }
 
-int64_t AttentionLaunches(const compiler::Plan& plan, const compiler::PlanStep& step, const LaunchShape& shape) {
+int64_t AttentionLaunches(const compiler::PlanStep& step, const LaunchShape& shape) {
   const int64_t rows = shape.seqs * shape.rows_per_seq;
   const int64_t heads = Attr(step, "heads"), kv_heads = std::max<int64_t>(Attr(step, "kv_heads"), 1);
   const int64_t head_dim = Attr(step, "head_dim");
-  if (!plan.kv.quantized() && cuda::FlashHeadDim(head_dim) && cuda::UseFlashAttention(rows, shape.seqs)) return 1;
+  if (cuda::FlashHeadDim(head_dim) && cuda::UseFlashAttention(rows, shape.seqs)) return 1;
   // The backend sizes slices by its context bucket: the longest context's power of two, at least 256.
   int64_t bucket = 1;
   while (bucket < std::max<int64_t>(shape.context, 256)) bucket *= 2;
@@ -68,9 +68,9 @@ int64_t CudaStepLaunches(const compiler::Plan& plan, const compiler::PlanStep& s
     case OpId::k_norm_qkv_rope_kv_write:  // an 8-bit cache: K and V quantized from the staging rows after
       return LinearLaunches(plan, step, rows, true) + (plan.kv.quantized() ? 1 : 0);
     case OpId::k_attention:  // the cache write, then attention
-      return 1 + AttentionLaunches(plan, step, shape);
+      return 1 + AttentionLaunches(step, shape);
     case OpId::k_paged_attention:
-      return AttentionLaunches(plan, step, shape);
+      return AttentionLaunches(step, shape);
     case OpId::k_all_reduce:  // NCCL in place (a copy first when the result has its own buffer: counted)
       return plan.tp > 1 ? 2 : 1;
     case OpId::k_all_reduce_residual:

@@ -75,8 +75,8 @@ cudaError_t LaunchPagedAttention(const bf16* q, const AttentionShape& shape, con
       seqs.num_seqs <= 0 || (codes && (cache.k_scale == nullptr || cache.v_scale == nullptr))) {
     return cudaErrorInvalidValue;
   }
-  // Prefill (sequences of many new rows) on the tensor cores; decode and 8-bit caches below.
-  if (!codes && FlashHeadDim(D) && UseFlashAttention(shape.tokens, seqs.num_seqs)) {
+  // Prefill (sequences of many new rows) on the tensor cores, over any cache format; decode below.
+  if (FlashHeadDim(D) && UseFlashAttention(shape.tokens, seqs.num_seqs)) {
     return LaunchFlashPagedAttention(q, shape.tokens, shape.heads, cache, seqs, out, stream);
   }
   const int64_t group = shape.heads / cache.kv_heads;

@@ -7,8 +7,8 @@
 // in warp registers, and writes a partial result; a second kernel combines
 // the slices (with one slice the slice kernel writes the answer itself).
 // Causal: the query at position p sees keys 0..p of its own sequence.
-// Steps whose sequences bring many new rows (prefill) and a bf16 cache go to
-// the tensor-core flash kernel instead (flash_attention.cuh).
+// Steps whose sequences bring many new rows (prefill) go to the tensor-core
+// flash kernel instead (flash_attention.cuh), whatever the cache's format.
 #ifndef AUTOGLM_KERNELS_CUDA_ATTENTION_CUH_
 #define AUTOGLM_KERNELS_CUDA_ATTENTION_CUH_
 

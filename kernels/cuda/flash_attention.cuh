@@ -5,7 +5,8 @@
 // (cp.async, double-buffered): S = Q K^T and O += P V are mma's, the
 // softmax's probabilities go from S's accumulators to P's A fragments without
 // leaving registers. One kernel family, two masks:
-//   paged   causal over the decoder's paged KV cache (bf16): the row at
+//   paged   causal over the decoder's paged KV cache (bf16, or 8-bit codes
+//           dequantized as the tiles arrive): the row at
 //           position p sees keys 0..p of its sequence (chunked prefill
 //           included: earlier chunks are in the cache);
 //   segment non-causal within each segment of rows, K and V beside Q (the
@@ -25,7 +26,8 @@
 
 namespace ag::cuda {
 
-// q and out: [tokens, heads * head_dim]; cache.code bf16; heads % cache.kv_heads == 0.
+// q and out: [tokens, heads * head_dim]; heads % cache.kv_heads == 0; a bf16 or an 8-bit cache (the
+// K and V tiles dequantized on their way into shared memory, each key's scale applied once).
 cudaError_t LaunchFlashPagedAttention(const __nv_bfloat16* q, int64_t tokens, int64_t heads, const PagedKv& cache,
                                       const SeqBatch& seqs, __nv_bfloat16* out, cudaStream_t stream);
 // q, k, v and out: [rows, heads * head_dim]; offsets [segments + 1] on the device.

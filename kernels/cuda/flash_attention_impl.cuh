@@ -6,9 +6,13 @@
 // [64][D], rows padded by 16 bytes so that ldmatrix's eight rows fall in
 // distinct banks. A lane holds rows g and g + 8 of its warp's 16 (g = lane / 4)
 // of S (a 64-key tile: 32 floats) and of O (D / 2 floats), and the two rows'
-// running max and (partial) sum.
+// running max and (partial) sum. An 8-bit cache's K and V tiles are dequantized
+// on their way into shared memory (each key's code times its scale, rounded to
+// bf16): plain loads, not cp.async, and the same tile loop after that.
 #ifndef AUTOGLM_KERNELS_CUDA_FLASH_ATTENTION_IMPL_CUH_
 #define AUTOGLM_KERNELS_CUDA_FLASH_ATTENTION_IMPL_CUH_
+
+#include <cuda_fp8.h>
 
 #include <cmath>
 
@@ -47,7 +51,29 @@ constexpr size_t SmemBytes() {
   return sizeof(bf16) * (kFlashRows + 4 * kFlashKeys) * (kD + kPad);
 }
 
-template <int kD, Mask kMask>
+// Eight codes of an 8-bit cache row (8 bytes) times their key's scale, as bf16.
+template <KvCode kCode>
+__device__ __forceinline__ Bf16x8 DequantizeKv8(const unsigned char* codes, float scale) {
+  const uint2 raw = *reinterpret_cast<const uint2*>(codes);
+  const uint32_t words[2] = {raw.x, raw.y};
+  float f[8];
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const uint16_t two = static_cast<uint16_t>(words[i / 2] >> (16 * (i % 2)));
+    if constexpr (kCode == KvCode::kFp8) {
+      const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(two), __NV_E4M3);
+      const float2 v = __half22float2(__half2(h));
+      f[2 * i] = v.x * scale;
+      f[2 * i + 1] = v.y * scale;
+    } else {
+      f[2 * i] = static_cast<float>(static_cast<int8_t>(two & 0xFF)) * scale;
+      f[2 * i + 1] = static_cast<float>(static_cast<int8_t>(two >> 8)) * scale;
+    }
+  }
+  return FromFloat8(f);
+}
+
+template <int kD, Mask kMask, KvCode kCode = KvCode::kBF16>
 __global__ void __launch_bounds__(kThreads, 2) FlashKernel(Params p) {
   constexpr int kLd = kD + kPad, kPieces = kD / 8;  // 16-byte pieces of a row
   constexpr int kScoreTiles = kFlashKeys / 8, kOutTiles = kD / 8;
@@ -94,13 +120,33 @@ __global__ void __launch_bounds__(kThreads, 2) FlashKernel(Params p) {
   auto load_keys = [&](int stage, int64_t base) {  // keys past the end arrive as zeros
     bf16* kt = ks + stage * kFlashKeys * kLd;
     bf16* vt = vs + stage * kFlashKeys * kLd;
-    for (int i = threadIdx.x; i < kFlashKeys * kPieces; i += kThreads) {
-      const int j = i / kPieces, c = (i % kPieces) * 8;
-      const int64_t key = base + j;
-      const bool valid = key < keys;
-      const int64_t at = valid ? key_row(key) + c : 0;
-      CpAsync16(kt + j * kLd + c, k_src + at, valid);
-      CpAsync16(vt + j * kLd + c, v_src + at, valid);
+    if constexpr (kCode != KvCode::kBF16) {  // 8-bit codes (paged only): dequantized on the way in
+      const auto* k_codes = static_cast<const unsigned char*>(p.cache.k);
+      const auto* v_codes = static_cast<const unsigned char*>(p.cache.v);
+      for (int i = threadIdx.x; i < kFlashKeys * kPieces; i += kThreads) {
+        const int j = i / kPieces, c = (i % kPieces) * 8;
+        const int64_t key = base + j;
+        Bf16x8 kv, vv;
+        *reinterpret_cast<int4*>(&kv) = make_int4(0, 0, 0, 0);
+        *reinterpret_cast<int4*>(&vv) = make_int4(0, 0, 0, 0);
+        if (key < keys) {
+          const int64_t bs = p.cache.block_size;
+          const int64_t head_row = (static_cast<int64_t>(table[key / bs]) * bs + key % bs) * p.cache.kv_heads + kv_head;
+          kv = DequantizeKv8<kCode>(k_codes + head_row * kD + c, p.cache.k_scale[head_row]);
+          vv = DequantizeKv8<kCode>(v_codes + head_row * kD + c, p.cache.v_scale[head_row]);
+        }
+        Store8(kt + j * kLd + c, kv);
+        Store8(vt + j * kLd + c, vv);
+      }
+    } else {
+      for (int i = threadIdx.x; i < kFlashKeys * kPieces; i += kThreads) {
+        const int j = i / kPieces, c = (i % kPieces) * 8;
+        const int64_t key = base + j;
+        const bool valid = key < keys;
+        const int64_t at = valid ? key_row(key) + c : 0;
+        CpAsync16(kt + j * kLd + c, k_src + at, valid);
+        CpAsync16(vt + j * kLd + c, v_src + at, valid);
+      }
     }
   };
 
@@ -218,34 +264,37 @@ __global__ void __launch_bounds__(kThreads, 2) FlashKernel(Params p) {
   }
 }
 
-template <int kD, Mask kMask>
+template <int kD, Mask kMask, KvCode kCode>
 cudaError_t LaunchFlash(const Params& p, int64_t rows, cudaStream_t stream) {
   constexpr size_t kSmem = SmemBytes<kD>();
   if constexpr (kSmem > 48 * 1024) {
-    const cudaError_t e = AllowLargeSharedMemory<FlashKernel<kD, kMask>>();
+    const cudaError_t e = AllowLargeSharedMemory<FlashKernel<kD, kMask, kCode>>();
     if (e != cudaSuccess) return e;
   }
   const int64_t blocks = FlashGridTiles(rows, p.sequences);
   if (blocks > 0x7fffffff || p.heads > kMaxGridYZ) return cudaErrorInvalidValue;
-  return LaunchKernel(FlashKernel<kD, kMask>, dim3(static_cast<unsigned>(blocks), static_cast<unsigned>(p.heads)),
+  return LaunchKernel(FlashKernel<kD, kMask, kCode>, dim3(static_cast<unsigned>(blocks), static_cast<unsigned>(p.heads)),
                       dim3(kThreads), kSmem, stream, p);
 }
 
-template <Mask kMask>
+template <Mask kMask, KvCode kCode = KvCode::kBF16>
 cudaError_t LaunchFlashFor(const Params& p, int64_t head_dim, int64_t rows, cudaStream_t stream) {
   if (rows == 0) return cudaSuccess;
   switch (head_dim) {
     case 16:
-      return LaunchFlash<16, kMask>(p, rows, stream);
+      return LaunchFlash<16, kMask, kCode>(p, rows, stream);
     case 32:
-      return LaunchFlash<32, kMask>(p, rows, stream);
+      return LaunchFlash<32, kMask, kCode>(p, rows, stream);
     case 64:
-      return LaunchFlash<64, kMask>(p, rows, stream);
+      return LaunchFlash<64, kMask, kCode>(p, rows, stream);
     case 128:
-      return LaunchFlash<128, kMask>(p, rows, stream);
+      return LaunchFlash<128, kMask, kCode>(p, rows, stream);
   }
   return cudaErrorInvalidValue;
 }
+
+// The causal kernels over an 8-bit cache (flash_attention_paged8.cu).
+cudaError_t LaunchFlashPagedCodes(const Params& p, KvCode code, int64_t head_dim, int64_t rows, cudaStream_t stream);
 
 inline float ScaleLog2(int64_t head_dim) { return 1.4426950408889634f / std::sqrt(static_cast<float>(head_dim)); }
 

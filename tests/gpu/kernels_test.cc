@@ -401,8 +401,8 @@ TEST(GpuKernels, PagedAttention) {
 }
 
 // Prefill on the tensor cores: causal within each row tile and across tiles, chunked prefill over
-// cached keys, a decode row in its own tile, every head size the kernel is built for; and an 8-bit
-// cache, which the slice kernel takes whatever the rows.
+// cached keys, a decode row in its own tile, every head size the kernel is built for; and 8-bit
+// caches, dequantized as the tiles arrive (against the CPU's round trip of the cache).
 TEST(GpuKernels, FlashPagedAttention) {
   SKIP_WITHOUT_GPU();
   for (int64_t block : {1, 16}) {
@@ -413,6 +413,7 @@ TEST(GpuKernels, FlashPagedAttention) {
     CheckAttention(4, 2, 40, block, cuda::KvCode::kBF16, kPrefillBatch);   // no flash build: the slice kernel
   }
   CheckAttention(32, 2, 128, 16, cuda::KvCode::kFp8, kPrefillBatch);
+  CheckAttention(6, 2, 16, 1, cuda::KvCode::kInt8, kPrefillBatch);
 }
 
 // The 8-bit KV cache: rows written (by the unfused write and the quantizer the fused QKV step
