@@ -9,7 +9,6 @@
 #ifndef AUTOGLM_KERNELS_CUDA_ATTENTION_IMPL_CUH_
 #define AUTOGLM_KERNELS_CUDA_ATTENTION_IMPL_CUH_
 
-#include <cuda_fp8.h>
 
 #include <cfloat>
 
@@ -63,31 +62,13 @@ __device__ __forceinline__ int SequenceOf(const int32_t* offsets, int num_seqs, 
   return lo;
 }
 
-// Two codes of an 8-bit cache, unscaled.
-template <KvCode kCode>
-__device__ __forceinline__ float2 CodePair(uint16_t two) {
-  if constexpr (kCode == KvCode::kFp8) {
-    const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(two), __NV_E4M3);
-    return __half22float2(__half2(h));  // every E4M3 value is an fp16 value: exact
-  } else {
-    return make_float2(static_cast<float>(static_cast<int8_t>(two & 0xFF)), static_cast<float>(static_cast<int8_t>(two >> 8)));
-  }
-}
-
 // Eight values of a K row in shared memory (unscaled codes for an 8-bit cache).
 template <KvCode kCode>
 __device__ __forceinline__ void Load8Values(const unsigned char* row, float* f) {
   if constexpr (kCode == KvCode::kBF16) {
     ToFloat8(Load8(reinterpret_cast<const bf16*>(row)), f);
   } else {
-    const uint2 raw = *reinterpret_cast<const uint2*>(row);
-    const uint32_t words[2] = {raw.x, raw.y};
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const float2 v = CodePair<kCode>(static_cast<uint16_t>(words[i / 2] >> (16 * (i % 2))));
-      f[2 * i] = v.x;
-      f[2 * i + 1] = v.y;
-    }
+    KvCodes8<kCode>(row, f);
   }
 }
 
@@ -97,7 +78,7 @@ __device__ __forceinline__ float2 LoadPair(const unsigned char* row, int d) {
   if constexpr (kCode == KvCode::kBF16) {
     return __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(row + 2 * d));
   } else {
-    return CodePair<kCode>(*reinterpret_cast<const uint16_t*>(row + d));
+    return KvCodePair<kCode>(*reinterpret_cast<const uint16_t*>(row + d));
   }
 }
 

@@ -12,7 +12,6 @@
 #ifndef AUTOGLM_KERNELS_CUDA_FLASH_ATTENTION_IMPL_CUH_
 #define AUTOGLM_KERNELS_CUDA_FLASH_ATTENTION_IMPL_CUH_
 
-#include <cuda_fp8.h>
 
 #include <cmath>
 
@@ -54,22 +53,10 @@ constexpr size_t SmemBytes() {
 // Eight codes of an 8-bit cache row (8 bytes) times their key's scale, as bf16.
 template <KvCode kCode>
 __device__ __forceinline__ Bf16x8 DequantizeKv8(const unsigned char* codes, float scale) {
-  const uint2 raw = *reinterpret_cast<const uint2*>(codes);
-  const uint32_t words[2] = {raw.x, raw.y};
   float f[8];
+  KvCodes8<kCode>(codes, f);
 #pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const uint16_t two = static_cast<uint16_t>(words[i / 2] >> (16 * (i % 2)));
-    if constexpr (kCode == KvCode::kFp8) {
-      const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(two), __NV_E4M3);
-      const float2 v = __half22float2(__half2(h));
-      f[2 * i] = v.x * scale;
-      f[2 * i + 1] = v.y * scale;
-    } else {
-      f[2 * i] = static_cast<float>(static_cast<int8_t>(two & 0xFF)) * scale;
-      f[2 * i + 1] = static_cast<float>(static_cast<int8_t>(two >> 8)) * scale;
-    }
-  }
+  for (int i = 0; i < 8; ++i) f[i] *= scale;
   return FromFloat8(f);
 }
 

@@ -12,6 +12,10 @@
 
 #include <cstdint>
 
+#ifdef __CUDACC__
+#include <cuda_fp8.h>
+#endif
+
 namespace ag::cuda {
 
 // How the cache stores a value: bf16, or an 8-bit code (E4M3, or int8 in [-127, 127]) and a scale.
@@ -59,6 +63,31 @@ struct RopePositions {
 };
 
 #ifdef __CUDACC__  // device helpers; host code only needs the types above
+
+// Two codes of an 8-bit cache (the low byte first), unscaled.
+template <KvCode kCode>
+__device__ __forceinline__ float2 KvCodePair(uint16_t two) {
+  static_assert(kCode != KvCode::kBF16, "bf16 rows hold values, not codes");
+  if constexpr (kCode == KvCode::kFp8) {
+    const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(two), __NV_E4M3);
+    return __half22float2(__half2(h));  // every E4M3 value is an fp16 value: exact
+  } else {
+    return make_float2(static_cast<float>(static_cast<int8_t>(two & 0xFF)), static_cast<float>(static_cast<int8_t>(two >> 8)));
+  }
+}
+
+// Eight codes of an 8-bit cache row (8 bytes, 8-byte aligned), unscaled.
+template <KvCode kCode>
+__device__ __forceinline__ void KvCodes8(const unsigned char* codes, float* f) {
+  const uint2 raw = *reinterpret_cast<const uint2*>(codes);
+  const uint32_t words[2] = {raw.x, raw.y};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const float2 v = KvCodePair<kCode>(static_cast<uint16_t>(words[i / 2] >> (16 * (i % 2))));
+    f[2 * i] = v.x;
+    f[2 * i + 1] = v.y;
+  }
+}
 
 __device__ __forceinline__ int RopePosition(const RopePositions& p, int64_t token, int pair) {
   if (!p.mrope) return p.data[token];
