@@ -106,6 +106,7 @@ absl::StatusOr<CompileResult> Compile(const glm4v::Config& config, const Compile
   plan.programs.push_back(std::move(decoder_program));
   ASSIGN_OR_RETURN(Program vision_program, LowerProgram(vision, kVisionProgram, map, 0, plan));
   plan.programs.push_back(std::move(vision_program));
+  RETURN_IF_ERROR(AddStaticKvScales(stored, map, plan));
   RETURN_IF_ERROR(ValidatePlan(plan));
   return CompileResult{std::move(plan), std::move(decoder), std::move(ran)};
 }
@@ -256,10 +257,16 @@ absl::Status CheckPlan(const Plan& plan, const glm::ModelConfig& config, const s
   // A tensor the plan never reads means the config and the checkpoint disagree
   // (fewer layers, untied head, ...): running anyway would silently give
   // another model's answers. Rotary inverse-frequency buffers are recomputed, so they may be left.
+  // A KV-cache scheme's scales go unread when the cache keeps the model's dtype (AddStaticKvScales).
+  ASSIGN_OR_RETURN(const quant::CheckpointQuant stored, quant::ParseCheckpointQuant(config));
+  const bool kv_scales_unread = stored.kv_cache && !plan.kv.static_scales();
   int unused = 0;
   std::string first;
   for (const std::string& name : checkpoint->Names()) {
     if (used.contains(name) || absl::EndsWith(name, ".inv_freq")) continue;
+    if (kv_scales_unread && (absl::EndsWith(name, ".self_attn.k_scale") || absl::EndsWith(name, ".self_attn.v_scale"))) {
+      continue;
+    }
     if (unused++ == 0) first = name;
   }
   if (unused > 0) {

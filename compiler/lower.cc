@@ -147,6 +147,26 @@ int64_t KvHeadsOfGraph(const ir::Graph& graph, int64_t fallback) {
   return kv_heads;
 }
 
+absl::Status AddStaticKvScales(const quant::CheckpointQuant& stored, const WeightMapper& map, Plan& plan) {
+  if (!stored.kv_cache || !plan.kv.quantized()) return absl::OkStatus();
+  if (plan.kv.dtype != *stored.kv_cache) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "config.json: quantization_config.kv_cache_scheme holds scales for ", ir::DTypeName(*stored.kv_cache),
+        " codes, not the ", ir::DTypeName(plan.kv.dtype), " cache asked for (--kv-cache-dtype)"));
+  }
+  for (int64_t layer = 0; layer < plan.kv.num_layers; ++layer) {
+    for (const char* which : {"k_scale", "v_scale"}) {
+      const std::string param = absl::StrCat("model.layers.", layer, ".self_attn.", which);
+      ASSIGN_OR_RETURN(const glm::WeightSource src, map(param));
+      WeightEntry entry{param, ir::DType::kF32, {1}, {}};
+      entry.pieces.push_back({src.tensor, src.tensor_shape, 0, 1, ir::ShardSpec{}, {}, ir::QuantPacking::kNone});
+      plan.kv.scale_weights.push_back(static_cast<int32_t>(plan.weights.size()));
+      plan.weights.push_back(std::move(entry));
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<Plan> LowerToPlan(const ir::Graph& graph, const glm::ModelConfig& config,
                                  const glm::BuildOptions& options, std::vector<std::string> passes) {
   Plan plan = PlanHeader(config, options, std::move(passes), graph.tp(), KvHeadsOfGraph(graph, config.num_kv_heads));
@@ -158,6 +178,7 @@ absl::StatusOr<Plan> LowerToPlan(const ir::Graph& graph, const glm::ModelConfig&
   };
   ASSIGN_OR_RETURN(Program decoder, LowerProgram(graph, kDecoderProgram, map, config.num_layers, plan));
   plan.programs.push_back(std::move(decoder));
+  RETURN_IF_ERROR(AddStaticKvScales(stored, map, plan));
   RETURN_IF_ERROR(ValidatePlan(plan));
   return plan;
 }

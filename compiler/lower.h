@@ -14,6 +14,7 @@
 #include "models/glm/builder.h"
 #include "models/glm/config.h"
 #include "models/glm/weight_map.h"
+#include "models/quant/checkpoint_quant.h"
 
 namespace ag::compiler {
 
@@ -32,6 +33,12 @@ Plan PlanHeader(const glm::ModelConfig& config, const glm::BuildOptions& options
                 int32_t tp, int64_t kv_heads_per_rank);
 // The KV heads per rank a final decoder graph holds (`fallback` when it has no KV state).
 int64_t KvHeadsOfGraph(const ir::Graph& graph, int64_t fallback);
+
+// A checkpoint's static KV-cache scales (compressed-tensors' kv_cache_scheme): with an 8-bit
+// cache of the scheme's codes, each layer's k_scale and v_scale become fp32 weights of the plan,
+// listed in plan.kv.scale_weights; with the model's dtype (--kv-cache-dtype auto) the scheme is
+// not used, as vLLM's "auto"; with the other 8-bit code, a one-line error.
+absl::Status AddStaticKvScales(const quant::CheckpointQuant& stored, const WeightMapper& map, Plan& plan);
 
 // A text model: its decoder graph lowered to a validated one-program plan.
 absl::StatusOr<Plan> LowerToPlan(const ir::Graph& graph, const glm::ModelConfig& config,

@@ -354,11 +354,24 @@ absl::Status ValidatePlan(const Plan& plan) {
       kv.kv_heads > glm::kMaxHeads || kv.head_dim <= 0 || kv.head_dim > glm::kMaxHeadDim || (kv.dtype != plan.dtype && !kv.quantized())) {
     return Invalid("KV-cache geometry does not match the model");
   }
+  // Static scales: two fp32 one-value weights a layer, only beside an 8-bit cache.
+  absl::flat_hash_set<int32_t> scale_weights;
+  if (kv.static_scales() && (!kv.quantized() || static_cast<int64_t>(kv.scale_weights.size()) != 2 * kv.num_layers)) {
+    return Invalid("static KV scales need an 8-bit cache and two scales a layer");
+  }
+  for (int32_t i : kv.scale_weights) {
+    if (i < 0 || static_cast<size_t>(i) >= plan.weights.size() || !scale_weights.insert(i).second ||
+        plan.weights[i].dtype != ir::DType::kF32 || plan.weights[i].shape != std::vector<int64_t>{1} ||
+        plan.weights[i].quantized()) {
+      return Invalid("static KV scale ", i, " is not a distinct one-value fp32 weight");
+    }
+  }
 
   absl::flat_hash_set<std::string> names;
   for (const WeightEntry& w : plan.weights) {
     if (!names.insert(w.name).second) return Invalid("weight ", w.name, " declared twice");
-    if (w.dtype != plan.dtype) return Invalid("weight ", w.name, " has a different dtype than the model");
+    const bool kv_scale = scale_weights.contains(static_cast<int32_t>(&w - plan.weights.data()));
+    if (w.dtype != plan.dtype && !kv_scale) return Invalid("weight ", w.name, " has a different dtype than the model");
     if (w.shape.empty() || w.pieces.empty()) return Invalid("weight ", w.name, " needs a shape and sources");
     for (int64_t d : w.shape) {
       if (d <= 0) return Invalid("weight ", w.name, " has a bad dimension");

@@ -22,7 +22,7 @@ namespace ag::compiler {
 // 4: rotary frequencies are fp32 for every checkpoint dtype (no freq_dtype attribute).
 // 5: named programs (decoder, vision), the GLM-4.1V ops (kernel ids moved), M-RoPE.
 // 6: weight formats: a weight piece's rows may be stored quantized (WeightPiece::quant).
-inline constexpr uint32_t kPlanVersion = 6;
+inline constexpr uint32_t kPlanVersion = 7;
 inline constexpr int64_t kArenaAlignment = 256;
 // Bounds a plan must keep; the compiler refuses options beyond them.
 inline constexpr int64_t kMaxArenaBytes = int64_t{1} << 40;
@@ -114,7 +114,12 @@ struct KvGeometry {
   int64_t kv_heads = 0;
   int64_t head_dim = 0;
   ir::DType dtype = ir::DType::kF32;
+  // An 8-bit cache with a checkpoint's static scales: the plan weights (fp32, one value each) holding
+  // layer l's K scale at 2 l and its V scale at 2 l + 1, used for every token instead of the token's
+  // own amax; empty: each token's scales are its own.
+  std::vector<int32_t> scale_weights;
 
+  bool static_scales() const { return !scale_weights.empty(); }
   // 8-bit caches (i8, f8e4m3) hold an fp32 scale per token, K or V, and KV head beside the codes.
   bool quantized() const { return dtype == ir::DType::kI8 || dtype == ir::DType::kF8E4M3; }
   int64_t BytesPerToken() const {

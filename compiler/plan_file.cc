@@ -327,6 +327,8 @@ std::string SerializePlan(const Plan& plan) {
   w.I64(plan.kv.kv_heads);
   w.I64(plan.kv.head_dim);
   w.U8(static_cast<uint8_t>(plan.kv.dtype));
+  w.U32(static_cast<uint32_t>(plan.kv.scale_weights.size()));
+  for (int32_t i : plan.kv.scale_weights) w.U32(static_cast<uint32_t>(i));
   w.U32(static_cast<uint32_t>(plan.programs.size()));
   for (const Program& program : plan.programs) WriteProgram(w, program);
   return SealPlanPayload(w.bytes());
@@ -422,6 +424,7 @@ absl::StatusOr<Plan> DeserializePlan(absl::string_view bytes, absl::string_view 
   const uint8_t kvd = r.U8();
   if (kvd >= ir::kDTypeCount) r.Fail("unknown dtype code");
   plan.kv.dtype = static_cast<ir::DType>(r.ok() ? kvd : 0);
+  plan.kv.scale_weights = ReadList<int32_t>(r, 4, [&] { return static_cast<int32_t>(std::min<uint32_t>(r.U32(), 1u << 30)); });
   plan.programs = ReadList<Program>(r, 30, [&] { return ReadProgram(r); });
   if (!r.ok()) return fail(r.error());
   if (!r.at_end()) return fail("trailing bytes after the plan");

@@ -53,8 +53,8 @@ TEST(PlanFile, TruncatedCorruptAndWrongVersion) {
   corrupt[bytes.size() / 2] ^= 0x40;
   EXPECT_NE(ErrorOf(corrupt).find("checksum mismatch"), std::string::npos);
   std::string version = bytes;
-  version[8] = 7;
-  EXPECT_NE(ErrorOf(version).find("version 7 is not supported"), std::string::npos);
+  version[8] = 6;  // the previous format (before static KV scales)
+  EXPECT_NE(ErrorOf(version).find("version 6 is not supported"), std::string::npos);
   std::string magic = bytes;
   magic[0] = 'X';
   EXPECT_NE(ErrorOf(magic).find("not an .agplan file"), std::string::npos);
@@ -137,6 +137,13 @@ TEST(PlanValidation, WeightFormatsMustFitTheirWeightAndUse) {
   p = good;
   p.kv.dtype = ir::DType::kI8;  // the states must say so too
   EXPECT_NE(error(p).find("must be i8[2,NB,16,2,16]"), std::string::npos) << error(p);
+  // Static KV scales: two one-value fp32 weights a layer, beside an 8-bit cache only.
+  p = good;
+  p.kv.scale_weights = {0, 1};
+  EXPECT_NE(error(p).find("static KV scales need an 8-bit cache and two scales a layer"), std::string::npos) << error(p);
+  p.kv.dtype = ir::DType::kF8E4M3;
+  p.kv.scale_weights.assign(2 * p.kv.num_layers, 0);
+  EXPECT_NE(error(p).find("static KV scale 0 is not a distinct one-value fp32 weight"), std::string::npos) << error(p);
   // A format code past the known ones, resealed: the reader refuses it.
   p = good;
   for (WeightEntry& w : p.weights) {

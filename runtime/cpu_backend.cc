@@ -48,6 +48,7 @@ absl::Status CpuBackend::Load(const compiler::Plan& plan, const WeightSource& we
     RETURN_IF_ERROR(FillStored(entry, weights, rank, plan.dtype, w.data()));
     weights_.push_back(std::move(w));
   }
+  ASSIGN_OR_RETURN(kv_scales_, ReadStaticKvScales(plan, weights, rank));
   const compiler::KvGeometry& kv = plan.kv;
   kv_.assign(static_cast<size_t>(kv.num_layers),
              std::vector<float>(static_cast<size_t>(2 * kv_blocks * kv.block_size * kv.kv_heads * kv.head_dim)));
@@ -169,10 +170,13 @@ absl::Status CpuBackend::Run(size_t index, const StepBatch& batch, std::vector<d
       const int64_t width = geo.kv_heads * geo.head_dim;
       for (int64_t t = 0; t < batch.num_tokens; ++t) {
         if (batch.slot_mapping[t] < 0) continue;
-        for (float* p : {args.kv.k, args.kv.v}) {
-          float* row = p + batch.slot_mapping[t] * width;
-          if (geo.quantized()) {
-            ref::RoundTripKvRows(row, geo.kv_heads, geo.head_dim, geo.dtype == ir::DType::kF8E4M3);
+        for (int which = 0; which < 2; ++which) {
+          float* row = (which == 0 ? args.kv.k : args.kv.v) + batch.slot_mapping[t] * width;
+          const bool fp8 = geo.dtype == ir::DType::kF8E4M3;
+          if (geo.static_scales()) {
+            ref::RoundTripKvRowsWithScale(row, geo.kv_heads, geo.head_dim, fp8, kv_scales_[2 * state_layer + which]);
+          } else if (geo.quantized()) {
+            ref::RoundTripKvRows(row, geo.kv_heads, geo.head_dim, fp8);
           } else {
             RoundAllToBF16(row, width);
           }

@@ -57,6 +57,7 @@ class CpuBackend : public Backend {
   std::vector<std::vector<float>> float_inputs_;  // the last run's float inputs, in the plan's storage
   std::vector<std::vector<float>> weights_;
   std::vector<std::vector<float>> kv_;  // per layer: K pool then V pool
+  std::vector<float> kv_scales_;        // static KV scales (ReadStaticKvScales); empty: per token
   ir::SymbolBindings bindings_;         // of the last executed step
 };
 

@@ -10,6 +10,7 @@
 #include <map>
 #include <tuple>
 
+#include "absl/algorithm/container.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "ir/status_macros.h"
@@ -188,6 +189,7 @@ class CudaBackend : public Backend {
   std::vector<QuantWeight> quant_;      // by weight index; no segments for bf16 weights
   DeviceBuffer dequant_scratch_, order_scratch_;
   DeviceBuffer kv_staging_;  // an 8-bit cache: the fused QKV step's fp32 K and V rows (KvStagingBytes)
+  DeviceBuffer kv_static_scales_;  // a checkpoint's static KV scales, [layers][K, V] fp32 (ReadStaticKvScales)
   size_t dequant_bytes_ = 0, order_bytes_ = 0;
   // Host side of the inputs, two halves used in turn: a step fills one while
   // the previous step's copy may still read the other, so no step waits for
@@ -428,6 +430,13 @@ absl::Status CudaBackend::Load(const compiler::Plan& plan, const WeightSource& w
   if (KvStagingBytes(plan) > 0) {
     ASSIGN_OR_RETURN(kv_staging_, DeviceAlloc(static_cast<size_t>(KvStagingBytes(plan)), "the KV staging rows"));
   }
+  kv_static_scales_ = DeviceBuffer();
+  ASSIGN_OR_RETURN(const std::vector<float> static_scales, ReadStaticKvScales(plan, weights, rank_));
+  if (!static_scales.empty()) {
+    const size_t bytes = static_scales.size() * sizeof(float);
+    ASSIGN_OR_RETURN(kv_static_scales_, DeviceAlloc(bytes, "the static KV scales"));
+    CUDA_RETURN_IF_ERROR(cudaMemcpy(kv_static_scales_.get(), static_scales.data(), bytes, cudaMemcpyHostToDevice));
+  }
 
   // Gate/up weights of norm_gate_up_silu are stored with their rows interleaved.
   std::vector<bool> interleave(plan.weights.size(), false);
@@ -463,6 +472,11 @@ absl::Status CudaBackend::Load(const compiler::Plan& plan, const WeightSource& w
   quant_.clear();
   for (size_t i = 0; i < plan.weights.size(); ++i) {
     const compiler::WeightEntry& entry = plan.weights[i];
+    if (absl::c_linear_search(plan.kv.scale_weights, static_cast<int32_t>(i))) {  // in kv_static_scales_, fp32
+      weights_.emplace_back();
+      quant_.emplace_back();
+      continue;
+    }
     if (entry.quantized()) {
       ASSIGN_OR_RETURN(QuantWeight q, UploadQuantWeight(entry, weights, interleave[i]));
       quant_.push_back(std::move(q));
@@ -616,6 +630,7 @@ absl::Status CudaBackend::LaunchProgram(const compiler::Program& program, void* 
         case compiler::TensorKind::kState: {
           char* layer = static_cast<char*>(kv_.get()) + t.index * layer_bytes;
           args.kv = KvOfLayer(geo, kv_blocks_, layer);
+          if (geo.static_scales()) args.kv.static_scales = static_cast<const float*>(kv_static_scales_.get()) + 2 * t.index;
           args.kv_staging = static_cast<float*>(kv_staging_.get());
           out.data = layer;
           break;

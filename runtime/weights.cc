@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "ir/status_macros.h"
 #include "kernels/ref/half.h"
@@ -46,6 +47,22 @@ absl::Status CheckpointWeights::Fill(const compiler::WeightEntry& entry, RankInf
     }
   }
   return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<float>> ReadStaticKvScales(const compiler::Plan& plan, const WeightSource& source,
+                                                      RankInfo rank) {
+  std::vector<float> scales;
+  for (const int32_t index : plan.kv.scale_weights) {
+    const compiler::WeightEntry& entry = plan.weights[index];
+    float s = 0.0f;
+    RETURN_IF_ERROR(FillStored(entry, source, rank, ir::DType::kF32, &s));
+    if (!std::isfinite(s) || s <= 0.0f) {
+      return absl::InvalidArgumentError(absl::StrCat("checkpoint tensor '", entry.pieces[0].tensor, "' is ", s,
+                                                     "; a KV-cache scale must be finite and positive"));
+    }
+    scales.push_back(s);
+  }
+  return scales;
 }
 
 absl::StatusOr<quant::UnpackedWeight> CheckpointWeights::Unpack(const compiler::WeightPiece& piece) const {
@@ -310,7 +327,10 @@ float RandomUniform(uint64_t seed, uint64_t stream, uint64_t index) {
 }
 
 void RandomWeights::Distribution(const compiler::WeightEntry& entry, float* center, float* half_width) {
-  if (entry.shape.size() == 1 && entry.name.find("norm") != std::string::npos) {
+  if (absl::EndsWith(entry.name, "_scale")) {
+    *center = 0.0625f;  // a static KV-cache scale: positive
+    *half_width = 0.03125f;
+  } else if (entry.shape.size() == 1 && entry.name.find("norm") != std::string::npos) {
     *center = 1.0f;  // norm weights
     *half_width = 0.1f;
   } else if (entry.shape.size() == 1) {

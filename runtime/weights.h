@@ -53,6 +53,12 @@ class RandomWeights : public WeightSource {
 absl::Status FillStored(const compiler::WeightEntry& entry, const WeightSource& source, RankInfo rank,
                         ir::DType dtype, float* out);
 
+// A plan's static KV-cache scales (plan.kv.scale_weights), layer l's K scale at 2 l and V scale at
+// 2 l + 1, as read from the checkpoint in fp32; empty without them. A scale that is not finite and
+// positive is an error naming its tensor.
+absl::StatusOr<std::vector<float>> ReadStaticKvScales(const compiler::Plan& plan, const WeightSource& source,
+                                                      RankInfo rank);
+
 // One piece of a quantized weight as a device stores it: this rank's block of
 // the piece's rows (`rows` x `cols`), codes one byte each, scales and zero
 // points of the groups its columns touch (zeros empty when symmetric: z is

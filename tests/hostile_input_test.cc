@@ -4,7 +4,10 @@
 // command-line tools.
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <filesystem>
+#include <limits>
+#include <utility>
 #include <fstream>
 #include <string>
 
@@ -108,10 +111,43 @@ TEST_F(Hostile, PreQuantizedCheckpointsThatDisagreeWithTheirConfig) {
   config = Config();
   config["quantization_config"]["kv_cache_scheme"] = {{"num_bits", 8}, {"type", "float"}};
   WriteConfig(config);
-  ExpectError("--prompt-ids 1,2", "field 'kv_cache_scheme' (a quantized KV cache) is not supported yet");
+  ExpectError("--prompt-ids 1,2 --kv-cache-dtype fp8", "tensor 'model.layers.0.self_attn.k_scale'");
+  config["quantization_config"]["kv_cache_scheme"]["strategy"] = "channel";
+  WriteConfig(config);
+  ExpectError("--prompt-ids 1,2", "field 'strategy' 'channel' is not tensor (one scale per layer)");
+  config["quantization_config"]["kv_cache_scheme"] = {{"num_bits", 8}, {"type", "float"}, {"dynamic", true}};
+  WriteConfig(config);
+  ExpectError("--prompt-ids 1,2", "field 'dynamic' must be false (the checkpoint's static k_scale/v_scale)");
+  config["quantization_config"]["kv_cache_scheme"] = {{"num_bits", 4}, {"type", "int"}};
+  WriteConfig(config);
+  ExpectError("--prompt-ids 1,2", "kv_cache_scheme: field 'num_bits' is 4; 8 is supported");
+  config["quantization_config"].erase("kv_cache_scheme");
   config.erase("quantization_config");
   WriteConfig(config);
   ExpectError("--prompt-ids 1,2", "is f8e4m3, not a float type (a quantized checkpoint needs its quantization_config)");
+}
+
+// A static KV-cache scale that is not finite and positive would fill the cache with NaN or
+// infinities: a one-line error naming the tensor, on either code.
+TEST_F(Hostile, StaticKvScalesMustBeFiniteAndPositive) {
+  UseFixture("tiny-glm-ct-kv-int8");
+  const CommandResult good = RunCommand(RunTool() + " --model " + Path("") + " --kv-cache-dtype int8 --prompt-ids 1,2");
+  ASSERT_EQ(good.exit_code, 0) << good.err;
+  ExpectError("--prompt-ids 1,2 --kv-cache-dtype fp8", "kv_cache_scheme holds scales for i8 codes");
+  json header;
+  std::string data;
+  ReadWeights(&header, &data);
+  const std::string tensor = "model.layers.1.self_attn.v_scale";
+  ASSERT_EQ(header[tensor]["dtype"], "F32");
+  const size_t at = header[tensor]["data_offsets"][0].get<size_t>();
+  const std::pair<float, const char*> bad_scales[] = {
+      {0.0f, "0"}, {-0.5f, "-0.5"}, {std::numeric_limits<float>::quiet_NaN(), "nan"}, {std::numeric_limits<float>::infinity(), "inf"}};
+  for (const auto& [bad, text] : bad_scales) {
+    std::memcpy(data.data() + at, &bad, 4);
+    WriteWeights(header, data);
+    ExpectError("--prompt-ids 1,2 --kv-cache-dtype int8", std::string("checkpoint tensor 'model.layers.1.self_attn.v_scale' is ") +
+                                                              text + "; a KV-cache scale must be finite and positive");
+  }
 }
 
 TEST_F(Hostile, HugeMaxNewTokensRunsToTheEndOfTheContext) {

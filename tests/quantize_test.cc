@@ -337,6 +337,78 @@ INSTANTIATE_TEST_SUITE_P(
       return name;
     });
 
+// A compressed-tensors kv_cache_scheme (tests/data/make_quant_fixtures.py): K and V cached as 8-bit
+// codes of each layer's static k_scale/v_scale give transformers' answers with its attention storing
+// K and V the way vLLM's cache does, at tp 1 and 2; the same plan computing each token's own scales
+// does not (the test can fail).
+struct StaticKvCase {
+  const char* fixture;
+  ir::DType kv;
+};
+
+class StaticKvScales : public ::testing::TestWithParam<StaticKvCase> {};
+
+TEST_P(StaticKvScales, MatchTransformersWithVllmsCache) {
+  const StaticKvCase& c = GetParam();
+  const std::vector<GoldenCase> cases = testing::LoadGolden(testing::TestDataDir() + "/" + c.fixture);
+  ASSERT_FALSE(cases.empty());
+  for (int tp : {1, 2}) {
+    compiler::CompileOptions options = Options({}, tp);
+    options.build.kv_dtype = c.kv;
+    testing::FixtureRunner runner(c.fixture, options,
+                                  tp == 1 ? std::make_unique<runtime::CpuBackend>() : runtime::CreateCpuTensorParallel(2));
+    const compiler::Plan& plan = runner.plan();
+    ASSERT_EQ(plan.kv.scale_weights.size(), 2u * plan.kv.num_layers);
+    EXPECT_EQ(plan.weights[plan.kv.scale_weights[1]].pieces[0].tensor, "model.layers.0.self_attn.v_scale");
+    const std::vector<testing::Generation> got = runner.Run(cases);
+    for (size_t i = 0; i < cases.size(); ++i) {
+      EXPECT_EQ(got[i].tokens, cases[i].new_tokens) << c.fixture << " tp " << tp << " case " << i;
+      const testing::WorstDiff worst = testing::MaxAbsDiffRow(got[i].logits, testing::FirstRows(cases[i].logits, got[i].logits.size()));
+      EXPECT_LE(worst.err, 1e-4) << c.fixture << " tp " << tp << " case " << i << " row " << worst.row;
+      std::printf("%s tp %d case %zu: worst logit difference from transformers %.2e\n", c.fixture, tp, i, worst.err);
+    }
+  }
+  compiler::CompileOptions options = Options({});
+  options.build.kv_dtype = c.kv;
+  compiler::Plan dynamic = testing::FixtureRunner(c.fixture, options).plan();
+  dynamic.kv.scale_weights.clear();  // the scale weights stay, unused
+  const std::vector<testing::Generation> per_token = testing::FixtureRunner(c.fixture, dynamic).Run(cases);
+  double worst = 0;
+  for (size_t i = 0; i < cases.size(); ++i) {
+    const size_t prompt = cases[i].input_ids.size();
+    worst = std::max(worst, testing::MaxAbsDiff(testing::FirstRows(per_token[i].logits, prompt),
+                                                testing::FirstRows(cases[i].logits, prompt)));
+  }
+  std::printf("%s: the same plan with per-token scales moves the prompt logits by %.4f\n", c.fixture, worst);
+  EXPECT_GT(worst, 1e-2) << "per-token scales should not give the static scales' answers";
+}
+
+INSTANTIATE_TEST_SUITE_P(Checkpoints, StaticKvScales,
+                         ::testing::Values(StaticKvCase{"tiny-glm-ct-fp8-kv", ir::DType::kF8E4M3},
+                                           StaticKvCase{"tiny-glm-ct-kv-int8", ir::DType::kI8}),
+                         [](const auto& info) { return absl::StrReplaceAll(info.param.fixture, {{"-", "_"}}); });
+
+// The scheme is used only with the cache it describes: the model's dtype leaves it unused (as
+// vLLM's "auto"), the other 8-bit code is an error naming it.
+TEST(StaticKvScales, UsedOnlyWithTheirOwnCodes) {
+  absl::StatusOr<glm::ModelConfig> config = glm::LoadModelConfig(testing::TestDataDir() + "/tiny-glm-ct-fp8-kv");
+  ASSERT_TRUE(config.ok()) << config.status();
+  compiler::CompileOptions options = Options({});
+  absl::StatusOr<compiler::CompileResult> plain = compiler::Compile(*config, options);
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  EXPECT_FALSE(plain->plan.kv.static_scales());
+  options.build.kv_dtype = ir::DType::kI8;
+  const absl::Status wrong = compiler::Compile(*config, options).status();
+  EXPECT_TRUE(absl::StrContains(wrong.message(), "kv_cache_scheme holds scales for f8e4m3 codes")) << wrong;
+  // The plan file keeps them.
+  options.build.kv_dtype = ir::DType::kF8E4M3;
+  absl::StatusOr<compiler::CompileResult> eight = compiler::Compile(*config, options);
+  ASSERT_TRUE(eight.ok()) << eight.status();
+  absl::StatusOr<compiler::Plan> read = compiler::DeserializePlan(compiler::SerializePlan(eight->plan), "plan");
+  ASSERT_TRUE(read.ok()) << read.status();
+  EXPECT_EQ(read->kv.scale_weights, eight->plan.kv.scale_weights);
+}
+
 // A fixture's config and checkpoint (the tiny GLM unless a test opens another), for the
 // device-storage tests.
 class DeviceStorage : public ::testing::Test {

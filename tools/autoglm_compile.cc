@@ -95,7 +95,8 @@ absl::Status Run() {
                 static_cast<long long>(vision->arena_bytes), static_cast<long long>(vision->bounds.at("P")),
                 static_cast<long long>(vision->bounds.at("I")));
   }
-  std::printf("kv cache: %s, %lld bytes per token (blocks of %lld tokens)\n", std::string(ir::DTypeName(plan.kv.dtype)).c_str(),
+  std::printf("kv cache: %s%s, %lld bytes per token (blocks of %lld tokens)\n", std::string(ir::DTypeName(plan.kv.dtype)).c_str(),
+              plan.kv.static_scales() ? " (the checkpoint's static scales)" : "",
               static_cast<long long>(plan.kv.BytesPerToken()), static_cast<long long>(plan.kv.block_size));
   std::printf("weights: %zu tensors, %lld bytes%s\n", plan.weights.size(), static_cast<long long>(s.weight_bytes),
               plan.tp > 1 ? " per rank" : "");

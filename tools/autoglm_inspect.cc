@@ -115,6 +115,7 @@ absl::Status Run(const std::string& path) {
     j["max_seqs"] = plan.max_seqs;
     j["kv_bytes_per_token"] = plan.kv.BytesPerToken();
     j["kv_dtype"] = std::string(ir::DTypeName(plan.kv.dtype));
+    j["kv_static_scales"] = plan.kv.static_scales();
     j["kv_block_size"] = plan.kv.block_size;
     j["weight_bytes"] = s.weight_bytes;
     j["weight_bytes_by_format"] = s.bytes_by_format;
@@ -167,8 +168,9 @@ absl::Status Run(const std::string& path) {
   std::printf("limits: T<=%lld tokens, S<=%lld sequences per step; arena %lld bytes\n",
               static_cast<long long>(plan.max_batch_tokens), static_cast<long long>(plan.max_seqs),
               static_cast<long long>(plan.decoder().arena_bytes));
-  std::printf("kv cache (per rank): %s, %lld layers x [2, blocks, %lld, %lld, %lld], %lld bytes per token\n",
-              std::string(ir::DTypeName(plan.kv.dtype)).c_str(), static_cast<long long>(plan.kv.num_layers),
+  std::printf("kv cache (per rank): %s%s, %lld layers x [2, blocks, %lld, %lld, %lld], %lld bytes per token\n",
+              std::string(ir::DTypeName(plan.kv.dtype)).c_str(),
+              plan.kv.static_scales() ? " (static scales)" : "", static_cast<long long>(plan.kv.num_layers),
               static_cast<long long>(plan.kv.block_size),
               static_cast<long long>(plan.kv.kv_heads), static_cast<long long>(plan.kv.head_dim),
               static_cast<long long>(plan.kv.BytesPerToken()));

@@ -1,6 +1,7 @@
 // Writing rows into an 8-bit KV cache (paged_kv.cuh): one warp per token, KV
 // head and K or V; the codes and the scale are ref::RoundTripKvRows' exactly
-// (IEEE division, round to nearest even, E4M3 saturating at 448).
+// (IEEE division, round to nearest even, E4M3 saturating at 448), or with a
+// checkpoint's static scales ref::RoundTripKvRowsWithScale's.
 #include <cuda_fp8.h>
 
 #include "kernels/cuda/common.cuh"
@@ -39,9 +40,14 @@ __global__ void __launch_bounds__(kThreads) KvQuantizeKernel(const T* k, const T
     x[i] = c < D ? ToFloat(src[c]) : 0.0f;
     amax = fmaxf(amax, fabsf(x[i]));
   }
-  amax = WarpMax(amax);
   const bool fp8 = cache.code == KvCode::kFp8;
-  const float s = amax > 0.0f && isfinite(amax) ? __fdiv_rn(amax, fp8 ? 448.0f : 127.0f) : 1.0f;
+  float s;
+  if (cache.static_scales != nullptr) {
+    s = cache.static_scales[is_v ? 1 : 0];
+  } else {
+    amax = WarpMax(amax);
+    s = amax > 0.0f && isfinite(amax) ? __fdiv_rn(amax, fp8 ? 448.0f : 127.0f) : 1.0f;
+  }
   const int64_t at = (static_cast<int64_t>(slot) * cache.kv_heads + head) * D;
   auto* codes = static_cast<uint8_t*>(is_v ? cache.v : cache.k) + at;
 #pragma unroll

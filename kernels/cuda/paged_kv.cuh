@@ -32,11 +32,15 @@ struct PagedKv {
   KvCode code = KvCode::kBF16;
   float* k_scale = nullptr;  // [slots, kv_heads] for 8-bit codes
   float* v_scale = nullptr;
+  // A checkpoint's static scales, [2]: K's and V's for every token written (still stored per token,
+  // so that attention reads one format); null: each row's own, amax / 448 or amax / 127.
+  const float* static_scales = nullptr;
 };
 
 // Writes `tokens` rows of K and V (row t: kv_heads * head_dim values at k + t * ld, v + t * ld;
 // float or bf16) into the 8-bit cache at slots[t] (skipped when negative): each head's row as
-// codes of its own scale, amax / 448 (fp8) or amax / 127 (int8), 1 for a zero row.
+// codes of its own scale, amax / 448 (fp8) or amax / 127 (int8), 1 for a zero row; or of
+// cache.static_scales, the codes saturating.
 cudaError_t LaunchKvQuantize(const float* k, const float* v, int64_t ld, const int32_t* slots, int64_t tokens,
                              const PagedKv& cache, cudaStream_t stream);
 cudaError_t LaunchKvQuantize(const __nv_bfloat16* k, const __nv_bfloat16* v, int64_t ld, const int32_t* slots,

@@ -120,10 +120,13 @@ void RoundTripKvRows(float* x, int64_t rows, int64_t d, bool fp8) {
     float amax = 0.0f;
     for (int64_t i = 0; i < d; ++i) amax = std::max(amax, std::fabs(row[i]));
     const float s = amax > 0.0f && std::isfinite(amax) ? amax / (fp8 ? 448.0f : 127.0f) : 1.0f;
-    for (int64_t i = 0; i < d; ++i) {
-      row[i] = fp8 ? s * E4M3ToFloat(FloatToE4M3(row[i] / s))
-                   : s * std::clamp(std::nearbyint(row[i] / s), -127.0f, 127.0f);
-    }
+    RoundTripKvRowsWithScale(row, 1, d, fp8, s);
+  }
+}
+
+void RoundTripKvRowsWithScale(float* x, int64_t rows, int64_t d, bool fp8, float s) {
+  for (int64_t i = 0; i < rows * d; ++i) {
+    x[i] = fp8 ? s * E4M3ToFloat(FloatToE4M3(x[i] / s)) : s * std::clamp(std::nearbyint(x[i] / s), -127.0f, 127.0f);
   }
 }
 

@@ -47,6 +47,9 @@ void DequantizeRows(const uint8_t* codes, const float* scales, const uint8_t* ze
 // or amax / 127 (int8, symmetric, round to nearest even), 1 for a zero row.
 // Replaces each row by what the cache gives back: s * e4m3(x / s) or s * rne(x / s).
 void RoundTripKvRows(float* x, int64_t rows, int64_t d, bool fp8);
+// The same with a checkpoint's static scale `s` for every row (a compressed-tensors
+// kv_cache_scheme): codes saturate at +-448 (fp8) or +-127 (int8), as vLLM writes them.
+void RoundTripKvRowsWithScale(float* x, int64_t rows, int64_t d, bool fp8, float s);
 
 }  // namespace ag::ref
 

@@ -93,6 +93,8 @@ absl::StatusOr<std::vector<int64_t>> ParamShape(const ModelConfig& c, absl::stri
     if (suffix == "mlp.gate_up_proj.weight") return std::vector<int64_t>{2 * inter, h};
     if (suffix == "mlp.gate_proj.weight" || suffix == "mlp.up_proj.weight") return std::vector<int64_t>{inter, h};
     if (suffix == "mlp.down_proj.weight") return std::vector<int64_t>{h, inter};
+    // A compressed-tensors KV-cache scheme's static scales (models/quant): one value each.
+    if (suffix == "self_attn.k_scale" || suffix == "self_attn.v_scale") return std::vector<int64_t>{1};
   }
   return absl::InvalidArgumentError(absl::StrCat("'", param, "' is not a parameter of this ", LayoutName(c.layout),
                                                  " model"));
@@ -125,7 +127,9 @@ absl::StatusOr<WeightSource> MapWeight(const ModelConfig& config, absl::string_v
 
 absl::StatusOr<const TensorView*> FindSourceTensor(const Checkpoint& checkpoint, const WeightSource& source) {
   ASSIGN_OR_RETURN(const TensorView* view, checkpoint.Find(source.tensor));
-  if (view->shape != source.tensor_shape) {
+  // A one-value tensor may be stored as a scalar (shape []), as some exporters write scales.
+  const bool scalar = view->shape.empty() && source.tensor_shape == std::vector<int64_t>{1};
+  if (view->shape != source.tensor_shape && !scalar) {
     return absl::InvalidArgumentError(absl::StrCat(*view->file, ": tensor '", source.tensor, "' has shape [",
                                                    absl::StrJoin(view->shape, ","), "], expected [",
                                                    absl::StrJoin(source.tensor_shape, ","), "]"));

@@ -80,9 +80,32 @@ absl::StatusOr<CheckpointQuant> ParseAwq(const json& q, const glm::Fields& f) {
   return c;
 }
 
+// kv_cache_scheme: 8-bit codes with a static, symmetric scale per layer and K or V (strategy
+// tensor), as llm-compressor writes them and vLLM reads them.
+absl::StatusOr<ir::DType> ParseKvCacheScheme(const json& q, const glm::Fields& f) {
+  const json& s = q["kv_cache_scheme"];
+  if (!s.is_object()) return f.Error("kv_cache_scheme", "must be an object");
+  const glm::Fields kf(s, "config.json: quantization_config.kv_cache_scheme");
+  ASSIGN_OR_RETURN(const std::string type, kf.String("type", "float"));
+  ASSIGN_OR_RETURN(const int64_t bits, kf.Int("num_bits"));
+  ASSIGN_OR_RETURN(const std::string strategy, kf.String("strategy", "tensor"));
+  ASSIGN_OR_RETURN(const bool dynamic, kf.Bool("dynamic", false));
+  ASSIGN_OR_RETURN(const bool symmetric, kf.Bool("symmetric", true));
+  if (type != "float" && type != "int") return kf.Error("type", absl::StrCat("'", type, "' is not float or int"));
+  if (bits != 8) return kf.Error("num_bits", absl::StrCat("is ", bits, "; 8 is supported"));
+  if (strategy != "tensor") return kf.Error("strategy", absl::StrCat("'", strategy, "' is not tensor (one scale per layer)"));
+  if (dynamic) return kf.Error("dynamic", "must be false (the checkpoint's static k_scale/v_scale)");
+  if (!symmetric) return kf.Error("symmetric", "must be true");
+  return type == "float" ? ir::DType::kF8E4M3 : ir::DType::kI8;
+}
+
 absl::StatusOr<CheckpointQuant> ParseCompressedTensors(const json& q, const glm::Fields& f, absl::string_view source) {
   CheckpointQuant c;
-  if (f.Has("kv_cache_scheme")) return f.Error("kv_cache_scheme", "(a quantized KV cache) is not supported yet");
+  if (f.Has("kv_cache_scheme") && !q["kv_cache_scheme"].is_null()) {
+    ASSIGN_OR_RETURN(c.kv_cache, ParseKvCacheScheme(q, f));
+    // A checkpoint may quantize only its KV cache: its linears stay dense.
+    if (!f.Has("config_groups") || (q["config_groups"].is_object() && q["config_groups"].empty())) return c;
+  }
   ASSIGN_OR_RETURN(const std::string format, f.String("format", ""));
   if (!f.Has("config_groups") || !q["config_groups"].is_object() || q["config_groups"].size() != 1) {
     return f.Error("config_groups", "must hold one group (one scheme for every quantized linear)");

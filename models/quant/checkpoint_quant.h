@@ -4,6 +4,7 @@
 #ifndef AUTOGLM_MODELS_QUANT_CHECKPOINT_QUANT_H_
 #define AUTOGLM_MODELS_QUANT_CHECKPOINT_QUANT_H_
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -24,6 +25,10 @@ struct CheckpointQuant {
   // expression matched from the start).
   std::vector<std::string> keep_dense;
   bool keep_dense_by_substring = false;  // AWQ's rule
+  // compressed-tensors' kv_cache_scheme: the KV cache's codes (fp8 E4M3 or int8) with one static
+  // scale per layer for K and one for V, the checkpoint's "<layer>.self_attn.k_scale"/"v_scale"
+  // (value = scale * code, as vLLM reads them); empty: no scheme.
+  std::optional<ir::DType> kv_cache;
 
   bool quantized() const { return packing != ir::QuantPacking::kNone; }
   // Whether `module` ("model.layers.0.mlp.down_proj", "lm_head") is stored quantized.
@@ -32,7 +37,8 @@ struct CheckpointQuant {
 
 // Reads config.quantization (empty: a dense checkpoint). What this engine
 // cannot load as it is — another method, GPTQModel's per-module `dynamic`
-// bits, a quantized KV cache, activation orders other than GPTQ's g_idx —
+// bits, a KV-cache scheme other than static per-tensor scales, activation
+// orders other than GPTQ's g_idx —
 // is a one-line error naming the field.
 absl::StatusOr<CheckpointQuant> ParseCheckpointQuant(const glm::ModelConfig& config);
 

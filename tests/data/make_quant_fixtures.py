@@ -1,8 +1,15 @@
 #!/usr/bin/env python3
-"""Makes the pre-quantized fixtures tests/data/tiny-glm-{gptq,gptq8,awq,ct-w4a16,ct-w8a16,ct-fp8}:
-tiny-glm's weights with every linear (the LM head too where the format's defaults quantize it)
-stored the way GPTQ, AWQ and compressed-tensors checkpoints store them (../shared/QUANT_NOTES.md
-section 1), and golden.json with Hugging Face transformers' answers.
+"""Makes the pre-quantized fixtures tests/data/tiny-glm-{gptq,gptq8,awq,ct-w4a16,ct-w8a16,ct-fp8,
+ct-fp8-kv,ct-kv-int8}: tiny-glm's weights with every linear (the LM head too where the format's
+defaults quantize it) stored the way GPTQ, AWQ and compressed-tensors checkpoints store them
+(../shared/QUANT_NOTES.md section 1), and golden.json with Hugging Face transformers' answers.
+
+The two -kv fixtures add a compressed-tensors kv_cache_scheme: a static scale per layer for K and
+one for V (model.layers.N.self_attn.k_scale / v_scale, amax over the golden prompts / 448 or / 127,
+as llm-compressor's min-max observer calibrates them), fp8 E4M3 beside fp8 weights, int8 beside
+dense ones. transformers keeps such a cache in full precision, so their golden is transformers with
+its eager attention wrapped to store K (after the rotary) and V the way vLLM's cache does:
+s * e4m3(clamp(x / s, +-448)), or s * clamp(rne(x / s), +-127).
 
 The oracle chain: compressed-tensors fixtures are compressed by the compressed-tensors library
 itself and the golden is transformers loading the quantized checkpoint (its compressed-tensors
@@ -236,6 +243,77 @@ def make_compressed_tensors(name, weights_args, fmt, ignore):
     print("wrote", out)
 
 
+# ---- compressed-tensors kv_cache_scheme (static per-layer K and V scales) ----
+
+class KvFakeQuant:
+    """Wraps the GLM eager attention: observes each layer's K/V amax, or stores K and V through
+    8-bit codes of the layer's static scales (None: as they are)."""
+
+    def __init__(self, fp8):
+        import transformers.models.glm.modeling_glm as glm
+        self.glm, self.fp8, self.scales, self.amax = glm, fp8, None, {}
+        self.original = glm.eager_attention_forward
+
+    def quant(self, x, s):
+        if self.fp8:
+            return (x / s).clamp(-448.0, 448.0).to(torch.float8_e4m3fn).to(torch.float32) * s
+        return torch.round(x / s).clamp(-127.0, 127.0) * s
+
+    def __enter__(self):
+        def attention(module, query, key, value, *args, **kwargs):
+            layer = module.layer_idx
+            if self.scales is None:
+                a = self.amax.setdefault(layer, [0.0, 0.0])
+                a[0] = max(a[0], float(key.abs().max()))
+                a[1] = max(a[1], float(value.abs().max()))
+            else:
+                key = self.quant(key, self.scales[layer][0])
+                value = self.quant(value, self.scales[layer][1])
+            return self.original(module, query, key, value, *args, **kwargs)
+        self.glm.eager_attention_forward = attention
+        return self
+
+    def __exit__(self, *exc):
+        self.glm.eager_attention_forward = self.original
+
+
+def add_kv_cache_scheme(name, fp8, weights_fixture=None):
+    """tests/data/<name>: <weights_fixture>'s checkpoint (tiny-glm's dense one when None) with a
+    static KV-cache scheme calibrated on the golden prompts."""
+    from safetensors.torch import save_file as save_torch
+    source = os.path.join(DATA, weights_fixture) if weights_fixture else BASE
+    load_kwargs = {"attn_implementation": "eager"}
+    if weights_fixture:
+        from transformers import CompressedTensorsConfig
+        load_kwargs["quantization_config"] = CompressedTensorsConfig(run_compressed=False)
+    levels = 448.0 if fp8 else 127.0
+    with KvFakeQuant(fp8) as hook:
+        golden(source, load_kwargs)  # calibration: the prompts and transformers' own continuations
+        scales = {layer: [max(a, 1e-6) / levels for a in amax] for layer, amax in hook.amax.items()}
+        hook.scales = {layer: [torch.tensor(s, dtype=torch.float32) for s in pair] for layer, pair in scales.items()}
+        g = golden(source, load_kwargs)
+    out = os.path.join(DATA, name)
+    shutil.rmtree(out, ignore_errors=True)
+    os.makedirs(out)
+    shutil.copy(os.path.join(BASE, "generation_config.json"), out)
+    tensors = load_file(os.path.join(source, "model.safetensors"))
+    for layer, (k, v) in sorted(scales.items()):
+        # llm-compressor stores one-value scales in the checkpoint's dtype; fp32 here, shape [1] for K, [] for V.
+        tensors[f"model.layers.{layer}.self_attn.k_scale"] = torch.tensor([k], dtype=torch.float32)
+        tensors[f"model.layers.{layer}.self_attn.v_scale"] = torch.tensor(v, dtype=torch.float32)
+    config = json.load(open(os.path.join(source, "config.json")))
+    q = config.get("quantization_config") or {"quant_method": "compressed-tensors", "format": "dense",
+                                              "quantization_status": "compressed", "config_groups": {}}
+    q["kv_cache_scheme"] = {"num_bits": 8, "type": "float" if fp8 else "int", "symmetric": True,
+                            "strategy": "tensor", "dynamic": False, "group_size": None}
+    config["quantization_config"] = q
+    json.dump(config, open(os.path.join(out, "config.json"), "w"), indent=2)
+    save_torch(tensors, os.path.join(out, "model.safetensors"), metadata={"format": "pt"})
+    g["kv_cache"] = f"{'fp8 e4m3' if fp8 else 'int8'} codes of static per-layer scales (see make_quant_fixtures.py)"
+    json.dump(g, open(os.path.join(out, "golden.json"), "w"))
+    print("wrote", out)
+
+
 def main():
     make_gptq("tiny-glm-gptq", bits=4, sym=True, act_order=True, v2=False)
     make_gptq("tiny-glm-gptq8", bits=8, sym=False, act_order=False, v2=True)
@@ -246,6 +324,8 @@ def main():
                                                   "strategy": "channel"}, "pack-quantized", ["lm_head"])
     make_compressed_tensors("tiny-glm-ct-fp8", {"num_bits": 8, "type": "float", "symmetric": True,
                                                 "strategy": "channel"}, "float-quantized", [])
+    add_kv_cache_scheme("tiny-glm-ct-fp8-kv", fp8=True, weights_fixture="tiny-glm-ct-fp8")
+    add_kv_cache_scheme("tiny-glm-ct-kv-int8", fp8=False)
 
 
 if __name__ == "__main__":

@@ -219,5 +219,28 @@ TEST(GpuQuantized, KvCache8BitMatchesTheCpu) {
   }
 }
 
+// A compressed-tensors kv_cache_scheme's static scales (fp8 beside fp8 weights, int8 beside dense
+// ones): the KV write step takes each layer's scale instead of the row's amax; the GPU must give
+// transformers' answers (bf16 tolerance) and the CPU's on the same plan.
+TEST(GpuQuantized, StaticKvScalesMatchGoldenAndTheCpu) {
+  SKIP_WITHOUT_GPU();
+  for (const auto& [fixture, kv] : {std::pair<const char*, ir::DType>{"tiny-glm-ct-fp8-kv", ir::DType::kF8E4M3},
+                                    std::pair<const char*, ir::DType>{"tiny-glm-ct-kv-int8", ir::DType::kI8}}) {
+    const std::vector<GoldenCase> cases = testing::LoadGolden(testing::TestDataDir() + "/" + fixture);
+    compiler::CompileOptions options = Bf16Options();
+    options.build.kv_dtype = kv;
+    FixtureRunner gpu(fixture, options, Gpu());
+    ASSERT_TRUE(gpu.plan().kv.static_scales());
+    FixtureRunner cpu(fixture, gpu.plan());
+    const std::vector<Generation> g = gpu.Run(cases, /*stagger=*/true), c = cpu.Run(cases, /*stagger=*/true);
+    for (size_t i = 0; i < cases.size(); ++i) {
+      ExpectMatchesGolden(g[i], cases[i], 3e-2, absl::StrCat(fixture, " case ", i, " gpu"));
+      const size_t same = CommonPrefix(g[i].tokens, c[i].tokens);
+      const size_t rows = cases[i].input_ids.size() + same;
+      EXPECT_LE(testing::RelativeError(Rows(g[i].logits, rows), Rows(c[i].logits, rows)), 1e-2) << fixture << " gpu vs cpu";
+    }
+  }
+}
+
 }  // namespace
 }  // namespace ag
