@@ -122,6 +122,10 @@ TEST_F(Hostile, PreQuantizedCheckpointsThatDisagreeWithTheirConfig) {
   WriteConfig(config);
   ExpectError("--prompt-ids 1,2", "kv_cache_scheme: field 'num_bits' is 4; 8 is supported");
   config["quantization_config"].erase("kv_cache_scheme");
+  config["quantization_config"]["config_groups"]["group_0"]["weights"]["actorder"] = "random";
+  WriteConfig(config);
+  ExpectError("--prompt-ids 1,2", "field 'actorder' must be group, dynamic, weight or static");
+  config["quantization_config"]["config_groups"]["group_0"]["weights"].erase("actorder");
   config.erase("quantization_config");
   WriteConfig(config);
   ExpectError("--prompt-ids 1,2", "is f8e4m3, not a float type (a quantized checkpoint needs its quantization_config)");

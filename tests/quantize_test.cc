@@ -330,7 +330,10 @@ INSTANTIATE_TEST_SUITE_P(
                       PackedCase{"tiny-glm-awq", "awq", "int4:g32:asym"},
                       PackedCase{"tiny-glm-ct-w4a16", "compressed-tensors pack-quantized", "int4:g32:sym"},
                       PackedCase{"tiny-glm-ct-w8a16", "compressed-tensors pack-quantized", "int8:channel:asym"},
-                      PackedCase{"tiny-glm-ct-fp8", "compressed-tensors float-quantized", "fp8e4m3"}),
+                      PackedCase{"tiny-glm-ct-fp8", "compressed-tensors float-quantized", "fp8e4m3"},
+                      PackedCase{"tiny-glm-gptq-channel", "gptq", "int4:channel:sym"},
+                      PackedCase{"tiny-glm-ct-w4a16-actorder", "compressed-tensors pack-quantized", "int4:g32:asym"},
+                      PackedCase{"tiny-glm-ct-w4a16-gidx", "compressed-tensors pack-quantized", "int4:g32:sym"}),
     [](const auto& info) {
       std::string name = info.param.fixture;
       for (char& ch : name) ch = std::isalnum(static_cast<unsigned char>(ch)) ? ch : '_';
@@ -520,7 +523,10 @@ TEST_F(DeviceStorage, PreQuantizedCheckpointsKeepTheirCodes) {
                         {"tiny-glm-awq", f16, false, "are not whole loads"},
                         {"tiny-glm-ct-w4a16", f32, false, "are not whole loads"},
                         {"tiny-glm-ct-w8a16", -1, false, nullptr},
-                        {"tiny-glm-ct-fp8", -1, false, nullptr}};
+                        {"tiny-glm-ct-fp8", -1, false, nullptr},
+                        {"tiny-glm-gptq-channel", -1, false, "are not whole loads"},
+                        {"tiny-glm-ct-w4a16-actorder", f32, false, "are not whole loads"},
+                        {"tiny-glm-ct-w4a16-gidx", f32, true, "split over ranks by input"}};
   for (const Case& c : cases) {
     Open(c.fixture);
     for (const int tp : {1, 2}) {

@@ -120,8 +120,13 @@ absl::StatusOr<CheckpointQuant> ParseCompressedTensors(const json& q, const glm:
   ASSIGN_OR_RETURN(const std::string type, wf.String("type", "int"));
   ASSIGN_OR_RETURN(const std::string strategy, wf.String("strategy", ""));
   ASSIGN_OR_RETURN(const bool sym, wf.Bool("symmetric", true));
-  if (wf.Has("actorder") && !(w["actorder"].is_string() && w["actorder"] == "group")) {
-    return wf.Error("actorder", "other than 'group' is not supported");
+  // "group" (alias "dynamic"): older llm-compressor's act order, stored as weight_g_idx; "weight"
+  // (alias "static"): ordering during calibration only, the plain group layout.
+  if (wf.Has("actorder")) {
+    const json& order = w["actorder"];
+    if (!order.is_string() || (order != "group" && order != "dynamic" && order != "weight" && order != "static")) {
+      return wf.Error("actorder", "must be group, dynamic, weight or static");
+    }
   }
   if (wf.Has("dynamic") && !(w["dynamic"].is_boolean() && !w["dynamic"].get<bool>())) {
     return wf.Error("dynamic", "weights must be quantized statically");

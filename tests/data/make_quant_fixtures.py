@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""Makes the pre-quantized fixtures tests/data/tiny-glm-{gptq,gptq8,awq,ct-w4a16,ct-w8a16,ct-fp8,
-ct-fp8-kv,ct-kv-int8}: tiny-glm's weights with every linear (the LM head too where the format's
+"""Makes the pre-quantized fixtures tests/data/tiny-glm-{gptq,gptq8,gptq-channel,awq,ct-w4a16,
+ct-w4a16-actorder,ct-w4a16-gidx,ct-w8a16,ct-fp8,ct-fp8-kv,ct-kv-int8}: tiny-glm's weights with every linear (the LM head too where the format's
 defaults quantize it) stored the way GPTQ, AWQ and compressed-tensors checkpoints store them
 (../shared/QUANT_NOTES.md section 1), and golden.json with Hugging Face transformers' answers.
 
@@ -133,7 +133,8 @@ def pack_along(values, bits, axis):
     return np.moveaxis(out, 0, axis).view(np.int32)
 
 
-def make_gptq(name, bits, sym, act_order, v2):
+def make_gptq(name, bits, sym, act_order, v2, group_size=32):
+    """group_size -1: per channel (one group of every input, scales [1, N])."""
     rng = np.random.default_rng(7)
     w = base_weights()
     tensors, dense = {}, {}
@@ -142,13 +143,14 @@ def make_gptq(name, bits, sym, act_order, v2):
             tensors[key] = dense[key] = value
             continue
         module = key[:-len(".weight")]
-        q, scale, zero, g_idx = gptq_quantize(value, bits, 32, sym, act_order, rng)
+        group = value.shape[1] if group_size == -1 else group_size
+        q, scale, zero, g_idx = gptq_quantize(value, bits, group, sym, act_order, rng)
         tensors[module + ".qweight"] = pack_along(q.T, bits, 0)                 # [K/pf, N]
         tensors[module + ".qzeros"] = pack_along(zero - (0 if v2 else 1), bits, 1)  # [K/g, N/pf], v1 holds z - 1
         tensors[module + ".scales"] = scale.astype(np.float16)
         tensors[module + ".g_idx"] = g_idx
         dense[key] = (scale[g_idx, :].T * (q - zero[g_idx, :].T)).astype(np.float32)
-    config = {"quant_method": "gptq", "bits": bits, "group_size": 32, "sym": sym, "desc_act": act_order,
+    config = {"quant_method": "gptq", "bits": bits, "group_size": group_size, "sym": sym, "desc_act": act_order,
               "static_groups": False, "true_sequential": True, "lm_head": False,
               "checkpoint_format": "gptq_v2" if v2 else "gptq"}
     write_fixture(name, tensors, config, dense)
@@ -243,6 +245,46 @@ def make_compressed_tensors(name, weights_args, fmt, ignore):
     print("wrote", out)
 
 
+def make_ct_gidx(name):
+    """compressed-tensors int4 (symmetric, groups of 32) with the older `actorder: group` layout:
+    group g holds inputs perm[32 g, 32 g + 32) and weight_g_idx says each input's group. Today's
+    library refuses to write it, so the codes are computed here (symmetric min-max per group, as the
+    library's calculate_qparams) and packed by the library's pack_to_int32; the golden is
+    transformers on the dequantized dense checkpoint, as for GPTQ."""
+    from compressed_tensors.compressors.pack_quantized.helpers import pack_to_int32 as pack
+    rng = np.random.default_rng(11)
+    w = base_weights()
+    tensors, dense = {}, {}
+    for key, value in w.items():
+        if not is_linear(key):
+            tensors[key] = dense[key] = value
+            continue
+        module = key[:-len(".weight")]
+        n, k = value.shape
+        perm = rng.permutation(k)
+        g_idx = np.empty(k, dtype=np.int32)
+        g_idx[perm] = np.arange(k) // 32
+        scale = np.zeros((n, k // 32), np.float32)
+        q = np.zeros((n, k), np.int8)
+        for g in range(k // 32):
+            cols = perm[g * 32:(g + 1) * 32]
+            amax = np.abs(value[:, cols]).max(1)
+            s_g = np.where(amax > 0, amax / 7.5, 1.0).astype(np.float32)  # calculate_qparams: range / (q_max - q_min) / 2
+            q[:, cols] = np.clip(np.round(value[:, cols] / s_g[:, None]), -8, 7)
+            scale[:, g] = s_g
+        tensors[module + ".weight_packed"] = pack(torch.from_numpy(q), 4).numpy()
+        tensors[module + ".weight_scale"] = scale
+        tensors[module + ".weight_shape"] = np.array([n, k], dtype=np.int64)
+        tensors[module + ".weight_g_idx"] = g_idx
+        dense[key] = (scale[:, g_idx] * q).astype(np.float32)
+    config = {"quant_method": "compressed-tensors", "format": "pack-quantized", "quantization_status": "compressed",
+              "config_groups": {"group_0": {"targets": ["Linear"], "input_activations": None, "output_activations": None,
+                                            "weights": {"num_bits": 4, "type": "int", "symmetric": True, "group_size": 32,
+                                                        "strategy": "group", "dynamic": False, "actorder": "group"}}},
+              "ignore": ["lm_head"]}
+    write_fixture(name, tensors, config, dense)
+
+
 # ---- compressed-tensors kv_cache_scheme (static per-layer K and V scales) ----
 
 class KvFakeQuant:
@@ -324,6 +366,13 @@ def main():
                                                   "strategy": "channel"}, "pack-quantized", ["lm_head"])
     make_compressed_tensors("tiny-glm-ct-fp8", {"num_bits": 8, "type": "float", "symmetric": True,
                                                 "strategy": "channel"}, "float-quantized", [])
+    # llm-compressor's GPTQ default today: activation ordering during calibration only ("weight",
+    # alias "static"), the plain group layout (the g_idx "group" ordering is gone from the library).
+    make_compressed_tensors("tiny-glm-ct-w4a16-actorder", {"num_bits": 4, "type": "int", "symmetric": False,
+                                                          "strategy": "group", "group_size": 32, "actorder": "weight"},
+                            "pack-quantized", ["lm_head"])
+    make_gptq("tiny-glm-gptq-channel", bits=4, sym=True, act_order=False, v2=False, group_size=-1)
+    make_ct_gidx("tiny-glm-ct-w4a16-gidx")
     add_kv_cache_scheme("tiny-glm-ct-fp8-kv", fp8=True, weights_fixture="tiny-glm-ct-fp8")
     add_kv_cache_scheme("tiny-glm-ct-kv-int8", fp8=False)
 

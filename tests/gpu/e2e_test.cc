@@ -114,7 +114,8 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, GpuFixtures, ::testing::ValuesIn(testing::kFi
 // group scales. The codes kernels take the short prompts and the answers, batched or not.
 INSTANTIATE_TEST_SUITE_P(PreQuantized, GpuFixtures,
                          ::testing::Values("tiny-glm-gptq", "tiny-glm-gptq8", "tiny-glm-awq", "tiny-glm-ct-w4a16",
-                                           "tiny-glm-ct-w8a16", "tiny-glm-ct-fp8"),
+                                           "tiny-glm-ct-w8a16", "tiny-glm-ct-fp8", "tiny-glm-gptq-channel",
+                                           "tiny-glm-ct-w4a16-actorder", "tiny-glm-ct-w4a16-gidx"),
                          FixtureName);
 
 // GLM-4-9B's head geometry (head_dim 128, 16 query heads per KV head) at a small width.
