@@ -282,6 +282,7 @@ absl::StatusOr<CudaBackend::QuantWeight> CudaBackend::UploadQuantWeight(const co
     s.zeros = static_cast<const uint8_t*>(zeros);
     ASSIGN_OR_RETURN(const void* order, upload(h.input_order.data(), h.input_order.size() * sizeof(int32_t)));
     s.input_order = static_cast<const int32_t*>(order);
+    if (h.cols != h.inputs) s.stored_k = h.cols;  // a rank's act-order groups, padded
     out.segments.push_back(s);
   }
   return out;
@@ -367,12 +368,17 @@ absl::StatusOr<size_t> CudaBackend::OrderScratchBytes(const compiler::Plan& plan
   RETURN_IF_ERROR(ForEachWeightMatrix(plan, [&](const compiler::Program& program, const compiler::PlanStep& step,
                                                 int64_t weight) -> absl::Status {
     bool ordered = false;
-    for (const cuda::QuantSegment& s : quant_[weight].segments) ordered = ordered || s.input_order != nullptr;
+    int64_t stored_k = 0;  // a padded act-order segment's widened x
+    for (const cuda::QuantSegment& s : quant_[weight].segments) {
+      ordered = ordered || s.input_order != nullptr;
+      stored_k = std::max(stored_k, s.stored_k);
+    }
     if (!ordered) return absl::OkStatus();
     const ir::Dim& rows_dim = step.operands[0].type.shape[0];
     ASSIGN_OR_RETURN(int64_t rows, rows_dim.Resolve(program.bounds));
     if (rows_dim.symbol() != "R") rows = std::min(rows, cuda::kQuantLinearMaxRows);  // more take the GEMM
-    ASSIGN_OR_RETURN(const int64_t k, step.operands[0].type.shape[1].Resolve(program.bounds));
+    ASSIGN_OR_RETURN(int64_t k, step.operands[0].type.shape[1].Resolve(program.bounds));
+    k = std::max(k, stored_k);
     bytes = std::max(bytes, static_cast<size_t>(rows * k) * 2);
     return absl::OkStatus();
   }));

@@ -75,13 +75,14 @@ absl::Status RunLinear(const A& a, cuda::LinearParams p) {
   }
   for (const cuda::QuantSegment& s : *a.quant) {
     cuda::LinearParams q = p;
-    if (s.input_order != nullptr) {  // an act-order segment reads x in its own input order
-      if (static_cast<size_t>(p.m * p.k) * 2 > a.order_bytes) {
+    if (s.input_order != nullptr) {  // an act-order segment reads x in its own input order (widened when padded)
+      q.k = s.stored_k > 0 ? s.stored_k : p.k;
+      if (static_cast<size_t>(p.m * q.k) * 2 > a.order_bytes) {
         return absl::InternalError(absl::StrCat("step ", a.step->name, ": ", p.m, " rows outgrow the act-order scratch"));
       }
       q.x = static_cast<const bf16*>(a.order_scratch);
       RETURN_IF_ERROR(Check(cuda::LaunchOrderInputs(p.x, p.m, p.k, s.input_order, static_cast<bf16*>(a.order_scratch),
-                                                    a.stream),
+                                                    q.k, a.stream),
                             a));
     }
     RETURN_IF_ERROR(Check(cuda::LaunchQuantLinear(q, s, a.stream), a));

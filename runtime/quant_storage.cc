@@ -111,6 +111,7 @@ absl::StatusOr<std::vector<HostQuantSegment>> PrepareQuantSegments(const compile
     s.n_begin = n_begin;
     s.rows = q.rows;
     s.cols = q.cols;
+    s.inputs = q.inputs > 0 ? q.inputs : q.cols;
     const int bits = cuda::QuantCodeBits(s.code);
     const int64_t per_load = cuda::CodesPerLoad(bits);
     if (s.cols % per_load != 0 || s.group % per_load != 0 || s.group_offset % per_load != 0) {
@@ -149,11 +150,12 @@ absl::StatusOr<std::vector<HostQuantSegment>> PrepareQuantSegments(const compile
 std::vector<float> DequantizeSegment(const HostQuantSegment& s) {
   const int bits = cuda::QuantCodeBits(s.code);
   const int64_t groups = cuda::SegmentGroups(s.cols, s.group, s.group_offset);
-  std::vector<float> w(static_cast<size_t>(s.rows * s.cols));
+  std::vector<float> w(static_cast<size_t>(s.rows * s.inputs));
   for (int64_t r = 0; r < s.rows; ++r) {
     for (int64_t j = 0; j < s.cols; ++j) {
       const int64_t g = r * groups + cuda::GroupOf(j, s.group, s.group_offset);
-      float& out = w[r * s.cols + (s.input_order.empty() ? j : s.input_order[j])];
+      if (!s.input_order.empty() && s.input_order[j] < 0) continue;  // padding
+      float& out = w[r * s.inputs + (s.input_order.empty() ? j : s.input_order[j])];
       if (s.code == cuda::QuantCode::kBf16) {
         const uint32_t word = s.words[(r * s.cols + j) / 2];
         out = BF16ToFloat(static_cast<uint16_t>(j % 2 == 0 ? word & 0xFFFF : word >> 16));

@@ -21,12 +21,13 @@ struct HostQuantSegment {
   int64_t group = 0;            // inputs per scale; 0: per row
   int64_t group_offset = 0;     // inputs of the first group before this rank's first (quant_pack.h)
   int64_t n_begin = 0, rows = 0, cols = 0;
+  int64_t inputs = 0;           // x's width: cols, or fewer when a rank's act-order groups are padded
   std::vector<uint32_t> words;  // [rows, PackedRowWords(cols, bits)]; kBf16: two values a word
   std::vector<float> row_scales;       // [rows] when group is 0
   cuda::ScaleType scale_type = cuda::ScaleType::kBF16;
   std::vector<uint8_t> group_scales;   // [rows, SegmentGroups] of scale_type otherwise (little-endian)
   std::vector<uint8_t> zeros;          // [rows, groups] for asymmetric integer formats, else empty
-  std::vector<int32_t> input_order;    // act order: stored input j is input input_order[j]; empty: in order
+  std::vector<int32_t> input_order;    // act order: stored input j is input input_order[j] (-1: padding); empty: in order
 };
 
 // This rank's segments of quantized weight `entry`, in row order (a piece kept
@@ -34,7 +35,8 @@ struct HostQuantSegment {
 // `interleave` (the gate/up weight of a fused SiLU-mul), the rank's rows become
 // one segment whose row 2j is gate row j and row 2j + 1 up row j. An act-order
 // checkpoint's segment keeps each group's inputs together (input_order): the
-// kernels read x in that order. Unimplemented,
+// kernels read x in that order (a rank's slice of the inputs padded to whole
+// groups, QuantizedRows). Unimplemented,
 // naming the weight, where the kernels cannot take the layout: inputs not in
 // whole 16-byte loads of codes (a rank's block must also start on a load
 // boundary of its first group), gate and up in different formats, an odd
@@ -44,7 +46,7 @@ absl::StatusOr<std::vector<HostQuantSegment>> PrepareQuantSegments(const compile
                                                                    const WeightSource& source, RankInfo rank,
                                                                    bool interleave);
 
-// The segment's weights, dequantized as the kernels do (row-major [rows, cols],
+// The segment's weights, dequantized as the kernels do (row-major [rows, inputs],
 // inputs in the weight's own order).
 std::vector<float> DequantizeSegment(const HostQuantSegment& segment);
 

@@ -231,6 +231,45 @@ absl::StatusOr<PieceCodes> DecodedPiece(const compiler::WeightEntry& entry, cons
   return c;
 }
 
+// This rank's block `s` of an act-order piece whose inputs are split over ranks: for each group,
+// the rank's inputs of it (in c's stored order) padded with zero-valued codes to a multiple of
+// kActOrderRankGroup, the group's scale and zero point repeated for each stored group.
+QuantizedRows ActOrderRankBlock(const PieceCodes& c, const compiler::WeightPiece& p, const compiler::PieceSlice& s,
+                                int64_t k) {
+  const int64_t group = p.quant.group, sub = kActOrderRankGroup;
+  QuantizedRows q;
+  q.format = p.quant;
+  q.format.group = static_cast<int32_t>(sub);
+  q.rows = s.row_end - s.row_begin;
+  q.inputs = s.col_end - s.col_begin;
+  std::vector<int64_t> stored;  // the stored position (in c) of each kept input, -1 for padding
+  std::vector<int64_t> group_of_stored;  // each stored group's checkpoint group
+  for (int64_t g = 0; g * group < k; ++g) {
+    const size_t before = stored.size();
+    for (int64_t j = g * group; j < (g + 1) * group; ++j) {
+      const int32_t input = c.input_order[j];
+      if (input >= s.col_begin && input < s.col_end) stored.push_back(j);
+    }
+    while ((stored.size() - before) % sub != 0) stored.push_back(-1);
+    for (size_t i = before; i < stored.size(); i += sub) group_of_stored.push_back(g);
+  }
+  q.cols = static_cast<int64_t>(stored.size());
+  for (const int64_t j : stored) q.input_order.push_back(j < 0 ? -1 : c.input_order[j] - static_cast<int32_t>(s.col_begin));
+  const uint8_t half = static_cast<uint8_t>(1 << (p.quant.bits() - 1));
+  for (int64_t r = s.row_begin; r < s.row_end; ++r) {
+    const int64_t local = r - p.row_begin;
+    for (const int64_t g : group_of_stored) {
+      q.scales.push_back(c.scales[local * c.groups + g]);
+      if (!c.zeros.empty()) q.zeros.push_back(c.zeros[local * c.groups + g]);
+    }
+    for (size_t i = 0; i < stored.size(); ++i) {
+      const uint8_t zero = c.zeros.empty() ? half : c.zeros[local * c.groups + group_of_stored[i / sub]];
+      q.codes.push_back(stored[i] < 0 ? zero : c.codes[local * k + stored[i]]);  // (z - z) * s = 0
+    }
+  }
+  return q;
+}
+
 }  // namespace
 
 absl::StatusOr<std::vector<QuantizedRows>> QuantizeForDevice(const compiler::WeightEntry& entry,
@@ -274,9 +313,8 @@ absl::StatusOr<std::vector<QuantizedRows>> QuantizeForDevice(const compiler::Wei
     first_row += n;
     const compiler::PieceSlice s = compiler::SliceForRank(p, rank.rank, rank.tp);
     if (!c.input_order.empty() && s.col_end - s.col_begin != k) {
-      return absl::UnimplementedError(absl::StrCat("weight ", entry.name, ": ", p.tensor, " is stored in act order and ",
-                                                   "split over ranks by input; run it at tensor-parallel degree 1 or ",
-                                                   "with --device cpu"));
+      pieces.push_back(ActOrderRankBlock(c, p, s, k));
+      continue;
     }
     const int64_t group = p.quant.group, groups = c.groups;
     QuantizedRows q;

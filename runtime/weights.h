@@ -64,10 +64,15 @@ absl::StatusOr<std::vector<float>> ReadStaticKvScales(const compiler::Plan& plan
 // points of the groups its columns touch (zeros empty when symmetric: z is
 // 2^(bits-1)): a column block may start inside a group, `group_offset` inputs
 // into it. An act-order checkpoint's codes are stored with each group's inputs
-// together: stored input j is input `input_order[j]` (empty: in order).
+// together: stored input j is input `input_order[j]` (empty: in order). A rank
+// holding a slice of an act-order weight's inputs keeps its part of each group,
+// padded to whole groups of kActOrderRankGroup stored inputs by codes worth zero
+// (input_order -1), each with its group's scale: then `cols` (stored) exceeds
+// `inputs` (the rank's x).
 struct QuantizedRows {
   ir::QuantFormat format;
   int64_t rows = 0, cols = 0, group_offset = 0;
+  int64_t inputs = 0;  // the rank's inputs when act-order padding makes cols larger; 0: cols
   std::vector<uint8_t> codes, zeros;
   std::vector<float> scales;
   std::vector<int32_t> input_order;
@@ -75,13 +80,17 @@ struct QuantizedRows {
   std::vector<float> values;
 };
 
+// The stored group of a rank's slice of an act-order weight's inputs: every group size the
+// formats allow (32, 64, 128) is a multiple, so that padding each group's part costs < 32 inputs.
+inline constexpr int64_t kActOrderRankGroup = 32;
+
 // This rank's pieces of a quantized weight, so that a device that dequantizes
 // them computes with FillStored's values: quantized exactly as FillStored
 // quantizes them (the whole weight, then the rank's block), or a pre-quantized
 // checkpoint's codes as they are; a piece kept in the plan's dtype as values.
 // Unimplemented, naming the weight, for what a device cannot store as codes
-// today: an act-order weight whose inputs are split over ranks or whose groups
-// are not `group` inputs each; a zero point past 255.
+// today: an act-order weight whose groups are not `group` inputs each; a zero
+// point past 255.
 absl::StatusOr<std::vector<QuantizedRows>> QuantizeForDevice(const compiler::WeightEntry& entry,
                                                              const WeightSource& source, RankInfo rank);
 

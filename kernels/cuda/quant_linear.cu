@@ -24,7 +24,8 @@ __global__ void __launch_bounds__(256) DequantizeKernel(QuantSegment s, int64_t 
   constexpr int kCodes = 128 / QuantCodeBits(kCode);
   AllowNextKernel();
   WaitForPreviousKernel();
-  const int64_t loads = k / kCodes, groups = SegmentGroups(k, s.group, s.group_offset);
+  const int64_t stored = s.stored_k > 0 ? s.stored_k : k;
+  const int64_t loads = stored / kCodes, groups = SegmentGroups(stored, s.group, s.group_offset);
   for (int64_t t = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; t < s.n * loads;
        t += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const int64_t row = t / loads, first = (t % loads) * kCodes;
@@ -39,45 +40,56 @@ __global__ void __launch_bounds__(256) DequantizeKernel(QuantSegment s, int64_t 
       for (int j = 0; j < kCodes; j += 8) Store8(out + first + j, FromFloat8(v + j));
     } else {  // act order: each weight back to its own input, so the GEMM reads x as it is
 #pragma unroll
-      for (int j = 0; j < kCodes; ++j) out[s.input_order[first + j]] = __float2bfloat16(v[j]);
+      for (int j = 0; j < kCodes; ++j) {
+        const int32_t input = s.input_order[first + j];
+        if (input >= 0) out[input] = __float2bfloat16(v[j]);  // -1: a rank's padding
+      }
     }
   }
 }
 
 template <QuantCode kCode>
 cudaError_t LaunchDequantizeFor(const QuantSegment& s, int64_t k, bf16* w, cudaStream_t stream) {
-  const int64_t loads = s.n * (k / (128 / QuantCodeBits(kCode)));
+  const int64_t loads = s.n * ((s.stored_k > 0 ? s.stored_k : k) / (128 / QuantCodeBits(kCode)));
   const int64_t blocks = std::min<int64_t>((loads + 255) / 256, int64_t{1} << 16);
   return LaunchKernel(DequantizeKernel<kCode>, dim3(static_cast<unsigned>(blocks)), dim3(256), 0, stream, s, k, w);
 }
 
 // One thread per 8 outputs: y[r, j..j+8) gathered from row r of x.
 __global__ void __launch_bounds__(256) OrderInputsKernel(const bf16* x, int64_t m, int64_t k, const int32_t* order,
-                                                         bf16* y) {
+                                                         bf16* y, int64_t y_k) {
   AllowNextKernel();
   WaitForPreviousKernel();
-  const int64_t chunks = k / 8;
+  const int64_t chunks = y_k / 8;
   for (int64_t t = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; t < m * chunks;
        t += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const int64_t r = t / chunks, j = (t % chunks) * 8;
     float v[8];
 #pragma unroll
-    for (int e = 0; e < 8; ++e) v[e] = __bfloat162float(x[r * k + order[j + e]]);
-    Store8(y + r * k + j, FromFloat8(v));
+    for (int e = 0; e < 8; ++e) {
+      const int32_t input = order[j + e];
+      v[e] = input >= 0 ? __bfloat162float(x[r * k + input]) : 0.0f;  // -1: a rank's padding
+    }
+    Store8(y + r * y_k + j, FromFloat8(v));
   }
 }
 
 }  // namespace
 
-cudaError_t LaunchOrderInputs(const bf16* x, int64_t m, int64_t k, const int32_t* order, bf16* y,
+cudaError_t LaunchOrderInputs(const bf16* x, int64_t m, int64_t k, const int32_t* order, bf16* y, int64_t y_k,
                               cudaStream_t stream) {
-  if (x == nullptr || order == nullptr || y == nullptr || m < 0 || k <= 0 || k % 8 != 0) return cudaErrorInvalidValue;
+  if (x == nullptr || order == nullptr || y == nullptr || m < 0 || k <= 0 || y_k < k || y_k % 8 != 0) {
+    return cudaErrorInvalidValue;
+  }
   if (m == 0) return cudaSuccess;
-  const int64_t blocks = std::min<int64_t>((m * (k / 8) + 255) / 256, int64_t{1} << 16);
-  return LaunchKernel(OrderInputsKernel, dim3(static_cast<unsigned>(blocks)), dim3(256), 0, stream, x, m, k, order, y);
+  const int64_t blocks = std::min<int64_t>((m * (y_k / 8) + 255) / 256, int64_t{1} << 16);
+  return LaunchKernel(OrderInputsKernel, dim3(static_cast<unsigned>(blocks)), dim3(256), 0, stream, x, m, k, order, y,
+                      y_k);
 }
 
 cudaError_t LaunchQuantLinear(const LinearParams& p, const QuantSegment& s, cudaStream_t stream) {
+  // A padded act-order segment reads x widened to its stored_k (LaunchOrderInputs).
+  if (s.stored_k > 0 && s.stored_k != p.k) return cudaErrorInvalidValue;
   if (!SegmentFits(s, p.k) || p.m < 0 || p.norm_w != nullptr || s.n_begin + s.n > p.n) return cudaErrorInvalidValue;
   const bool pairs = p.epilogue == Epilogue::kSiluMul || p.epilogue == Epilogue::kQkvRope;
   if (pairs && (s.n % 2 != 0 || s.n_begin % 2 != 0)) return cudaErrorInvalidValue;
@@ -105,7 +117,8 @@ cudaError_t LaunchQuantLinear(const LinearParams& p, const QuantSegment& s, cuda
 }
 
 cudaError_t LaunchDequantize(const QuantSegment& s, int64_t k, bf16* w, cudaStream_t stream) {
-  if (!SegmentFits(s, k) || w == nullptr) return cudaErrorInvalidValue;
+  if (s.stored_k > 0 && (s.stored_k < k || s.input_order == nullptr)) return cudaErrorInvalidValue;
+  if (!SegmentFits(s, s.stored_k > 0 ? s.stored_k : k) || w == nullptr) return cudaErrorInvalidValue;
   if (s.n == 0) return cudaSuccess;
   switch (s.code) {
     case QuantCode::kInt4:

@@ -50,6 +50,9 @@ struct QuantSegment {
   // input_order[j] of x ([k] on the device; null: in order). LaunchQuantLinear then wants x in that
   // order (LaunchOrderInputs), and LaunchDequantize writes each weight back to its own input.
   const int32_t* input_order = nullptr;
+  // Codes a row when a rank's slice of an act-order weight's inputs is padded to whole groups
+  // (input_order -1: a code worth zero); 0: the linear's k. LaunchOrderInputs widens x to it.
+  int64_t stored_k = 0;
 };
 
 // The decode path over one segment: p as for LaunchLinear, but p.w is not read
@@ -61,12 +64,14 @@ struct QuantSegment {
 cudaError_t LaunchQuantLinear(const LinearParams& p, const QuantSegment& segment, cudaStream_t stream);
 
 // Rows [n_begin, n_begin + n) of w [N, k] bf16 <- the segment's dequantized
-// values rounded to bf16 (the prefill path's weight).
+// values rounded to bf16 (the prefill path's weight; a padded act-order
+// segment's stored_k codes a row land on its k inputs).
 cudaError_t LaunchDequantize(const QuantSegment& segment, int64_t k, __nv_bfloat16* w, cudaStream_t stream);
 
-// y[r, j] = x[r, order[j]] for the m rows of k inputs: x in an act-order segment's input order.
+// y[r, j] = x[r, order[j]] (0 where order[j] is -1) for the m rows of x [m, k] and y [m, y_k]: x in
+// an act-order segment's input order (y_k: its stored_k, or k).
 cudaError_t LaunchOrderInputs(const __nv_bfloat16* x, int64_t m, int64_t k, const int32_t* order, __nv_bfloat16* y,
-                              cudaStream_t stream);
+                              int64_t y_k, cudaStream_t stream);
 
 }  // namespace ag::cuda
 

@@ -798,7 +798,7 @@ TEST(GpuKernels, QuantLinearReadsCheckpointScalesAndActOrder) {
       const std::vector<float> x = RandomBf16(m * k, 37);
       const std::vector<float> want = HostProduct(x, w, m, n, k);
       Bf16Array dx(x), ordered(m * k), dy(m * n);
-      ASSERT_CUDA(cuda::LaunchOrderInputs(dx.get(), m, k, device_order.get(), ordered.get(), nullptr));
+      ASSERT_CUDA(cuda::LaunchOrderInputs(dx.get(), m, k, device_order.get(), ordered.get(), k, nullptr));
       cuda::LinearParams p;
       p.x = ordered.get();
       p.m = m;
@@ -808,6 +808,67 @@ TEST(GpuKernels, QuantLinearReadsCheckpointScalesAndActOrder) {
       ASSERT_CUDA(cuda::LaunchQuantLinear(p, seg, nullptr));
       ExpectClose(dy.Download(), Bf16(want), 2e-2f, 1e-2f, name + " m" + std::to_string(m));
     }
+  }
+}
+
+// A rank's slice of an act-order weight's inputs (tensor parallelism over inputs): each group's
+// part padded to whole groups by codes worth zero (z) whose input_order is -1; x (the rank's 96
+// inputs) is widened to the 128 stored ones. Both paths must give the rank's own products.
+TEST(GpuKernels, QuantLinearReadsAPaddedActOrderSlice) {
+  SKIP_WITHOUT_GPU();
+  const int64_t n = 64, k = 96, stored_k = 128;
+  std::mt19937 rng(31);
+  HostSegment h = MakeSegment({cuda::QuantCode::kInt4, 32, false}, n, stored_k, rng);
+  std::vector<int32_t> inputs(k);
+  std::iota(inputs.begin(), inputs.end(), 0);
+  std::shuffle(inputs.begin(), inputs.end(), rng);
+  std::vector<int32_t> order(stored_k, -1);  // 24 real inputs then 8 pads in each stored group
+  for (int64_t g = 0; g < 4; ++g) {
+    for (int64_t j = 0; j < 24; ++j) order[g * 32 + j] = inputs[g * 24 + j];
+  }
+  for (int64_t r = 0; r < n; ++r) {
+    for (int64_t j = 0; j < stored_k; ++j) {
+      if (order[j] < 0) h.codes[r * stored_k + j] = h.zeros[r * 4 + j / 32];
+    }
+  }
+  cuda::PackQuantCodes(h.codes.data(), n, stored_k, 4, h.words.data());
+  std::vector<float> stored(n * stored_k), w(n * k, 0.0f);
+  ref::DequantizeRows(h.codes.data(), h.scales.data(), h.zeros.data(), n, stored_k, h.spec, stored.data());
+  for (int64_t r = 0; r < n; ++r) {
+    for (int64_t j = 0; j < stored_k; ++j) {
+      if (order[j] >= 0) {
+        w[r * k + order[j]] = stored[r * stored_k + j];
+      } else {
+        EXPECT_EQ(stored[r * stored_k + j], 0.0f);
+      }
+    }
+  }
+  DeviceArray<uint32_t> codes(h.words);
+  DeviceArray<float> scales(h.scales);
+  DeviceArray<uint8_t> zeros(h.zeros);
+  DeviceArray<int32_t> device_order(order);
+  cuda::QuantSegment seg{codes.get(), scales.get(), zeros.get(), cuda::QuantCode::kInt4, 32, 0, 0, n};
+  seg.scale_type = cuda::ScaleType::kF32;
+  seg.input_order = device_order.get();
+  seg.stored_k = stored_k;
+  Bf16Array dw(n * k);
+  ASSERT_CUDA(cuda::LaunchDequantize(seg, k, dw.get(), nullptr));
+  ExpectClose(dw.Download(), Bf16(w), 0, 0, "padded slice dequantized in input order");
+  for (const int64_t m : {1, 7, 40}) {
+    const std::vector<float> x = RandomBf16(m * k, 41);
+    const std::vector<float> want = HostProduct(x, w, m, n, k);
+    Bf16Array dx(x), widened(m * stored_k), dy(m * n);
+    ASSERT_CUDA(cuda::LaunchOrderInputs(dx.get(), m, k, device_order.get(), widened.get(), stored_k, nullptr));
+    cuda::LinearParams p;
+    p.x = widened.get();
+    p.m = m;
+    p.k = stored_k;
+    p.n = n;
+    p.y = dy.get();
+    ASSERT_CUDA(cuda::LaunchQuantLinear(p, seg, nullptr));
+    ExpectClose(dy.Download(), Bf16(want), 2e-2f, 1e-2f, "padded slice m" + std::to_string(m));
+    p.k = k;  // x not widened: refused
+    EXPECT_EQ(cuda::LaunchQuantLinear(p, seg, nullptr), cudaErrorInvalidValue);
   }
 }
 
