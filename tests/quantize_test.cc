@@ -434,6 +434,7 @@ class DeviceStorage : public ::testing::Test {
     std::set<std::string> formats;  // "code/group"
     std::set<int> scale_types;      // of group scales
     int offsets = 0, ordered = 0;   // segments starting inside a group; in act order
+    int padded = 0;                 // segments storing more inputs than the rank's (whole loads, act-order groups)
   };
 
   // What the CUDA backend uploads for each quantized weight of `plan` (packed codes, group scales,
@@ -463,7 +464,15 @@ class DeviceStorage : public ::testing::Test {
           seen->formats.insert(absl::StrCat(static_cast<int>(s.code), "/", s.group));
           if (s.group != 0) seen->scale_types.insert(static_cast<int>(s.scale_type));
           seen->offsets += s.group_offset != 0;
-          seen->ordered += !s.input_order.empty();
+          int32_t last = -1;
+          bool permuted = false;  // act order (padding alone keeps the inputs increasing)
+          for (const int32_t input : s.input_order) {
+            if (input < 0) continue;
+            permuted = permuted || input < last;
+            last = input;
+          }
+          seen->ordered += permuted;
+          seen->padded += s.cols != s.inputs;
         }
         ASSERT_EQ(got.size(), want.size()) << w.name;
         const int64_t k = w.shape[1], half = w.shape[0] / 2;
@@ -520,12 +529,12 @@ TEST_F(DeviceStorage, PreQuantizedCheckpointsKeepTheirCodes) {
   const int f16 = static_cast<int>(cuda::ScaleType::kF16), f32 = static_cast<int>(cuda::ScaleType::kF32);
   const Case cases[] = {{"tiny-glm-gptq", f16, true, nullptr},
                         {"tiny-glm-gptq8", f16, false, nullptr},
-                        {"tiny-glm-awq", f16, false, "are not whole loads"},
-                        {"tiny-glm-ct-w4a16", f32, false, "are not whole loads"},
+                        {"tiny-glm-awq", f16, false, nullptr},
+                        {"tiny-glm-ct-w4a16", f32, false, nullptr},
                         {"tiny-glm-ct-w8a16", -1, false, nullptr},
                         {"tiny-glm-ct-fp8", -1, false, nullptr},
-                        {"tiny-glm-gptq-channel", -1, false, "are not whole loads"},
-                        {"tiny-glm-ct-w4a16-actorder", f32, false, "are not whole loads"},
+                        {"tiny-glm-gptq-channel", -1, false, nullptr},
+                        {"tiny-glm-ct-w4a16-actorder", f32, false, nullptr},
                         {"tiny-glm-ct-w4a16-gidx", f32, true, nullptr}};
   for (const Case& c : cases) {
     Open(c.fixture);
@@ -584,9 +593,10 @@ TEST_F(DeviceStorage, KeepsBf16PiecesBesideQuantizedOnes) {
   }
 }
 
-TEST_F(DeviceStorage, RefusesWhatTheKernelsCannotStore) {
-  const runtime::CheckpointWeights& source = *source_;  // the tiny GLM
-  // int4 codes are read 32 at a time: a rank's 80 down_proj inputs are not whole loads.
+// int4 codes are read 32 at a time: a rank's 80 down_proj inputs (tp 2) are not whole loads. The
+// rank stores the loads around them, gathering its x into place (zeros under the neighbours'
+// codes), and must still dequantize to the CPU's values.
+TEST_F(DeviceStorage, StoresARanksInputsAroundWholeLoads) {
   absl::StatusOr<compiler::CompileResult> compiled = compiler::Compile(config_, Options(passes::DefaultQuantPolicy(Format("int4:g32")), 2));
   ASSERT_TRUE(compiled.ok()) << compiled.status();
   const compiler::WeightEntry* down = nullptr;
@@ -594,9 +604,21 @@ TEST_F(DeviceStorage, RefusesWhatTheKernelsCannotStore) {
     if (absl::StrContains(w.name, "layers.0.mlp.down_proj")) down = &w;
   }
   ASSERT_NE(down, nullptr);
-  const absl::Status s = runtime::PrepareQuantSegments(*down, source, {1, 2}, false).status();
-  EXPECT_EQ(s.code(), absl::StatusCode::kUnimplemented) << s;
-  EXPECT_NE(s.message().find("80 inputs a row, starting 16 into a group"), std::string::npos) << s;
+  absl::StatusOr<std::vector<runtime::HostQuantSegment>> rank1 = runtime::PrepareQuantSegments(*down, *source_, {1, 2}, false);
+  ASSERT_TRUE(rank1.ok()) << rank1.status();
+  ASSERT_EQ(rank1->size(), 1u);
+  const runtime::HostQuantSegment& s = (*rank1)[0];
+  EXPECT_EQ(s.inputs, 80);  // inputs [80, 160)
+  EXPECT_EQ(s.cols, 96);    // stored [64, 160)
+  EXPECT_EQ(s.group_offset, 0);
+  ASSERT_EQ(s.input_order.size(), 96u);
+  EXPECT_EQ(s.input_order[15], -1);
+  EXPECT_EQ(s.input_order[16], 0);
+  EXPECT_EQ(s.input_order[95], 79);
+  Seen seen;
+  ExpectStoredAsLoaded(compiled->plan, 2, "int4:g32 at tp 2", &seen);
+  EXPECT_GE(seen.padded, 2 * 2) << "down_proj on both ranks of both layers";
+  EXPECT_EQ(seen.ordered, 0);
 }
 
 }  // namespace
