@@ -94,6 +94,18 @@ def write_fixture(name, tensors, quantization_config, dense=None, load_kwargs=No
     print("wrote", out)
 
 
+def quantized_linears():
+    """tiny-glm's tensors split: (tensors, dense) holding its other weights, and (key, module, value)
+    for each linear, for a maker to store quantized in tensors and dequantized in dense."""
+    tensors, dense, linears = {}, {}, []
+    for key, value in base_weights().items():
+        if is_linear(key):
+            linears.append((key, key[:-len(".weight")], value))
+        else:
+            tensors[key] = dense[key] = value
+    return tensors, dense, linears
+
+
 # ---- GPTQ (AutoGPTQ's quantizer and qlinear pack) ----
 
 def gptq_quantize(w, bits, group, sym, act_order, rng):
@@ -136,13 +148,8 @@ def pack_along(values, bits, axis):
 def make_gptq(name, bits, sym, act_order, v2, group_size=32):
     """group_size -1: per channel (one group of every input, scales [1, N])."""
     rng = np.random.default_rng(7)
-    w = base_weights()
-    tensors, dense = {}, {}
-    for key, value in w.items():
-        if not is_linear(key):
-            tensors[key] = dense[key] = value
-            continue
-        module = key[:-len(".weight")]
+    tensors, dense, linears = quantized_linears()
+    for key, module, value in linears:
         group = value.shape[1] if group_size == -1 else group_size
         q, scale, zero, g_idx = gptq_quantize(value, bits, group, sym, act_order, rng)
         tensors[module + ".qweight"] = pack_along(q.T, bits, 0)                 # [K/pf, N]
@@ -171,13 +178,8 @@ def awq_pack(codes):
 
 
 def make_awq(name):
-    w = base_weights()
-    tensors, dense = {}, {}
-    for key, value in w.items():
-        if not is_linear(key):
-            tensors[key] = dense[key] = value
-            continue
-        module = key[:-len(".weight")]
+    tensors, dense, linears = quantized_linears()
+    for key, module, value in linears:
         n, k = value.shape
         x = value.reshape(n, k // 32, 32)
         lo, hi = x.min(2), x.max(2)
@@ -253,13 +255,8 @@ def make_ct_gidx(name):
     transformers on the dequantized dense checkpoint, as for GPTQ."""
     from compressed_tensors.compressors.pack_quantized.helpers import pack_to_int32 as pack
     rng = np.random.default_rng(11)
-    w = base_weights()
-    tensors, dense = {}, {}
-    for key, value in w.items():
-        if not is_linear(key):
-            tensors[key] = dense[key] = value
-            continue
-        module = key[:-len(".weight")]
+    tensors, dense, linears = quantized_linears()
+    for key, module, value in linears:
         n, k = value.shape
         perm = rng.permutation(k)
         g_idx = np.empty(k, dtype=np.int32)
