@@ -324,7 +324,7 @@ absl::StatusOr<std::vector<QuantizedRows>> QuantizeForDevice(const compiler::Wei
     q.input_order = std::move(c.input_order);
     // A rank whose inputs start or end inside a 16-byte load of codes (int4 at GLM-4-9B's down_proj,
     // tp 8: 1,712 inputs a rank) stores the whole loads around them, with an input order that
-    // gathers its x into place and zeros under the neighbours' codes, which then add nothing.
+    // gathers its x into place (zeros under the neighbours' inputs, whose codes become zero-valued).
     const int64_t per_load = cuda::CodesPerLoad(p.quant.bits());
     if (q.input_order.empty() && (s.col_begin % per_load != 0 || s.col_end % per_load != 0)) {
       const int64_t begin = s.col_begin - s.col_begin % per_load;
@@ -346,6 +346,19 @@ absl::StatusOr<std::vector<QuantizedRows>> QuantizeForDevice(const compiler::Wei
       q.scales.insert(q.scales.end(), c.scales.begin() + local * groups + g0, c.scales.begin() + local * groups + g1);
       if (!c.zeros.empty()) {
         q.zeros.insert(q.zeros.end(), c.zeros.begin() + local * groups + g0, c.zeros.begin() + local * groups + g1);
+      }
+    }
+    if (q.inputs > 0) {  // the neighbours' codes become zeros too: no NaN code of theirs reaches this rank
+      const int64_t stored_groups = g1 - g0;
+      const uint8_t half = static_cast<uint8_t>(1 << (p.quant.bits() - 1));
+      for (int64_t r = 0; r < q.rows; ++r) {
+        for (int64_t j = 0; j < q.cols; ++j) {
+          if (q.input_order[j] >= 0) continue;
+          const int64_t g = group == 0 ? 0 : (j + q.group_offset) / group;
+          q.codes[r * q.cols + j] = p.quant.kind == ir::QuantKind::kFp8E4M3 ? 0
+                                    : q.zeros.empty()                      ? half
+                                                                           : q.zeros[r * stored_groups + g];
+        }
       }
     }
     pieces.push_back(std::move(q));
