@@ -30,12 +30,14 @@ const compiler::WeightEntry* Matrix(const compiler::Plan& plan, const compiler::
 // A linear step (RunLinear): bf16 weights take one kernel, plus one normalising x into the scratch
 // on the tensor-core paths (M > 1). Quantized ones: up to kQuantLinearMaxRows rows the codes
 // kernels, one a segment (a piece; a fused gate/up is one), x normalised first; more rows
-// dequantize each segment and run the GEMM, which normalises first.
+// dequantize each segment and run the GEMM, which normalises first. Not counted: an act-order
+// segment's gather of x (the plan does not say which checkpoint weights have one).
 int64_t LinearLaunches(const compiler::Plan& plan, const compiler::PlanStep& step, int64_t rows, bool norm) {
   const compiler::WeightEntry* w = Matrix(plan, step);
   if (w == nullptr || !w->quantized()) return 1 + (norm && rows > cuda::kGemvMaxRows ? 1 : 0);
   const int64_t segments = step.kernel == OpId::k_norm_gate_up_silu ? 1 : static_cast<int64_t>(w->pieces.size());
-  if (rows <= cuda::kQuantLinearMaxRows) return (norm ? 1 : 0) + segments;
+  // One launch a segment, one per 64-row chunk past 64 rows (the skinny kernel).
+  if (rows <= cuda::kQuantLinearMaxRows) return (norm ? 1 : 0) + segments * cuda::SkinnyLaunches(rows);
   return (norm ? 1 : 0) + segments + 1;
 }
 

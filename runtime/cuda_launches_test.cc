@@ -2,7 +2,9 @@
 
 #include <gtest/gtest.h>
 
+#include "ir/quant.h"
 #include "kernels/cuda/attention_plan.h"
+#include "passes/quantize.h"
 #include "tests/testing/tiny_glm.h"
 
 namespace ag::runtime {
@@ -34,6 +36,34 @@ TEST(CudaLaunches, FollowTheDispatchRules) {
   EXPECT_EQ(CudaLaunchesPerLayer(plan, {8, 1, 4096}), steps + norm_prologues + (batch8.slices > 1 ? 1 : 0));
   // A 512-token prompt: flash attention, one launch.
   EXPECT_EQ(CudaLaunchesPerLayer(plan, {1, 512, 512}), steps + norm_prologues);
+}
+
+// A quantized plan (int8 body): up to kQuantLinearMaxRows rows every segment is one launch of the
+// codes or skinny kernels, past 64 rows one per 64-row chunk; more rows dequantize each segment
+// into the scratch and run one GEMM.
+TEST(CudaLaunches, QuantizedLinearsLaunchPerRowChunk) {
+  compiler::CompileOptions options;
+  options.quant = passes::DefaultQuantPolicy(*ir::ParseQuantFormat("int8"));
+  options.build.max_seqs = 128;
+  absl::StatusOr<glm::ModelConfig> config = glm::LoadModelConfig(testing::TestDataDir() + "/tiny-glm");
+  ASSERT_TRUE(config.ok()) << config.status();
+  absl::StatusOr<compiler::CompileResult> compiled = compiler::Compile(*config, options);
+  ASSERT_TRUE(compiled.ok()) << compiled.status();
+  const compiler::Plan& plan = compiled->plan;
+  int64_t linears = 0, segments = 0;
+  for (const compiler::PlanStep& step : plan.decoder().steps) {
+    if (step.layer != 0) continue;
+    const int matrix = ir::GetOpInfo(step.kernel).matrix_operand;
+    if (matrix < 0 || step.operands[matrix].kind != compiler::TensorKind::kWeight) continue;
+    const compiler::WeightEntry& w = plan.weights[step.operands[matrix].index];
+    if (!w.quantized()) continue;
+    ++linears;
+    segments += step.kernel == ir::OpId::k_norm_gate_up_silu ? 1 : static_cast<int64_t>(w.pieces.size());
+  }
+  ASSERT_GT(linears, 0);
+  const int64_t at64 = CudaLaunchesPerLayer(plan, {64, 1, 512});
+  EXPECT_EQ(CudaLaunchesPerLayer(plan, {100, 1, 512}), at64 + segments) << "a second chunk a segment";
+  EXPECT_EQ(CudaLaunchesPerLayer(plan, {128, 1, 512}), at64 + segments);
 }
 
 }  // namespace

@@ -61,6 +61,25 @@ struct LinearParams {
   __nv_bfloat16* scratch = nullptr;  // [m, k]: the normalised x on the tensor-core paths (m > 1)
 };
 
+// Rows [m0, m0 + m) of p as a linear of their own: every row-indexed pointer (x, y, residual, the
+// rotary positions, cache slots and 8-bit staging rows) moved by m0 rows. M-RoPE's three position
+// streams keep their stride (positions.tokens).
+inline LinearParams RowsOf(const LinearParams& p, int64_t m0, int64_t m) {
+  LinearParams r = p;
+  r.m = m;
+  r.x = p.x + m0 * p.k;
+  const int64_t y_width = p.epilogue == Epilogue::kSiluMul   ? p.n / 2
+                          : p.epilogue == Epilogue::kQkvRope ? static_cast<int64_t>(p.qkv.heads) * p.qkv.head_dim
+                                                             : p.n;
+  r.y = p.y + m0 * y_width;
+  if (p.residual != nullptr) r.residual = p.residual + m0 * p.n;
+  if (p.qkv.positions.data != nullptr) r.qkv.positions.data = p.qkv.positions.data + m0;
+  if (p.qkv.slots != nullptr) r.qkv.slots = p.qkv.slots + m0;
+  if (p.qkv.kv_staging != nullptr) r.qkv.kv_staging = p.qkv.kv_staging + m0 * 2 * p.qkv.kv_heads * p.qkv.head_dim;
+  if (p.scratch != nullptr) r.scratch = p.scratch + m0 * p.k;
+  return r;
+}
+
 // k % 8 == 0; n even for kSiluMul and kQkvRope.
 cudaError_t LaunchLinear(const LinearParams& p, cudaStream_t stream);
 

@@ -13,9 +13,14 @@ inline constexpr int64_t kGemvMaxRows = 1;
 inline constexpr int64_t kSkinnyMaxRows = 64;
 // Rows of x up to which the backend takes the quantized decode path: up to 16 the codes kernel (8
 // rows a block, CUDA cores), then the skinny tensor-core kernel (linear_skinny.cuh) on weights
-// dequantized to bf16 in registers, each read once whatever the rows (bench/RESULTS.md,
-// "Quantized decode"). More rows dequantize the whole weight into the scratch for the GEMM.
-inline constexpr int64_t kQuantLinearMaxRows = 64;
+// dequantized to bf16 in registers (bench/RESULTS.md, "Quantized decode"), past 64 rows one launch
+// per 64-row chunk, which dequantize the codes again but mostly read them from L2. More rows
+// dequantize the whole weight into the scratch for the GEMM: 4.5 bytes a weight of traffic, which
+// the chunks' repeated dequantization beats to about 128 rows (predicted, not measured).
+inline constexpr int64_t kQuantLinearMaxRows = 128;
+
+// Launches of the skinny kernel for m rows (one per 64-row chunk).
+inline constexpr int64_t SkinnyLaunches(int64_t m) { return m <= kSkinnyMaxRows ? 1 : (m + kSkinnyMaxRows - 1) / kSkinnyMaxRows; }
 
 struct KSplit {
   int ranks = 1;           // blocks of a cluster along K, a power of two

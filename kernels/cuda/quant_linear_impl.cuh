@@ -202,15 +202,26 @@ template <QuantCode kCode, Epilogue kE>
 cudaError_t LaunchQuantRows(const LinearParams& p, const QuantSegment& s, cudaStream_t stream) {
   // Batch 1 on its own: a kernel with one accumulator row per column, the latency case.
   if (p.m == 1) return LaunchQuantTile<kCode, 1, kE>(p, s, stream);
-  // Past the skinny kernel's 64 rows only a head's many logit rows come here (token rows take the
-  // dequantized GEMM): 8 rows a block, any number of blocks.
-  if (p.m <= kQuantCodesMaxRows || p.m > kSkinnyMaxRows) return LaunchQuantTile<kCode, 8, kE>(p, s, stream);
+  // Up to 16 rows: the codes kernel, 8 rows a block; past kQuantLinearMaxRows only a head's many
+  // logit rows come here (token rows take the dequantized GEMM): the same, any number of blocks,
+  // whose row blocks of one column group share its codes through L2.
+  if (p.m <= kQuantCodesMaxRows || p.m > kQuantLinearMaxRows) {
+    return LaunchQuantTile<kCode, 8, kE>(p, s, stream);
+  }
   // Beyond, every 8-row block would dequantize the codes again and multiply on CUDA cores: the
-  // weights go through the tensor cores once, as the bf16 skinny kernel streams them.
+  // weights go through the tensor cores, as the bf16 skinny kernel streams them (64-row chunks past 64).
   const QuantRows<kCode> rows{s, PackedRowWords(p.k, QuantCodeBits(kCode)), SegmentGroups(p.k, s.group, s.group_offset),
                               s.n_begin, s.n};
   if (p.m <= 32) return LaunchSkinnyTile<4, kE>(p, rows, p.x, stream);
-  return LaunchSkinnyTile<8, kE>(p, rows, p.x, stream);
+  // Past 64 rows, one launch per 64-row chunk (RowsOf): the kernel has no register left to index a
+  // chunk itself; each launch reads the codes again, mostly from L2 where the weight fits there.
+  for (int64_t m0 = 0; m0 < p.m; m0 += kSkinnyMaxRows) {
+    const LinearParams chunk = RowsOf(p, m0, std::min(kSkinnyMaxRows, p.m - m0));
+    const cudaError_t e = chunk.m <= 32 ? LaunchSkinnyTile<4, kE>(chunk, rows, chunk.x, stream)
+                                        : LaunchSkinnyTile<8, kE>(chunk, rows, chunk.x, stream);
+    if (e != cudaSuccess) return e;
+  }
+  return cudaSuccess;
 }
 
 // Every epilogue of one code format; defined in quant_linear_<code>.cu.

@@ -794,7 +794,7 @@ TEST(GpuKernels, QuantLinearReadsCheckpointScalesAndActOrder) {
     Bf16Array dw(n * k);
     ASSERT_CUDA(cuda::LaunchDequantize(seg, k, dw.get(), nullptr));
     ExpectClose(dw.Download(), Bf16(w), 0, 0, name + " dequantized in input order");
-    for (const int64_t m : {1, 5, 16, 40}) {
+    for (const int64_t m : {1, 5, 16, 40, 100}) {  // 100: two row chunks of the skinny kernel
       const std::vector<float> x = RandomBf16(m * k, 37);
       const std::vector<float> want = HostProduct(x, w, m, n, k);
       Bf16Array dx(x), ordered(m * k), dy(m * n);
@@ -854,7 +854,7 @@ TEST(GpuKernels, QuantLinearReadsAPaddedActOrderSlice) {
   Bf16Array dw(n * k);
   ASSERT_CUDA(cuda::LaunchDequantize(seg, k, dw.get(), nullptr));
   ExpectClose(dw.Download(), Bf16(w), 0, 0, "padded slice dequantized in input order");
-  for (const int64_t m : {1, 7, 40}) {
+  for (const int64_t m : {1, 7, 40, 70}) {
     const std::vector<float> x = RandomBf16(m * k, 41);
     const std::vector<float> want = HostProduct(x, w, m, n, k);
     Bf16Array dx(x), widened(m * stored_k), dy(m * n);
@@ -891,7 +891,7 @@ TEST(GpuKernels, QuantLinearEpiloguesMatchTheBf16Path) {
     const cuda::QuantSegment seg{codes.get(), device_scales, c.symmetric ? nullptr : zeros.get(), c.code, c.group, 0, n};
     Bf16Array dw(n * k);
     ASSERT_CUDA(cuda::LaunchDequantize(seg, k, dw.get(), nullptr));
-    for (const int64_t m : {1, 5, 40}) {
+    for (const int64_t m : {1, 5, 40, 130}) {  // 130: three row chunks, the last of 2 rows
       const std::vector<float> x = RandomBf16(m * k, 31);
       Bf16Array dx(x), got(m * n / 2), want(m * n / 2);
       cuda::LinearParams p;
