@@ -2,6 +2,7 @@
 
 #include <optional>
 
+#include "absl/algorithm/container.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "absl/strings/match.h"
@@ -264,7 +265,9 @@ absl::Status CheckPlan(const Plan& plan, const glm::ModelConfig& config, const s
   std::string first;
   for (const std::string& name : checkpoint->Names()) {
     if (used.contains(name) || absl::EndsWith(name, ".inv_freq")) continue;
-    if (kv_scales_unread && (absl::EndsWith(name, ".self_attn.k_scale") || absl::EndsWith(name, ".self_attn.v_scale"))) {
+    if (kv_scales_unread && absl::c_any_of(glm::kKvScaleSuffixes, [&](absl::string_view suffix) {
+          return absl::EndsWith(name, absl::StrCat(".", suffix));
+        })) {
       continue;
     }
     if (unused++ == 0) first = name;

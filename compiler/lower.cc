@@ -155,8 +155,8 @@ absl::Status AddStaticKvScales(const quant::CheckpointQuant& stored, const Weigh
         " codes, not the ", ir::DTypeName(plan.kv.dtype), " cache asked for (--kv-cache-dtype)"));
   }
   for (int64_t layer = 0; layer < plan.kv.num_layers; ++layer) {
-    for (const char* which : {"k_scale", "v_scale"}) {
-      const std::string param = absl::StrCat("model.layers.", layer, ".self_attn.", which);
+    for (const absl::string_view suffix : glm::kKvScaleSuffixes) {
+      const std::string param = absl::StrCat("model.layers.", layer, ".", suffix);
       ASSIGN_OR_RETURN(const glm::WeightSource src, map(param));
       WeightEntry entry{param, ir::DType::kF32, {1}, {}};
       entry.pieces.push_back({src.tensor, src.tensor_shape, 0, 1, ir::ShardSpec{}, {}, ir::QuantPacking::kNone});

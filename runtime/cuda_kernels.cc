@@ -76,7 +76,7 @@ absl::Status RunLinear(const A& a, cuda::LinearParams p) {
   for (const cuda::QuantSegment& s : *a.quant) {
     cuda::LinearParams q = p;
     if (s.input_order != nullptr) {  // an act-order segment reads x in its own input order (widened when padded)
-      q.k = s.stored_k > 0 ? s.stored_k : p.k;
+      q.k = cuda::StoredK(s, p.k);
       if (static_cast<size_t>(p.m * q.k) * 2 > a.order_bytes) {
         return absl::InternalError(absl::StrCat("step ", a.step->name, ": ", p.m, " rows outgrow the act-order scratch"));
       }

@@ -232,6 +232,13 @@ absl::StatusOr<PieceCodes> DecodedPiece(const compiler::WeightEntry& entry, cons
   return c;
 }
 
+// The code worth zero in group i of a piece stored as `f` (zero points `zeros`, empty when
+// symmetric: z = 2^(bits-1)); E4M3's zero is code 0.
+uint8_t ZeroValuedCode(const ir::QuantFormat& f, const std::vector<uint8_t>& zeros, int64_t i) {
+  if (f.kind == ir::QuantKind::kFp8E4M3) return 0;
+  return zeros.empty() ? static_cast<uint8_t>(1 << (f.bits() - 1)) : zeros[i];
+}
+
 // This rank's block `s` of an act-order piece whose inputs are split over ranks: for each group,
 // the rank's inputs of it (in c's stored order) padded with zero-valued codes to a multiple of
 // kActOrderRankGroup, the group's scale and zero point repeated for each stored group.
@@ -256,7 +263,6 @@ QuantizedRows ActOrderRankBlock(const PieceCodes& c, const compiler::WeightPiece
   }
   q.cols = static_cast<int64_t>(stored.size());
   for (const int64_t j : stored) q.input_order.push_back(j < 0 ? -1 : c.input_order[j] - static_cast<int32_t>(s.col_begin));
-  const uint8_t half = static_cast<uint8_t>(1 << (p.quant.bits() - 1));
   for (int64_t r = s.row_begin; r < s.row_end; ++r) {
     const int64_t local = r - p.row_begin;
     for (const int64_t g : group_of_stored) {
@@ -264,8 +270,8 @@ QuantizedRows ActOrderRankBlock(const PieceCodes& c, const compiler::WeightPiece
       if (!c.zeros.empty()) q.zeros.push_back(c.zeros[local * c.groups + g]);
     }
     for (size_t i = 0; i < stored.size(); ++i) {
-      const uint8_t zero = c.zeros.empty() ? half : c.zeros[local * c.groups + group_of_stored[i / sub]];
-      q.codes.push_back(stored[i] < 0 ? zero : c.codes[local * k + stored[i]]);  // (z - z) * s = 0
+      q.codes.push_back(stored[i] < 0 ? ZeroValuedCode(p.quant, c.zeros, local * c.groups + group_of_stored[i / sub])
+                                      : c.codes[local * k + stored[i]]);
     }
   }
   return q;
@@ -349,15 +355,10 @@ absl::StatusOr<std::vector<QuantizedRows>> QuantizeForDevice(const compiler::Wei
       }
     }
     if (q.inputs > 0) {  // the neighbours' codes become zeros too: no NaN code of theirs reaches this rank
-      const int64_t stored_groups = g1 - g0;
-      const uint8_t half = static_cast<uint8_t>(1 << (p.quant.bits() - 1));
       for (int64_t r = 0; r < q.rows; ++r) {
         for (int64_t j = 0; j < q.cols; ++j) {
-          if (q.input_order[j] >= 0) continue;
           const int64_t g = group == 0 ? 0 : (j + q.group_offset) / group;
-          q.codes[r * q.cols + j] = p.quant.kind == ir::QuantKind::kFp8E4M3 ? 0
-                                    : q.zeros.empty()                      ? half
-                                                                           : q.zeros[r * stored_groups + g];
+          if (q.input_order[j] < 0) q.codes[r * q.cols + j] = ZeroValuedCode(p.quant, q.zeros, r * (g1 - g0) + g);
         }
       }
     }

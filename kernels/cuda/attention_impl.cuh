@@ -9,7 +9,6 @@
 #ifndef AUTOGLM_KERNELS_CUDA_ATTENTION_IMPL_CUH_
 #define AUTOGLM_KERNELS_CUDA_ATTENTION_IMPL_CUH_
 
-
 #include <cfloat>
 
 #include "kernels/cuda/attention.cuh"

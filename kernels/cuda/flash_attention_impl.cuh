@@ -12,7 +12,6 @@
 #ifndef AUTOGLM_KERNELS_CUDA_FLASH_ATTENTION_IMPL_CUH_
 #define AUTOGLM_KERNELS_CUDA_FLASH_ATTENTION_IMPL_CUH_
 
-
 #include <cmath>
 
 #include "kernels/cuda/attention_plan.h"

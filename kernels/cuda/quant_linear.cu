@@ -24,7 +24,7 @@ __global__ void __launch_bounds__(256) DequantizeKernel(QuantSegment s, int64_t 
   constexpr int kCodes = 128 / QuantCodeBits(kCode);
   AllowNextKernel();
   WaitForPreviousKernel();
-  const int64_t stored = s.stored_k > 0 ? s.stored_k : k;
+  const int64_t stored = StoredK(s, k);
   const int64_t loads = stored / kCodes, groups = SegmentGroups(stored, s.group, s.group_offset);
   for (int64_t t = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; t < s.n * loads;
        t += static_cast<int64_t>(gridDim.x) * blockDim.x) {
@@ -50,7 +50,7 @@ __global__ void __launch_bounds__(256) DequantizeKernel(QuantSegment s, int64_t 
 
 template <QuantCode kCode>
 cudaError_t LaunchDequantizeFor(const QuantSegment& s, int64_t k, bf16* w, cudaStream_t stream) {
-  const int64_t loads = s.n * ((s.stored_k > 0 ? s.stored_k : k) / (128 / QuantCodeBits(kCode)));
+  const int64_t loads = s.n * (StoredK(s, k) / (128 / QuantCodeBits(kCode)));
   const int64_t blocks = std::min<int64_t>((loads + 255) / 256, int64_t{1} << 16);
   return LaunchKernel(DequantizeKernel<kCode>, dim3(static_cast<unsigned>(blocks)), dim3(256), 0, stream, s, k, w);
 }
@@ -118,7 +118,7 @@ cudaError_t LaunchQuantLinear(const LinearParams& p, const QuantSegment& s, cuda
 
 cudaError_t LaunchDequantize(const QuantSegment& s, int64_t k, bf16* w, cudaStream_t stream) {
   if (s.stored_k > 0 && (s.stored_k < k || s.input_order == nullptr)) return cudaErrorInvalidValue;
-  if (!SegmentFits(s, s.stored_k > 0 ? s.stored_k : k) || w == nullptr) return cudaErrorInvalidValue;
+  if (!SegmentFits(s, StoredK(s, k)) || w == nullptr) return cudaErrorInvalidValue;
   if (s.n == 0) return cudaSuccess;
   switch (s.code) {
     case QuantCode::kInt4:

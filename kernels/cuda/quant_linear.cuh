@@ -55,6 +55,9 @@ struct QuantSegment {
   int64_t stored_k = 0;
 };
 
+// Codes a row of segment s of a linear with k inputs.
+constexpr int64_t StoredK(const QuantSegment& s, int64_t k) { return s.stored_k > 0 ? s.stored_k : k; }
+
 // The decode path over one segment: p as for LaunchLinear, but p.w is not read
 // (the segment is the weight), p.norm_w must be null (normalise x first) and
 // p.n is the whole weight's rows. cudaErrorInvalidValue when k is not a

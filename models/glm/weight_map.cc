@@ -94,7 +94,7 @@ absl::StatusOr<std::vector<int64_t>> ParamShape(const ModelConfig& c, absl::stri
     if (suffix == "mlp.gate_proj.weight" || suffix == "mlp.up_proj.weight") return std::vector<int64_t>{inter, h};
     if (suffix == "mlp.down_proj.weight") return std::vector<int64_t>{h, inter};
     // A compressed-tensors KV-cache scheme's static scales (models/quant): one value each.
-    if (suffix == "self_attn.k_scale" || suffix == "self_attn.v_scale") return std::vector<int64_t>{1};
+    if (suffix == kKvScaleSuffixes[0] || suffix == kKvScaleSuffixes[1]) return std::vector<int64_t>{1};
   }
   return absl::InvalidArgumentError(absl::StrCat("'", param, "' is not a parameter of this ", LayoutName(c.layout),
                                                  " model"));

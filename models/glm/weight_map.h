@@ -37,6 +37,10 @@ absl::StatusOr<std::vector<int64_t>> ParamShape(const ModelConfig& config, absl:
 
 absl::StatusOr<WeightSource> MapWeight(const ModelConfig& config, absl::string_view param);
 
+// A layer's static KV-cache scales, "model.layers.N.<suffix>" (compressed-tensors' kv_cache_scheme,
+// models/quant): one value each.
+inline constexpr absl::string_view kKvScaleSuffixes[2] = {"self_attn.k_scale", "self_attn.v_scale"};
+
 // Checks that the tensor exists with the expected shape; the error names the
 // tensor, the shapes and the checkpoint directory.
 absl::StatusOr<const TensorView*> FindSourceTensor(const Checkpoint& checkpoint, const WeightSource& source);

@@ -101,7 +101,7 @@ absl::StatusOr<ir::DType> ParseKvCacheScheme(const json& q, const glm::Fields& f
 
 absl::StatusOr<CheckpointQuant> ParseCompressedTensors(const json& q, const glm::Fields& f, absl::string_view source) {
   CheckpointQuant c;
-  if (f.Has("kv_cache_scheme") && !q["kv_cache_scheme"].is_null()) {
+  if (f.Has("kv_cache_scheme")) {
     ASSIGN_OR_RETURN(c.kv_cache, ParseKvCacheScheme(q, f));
     // A checkpoint may quantize only its KV cache: its linears stay dense.
     if (!f.Has("config_groups") || (q["config_groups"].is_object() && q["config_groups"].empty())) return c;
