@@ -144,8 +144,9 @@ class CudaBackend : public Backend {
   absl::StatusOr<QuantWeight> UploadQuantWeight(const compiler::WeightEntry& entry, const WeightSource& source,
                                                 bool interleave);
   // Bytes of the bf16 weight the prefill path dequantizes into: the largest quantized matrix a
-  // step multiplies with more than kQuantLinearMaxRows token rows.
-  static absl::StatusOr<size_t> DequantScratchBytes(const compiler::Plan& plan);
+  // step multiplies with more than kQuantLinearMaxRows token rows. Once the weights are uploaded,
+  // only those the in-load GEMM cannot take here (not Hopper, act order); before, all of them.
+  absl::StatusOr<size_t> DequantScratchBytes(const compiler::Plan& plan, bool uploaded) const;
   // Bytes of x put in an act-order weight's input order for the codes kernel: the most rows it
   // takes there (kQuantLinearMaxRows, or a logit-row step's bound) times the inputs. Needs quant_.
   absl::StatusOr<size_t> OrderScratchBytes(const compiler::Plan& plan) const;
@@ -307,7 +308,7 @@ absl::Status ForEachWeightMatrix(
 
 }  // namespace
 
-absl::StatusOr<size_t> CudaBackend::DequantScratchBytes(const compiler::Plan& plan) {
+absl::StatusOr<size_t> CudaBackend::DequantScratchBytes(const compiler::Plan& plan, bool uploaded) const {
   size_t bytes = 0;
   RETURN_IF_ERROR(ForEachWeightMatrix(plan, [&](const compiler::Program& program, const compiler::PlanStep& step,
                                                 int64_t weight) -> absl::Status {
@@ -317,6 +318,11 @@ absl::StatusOr<size_t> CudaBackend::DequantScratchBytes(const compiler::Plan& pl
     const ir::Dim& rows_dim = step.operands[0].type.shape[0];
     if (rows_dim.symbol() == "R") return absl::OkStatus();
     ASSIGN_OR_RETURN(const int64_t rows, rows_dim.Resolve(program.bounds));
+    ASSIGN_OR_RETURN(const int64_t k, step.operands[0].type.shape[1].Resolve(program.bounds));
+    if (uploaded && absl::c_all_of(quant_[weight].segments,
+                                   [k](const cuda::QuantSegment& s) { return cuda::QuantGemmTakes(s, k); })) {
+      return absl::OkStatus();  // dequantized in the GEMM's loads
+    }
     if (rows > cuda::kQuantLinearMaxRows) {
       bytes = std::max(bytes, static_cast<size_t>(plan.weights[weight].NumElements()) * 2);
     }
@@ -403,7 +409,7 @@ absl::Status CudaBackend::Load(const compiler::Plan& plan, const WeightSource& w
   // bf16 (or quantized) weights, arena and KV cache; the extra covers the linear scratch, the
   // attention workspace, sized later (at most a few hundred MB at 4096 batch tokens), and the
   // prefill path's dequantized weight.
-  ASSIGN_OR_RETURN(const size_t dequant_bytes, DequantScratchBytes(plan));
+  ASSIGN_OR_RETURN(const size_t dequant_bytes, DequantScratchBytes(plan, /*uploaded=*/false));
   const int64_t extra = plan.max_batch_tokens * plan.model.hidden_size * 16 + (int64_t{256} << 20) +
                         static_cast<int64_t>(dequant_bytes) + KvStagingBytes(plan);
   RETURN_IF_ERROR(CheckPlanFits(plan, kv_blocks, StorageLayout{2, 2, 1, 1, /*weights_as_stored=*/true,
@@ -495,9 +501,9 @@ absl::Status CudaBackend::Load(const compiler::Plan& plan, const WeightSource& w
     quant_.emplace_back();
   }
   dequant_scratch_ = DeviceBuffer();
-  dequant_bytes_ = dequant_bytes;
-  if (dequant_bytes > 0) {
-    ASSIGN_OR_RETURN(dequant_scratch_, DeviceAlloc(dequant_bytes, "the dequantized weight"));
+  ASSIGN_OR_RETURN(dequant_bytes_, DequantScratchBytes(plan, /*uploaded=*/true));
+  if (dequant_bytes_ > 0) {
+    ASSIGN_OR_RETURN(dequant_scratch_, DeviceAlloc(dequant_bytes_, "the dequantized weight"));
   }
   order_scratch_ = DeviceBuffer();
   ASSIGN_OR_RETURN(order_bytes_, OrderScratchBytes(plan));

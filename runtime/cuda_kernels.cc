@@ -1,5 +1,7 @@
 #include <array>
 
+#include "absl/algorithm/container.h"
+
 #include "kernels/cuda/attention.cuh"
 #include "kernels/cuda/elementwise.cuh"
 #include "kernels/cuda/embedding.cuh"
@@ -53,14 +55,39 @@ cuda::LinearParams Linear(const A& a, const CudaTensor& x, const bf16* norm_w, c
   return p;
 }
 
+// x normalised into the scratch when the step has a norm prologue (the quantized kernels have none).
+absl::Status NormalizeFirst(const A& a, cuda::LinearParams* p) {
+  if (p->norm_w == nullptr) return absl::OkStatus();
+  RETURN_IF_ERROR(Check(cuda::LaunchRmsNorm(p->x, p->norm_w, p->m, p->k, p->eps, p->scratch, a.stream), a));
+  p->x = p->scratch;
+  p->norm_w = nullptr;
+  return absl::OkStatus();
+}
+
+// Whether every segment of a quantized prefill step can take the in-load GEMM (Hopper, no act order).
+bool InLoadGemm(const A& a, const cuda::LinearParams& p) {
+  cuda::LinearParams q = p;
+  if (q.norm_w != nullptr) {  // as NormalizeFirst will leave it
+    q.x = q.scratch;
+    q.norm_w = nullptr;
+  }
+  return absl::c_all_of(*a.quant, [&](const cuda::QuantSegment& s) { return cuda::QuantGemmUsable(q, s); });
+}
+
 // A linear step, over a bf16 weight or a quantized one. Quantized, up to kQuantLinearMaxRows rows
 // (decode) run on the codes, x normalised first when there is a norm prologue; more rows
-// (prefill) dequantize the weight into the scratch and take the bf16 tensor-core GEMM, unless the
-// scratch was not sized for it (the LM head's logit rows: the codes kernel takes any rows). An
+// (prefill) take the wgmma GEMM that dequantizes each segment's tiles as they arrive, or, where it
+// cannot (not Hopper, act order), dequantize the weight into the scratch for the bf16 GEMM, unless
+// the scratch was not sized for it (the LM head's logit rows: the codes kernel takes any rows). An
 // act-order segment's codes kernel reads x reordered into the order scratch; its dequantized
 // weight is written back in input order.
 absl::Status RunLinear(const A& a, cuda::LinearParams p) {
   if (a.quant == nullptr) return Check(cuda::LaunchLinear(p, a.stream), a);
+  if (p.m > cuda::kQuantLinearMaxRows && InLoadGemm(a, p)) {
+    RETURN_IF_ERROR(NormalizeFirst(a, &p));
+    for (const cuda::QuantSegment& s : *a.quant) RETURN_IF_ERROR(Check(cuda::LaunchQuantGemm(p, s, a.stream), a));
+    return absl::OkStatus();
+  }
   if (p.m > cuda::kQuantLinearMaxRows && static_cast<size_t>(p.n * p.k) * 2 <= a.dequant_bytes) {
     p.w = static_cast<const bf16*>(a.dequant_scratch);
     for (const cuda::QuantSegment& s : *a.quant) {
@@ -68,11 +95,7 @@ absl::Status RunLinear(const A& a, cuda::LinearParams p) {
     }
     return Check(cuda::LaunchLinear(p, a.stream), a);
   }
-  if (p.norm_w != nullptr) {
-    RETURN_IF_ERROR(Check(cuda::LaunchRmsNorm(p.x, p.norm_w, p.m, p.k, p.eps, p.scratch, a.stream), a));
-    p.x = p.scratch;
-    p.norm_w = nullptr;
-  }
+  RETURN_IF_ERROR(NormalizeFirst(a, &p));
   for (const cuda::QuantSegment& s : *a.quant) {
     cuda::LinearParams q = p;
     if (s.input_order != nullptr) {  // an act-order segment reads x in its own input order (widened when padded)

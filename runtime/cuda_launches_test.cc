@@ -39,8 +39,8 @@ TEST(CudaLaunches, FollowTheDispatchRules) {
 }
 
 // A quantized plan (int8 body): up to kQuantLinearMaxRows rows every segment is one launch of the
-// codes or skinny kernels, past 64 rows one per 64-row chunk; more rows dequantize each segment
-// into the scratch and run one GEMM.
+// codes or skinny kernels, past 64 rows one per 64-row chunk; more rows one launch of the in-load
+// GEMM a segment where the bf16 plan launches one GEMM a linear.
 TEST(CudaLaunches, QuantizedLinearsLaunchPerRowChunk) {
   compiler::CompileOptions options;
   options.quant = passes::DefaultQuantPolicy(*ir::ParseQuantFormat("int8"));
@@ -64,6 +64,11 @@ TEST(CudaLaunches, QuantizedLinearsLaunchPerRowChunk) {
   const int64_t at64 = CudaLaunchesPerLayer(plan, {64, 1, 512});
   EXPECT_EQ(CudaLaunchesPerLayer(plan, {100, 1, 512}), at64 + segments) << "a second chunk a segment";
   EXPECT_EQ(CudaLaunchesPerLayer(plan, {128, 1, 512}), at64 + segments);
+  absl::StatusOr<compiler::CompileResult> bf16 = compiler::Compile(*config, compiler::CompileOptions{});
+  ASSERT_TRUE(bf16.ok()) << bf16.status();
+  EXPECT_EQ(CudaLaunchesPerLayer(plan, {1, 512, 512}) - CudaLaunchesPerLayer(bf16->plan, {1, 512, 512}),
+            segments - linears)
+      << "a 512-token prompt: a GEMM a segment, not a dequantization a segment and a GEMM";
 }
 
 }  // namespace

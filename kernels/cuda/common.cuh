@@ -170,12 +170,14 @@ int MultiprocessorCount();
 // attribute belongs to the current device, so it is set once per kernel and
 // device (tensor-parallel ranks run on their own devices), and launches
 // captured into CUDA graphs make no attribute calls after the first.
-template <auto kKernel>
+template <auto kKernel, size_t kBytes = 200 * 1024>
 cudaError_t AllowLargeSharedMemory() {
   static PerDeviceOnce<cudaError_t, cudaSuccess> once;
   int device = 0;
   if (const cudaError_t e = cudaGetDevice(&device); e != cudaSuccess) return e;
-  return once.Get(device, [] { return cudaFuncSetAttribute(kKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, 200 * 1024); });
+  return once.Get(device, [] {
+    return cudaFuncSetAttribute(kKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kBytes));
+  });
 }
 
 }  // namespace ag::cuda

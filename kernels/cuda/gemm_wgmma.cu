@@ -5,6 +5,8 @@
 
 #include "kernels/cuda/linear_impl.cuh"
 #include "kernels/cuda/per_device.h"
+#include "kernels/cuda/quant_gemm_layout.h"
+#include "kernels/cuda/quant_linear.cuh"
 
 namespace ag::cuda {
 namespace {
@@ -46,6 +48,38 @@ bool Aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0;
 
 bool WgmmaGemmUsable(const LinearParams& p, const bf16* a) {
   return Enabled() && p.k % 8 == 0 && Aligned16(a) && Aligned16(p.w) && Encoder() != nullptr && HopperDevice();
+}
+
+// AUTOGLM_QUANT_GEMM=0 keeps quantized prefill on the dequantized scratch (for comparison).
+static bool QuantGemmEnabled() {
+  static const bool enabled = SwitchedOn("AUTOGLM_QUANT_GEMM");
+  return enabled;
+}
+
+bool QuantGemmTakes(const QuantSegment& s, int64_t k) {
+  return Enabled() && QuantGemmEnabled() && Aligned16(s.codes) && QuantGemmTakesShape(s.code, k, s.input_order != nullptr, s.stored_k) &&
+         Encoder() != nullptr && HopperDevice();
+}
+
+bool QuantGemmUsable(const LinearParams& p, const QuantSegment& s) {
+  return p.norm_w == nullptr && Aligned16(p.x) && QuantGemmTakes(s, p.k);
+}
+
+cudaError_t EncodeCodeTileMap(const void* codes, int64_t rows, int64_t row_bytes, int box_bytes, CUtensorMap* map) {
+  const PFN_cuTensorMapEncodeTiled_v12000 encode = Encoder();
+  if (encode == nullptr || rows <= 0 || row_bytes <= 0 || row_bytes % 16 != 0 || (box_bytes != 32 && box_bytes != 64)) {
+    return cudaErrorInvalidValue;
+  }
+  const cuuint64_t dims[2] = {static_cast<cuuint64_t>(row_bytes), static_cast<cuuint64_t>(rows)};
+  const cuuint64_t strides[1] = {static_cast<cuuint64_t>(row_bytes)};
+  const cuuint32_t box[2] = {static_cast<cuuint32_t>(box_bytes), kQuantGemmBN};
+  const cuuint32_t element_strides[2] = {1, 1};
+  // The swizzle as wide as a box row: eight consecutive rows' same 16 bytes land in different banks.
+  const CUtensorMapSwizzle swizzle = box_bytes == 32 ? CU_TENSOR_MAP_SWIZZLE_32B : CU_TENSOR_MAP_SWIZZLE_64B;
+  const CUresult r = encode(map, CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, const_cast<void*>(codes), dims, strides, box,
+                            element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                            CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  return r == CUDA_SUCCESS ? cudaSuccess : cudaErrorInvalidValue;
 }
 
 cudaError_t EncodeTileMap(const bf16* matrix, int64_t rows, int64_t k, CUtensorMap* map) {

@@ -95,6 +95,21 @@ __device__ __forceinline__ void FenceAccumulators(float* d) {
   for (int i = 0; i < 64; ++i) asm volatile("" : "+f"(d[i])::"memory");
 }
 
+// A consumer warpgroup's accumulators (rows 64 half .. 64 half + 63 of the tile) into the fp32
+// tile. wgmma's accumulator layout: warp w of the group holds rows 16w..16w+15, and for each 8
+// columns j the mma.m16n8 C fragment: d[4j + e] at (row g + 8 (e / 2), column 8j + 2t + e % 2).
+__device__ __forceinline__ void StoreWgmmaAccumulators(const float* d, int half, int warp_in_wg, int lane,
+                                                       float (*tile)[kWgTileLd]) {
+  const int row0 = 64 * half + 16 * warp_in_wg + lane / 4, col0 = 2 * (lane % 4);
+#pragma unroll
+  for (int j = 0; j < kWgBN / 8; ++j) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      *reinterpret_cast<float2*>(&tile[row0 + 8 * h][8 * j + col0]) = make_float2(d[4 * j + 2 * h], d[4 * j + 2 * h + 1]);
+    }
+  }
+}
+
 template <Epilogue kE>
 __global__ void __launch_bounds__(kWgThreads, 1)
     WgmmaGemmKernel(LinearParams p, const __grid_constant__ CUtensorMap a_map, const __grid_constant__ CUtensorMap w_map,
@@ -155,19 +170,8 @@ __global__ void __launch_bounds__(kWgThreads, 1)
   }
   __syncthreads();  // every wgmma has read its stage: the stages become the output tile
   auto tile = reinterpret_cast<float (*)[kWgTileLd]>(smem);
-  if (wg > 0) {
-    // wgmma's accumulator layout: warp w of the group holds rows 16w..16w+15, and for each 8 columns
-    // j the mma.m16n8 C fragment: d[4j + e] at (row g + 8 (e / 2), column 8j + 2t + e % 2).
-    const int row0 = 64 * (wg - 1) + 16 * warp_in_wg + lane / 4, col0 = 2 * (lane % 4);
-#pragma unroll
-    for (int j = 0; j < kWgBN / 8; ++j) {
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        *reinterpret_cast<float2*>(&tile[row0 + 8 * h][8 * j + col0]) = make_float2(d[4 * j + 2 * h], d[4 * j + 2 * h + 1]);
-      }
-    }
-  }
-  StoreClusterTile<kE, kWgBM, kWgBN, kWgThreads>(p, cluster, &tile[0][0], kWgTileLd, block_m, block_n);
+  if (wg > 0) StoreWgmmaAccumulators(d, wg - 1, warp_in_wg, lane, tile);
+  StoreClusterTile<kE, kWgBM, kWgBN, kWgThreads>(p, cluster, &tile[0][0], kWgTileLd, block_m, block_n, p.n);
 }
 
 // Host side (gemm_wgmma.cu): whether the wgmma GEMM may take a launch (a Hopper device,

@@ -5,9 +5,12 @@
 // kernels expect, and the flash kernel's chain (S = Q K^T, S's accumulators as
 // P's A fragments, P V) must compute (Q K^T) V; the K splits must cover K with
 // work for every rank; attention's head chunks and context slices must cover
-// the group and the context, and flash attention's tiles every row once.
+// the group and the context, and flash attention's tiles every row once; the
+// quantized GEMM's dequantizing threads must put every code where wgmma reads
+// its input.
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <random>
 #include <set>
 #include <utility>
@@ -18,6 +21,7 @@
 #include "kernels/cuda/per_device.h"
 #include "kernels/cuda/linear_split.h"
 #include "kernels/cuda/mma_layout.h"
+#include "kernels/cuda/quant_gemm_layout.h"
 #include "kernels/cuda/quant_pack.h"
 
 namespace ag::cuda {
@@ -443,6 +447,119 @@ TEST(QuantPack, CodesRoundTripAndLoadsStayInARow) {
     EXPECT_EQ(load[0] & ((1u << bits) - 1), codes[2 * k + CodesPerLoad(bits)]);
     EXPECT_EQ(load[3] >> (32 - bits), codes[2 * k + 2 * CodesPerLoad(bits) - 1]);
   }
+}
+
+// The swizzles, from the CUDA driver's description of the TMA modes (the 16-byte chunk within
+// each span XORed with the row's position in the 8 x 128-byte pattern), row by row rather than
+// by address bits: 128-byte rows, chunk c ^ r % 8; 64-byte rows, c ^ (r / 2) % 4; 32-byte rows,
+// c ^ (r / 4) % 2. Each a permutation of every 1024-byte atom, and eight consecutive rows taking
+// the same chunk (a quarter-warp's 16-byte accesses) touch eight different 16-byte bank groups.
+TEST(QuantGemmLayout, SwizzlesAreTheTmaModesAndConflictFree) {
+  for (const int row_bytes : {32, 64, 128}) {
+    SCOPED_TRACE(row_bytes);
+    const int rows_per_atom = 1024 / row_bytes, chunks = row_bytes / 16;
+    std::set<uint32_t> seen;
+    for (int r = 0; r < 3 * rows_per_atom; ++r) {
+      for (int c = 0; c < chunks; ++c) {
+        const int pattern_row = (r * row_bytes / 128) % 8;  // the 128-byte line of the 1024-byte pattern
+        const int want_chunk = c ^ (pattern_row % chunks);
+        const uint32_t at = SwizzledOffset(r * row_bytes + 16 * c, row_bytes);
+        EXPECT_EQ(at, static_cast<uint32_t>(r * row_bytes + 16 * want_chunk)) << "row " << r << " chunk " << c;
+        EXPECT_TRUE(seen.insert(at).second);
+        EXPECT_EQ(at / 1024, static_cast<uint32_t>(r * row_bytes / 1024)) << "stays in its atom";
+      }
+    }
+    for (int r0 = 0; r0 < 64; r0 += 8) {
+      for (int c = 0; c < chunks; ++c) {
+        std::set<uint32_t> banks;  // 16-byte bank groups: offset / 16 mod 8
+        for (int r = r0; r < r0 + 8; ++r) banks.insert((SwizzledOffset(r * row_bytes + 16 * c, row_bytes) / 16) % 8);
+        EXPECT_EQ(banks.size(), 8u) << "rows " << r0 << ".. chunk " << c;
+      }
+    }
+  }
+  EXPECT_EQ(SwizzledOffset(6 * 64 + 16, 64), 6u * 64 + 16 * (1 ^ 3));
+  EXPECT_EQ(SwizzledOffset(5 * 32, 32), 5u * 32 + 16);
+  EXPECT_EQ(SwizzledOffset(100, 16), 100u) << "no swizzle";
+}
+
+// One k-tile of a segment through the dequantizing warpgroup, emulated: the codes box as TMA
+// writes it (32 or 64 bytes of each of 128 rows at byte column k0 * bits / 8, zeros past the
+// segment's rows and the row's end), thread r's loads at CodeLoadOffset unpacked low bits first,
+// chunks written at TileChunkOffset; then wgmma's reading of a K-major operand with the 128-byte
+// swizzle (rows of 128 bytes, 8-row groups 1024 bytes apart, chunk c of row n at c ^ n % 8)
+// must find, for tile row n and input kk, the code of segment row tile_n + n, input k0 + kk.
+TEST(QuantGemmLayout, DequantizingThreadsPlaceEveryCodeWhereWgmmaReadsIt) {
+  std::mt19937 rng(5);
+  for (const QuantCode code : {QuantCode::kInt4, QuantCode::kInt8, QuantCode::kFp8}) {
+    const int bits = QuantCodeBits(code), row_bytes = QuantGemmCodeRowBytes(code);
+    const int per_load = static_cast<int>(CodesPerLoad(bits)), loads = row_bytes / 16;
+    SCOPED_TRACE(bits);
+    const int64_t n = 150, k = 160;  // the second row tile and the third k-tile are partial
+    std::vector<uint8_t> codes(n * k);
+    for (uint8_t& c : codes) c = static_cast<uint8_t>(1 + rng() % ((1u << bits) - 1));  // 0: "nothing there"
+    std::vector<uint32_t> words(n * PackedRowWords(k, bits));
+    PackQuantCodes(codes.data(), n, k, bits, words.data());
+    const auto* bytes = reinterpret_cast<const uint8_t*>(words.data());
+    const int64_t row_pitch = k * bits / 8;
+    for (const int64_t tile_n : {int64_t{0}, int64_t{128}}) {
+      for (const int64_t k0 : {int64_t{0}, int64_t{64}, int64_t{128}}) {
+        std::vector<uint8_t> stage(kQuantGemmBN * row_bytes, 0);
+        for (int r = 0; r < kQuantGemmBN; ++r) {  // TMA: the box, swizzled
+          for (int b = 0; b < row_bytes; ++b) {
+            const int64_t row = tile_n + r, col = k0 * bits / 8 + b;
+            if (row < n && col < row_pitch) stage[SwizzledOffset(r * row_bytes + b, row_bytes)] = bytes[row * row_pitch + col];
+          }
+        }
+        std::vector<uint16_t> tile(kQuantGemmBN * kQuantGemmBK, 0xFFFF);  // "bf16" values: the codes
+        for (int r = 0; r < kQuantGemmBN; ++r) {
+          for (int j = 0; j < loads; ++j) {
+            const bool live = tile_n + r < n && k0 + j * per_load < k;
+            uint32_t w[4] = {};
+            if (live) std::memcpy(w, &stage[CodeLoadOffset(r, j, row_bytes)], 16);
+            for (int u = 0; u < per_load / 8; ++u) {
+              uint16_t chunk[8];
+              for (int e = 0; e < 8; ++e) {
+                const int q = 8 * u + e;  // code q of the load
+                chunk[e] = static_cast<uint16_t>((w[q / (32 / bits)] >> (bits * (q % (32 / bits)))) & ((1u << bits) - 1));
+              }
+              std::memcpy(reinterpret_cast<uint8_t*>(tile.data()) + TileChunkOffset(r, j * per_load / 8 + u), chunk, 16);
+            }
+          }
+        }
+        for (int nn = 0; nn < kQuantGemmBN; ++nn) {  // wgmma's view
+          for (int kk = 0; kk < kQuantGemmBK; ++kk) {
+            const int byte = (nn / 8) * 1024 + (nn % 8) * 128 + (((2 * kk) / 16) ^ (nn % 8)) * 16 + (2 * kk) % 16;
+            const uint16_t got = tile[byte / 2];
+            const int64_t row = tile_n + nn, input = k0 + kk;
+            const uint16_t want = row < n && input < k ? codes[row * k + input] : 0;
+            ASSERT_EQ(got, want) << "tile row " << nn << " input " << kk << " at k0 " << k0 << " tile_n " << tile_n;
+          }
+        }
+      }
+    }
+  }
+}
+
+// Every format's ring fits the 227 KB a block may take with its barriers and alignment slack, deep
+// enough to cover TMA's latency; tiles stay on 1024-byte boundaries (the swizzles are offsets);
+// the epilogue's fp32 tile fits over the x stages. Act-order segments are not taken.
+TEST(QuantGemmLayout, StagesFitAndActOrderIsLeftToTheScratch) {
+  for (const QuantCode code : {QuantCode::kInt4, QuantCode::kInt8, QuantCode::kFp8, QuantCode::kBf16}) {
+    SCOPED_TRACE(static_cast<int>(code));
+    EXPECT_LE(QuantGemmSmemBytes(code), kSm90MaxDynamicSmem);
+    EXPECT_GE(QuantGemmStages(code), 5);
+    EXPECT_EQ(QuantGemmCodeRowBytes(code) * kQuantGemmBN % 1024, 0);
+    EXPECT_GE(static_cast<size_t>(QuantGemmStages(code)) * 2 * kQuantGemmBM * kQuantGemmBK, size_t{4} * kQuantGemmBM * (kQuantGemmBN + 4));
+  }
+  EXPECT_EQ(QuantGemmStages(QuantCode::kInt4), 6);
+  EXPECT_EQ(QuantGemmStages(QuantCode::kInt8), 5);
+  EXPECT_TRUE(QuantGemmTakesShape(QuantCode::kInt4, 4096, false, 0));
+  EXPECT_TRUE(QuantGemmTakesShape(QuantCode::kInt4, 3424, false, 0));  // GLM-4-9B's down_proj at tp 4
+  EXPECT_FALSE(QuantGemmTakesShape(QuantCode::kInt4, 4096, true, 0)) << "act order";
+  EXPECT_FALSE(QuantGemmTakesShape(QuantCode::kInt4, 96, true, 128)) << "a padded act-order slice";
+  EXPECT_FALSE(QuantGemmTakesShape(QuantCode::kInt4, 48, false, 0)) << "not whole loads of codes";
+  EXPECT_TRUE(QuantGemmTakesShape(QuantCode::kInt8, 48, false, 0));
+  EXPECT_FALSE(QuantGemmTakesShape(QuantCode::kBf16, 4, false, 0)) << "x rows of 8 bytes: not a TMA pitch";
 }
 
 }  // namespace

@@ -49,16 +49,17 @@ __device__ __forceinline__ float2 ClusterSum2(const cooperative_groups::cluster_
 
 // The GEMMs' ending: each block of the cluster holds its fp32 partial tile [kRows][ld] in shared
 // memory; the cluster sums the tiles (each block finishing a share of the output pairs) and stores
-// them through the op's epilogue.
+// them through the op's epilogue, columns below n_end (p.n, or a quantized segment's end).
 template <Epilogue kE, int kRows, int kCols, int kThreads>
 __device__ __forceinline__ void StoreClusterTile(const LinearParams& p, const cooperative_groups::cluster_group& cluster,
-                                                 float* tile, int ld, int64_t block_m, int64_t block_n) {
+                                                 float* tile, int ld, int64_t block_m, int64_t block_n,
+                                                 int64_t n_end) {
   const int rank = static_cast<int>(cluster.block_rank()), ranks = static_cast<int>(cluster.num_blocks());
   cluster.sync();  // every tile of the cluster is complete
   for (int i = rank * kThreads + static_cast<int>(threadIdx.x); i < kRows * kCols / 2; i += ranks * kThreads) {
     const int row = i / (kCols / 2), col = 2 * (i % (kCols / 2));
     const int64_t m = block_m + row, n = block_n + col;
-    if (m >= p.m || n >= p.n) continue;
+    if (m >= p.m || n >= n_end) continue;
     const float2 sum = ClusterSum2(cluster, tile, row * ld + col);
     StorePair<kE>(p, m, n, sum.x, sum.y);
   }
@@ -286,7 +287,7 @@ __global__ void __launch_bounds__(kGemmThreads, 2) GemmKernel(LinearParams p, co
       }
     }
   }
-  StoreClusterTile<kE, kBM, kBN, kGemmThreads>(p, cluster, &tile[0][0], kGemmTileLd, block_m, block_n);
+  StoreClusterTile<kE, kBM, kBN, kGemmThreads>(p, cluster, &tile[0][0], kGemmTileLd, block_m, block_n, p.n);
 }
 
 template <Epilogue kE>

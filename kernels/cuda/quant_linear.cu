@@ -1,6 +1,6 @@
 #include "kernels/cuda/quant_linear.cuh"
 
-#include "kernels/cuda/quant_linear_impl.cuh"
+#include "kernels/cuda/quant_gemm.cuh"
 
 namespace ag::cuda {
 namespace {
@@ -74,6 +74,25 @@ __global__ void __launch_bounds__(256) OrderInputsKernel(const bf16* x, int64_t 
   }
 }
 
+// The shapes both quantized paths take: the segment against p, and the pair epilogues' needs.
+bool SegmentLinearFits(const LinearParams& p, const QuantSegment& s) {
+  // A padded act-order segment reads x widened to its stored_k (LaunchOrderInputs).
+  if (s.stored_k > 0 && s.stored_k != p.k) return false;
+  if (!SegmentFits(s, p.k) || p.m < 0 || p.norm_w != nullptr || s.n_begin + s.n > p.n) return false;
+  const bool pairs = p.epilogue == Epilogue::kSiluMul || p.epilogue == Epilogue::kQkvRope;
+  if (pairs && (s.n % 2 != 0 || s.n_begin % 2 != 0)) return false;
+  // The kernels store column pairs: an odd segment's last pair would overwrite the next segment's first column.
+  if (s.n % 2 != 0 && s.n_begin + s.n != p.n) return false;
+  if (p.epilogue == Epilogue::kQkvRope) {
+    const QkvRope& r = p.qkv;
+    if (r.head_dim % 2 != 0 || r.rot % 2 != 0 || r.rot > r.head_dim ||
+        p.n != static_cast<int64_t>(r.heads + 2 * r.kv_heads) * r.head_dim) {
+      return false;
+    }
+  }
+  return true;
+}
+
 }  // namespace
 
 cudaError_t LaunchOrderInputs(const bf16* x, int64_t m, int64_t k, const int32_t* order, bf16* y, int64_t y_k,
@@ -87,21 +106,25 @@ cudaError_t LaunchOrderInputs(const bf16* x, int64_t m, int64_t k, const int32_t
                       y_k);
 }
 
-cudaError_t LaunchQuantLinear(const LinearParams& p, const QuantSegment& s, cudaStream_t stream) {
-  // A padded act-order segment reads x widened to its stored_k (LaunchOrderInputs).
-  if (s.stored_k > 0 && s.stored_k != p.k) return cudaErrorInvalidValue;
-  if (!SegmentFits(s, p.k) || p.m < 0 || p.norm_w != nullptr || s.n_begin + s.n > p.n) return cudaErrorInvalidValue;
-  const bool pairs = p.epilogue == Epilogue::kSiluMul || p.epilogue == Epilogue::kQkvRope;
-  if (pairs && (s.n % 2 != 0 || s.n_begin % 2 != 0)) return cudaErrorInvalidValue;
-  // The kernel stores column pairs: an odd segment's last pair would overwrite the next segment's first column.
-  if (s.n % 2 != 0 && s.n_begin + s.n != p.n) return cudaErrorInvalidValue;
-  if (p.epilogue == Epilogue::kQkvRope) {
-    const QkvRope& r = p.qkv;
-    if (r.head_dim % 2 != 0 || r.rot % 2 != 0 || r.rot > r.head_dim ||
-        p.n != static_cast<int64_t>(r.heads + 2 * r.kv_heads) * r.head_dim) {
-      return cudaErrorInvalidValue;
-    }
+cudaError_t LaunchQuantGemm(const LinearParams& p, const QuantSegment& s, cudaStream_t stream) {
+  if (!SegmentLinearFits(p, s)) return cudaErrorInvalidValue;
+  if (!QuantGemmUsable(p, s)) return cudaErrorNotSupported;
+  if (p.m == 0 || s.n == 0) return cudaSuccess;
+  switch (s.code) {
+    case QuantCode::kInt4:
+      return LaunchQuantGemmFor<QuantCode::kInt4>(p, s, stream);
+    case QuantCode::kInt8:
+      return LaunchQuantGemmFor<QuantCode::kInt8>(p, s, stream);
+    case QuantCode::kFp8:
+      return LaunchQuantGemmFor<QuantCode::kFp8>(p, s, stream);
+    case QuantCode::kBf16:
+      return LaunchQuantGemmFor<QuantCode::kBf16>(p, s, stream);
   }
+  return cudaErrorInvalidValue;
+}
+
+cudaError_t LaunchQuantLinear(const LinearParams& p, const QuantSegment& s, cudaStream_t stream) {
+  if (!SegmentLinearFits(p, s)) return cudaErrorInvalidValue;
   if (p.m == 0 || s.n == 0) return cudaSuccess;
   switch (s.code) {
     case QuantCode::kInt4:

@@ -17,10 +17,13 @@
 //       adjacent in the grid so that the row chunks after the first find the
 //       codes in L2; from 17 rows the skinny tensor-core kernel instead, its
 //       weights dequantized to bf16 in registers as they stream in;
-//   more rows  LaunchDequantize expands the weight to bf16 in a scratch and the
-//       bf16 tensor-core GEMM (linear.cuh) runs on it. The skinny kernel and the
-//       scratch round s * (q - z) to bf16: there, and only there, a quantized
-//       plan's weights are not the CPU oracle's exact values.
+//   more rows  on Hopper, LaunchQuantGemm: the wgmma GEMM, its weight tiles
+//       TMA'd as codes and dequantized to bf16 in shared memory by a warpgroup
+//       of their own; elsewhere, and for act-order segments (gathered inputs),
+//       LaunchDequantize expands the weight to bf16 in a scratch and the bf16
+//       tensor-core GEMM (linear.cuh) runs on it. The skinny kernel, the GEMM's
+//       tiles and the scratch round s * (q - z) to bf16 the same way: there, and
+//       only there, a quantized plan's weights are not the CPU oracle's exact values.
 #ifndef AUTOGLM_KERNELS_CUDA_QUANT_LINEAR_CUH_
 #define AUTOGLM_KERNELS_CUDA_QUANT_LINEAR_CUH_
 
@@ -65,6 +68,18 @@ constexpr int64_t StoredK(const QuantSegment& s, int64_t k) { return s.stored_k 
 // the segment lies outside [0, p.n), or is odd and not the last (the kernel stores
 // column pairs) or, for a pair epilogue, odd at all.
 cudaError_t LaunchQuantLinear(const LinearParams& p, const QuantSegment& segment, cudaStream_t stream);
+
+// The prefill path over one segment on Hopper (quant_gemm.cuh): the wgmma GEMM with the weight's
+// tiles dequantized in shared memory as they arrive, p as for LaunchQuantLinear. QuantGemmTakes:
+// whether it can take the segment in a linear of k inputs here (a Hopper device, AUTOGLM_WGMMA and
+// AUTOGLM_QUANT_GEMM not 0, 16-byte aligned codes, not an act-order segment: QuantGemmTakesShape);
+// QuantGemmUsable: and
+// p too (no norm prologue: normalise x first; 16-byte aligned x). LaunchQuantGemm returns
+// cudaErrorNotSupported where it is not usable, cudaErrorInvalidValue for the shapes
+// LaunchQuantLinear refuses.
+bool QuantGemmTakes(const QuantSegment& segment, int64_t k);
+bool QuantGemmUsable(const LinearParams& p, const QuantSegment& segment);
+cudaError_t LaunchQuantGemm(const LinearParams& p, const QuantSegment& segment, cudaStream_t stream);
 
 // Rows [n_begin, n_begin + n) of w [N, k] bf16 <- the segment's dequantized
 // values rounded to bf16 (the prefill path's weight; a padded act-order

@@ -152,8 +152,8 @@ TEST(GpuRandomWeights, CpuAndGpuAgreeAtWiderShapes) {
 
 // A plan at WideConfig's shapes with random weights, on the GPU and on the CPU (whose quantized
 // weights are the exact dequantized values and whose 8-bit cache rounds as the device's does: the
-// oracle): a 70-token prompt takes the prefill path, two short ones decode beside it.
-void ExpectGpuMatchesCpu(const compiler::CompileOptions& options, const std::string& what) {
+// oracle): a `prompt`-token prompt takes the prefill path, two short ones decode beside it.
+void ExpectGpuMatchesCpu(const compiler::CompileOptions& options, const std::string& what, int prompt = 70) {
   absl::StatusOr<compiler::CompileResult> compiled = compiler::Compile(WideConfig(), options);
   ASSERT_TRUE(compiled.ok()) << compiled.status();
   runtime::RandomWeights weights(7);
@@ -169,7 +169,7 @@ void ExpectGpuMatchesCpu(const compiler::CompileOptions& options, const std::str
     std::vector<int> ids;
     for (int q = 0; q < 3; ++q) {  // one long prompt, two short ones decoding beside it
       runtime::Request r;
-      const int length = q == 0 ? 70 : 5 + q;
+      const int length = q == 0 ? prompt : 5 + q;
       for (int i = 0; i < length; ++i) r.prompt.push_back((i * 37 + q * 11) % 1000);
       r.max_new_tokens = 8;
       r.prompt_logits = r.keep_logits = true;
@@ -183,27 +183,31 @@ void ExpectGpuMatchesCpu(const compiler::CompileOptions& options, const std::str
   }
   for (size_t q = 0; q < 3; ++q) {
     const size_t same = CommonPrefix(tokens[3 + q], tokens[q]);
-    const size_t rows = (q == 0 ? 70 : 5 + q) + same;
+    const size_t rows = (q == 0 ? prompt : 5 + q) + same;
     EXPECT_LE(testing::RelativeError(Rows(logits[3 + q], rows), Rows(logits[q], rows)), 2e-2)
         << what << " request " << q << " (" << same << " tokens alike)";
   }
 }
 
 // Quantized plans: a 4-bit body with its fp8 K/V rows and LM head (two segments in one QKV weight),
-// and 8-bit bodies; the prompt's weight dequantized to bf16 for the GEMM, the answers on the codes.
+// and 8-bit bodies. A 70-token prompt takes the skinny kernel in 64-row chunks, a 200-token one the
+// in-load GEMM (Hopper; the dequantized scratch elsewhere); the answers the codes kernels.
 TEST(GpuQuantized, PlansMatchTheCpuOracle) {
   SKIP_WITHOUT_GPU();
   for (const char* body : {"int4:g128:asym", "int4:g32:sym", "int8", "int8:g64:asym", "fp8e4m3"}) {
     compiler::CompileOptions options = Bf16Options();
+    options.build.max_batch_tokens = 256;
     options.quant = passes::DefaultQuantPolicy(*ir::ParseQuantFormat(body));
     ExpectGpuMatchesCpu(options, body);
+    ExpectGpuMatchesCpu(options, std::string(body) + ", 200-token prompt", 200);
   }
   // A policy that keeps q_proj in bf16 under an int4 body: QKV is a bf16, then two fp8 segments.
   compiler::CompileOptions options = Bf16Options();
+  options.build.max_batch_tokens = 256;
   options.quant = passes::DefaultQuantPolicy(*ir::ParseQuantFormat("int4:g128:asym"));
   const std::vector<passes::QuantRule> keep_q = *passes::ParseQuantPolicy("*.q_proj: bf16\n", "test");
   options.quant.rules.insert(options.quant.rules.begin(), keep_q.begin(), keep_q.end());  // first match wins
-  ExpectGpuMatchesCpu(options, "int4 body, q_proj bf16");
+  ExpectGpuMatchesCpu(options, "int4 body, q_proj bf16", 200);
 }
 
 // The 8-bit KV cache (fp8, int8) with GLM-4-9B's head geometry, alone and under a 4-bit body: the

@@ -910,5 +910,197 @@ TEST(GpuKernels, QuantLinearEpiloguesMatchTheBf16Path) {
   }
 }
 
+// ---- the quantized prefill GEMM (Hopper): codes TMA'd and dequantized in shared memory ----
+
+// w [n, k] of an integer segment whose first input lies `offset` inputs into its first group
+// (a tensor-parallel rank's block of a row), scales and zeros [n, SegmentGroups(k, group, offset)].
+std::vector<float> DequantizeWithOffset(const HostSegment& h, int64_t n, int64_t k, int64_t offset) {
+  const int64_t groups = cuda::SegmentGroups(k, h.spec.group, offset);
+  std::vector<float> w(n * k);
+  for (int64_t r = 0; r < n; ++r) {
+    for (int64_t j = 0; j < k; ++j) {
+      const int64_t g = r * groups + cuda::GroupOf(j, h.spec.group, offset);
+      const float z = h.spec.symmetric ? static_cast<float>(1 << (h.spec.bits - 1)) : h.zeros[g];
+      w[r * k + j] = h.scales[g] * (static_cast<float>(h.codes[r * k + j]) - z);
+    }
+  }
+  return w;
+}
+
+// Exact by construction, as QuantLinearIsExactByConstruction: small integer x, power-of-two
+// scales; three segments of one weight (the format under test over two row tiles and a piece, 64
+// bf16 rows, 37 fp8 rows: an odd last segment), K ending inside a k-tile where the groups allow,
+// a group offset, rows of x over several 128-row tiles and one past.
+TEST(GpuKernels, QuantGemmIsExactByConstruction) {
+  SKIP_WITHOUT_GPU();
+  const int64_t n0 = 258, nb = 64, n1 = 37, n = n0 + nb + n1;
+  struct Case {
+    QuantCase c;
+    int64_t k, offset;
+  };
+  const Case cases[] = {{{cuda::QuantCode::kInt4, 128, false}, 512, 0}, {{cuda::QuantCode::kInt4, 32, true}, 544, 0},
+                        {{cuda::QuantCode::kInt4, 64, false}, 512, 32}, {{cuda::QuantCode::kInt4, 0, true}, 544, 0},
+                        {{cuda::QuantCode::kInt8, 64, false}, 512, 16}, {{cuda::QuantCode::kInt8, 0, true}, 528, 0},
+                        {{cuda::QuantCode::kFp8, 0, true}, 544, 0}};
+  const QuantCase fp8 = {cuda::QuantCode::kFp8, 0, true};
+  std::mt19937 rng(43);
+  for (const Case& tc : cases) {
+    const QuantCase& c = tc.c;
+    const int64_t k = tc.k;
+    HostSegment h0 = MakeSegment(c, n0, k, rng);
+    const HostSegment h1 = MakeSegment(fp8, n1, k, rng);
+    if (c.group > 0) {  // scales and zeros for the offset's groups
+      const int64_t groups = cuda::SegmentGroups(k, c.group, tc.offset);
+      h0.scales.resize(n0 * groups);
+      h0.zeros.resize(n0 * groups);
+      for (float& sc : h0.scales) sc = std::ldexp(1.0f, -static_cast<int>(rng() % 5));
+      for (uint8_t& z : h0.zeros) z = static_cast<uint8_t>(rng() % (1u << h0.spec.bits));
+    }
+    std::vector<float> w(n * k);
+    if (c.code == cuda::QuantCode::kFp8) {
+      ref::DequantizeRows(h0.codes.data(), h0.scales.data(), nullptr, n0, k, h0.spec, w.data());
+    } else {
+      const std::vector<float> w0 = DequantizeWithOffset(h0, n0, k, tc.offset);
+      std::copy(w0.begin(), w0.end(), w.begin());
+    }
+    std::vector<float> bf16_rows(nb * k);  // the bf16 segment's values: small integers, exact
+    for (float& v : bf16_rows) v = static_cast<float>(static_cast<int>(rng() % 7) - 3);
+    std::copy(bf16_rows.begin(), bf16_rows.end(), w.begin() + n0 * k);
+    ref::DequantizeRows(h1.codes.data(), h1.scales.data(), nullptr, n1, k, h1.spec, w.data() + (n0 + nb) * k);
+    DeviceArray<uint32_t> codes0(h0.words), codes1(h1.words);
+    DeviceArray<float> scales0(h0.scales), scales1(h1.scales);
+    Bf16Array group_scales0(h0.scales), values(bf16_rows);
+    DeviceArray<uint8_t> zeros0(h0.zeros);
+    const void* device_scales0 = c.group == 0 ? static_cast<const void*>(scales0.get()) : group_scales0.get();
+    cuda::QuantSegment s0{codes0.get(), device_scales0, c.symmetric ? nullptr : zeros0.get(), c.code, c.group,
+                          tc.offset, 0, n0};
+    cuda::QuantSegment sb{reinterpret_cast<const uint32_t*>(values.get()), nullptr, nullptr, cuda::QuantCode::kBf16,
+                          0, 0, n0, nb};
+    cuda::QuantSegment s1{codes1.get(), scales1.get(), nullptr, cuda::QuantCode::kFp8, 0, 0, n0 + nb, n1};
+    const std::string name = "quant gemm code " + std::to_string(static_cast<int>(c.code)) + " g" +
+                             std::to_string(c.group) + "+" + std::to_string(tc.offset) + (c.symmetric ? " sym" : " asym") +
+                             " k" + std::to_string(k);
+    for (const int64_t m : {129, 300}) {
+      std::vector<float> x(m * k), residual(m * n);
+      for (float& v : x) v = static_cast<float>(static_cast<int>(rng() % 9) - 4);
+      for (float& v : residual) v = static_cast<float>(static_cast<int>(rng() % 9) - 4);
+      Bf16Array dx(x), dy(m * n);
+      const std::vector<float> want = HostProduct(x, w, m, n, k, &residual);
+      cuda::LinearParams p;
+      p.x = dx.get();
+      p.m = m;
+      p.k = k;
+      p.n = n;
+      p.y = dy.get();
+      p.epilogue = cuda::Epilogue::kResidual;
+      dy.Upload(residual);
+      p.residual = dy.get();
+      for (const cuda::QuantSegment* seg : {&s0, &sb, &s1}) {
+        ASSERT_TRUE(cuda::QuantGemmUsable(p, *seg)) << name;
+        ASSERT_CUDA(cuda::LaunchQuantGemm(p, *seg, nullptr));
+      }
+      ExpectClose(dy.Download(), Bf16(want), 0, 0, name + " m" + std::to_string(m));
+    }
+  }
+  // What it does not take: an act-order segment (the scratch path's), and a norm prologue.
+  uint32_t codes = 0;
+  float scale = 1;
+  int32_t order = 0;
+  cuda::QuantSegment ordered{&codes, &scale, nullptr, cuda::QuantCode::kInt4, 0, 0, 0, 4};
+  ordered.input_order = &order;
+  cuda::LinearParams p;
+  p.m = 200;
+  p.k = 64;
+  p.n = 4;
+  Bf16Array x(p.m * p.k);
+  p.x = x.get();
+  EXPECT_FALSE(cuda::QuantGemmUsable(p, ordered));
+  EXPECT_EQ(cuda::LaunchQuantGemm(p, ordered, nullptr), cudaErrorNotSupported);
+  p.norm_w = x.get();
+  ordered.input_order = nullptr;
+  EXPECT_EQ(cuda::LaunchQuantGemm(p, ordered, nullptr), cudaErrorInvalidValue);
+}
+
+// Random bf16 x through every epilogue: the in-load GEMM must give exactly what the scratch path
+// gives (LaunchDequantize, then the bf16 wgmma GEMM): the same bf16 weights, the same tiles, the
+// same K split, so the same sums in the same order.
+TEST(GpuKernels, QuantGemmEqualsTheDequantizedScratchPath) {
+  SKIP_WITHOUT_GPU();
+  const int64_t k = 4160;  // 65 k-tiles: a cluster split on short grids, the last rank's tile partial
+  std::mt19937 rng(47);
+  const cuda::Epilogue epilogues[] = {cuda::Epilogue::kNone, cuda::Epilogue::kBias, cuda::Epilogue::kResidual,
+                                      cuda::Epilogue::kSiluMul, cuda::Epilogue::kQkvRope};
+  for (const QuantCase& c : {QuantCase{cuda::QuantCode::kInt4, 128, false}, QuantCase{cuda::QuantCode::kInt8, 32, true},
+                             QuantCase{cuda::QuantCode::kFp8, 0, true}}) {
+    for (const cuda::Epilogue e : epilogues) {
+      const bool pairs = e == cuda::Epilogue::kSiluMul || e == cuda::Epilogue::kQkvRope;
+      const int64_t n = pairs ? 160 : 301;
+      HostSegment h = MakeSegment(c, n, k, rng);
+      for (float& sc : h.scales) sc = std::ldexp(1.0f + static_cast<float>(rng() % 128) / 128.0f, -8);  // bf16-exact
+      DeviceArray<uint32_t> codes(h.words);
+      DeviceArray<float> scales(h.scales);
+      Bf16Array group_scales(h.scales);
+      DeviceArray<uint8_t> zeros(h.zeros);
+      const void* device_scales = c.group == 0 ? static_cast<const void*>(scales.get()) : group_scales.get();
+      const cuda::QuantSegment seg{codes.get(), device_scales, c.symmetric ? nullptr : zeros.get(), c.code, c.group, 0, 0, n};
+      Bf16Array dw(n * k);
+      ASSERT_CUDA(cuda::LaunchDequantize(seg, k, dw.get(), nullptr));
+      for (const int64_t m : {129, 520}) {
+        const std::string name = "code " + std::to_string(static_cast<int>(c.code)) + " epilogue " +
+                                 std::to_string(static_cast<int>(e)) + " m" + std::to_string(m);
+        const std::vector<float> x = RandomBf16(m * k, 53), bias = RandomBf16(n, 54), res = RandomBf16(m * n, 55);
+        Bf16Array dx(x), db(bias);
+        const int heads = 3, kv_heads = 1, head_dim = static_cast<int>(n / 5);
+        const int64_t width = e == cuda::Epilogue::kSiluMul ? n / 2 : e == cuda::Epilogue::kQkvRope ? heads * head_dim : n;
+        const int64_t cache = m * kv_heads * head_dim;  // one slot a row: block size 1
+        std::vector<int32_t> pos(m), slots(m);
+        for (int64_t t = 0; t < m; ++t) pos[t] = static_cast<int32_t>(3 * t + 1);
+        std::iota(slots.begin(), slots.end(), 0);
+        std::shuffle(slots.begin(), slots.end(), rng);  // every slot once: no write races
+        DeviceArray<int32_t> dpos(pos), dslots(slots);
+        // Both paths on fresh outputs; y (and the caches) downloaded.
+        auto run = [&](bool in_load) {
+          Bf16Array y(m * width), kc(cache), vc(cache);
+          cudaMemset(kc.get(), 0, kc.size() * 2);
+          cudaMemset(vc.get(), 0, vc.size() * 2);
+          cuda::LinearParams p;
+          p.x = dx.get();
+          p.m = m;
+          p.k = k;
+          p.n = n;
+          p.epilogue = e;
+          p.y = y.get();
+          if (e == cuda::Epilogue::kBias || e == cuda::Epilogue::kQkvRope) p.bias = db.get();
+          if (e == cuda::Epilogue::kResidual) {
+            y.Upload(res);
+            p.residual = y.get();
+          }
+          if (e == cuda::Epilogue::kQkvRope) {
+            p.qkv = {{dpos.get(), m}, dslots.get(), {kc.get(), vc.get(), 1, kv_heads, head_dim}, heads, kv_heads,
+                     head_dim, head_dim / 2, 10000.0f};
+          }
+          cudaError_t err;
+          if (in_load) {
+            err = cuda::LaunchQuantGemm(p, seg, nullptr);
+          } else {
+            p.w = dw.get();
+            err = cuda::LaunchGemm(p, nullptr);
+          }
+          EXPECT_EQ(err, cudaSuccess) << name;
+          std::vector<float> out = y.Download();
+          if (e == cuda::Epilogue::kQkvRope) {
+            for (const Bf16Array* a : {&kc, &vc}) {
+              const std::vector<float> more = a->Download();
+              out.insert(out.end(), more.begin(), more.end());
+            }
+          }
+          return out;
+        };
+        ExpectClose(run(true), run(false), 0, 0, name);
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace ag

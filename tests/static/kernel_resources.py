@@ -20,6 +20,11 @@ KERNELS = [
     (r"SkinnyKernel<[124],", 128, 0, 4),          # decode batches 2..32: weight streaming, tile in static smem
     (r"SkinnyKernel<8,", 128, 0, 4),              # batches 33..64: within 128 registers, one wave (issue 19)
     (r"WgmmaGemmKernel<", 384, 1024 + 5 * 32768 + 80, 1),  # prefill on Hopper: 5 TMA stages of 32 KB, one block a SM
+    # quantized prefill on Hopper (quant_gemm_layout.h): x, bf16 and codes tiles a stage, three barriers,
+    # 6 stages at int4 (36 KB), 5 at 8 bits (40 KB), 6 for bf16 rows (32 KB); one block a SM
+    (r"QuantGemmKernel<\(QuantCode\)0,", 512, 1024 + 6 * (36864 + 24), 1),
+    (r"QuantGemmKernel<\(QuantCode\)[12],", 512, 1024 + 5 * (40960 + 24), 1),
+    (r"QuantGemmKernel<\(QuantCode\)3,", 512, 1024 + 6 * (32768 + 24), 1),
     (r"(?<!Wgmma)GemmKernel<", 256, 4 * 20480, 2),  # prefill elsewhere: 4-stage pipeline in 80 KB of dynamic smem
     # decode attention: K/V double buffer (2 x 2 x 32 x (128 + 8) bf16) plus q (4 x heads-per-warp x 128 fp32)
     (r"AttentionSliceKernel<1, \(KvCode\)0>", 128, 34816 + 2048, 4),
