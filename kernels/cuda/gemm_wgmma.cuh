@@ -10,8 +10,9 @@
 // tile by its 128 columns with wgmma.m64n128k16 (operands straight from shared
 // memory through matrix descriptors, fp32 accumulators in 64 registers a
 // thread). The epilogue is the mma.sync GEMM's: the accumulators go to an fp32
-// tile over the pipeline's buffers, a short grid splits K over a cluster summed
-// through distributed shared memory, and StorePair applies the op's epilogue.
+// tile over the pipeline's buffers, a grid that would leave its waves partly
+// empty splits K over a cluster summed through distributed shared memory
+// (SplitWgmmaK), and StorePair applies the op's epilogue.
 //
 // AUTOGLM_WGMMA=0 sends every GEMM to the mma.sync kernel instead.
 #ifndef AUTOGLM_KERNELS_CUDA_GEMM_WGMMA_CUH_
@@ -95,6 +96,30 @@ __device__ __forceinline__ void FenceAccumulators(float* d) {
   for (int i = 0; i < 64; ++i) asm volatile("" : "+f"(d[i])::"memory");
 }
 
+// A consumer warpgroup's k-tiles: rows 64 half .. 64 half + 63 of each stage's x tile times the
+// stage's weight tile into d (64 x 128 fp32), waiting for the stage's bytes (`full`) and, when
+// `ready` is not null, for the weight tile another warpgroup writes; each stage freed on `empty`.
+template <int kStages>
+__device__ __forceinline__ void ConsumeTiles(float* d, const bf16* a_stages, const bf16* b_stages, int tiles, int half,
+                                             uint64_t* full, uint64_t* ready, uint64_t* empty) {
+  for (int t = 0; t < tiles; ++t) {
+    const int s = t % kStages;
+    BarrierWait(&full[s], (t / kStages) & 1);
+    if (ready != nullptr) BarrierWait(&ready[s], (t / kStages) & 1);
+    const uint64_t desc_a = SmemDescriptor(a_stages + s * kWgBM * kWgBK + half * 64 * kWgBK);
+    const uint64_t desc_b = SmemDescriptor(b_stages + s * kWgBN * kWgBK);
+    WgmmaFence();
+#pragma unroll
+    for (int kk = 0; kk < kWgBK / 16; ++kk) {
+      Wgmma64x128(d, mma::DescriptorAtK(desc_a, kk), mma::DescriptorAtK(desc_b, kk));
+    }
+    WgmmaCommit();
+    WgmmaWaitAll();
+    FenceAccumulators(d);
+    BarrierArrive(&empty[s]);
+  }
+}
+
 // A consumer warpgroup's accumulators (rows 64 half .. 64 half + 63 of the tile) into the fp32
 // tile. wgmma's accumulator layout: warp w of the group holds rows 16w..16w+15, and for each 8
 // columns j the mma.m16n8 C fragment: d[4j + e] at (row g + 8 (e / 2), column 8j + 2t + e % 2).
@@ -151,22 +176,7 @@ __global__ void __launch_bounds__(kWgThreads, 1)
       }
     }
   } else {
-    const int half = wg - 1;  // rows 64 half .. 64 half + 63 of the tile
-    for (int t = 0; t < tiles; ++t) {
-      const int s = t % kWgStages;
-      BarrierWait(&full[s], (t / kWgStages) & 1);
-      const uint64_t desc_a = SmemDescriptor(a_stages + s * kWgBM * kWgBK + half * 64 * kWgBK);
-      const uint64_t desc_b = SmemDescriptor(b_stages + s * kWgBN * kWgBK);
-      WgmmaFence();
-#pragma unroll
-      for (int kk = 0; kk < kWgBK / 16; ++kk) {
-        Wgmma64x128(d, mma::DescriptorAtK(desc_a, kk), mma::DescriptorAtK(desc_b, kk));
-      }
-      WgmmaCommit();
-      WgmmaWaitAll();
-      FenceAccumulators(d);
-      BarrierArrive(&empty[s]);
-    }
+    ConsumeTiles<kWgStages>(d, a_stages, b_stages, tiles, wg - 1, full, nullptr, empty);
   }
   __syncthreads();  // every wgmma has read its stage: the stages become the output tile
   auto tile = reinterpret_cast<float (*)[kWgTileLd]>(smem);

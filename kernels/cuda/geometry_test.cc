@@ -285,9 +285,10 @@ TEST(LinearSplit, GlmShapes) {
   EXPECT_EQ(SplitSkinnyK(4608, 4096, 132).ranks, 4);
   EXPECT_EQ(SplitSkinnyK(27392, 4096, 132).ranks, 1);
   EXPECT_EQ(SplitSkinnyK(151552, 4096, 132).ranks, 1);
-  // A 512-token prefill: 4 x 32 = 128 tiles for o_proj split in 2 (256 blocks on 264 slots); gate/up not.
+  // A 512-token prefill: 4 x 32 = 128 tiles for o_proj split in 2 (256 blocks on 264 slots); gate/up's
+  // 856 tiles in 4 waves (the last 24 % full) split in 2: 7 fuller waves of half the work.
   EXPECT_EQ(SplitGemmK(512, 4096, 4096, 132).ranks, 2);
-  EXPECT_EQ(SplitGemmK(512, 27392, 4096, 132).ranks, 1);
+  EXPECT_EQ(SplitGemmK(512, 27392, 4096, 132).ranks, 2);
   // Small K keeps a rank's pipeline full: 8 k-tiles split at most in 2.
   EXPECT_EQ(SplitGemmK(128, 128, 256, 132).ranks, 2);
   EXPECT_EQ(SplitGemmK(128, 128, 224, 132).ranks, 1);
@@ -295,6 +296,15 @@ TEST(LinearSplit, GlmShapes) {
   // tile of a narrow projection splits 4 ways.
   EXPECT_EQ(SplitWgmmaK(512, 4096, 4096, 132).ranks, 1);
   EXPECT_EQ(SplitWgmmaK(97, 160, 4104, 132).ranks, 4);
+  // QKV at 512 tokens: 144 tiles, two waves 55 % full; split in 2, three waves of half the work
+  // (WaveCost 108 k-tiles against 134). gate/up's 856 tiles (6.5 waves) and down_proj's 128 not;
+  // at 4096 tokens QKV's 1,152 tiles (8.7 waves) not either.
+  EXPECT_EQ(SplitWgmmaK(512, 4608, 4096, 132).ranks, 2);
+  EXPECT_EQ(WaveCost(144, 64, 2, 132, 3), 108);
+  EXPECT_EQ(WaveCost(144, 64, 1, 132, 3), 134);
+  EXPECT_EQ(SplitWgmmaK(512, 27392, 4096, 132).ranks, 1);
+  EXPECT_EQ(SplitWgmmaK(512, 4096, 13696, 132).ranks, 1);
+  EXPECT_EQ(SplitWgmmaK(4096, 4608, 4096, 132).ranks, 1);
   EXPECT_EQ(SplitWgmmaK(97, 160, 4104, 132).k_per_rank % 64, 0);
 }
 
@@ -304,7 +314,11 @@ TEST(LinearSplit, EveryShapeIsCoveredWithWorkForEveryRank) {
       ExpectCovers(SplitSkinnyK(n, k, 132), k, 32, "skinny");
       for (int64_t m : {65, 97, 512, 8192}) {
         ExpectCovers(SplitGemmK(m, n, k, 132), k, 32, "gemm");
-        ExpectCovers(SplitWgmmaK(m, n, k, 132), k, 64, "wgmma");  // a rank's K starts on a TMA box
+        const KSplit w = SplitWgmmaK(m, n, k, 132);
+        ExpectCovers(w, k, 64, "wgmma");  // a rank's K starts on a TMA box
+        // Never slower than unsplit by the model it chooses by.
+        const int64_t tiles = ((m + 127) / 128) * ((n + 127) / 128), k_tiles = (k + 63) / 64;
+        EXPECT_LE(WaveCost(tiles, k_tiles, w.ranks, 132, 3), WaveCost(tiles, k_tiles, 1, 132, 3));
       }
     }
   }

@@ -195,8 +195,9 @@ cudaError_t LaunchGemvFor(const LinearParams& p, cudaStream_t stream) {
 // registers a thread). The epilogue goes through shared memory: the
 // accumulators land in an fp32 tile (over the pipeline's buffers) and the
 // block's threads walk its output pairs in order -- one copy of the epilogue
-// code, not 32 inlined ones, and coalesced stores. A short grid (the N = 4096
-// projections of a 512-token prefill fill 128 tiles) splits K over a cluster
+// code, not 32 inlined ones, and coalesced stores. A grid that would leave its
+// waves partly empty (SplitGemmK: the N = 4096 projections of a 512-token
+// prefill fill 128 tiles of 264 slots) splits K over a cluster
 // of 2 or 4 blocks that sum their tiles through distributed shared memory, as
 // the skinny kernel does.
 

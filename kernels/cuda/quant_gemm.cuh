@@ -145,28 +145,13 @@ __global__ void __launch_bounds__(kQuantGemmThreads, 1)
       DequantizeTiles<kCode>(s, p.k, tile_n, k_begin, tiles, code_stages, b_stages, loaded, ready);
     }
   } else {
-    const int half = wg - 1;  // rows 64 half .. 64 half + 63 of the tile
-    float d[64] = {};         // only here: live across the dequantizing loop it would spill it
-    for (int t = 0; t < tiles; ++t) {
-      const int st = t % kStages;
-      BarrierWait(&loaded[st], (t / kStages) & 1);
-      if constexpr (kDequantize) BarrierWait(&ready[st], (t / kStages) & 1);
-      const uint64_t desc_a = SmemDescriptor(a_stages + st * kTileBytes + half * 64 * kWgBK * sizeof(bf16));
-      const uint64_t desc_b = SmemDescriptor(b_stages + st * kTileBytes);
-      WgmmaFence();
-#pragma unroll
-      for (int kk = 0; kk < kWgBK / 16; ++kk) {
-        Wgmma64x128(d, mma::DescriptorAtK(desc_a, kk), mma::DescriptorAtK(desc_b, kk));
-      }
-      WgmmaCommit();
-      WgmmaWaitAll();
-      FenceAccumulators(d);
-      BarrierArrive(&empty[st]);
-    }
+    float d[64] = {};  // only here: live across the dequantizing loop it would spill it
+    ConsumeTiles<kStages>(d, reinterpret_cast<const bf16*>(a_stages), reinterpret_cast<const bf16*>(b_stages), tiles,
+                          wg - 1, loaded, kDequantize ? ready : nullptr, empty);
     // Both consumers past their last wgmma: every stage has been read (the producers wrote them
     // before), so the stages become the output tile.
     asm volatile("bar.sync 1, 256;\n" ::: "memory");
-    StoreWgmmaAccumulators(d, half, warp_in_wg, lane, tile);
+    StoreWgmmaAccumulators(d, wg - 1, warp_in_wg, lane, tile);
   }
   __syncthreads();
   StoreClusterTile<kE, kWgBM, kWgBN, kQuantGemmThreads>(p, cluster, &tile[0][0], kWgTileLd, block_m,
