@@ -44,42 +44,86 @@ void KvCacheWrite(const float* k, const float* v, const int32_t* slots, int64_t 
   }
 }
 
+namespace {
+
+// Scores of one query head against keys [0, visible): four keys at a time, each key's dot product
+// summed in input order as a one-key loop would (the same bits), but four independent sums in
+// flight. `rows` holds each key's offset in the cache.
+void Scores(const float* qh, const float* kh, const int64_t* rows, int64_t visible, int64_t d, float scale,
+            float* scores) {
+  int64_t j = 0;
+  for (; j + 4 <= visible; j += 4) {
+    const float *k0 = kh + rows[j], *k1 = kh + rows[j + 1], *k2 = kh + rows[j + 2], *k3 = kh + rows[j + 3];
+    float d0 = 0.0f, d1 = 0.0f, d2 = 0.0f, d3 = 0.0f;
+    for (int64_t i = 0; i < d; ++i) {
+      const float qi = qh[i];
+      d0 += qi * k0[i];
+      d1 += qi * k1[i];
+      d2 += qi * k2[i];
+      d3 += qi * k3[i];
+    }
+    scores[j] = d0 * scale;
+    scores[j + 1] = d1 * scale;
+    scores[j + 2] = d2 * scale;
+    scores[j + 3] = d3 * scale;
+  }
+  for (; j < visible; ++j) {
+    const float* kj = kh + rows[j];
+    float dot = 0.0f;
+    for (int64_t i = 0; i < d; ++i) dot += qh[i] * kj[i];
+    scores[j] = dot * scale;
+  }
+}
+
+}  // namespace
+
 void PagedAttention(const float* q, int64_t heads, const KvCache& cache, const SeqBatch& batch, float* out) {
   const int64_t d = cache.head_dim, kv_width = cache.kv_heads * d, q_width = heads * d;
   const int64_t group = heads / cache.kv_heads;
   const float scale = 1.0f / std::sqrt(static_cast<float>(d));
   std::vector<float> scores;
+  std::vector<int64_t> rows;  // the sequence's keys' offsets in the cache, looked up in its block table once
   for (int64_t s = 0; s < batch.num_seqs; ++s) {
     const int64_t begin = batch.seq_offsets[s], end = batch.seq_offsets[s + 1];
     const int64_t context = batch.context_lens[s];
     const int32_t* table = batch.block_tables + s * batch.max_blocks;
     scores.resize(static_cast<size_t>(context));
+    rows.resize(static_cast<size_t>(context));
+    for (int64_t j = 0; j < context; ++j) {
+      const int64_t slot = static_cast<int64_t>(table[j / cache.block_size]) * cache.block_size + j % cache.block_size;
+      rows[j] = slot * kv_width;
+    }
     for (int64_t t = begin; t < end; ++t) {
-      const int64_t position = context - (end - begin) + (t - begin);  // keys [0, position] are visible
+      const int64_t visible = context - (end - begin) + (t - begin) + 1;  // keys [0, visible) are visible
       for (int64_t h = 0; h < heads; ++h) {
-        const float* qh = q + t * q_width + h * d;
         const int64_t kvh = h / group;
+        Scores(q + t * q_width + h * d, cache.k + kvh * d, rows.data(), visible, d, scale, scores.data());
         float max_score = -INFINITY;
-        for (int64_t j = 0; j <= position; ++j) {
-          const int64_t slot = static_cast<int64_t>(table[j / cache.block_size]) * cache.block_size +
-                               j % cache.block_size;
-          const float* kj = cache.k + slot * kv_width + kvh * d;
-          float dot = 0.0f;
-          for (int64_t i = 0; i < d; ++i) dot += qh[i] * kj[i];
-          scores[j] = dot * scale;
-          max_score = std::max(max_score, scores[j]);
-        }
+        for (int64_t j = 0; j < visible; ++j) max_score = std::max(max_score, scores[j]);
         float denom = 0.0f;
-        for (int64_t j = 0; j <= position; ++j) {
+        for (int64_t j = 0; j < visible; ++j) {
           scores[j] = std::exp(scores[j] - max_score);
           denom += scores[j];
         }
         float* oh = out + t * q_width + h * d;
         std::fill(oh, oh + d, 0.0f);
-        for (int64_t j = 0; j <= position; ++j) {
-          const int64_t slot = static_cast<int64_t>(table[j / cache.block_size]) * cache.block_size +
-                               j % cache.block_size;
-          const float* vj = cache.v + slot * kv_width + kvh * d;
+        const float* vh = cache.v + kvh * d;
+        int64_t j = 0;
+        for (; j + 4 <= visible; j += 4) {  // four keys a pass, added to each output in key order (the same bits)
+          const float *v0 = vh + rows[j], *v1 = vh + rows[j + 1], *v2 = vh + rows[j + 2], *v3 = vh + rows[j + 3];
+          const float p0 = scores[j] / denom, p1 = scores[j + 1] / denom, p2 = scores[j + 2] / denom,
+                      p3 = scores[j + 3] / denom;
+          for (int64_t i = 0; i < d; ++i) {
+            float o = oh[i];
+            o += p0 * v0[i];
+            o += p1 * v1[i];
+            o += p2 * v2[i];
+            o += p3 * v3[i];
+            oh[i] = o;
+          }
+        }
+        for (; j < visible; ++j) {
+          const float* vj = vh + rows[j];
           const float p = scores[j] / denom;
           for (int64_t i = 0; i < d; ++i) oh[i] += p * vj[i];
         }
