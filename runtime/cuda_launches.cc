@@ -28,14 +28,14 @@ const compiler::WeightEntry* Matrix(const compiler::Plan& plan, const compiler::
 }
 
 // A linear step (RunLinear): bf16 weights take one kernel, plus one normalising x into the scratch
-// on the tensor-core paths (M > 1). Quantized ones: up to kQuantLinearMaxRows rows the codes
+// past kSkinnyNormMaxRows rows (the GEMV and the skinny kernel up to there normalise x themselves). Quantized ones: up to kQuantLinearMaxRows rows the codes
 // kernels, one a segment (a piece; a fused gate/up is one), x normalised first; more rows the
 // in-load GEMM of Hopper, one a segment, x normalised first. Not counted: an act-order segment's
 // gather of x and, more rows, its dequantization into the scratch and the bf16 GEMM instead (the
 // plan does not say which checkpoint weights have one), nor that path off Hopper.
 int64_t LinearLaunches(const compiler::Plan& plan, const compiler::PlanStep& step, int64_t rows, bool norm) {
   const compiler::WeightEntry* w = Matrix(plan, step);
-  if (w == nullptr || !w->quantized()) return 1 + (norm && rows > cuda::kGemvMaxRows ? 1 : 0);
+  if (w == nullptr || !w->quantized()) return 1 + (norm && rows > cuda::kSkinnyNormMaxRows ? 1 : 0);
   const int64_t segments = step.kernel == OpId::k_norm_gate_up_silu ? 1 : static_cast<int64_t>(w->pieces.size());
   // One launch a segment, one per 64-row chunk past 64 rows (the skinny kernel).
   if (rows <= cuda::kQuantLinearMaxRows) return (norm ? 1 : 0) + segments * cuda::SkinnyLaunches(rows);

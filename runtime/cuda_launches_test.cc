@@ -10,8 +10,8 @@
 namespace ag::runtime {
 namespace {
 
-// Per layer of tiny-glm's fused plan (head_dim 16: a flash build): decode at batch 1 is one launch a
-// step but for attention's combine step where the context is sliced; past one row every fused norm
+// Per layer of tiny-glm's fused plan (head_dim 16: a flash build): decode up to 32 rows is one launch
+// a step but for attention's combine step where the context is sliced; past 32 rows every fused norm
 // prologue is a launch of its own; a prefill's attention is one flash launch.
 TEST(CudaLaunches, FollowTheDispatchRules) {
   const testing::TinyGlm tiny;
@@ -31,9 +31,14 @@ TEST(CudaLaunches, FollowTheDispatchRules) {
   const cuda::AttentionGeometry sliced = cuda::PlanAttention(1, 2, 2, 4096, 132);
   ASSERT_GT(sliced.slices, 1);
   EXPECT_EQ(CudaLaunchesPerLayer(plan, {1, 1, 4096}), steps + 1);
-  // Batch 8: the norm prologues launch separately (the skinny kernel takes x normalised).
-  const cuda::AttentionGeometry batch8 = cuda::PlanAttention(8, 2, 2, 4096, 132);
-  EXPECT_EQ(CudaLaunchesPerLayer(plan, {8, 1, 4096}), steps + norm_prologues + (batch8.slices > 1 ? 1 : 0));
+  // Batches 8 and 32: the skinny kernel normalises x itself; batch 33 takes x normalised by a launch
+  // of its own before the skinny kernel's 8-tile instance.
+  for (int64_t batch : {8, 32, 33}) {
+    SCOPED_TRACE(batch);
+    const cuda::AttentionGeometry geometry = cuda::PlanAttention(batch, 2, 2, 4096, 132);
+    EXPECT_EQ(CudaLaunchesPerLayer(plan, {batch, 1, 4096}),
+              steps + (batch > 32 ? norm_prologues : 0) + (geometry.slices > 1 ? 1 : 0));
+  }
   // A 512-token prompt: flash attention, one launch.
   EXPECT_EQ(CudaLaunchesPerLayer(plan, {1, 512, 512}), steps + norm_prologues);
 }

@@ -12,12 +12,20 @@
 // block leaves its fp32 partial tile in shared memory and the cluster sums the
 // tiles through distributed shared memory, each block finishing a share of the
 // output pairs with the usual epilogue. No global workspace, one launch.
+//
+// The RMSNorm prologue (bf16 weights, up to kSkinnyNormMaxRows rows): x enters the mma as
+// bf16(norm_w * x) (four bf16x2 multiplies a load), each row's sum of squares is gathered from
+// warp 0's loads (every warp loads the same x; the cluster adds its blocks' sums), and the ending
+// multiplies the row's sums by rsqrt(mean + eps) -- the row's scale commutes with the product. No
+// normalising launch before, and x is read once. The 8-tile kernel (33-64 rows) has no registers
+// left for it and takes x normalised by a launch of its own.
 #ifndef AUTOGLM_KERNELS_CUDA_LINEAR_SKINNY_CUH_
 #define AUTOGLM_KERNELS_CUDA_LINEAR_SKINNY_CUH_
 
 #include <cooperative_groups.h>
 
 #include <algorithm>
+#include <type_traits>
 
 #include "kernels/cuda/linear_split.h"
 #include "kernels/cuda/mma_layout.h"
@@ -47,6 +55,28 @@ struct Bf16Rows {
   __device__ __forceinline__ void Prefetch(int64_t row, int64_t at) const { PrefetchL2(w + row * k + at); }
 };
 
+// x's eight values times the norm's weights, in bf16 as the mma takes them (the exact product
+// rounded once, as an fp32 product rounded to bf16 would be).
+__device__ __forceinline__ int4 NormWeighted(const int4& xv, const Bf16x8& norm_w) {
+  Bf16x8 x8;
+  *reinterpret_cast<int4*>(&x8) = xv;
+#pragma unroll
+  for (int i = 0; i < 4; ++i) x8.h[i] = __hmul2(x8.h[i], norm_w.h[i]);
+  return *reinterpret_cast<const int4*>(&x8);
+}
+
+// The sum of the squares of x's eight values, in fp32.
+__device__ __forceinline__ float SumOfSquares(const int4& xv) {
+  Bf16x8 x8;
+  *reinterpret_cast<int4*>(&x8) = xv;
+  float v[8];
+  ToFloat8(x8, v);
+  float sum = 0.0f;
+#pragma unroll
+  for (int i = 0; i < 8; ++i) sum += v[i] * v[i];
+  return sum;
+}
+
 template <int kNT, Epilogue kE, class Rows>
 __global__ void __launch_bounds__(kSkinnyThreads, 4) SkinnyKernel(LinearParams p, Rows rows, const bf16* x,
                                                                int64_t k_per_rank) {
@@ -59,6 +89,9 @@ __global__ void __launch_bounds__(kSkinnyThreads, 4) SkinnyKernel(LinearParams p
   const int64_t ra = feature0 + warp * 16 + g, rb = ra + 8;
   const bool va = ra < rows.n, vb = rb < rows.n;
   const int64_t k_begin = rank * k_per_rank, k_end = min(p.k, k_begin + k_per_rank);
+  constexpr bool kCanNorm = std::is_same_v<Rows, Bf16Rows> && 8 * kNT <= kSkinnyNormMaxRows;
+  const bool norm = kCanNorm && p.norm_w != nullptr;
+  float squares[kNT] = {};  // the norm prologue's sums of squares of this lane's rows (warp 0)
   AllowNextKernel();
   // The weights do not depend on the previous kernel: the first chunks' lines are fetched into L2
   // while it finishes (as the GEMV does); x is read only after the wait.
@@ -85,13 +118,22 @@ __global__ void __launch_bounds__(kSkinnyThreads, 4) SkinnyKernel(LinearParams p
     for (int u = 0; u < kSkinnyUnroll; ++u) {
       if (k0 + 32 * u >= k_end) break;  // the same for the whole warp
       const int64_t k = k0 + 32 * u + 8 * t;
+      Bf16x8 norm_w{};
+      if constexpr (kCanNorm) {
+        if (norm && k < k_end) norm_w = Load8(p.norm_w + k);
+      }
 #pragma unroll
       for (int j = 0; j < kNT; ++j) {
         const int64_t row = 8 * j + g;
         // A plain load (x was written by the kernel before: not for the read-only path); L1 keeps it
         // for the block's other warps.
-        const int4 xv = row < p.m && k < k_end ? *reinterpret_cast<const int4*>(x + row * p.k + k)
-                                               : make_int4(0, 0, 0, 0);
+        int4 xv = row < p.m && k < k_end ? *reinterpret_cast<const int4*>(x + row * p.k + k) : make_int4(0, 0, 0, 0);
+        if constexpr (kCanNorm) {
+          if (norm) {
+            if (warp == 0) squares[j] += SumOfSquares(xv);  // the other warps load the same x
+            xv = NormWeighted(xv, norm_w);
+          }
+        }
 #pragma unroll
         for (int s = 0; s < 2; ++s) {
           unsigned af[4], bfrag[2];
@@ -113,12 +155,34 @@ __global__ void __launch_bounds__(kSkinnyThreads, 4) SkinnyKernel(LinearParams p
       tile[8 * j + c.col][warp * 16 + c.row] = acc[j][e];
     }
   }
+  if constexpr (kCanNorm) {
+    if (norm && warp == 0) {  // lanes t = 0..3 of row group g loaded their rows' k in turn; a row's
+                              // block sum lands in the tile's padding (column kSkinnyFeatures, a zero
+                              // beside it for the pair sum)
+#pragma unroll
+      for (int j = 0; j < kNT; ++j) {
+        squares[j] += __shfl_xor_sync(0xffffffffu, squares[j], 1);
+        squares[j] += __shfl_xor_sync(0xffffffffu, squares[j], 2);
+        if (t == 0) {
+          tile[8 * j + g][kSkinnyFeatures] = squares[j];
+          tile[8 * j + g][kSkinnyFeatures + 1] = 0.0f;
+        }
+      }
+    }
+  }
   cluster.sync();  // every block's tile is complete
   const int pairs = static_cast<int>(p.m) * (kSkinnyFeatures / 2);
   for (int i = rank * kSkinnyThreads + static_cast<int>(threadIdx.x); i < pairs; i += ranks * kSkinnyThreads) {
     const int m = i / (kSkinnyFeatures / 2), f = 2 * (i % (kSkinnyFeatures / 2));
     const float2 sum = ClusterSum2(cluster, &tile[0][0], m * kSkinnyTileLd + f);
-    if (feature0 + f < rows.n) StorePair<kE>(p, m, rows.n_begin + feature0 + f, sum.x, sum.y);
+    float scale = 1.0f;
+    if constexpr (kCanNorm) {
+      if (norm) {
+        const float squares_sum = ClusterSum2(cluster, &tile[0][0], m * kSkinnyTileLd + kSkinnyFeatures).x;
+        scale = rsqrtf(squares_sum / static_cast<float>(p.k) + p.eps);
+      }
+    }
+    if (feature0 + f < rows.n) StorePair<kE>(p, m, rows.n_begin + feature0 + f, scale * sum.x, scale * sum.y);
   }
   cluster.sync();  // peers may still be reading this block's tile
 }

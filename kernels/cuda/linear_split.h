@@ -11,6 +11,10 @@ namespace ag::cuda {
 // Rows of x up to which the GEMV path runs, and the skinny tensor-core path; the GEMM above.
 inline constexpr int64_t kGemvMaxRows = 1;
 inline constexpr int64_t kSkinnyMaxRows = 64;
+// Rows of x up to which the skinny kernel applies an RMSNorm prologue itself (linear_skinny.cuh);
+// more rows (its 8-tile kernel has no registers to spare, and the GEMMs) take x normalised into the
+// scratch by a launch of its own.
+inline constexpr int64_t kSkinnyNormMaxRows = 32;
 // Rows of x up to which the backend takes the quantized decode path: up to 16 the codes kernel (8
 // rows a block, CUDA cores), then the skinny tensor-core kernel (linear_skinny.cuh) on weights
 // dequantized to bf16 in registers (bench/RESULTS.md, "Quantized decode"), past 64 rows one launch
