@@ -75,7 +75,8 @@ bool InLoadGemm(const A& a, const cuda::LinearParams& p) {
 }
 
 // A linear step, over a bf16 weight or a quantized one. Quantized, up to kQuantLinearMaxRows rows
-// (decode) run on the codes, x normalised first when there is a norm prologue; more rows
+// (decode) run on the codes, x normalised first when there is a norm prologue (past one row, or
+// for act-order segments: at one row the codes kernel normalises); more rows
 // (prefill) take the wgmma GEMM that dequantizes each segment's tiles as they arrive, or, where it
 // cannot (not Hopper, act order), dequantize the weight into the scratch for the bf16 GEMM, unless
 // the scratch was not sized for it (the LM head's logit rows: the codes kernel takes any rows). An
@@ -95,7 +96,11 @@ absl::Status RunLinear(const A& a, cuda::LinearParams p) {
     }
     return Check(cuda::LaunchLinear(p, a.stream), a);
   }
-  RETURN_IF_ERROR(NormalizeFirst(a, &p));
+  // At one row the codes kernel may apply the norm prologue itself (cuda::QuantKernelNormalises).
+  const bool kernel_normalises = p.m == 1 && absl::c_all_of(*a.quant, [](const cuda::QuantSegment& s) {
+                                   return cuda::QuantKernelNormalises(s.code, s.input_order != nullptr);
+                                 });
+  if (!kernel_normalises) RETURN_IF_ERROR(NormalizeFirst(a, &p));
   for (const cuda::QuantSegment& s : *a.quant) {
     cuda::LinearParams q = p;
     if (s.input_order != nullptr) {  // an act-order segment reads x in its own input order (widened when padded)

@@ -3,9 +3,12 @@
 #include <algorithm>
 #include <map>
 
+#include "absl/algorithm/container.h"
 #include "kernels/cuda/attention_plan.h"
 #include "kernels/cuda/linear_split.h"
 #include "kernels/cuda/peer_flags.h"
+#include "kernels/cuda/quant_pack.h"
+#include "runtime/quant_storage.h"
 
 namespace ag::runtime {
 namespace {
@@ -28,17 +31,24 @@ const compiler::WeightEntry* Matrix(const compiler::Plan& plan, const compiler::
 }
 
 // A linear step (RunLinear): bf16 weights take one kernel, plus one normalising x into the scratch
-// past kSkinnyNormMaxRows rows (the GEMV and the skinny kernel up to there normalise x themselves). Quantized ones: up to kQuantLinearMaxRows rows the codes
-// kernels, one a segment (a piece; a fused gate/up is one), x normalised first; more rows the
-// in-load GEMM of Hopper, one a segment, x normalised first. Not counted: an act-order segment's
-// gather of x and, more rows, its dequantization into the scratch and the bf16 GEMM instead (the
-// plan does not say which checkpoint weights have one), nor that path off Hopper.
+// past kSkinnyNormMaxRows rows (the GEMV and the skinny kernel up to there normalise x themselves).
+// Quantized ones: up to kQuantLinearMaxRows rows the codes kernels, one a segment (a piece; a fused
+// gate/up is one), x normalised first but at one row without int4; more rows the in-load GEMM of Hopper, one a
+// segment, x normalised first. Not counted: an act-order segment's gather of x (and at one row the
+// normalising launch before it) and, more rows, its dequantization into the scratch and the bf16
+// GEMM instead (the plan does not say which checkpoint weights have one), nor that path off Hopper.
 int64_t LinearLaunches(const compiler::Plan& plan, const compiler::PlanStep& step, int64_t rows, bool norm) {
   const compiler::WeightEntry* w = Matrix(plan, step);
   if (w == nullptr || !w->quantized()) return 1 + (norm && rows > cuda::kSkinnyNormMaxRows ? 1 : 0);
   const int64_t segments = step.kernel == OpId::k_norm_gate_up_silu ? 1 : static_cast<int64_t>(w->pieces.size());
-  // One launch a segment, one per 64-row chunk past 64 rows (the skinny kernel).
-  if (rows <= cuda::kQuantLinearMaxRows) return (norm ? 1 : 0) + segments * cuda::SkinnyLaunches(rows);
+  // One launch a segment, one per 64-row chunk past 64 rows (the skinny kernel); at one row the
+  // codes kernel normalises x itself unless a piece is int4 (cuda::QuantKernelNormalises).
+  if (rows <= cuda::kQuantLinearMaxRows) {
+    const bool kernel_normalises = rows == 1 && absl::c_all_of(w->pieces, [](const compiler::WeightPiece& p) {
+                                     return cuda::QuantKernelNormalises(QuantCodeOf(p.quant.kind), /*reordered=*/false);
+                                   });
+    return (norm && !kernel_normalises ? 1 : 0) + segments * cuda::SkinnyLaunches(rows);
+  }
   return (norm ? 1 : 0) + segments;
 }
 

@@ -2,6 +2,9 @@
 
 #include <gtest/gtest.h>
 
+#include <utility>
+
+#include "absl/algorithm/container.h"
 #include "ir/quant.h"
 #include "kernels/cuda/attention_plan.h"
 #include "passes/quantize.h"
@@ -43,6 +46,22 @@ TEST(CudaLaunches, FollowTheDispatchRules) {
   EXPECT_EQ(CudaLaunchesPerLayer(plan, {1, 512, 512}), steps + norm_prologues);
 }
 
+// Layer 0's quantized linears and the segments they launch the codes kernels over (a piece each; a
+// fused gate/up is one).
+std::pair<int64_t, int64_t> QuantizedLinears(const compiler::Plan& plan) {
+  int64_t linears = 0, segments = 0;
+  for (const compiler::PlanStep& step : plan.decoder().steps) {
+    if (step.layer != 0) continue;
+    const int matrix = ir::GetOpInfo(step.kernel).matrix_operand;
+    if (matrix < 0 || step.operands[matrix].kind != compiler::TensorKind::kWeight) continue;
+    const compiler::WeightEntry& w = plan.weights[step.operands[matrix].index];
+    if (!w.quantized()) continue;
+    ++linears;
+    segments += step.kernel == ir::OpId::k_norm_gate_up_silu ? 1 : static_cast<int64_t>(w.pieces.size());
+  }
+  return {linears, segments};
+}
+
 // A quantized plan (int8 body): up to kQuantLinearMaxRows rows every segment is one launch of the
 // codes or skinny kernels, past 64 rows one per 64-row chunk; more rows one launch of the in-load
 // GEMM a segment where the bf16 plan launches one GEMM a linear.
@@ -55,16 +74,7 @@ TEST(CudaLaunches, QuantizedLinearsLaunchPerRowChunk) {
   absl::StatusOr<compiler::CompileResult> compiled = compiler::Compile(*config, options);
   ASSERT_TRUE(compiled.ok()) << compiled.status();
   const compiler::Plan& plan = compiled->plan;
-  int64_t linears = 0, segments = 0;
-  for (const compiler::PlanStep& step : plan.decoder().steps) {
-    if (step.layer != 0) continue;
-    const int matrix = ir::GetOpInfo(step.kernel).matrix_operand;
-    if (matrix < 0 || step.operands[matrix].kind != compiler::TensorKind::kWeight) continue;
-    const compiler::WeightEntry& w = plan.weights[step.operands[matrix].index];
-    if (!w.quantized()) continue;
-    ++linears;
-    segments += step.kernel == ir::OpId::k_norm_gate_up_silu ? 1 : static_cast<int64_t>(w.pieces.size());
-  }
+  const auto [linears, segments] = QuantizedLinears(plan);
   ASSERT_GT(linears, 0);
   const int64_t at64 = CudaLaunchesPerLayer(plan, {64, 1, 512});
   EXPECT_EQ(CudaLaunchesPerLayer(plan, {100, 1, 512}), at64 + segments) << "a second chunk a segment";
@@ -74,6 +84,37 @@ TEST(CudaLaunches, QuantizedLinearsLaunchPerRowChunk) {
   EXPECT_EQ(CudaLaunchesPerLayer(plan, {1, 512, 512}) - CudaLaunchesPerLayer(bf16->plan, {1, 512, 512}),
             segments - linears)
       << "a 512-token prompt: a GEMM a segment, not a dequantization a segment and a GEMM";
+  EXPECT_EQ(CudaLaunchesPerLayer(plan, {1, 1, 512}) - CudaLaunchesPerLayer(bf16->plan, {1, 1, 512}), segments - linears)
+      << "batch 1: the 8-bit codes kernel normalises x itself, as the GEMV does";
+}
+
+// At one row a norm linear with an int4 piece takes x normalised by a launch of its own (the int4
+// codes kernel is as bound by instructions as by the bus: cuda::QuantKernelNormalises).
+TEST(CudaLaunches, Int4NormLinearsNormaliseFirstAtOneRow) {
+  compiler::CompileOptions options;
+  options.quant = passes::DefaultQuantPolicy(*ir::ParseQuantFormat("int4:g32"));
+  absl::StatusOr<glm::ModelConfig> config = glm::LoadModelConfig(testing::TestDataDir() + "/tiny-glm");
+  ASSERT_TRUE(config.ok()) << config.status();
+  absl::StatusOr<compiler::CompileResult> int4 = compiler::Compile(*config, options);
+  ASSERT_TRUE(int4.ok()) << int4.status();
+  options.quant = passes::DefaultQuantPolicy(*ir::ParseQuantFormat("int8"));
+  absl::StatusOr<compiler::CompileResult> int8 = compiler::Compile(*config, options);
+  ASSERT_TRUE(int8.ok()) << int8.status();
+  int64_t int4_norm_linears = 0;
+  for (const compiler::PlanStep& step : int4->plan.decoder().steps) {
+    if (step.layer != 0) continue;
+    const bool norm = step.kernel == ir::OpId::k_norm_linear || step.kernel == ir::OpId::k_norm_gate_up_silu ||
+                      step.kernel == ir::OpId::k_norm_qkv_rope_kv_write;
+    const int matrix = ir::GetOpInfo(step.kernel).matrix_operand;
+    if (!norm || matrix < 0) continue;
+    const compiler::WeightEntry& w = int4->plan.weights[step.operands[matrix].index];
+    int4_norm_linears += absl::c_any_of(w.pieces, [](const compiler::WeightPiece& p) {
+      return p.quant.kind == ir::QuantKind::kInt4;
+    });
+  }
+  ASSERT_GT(int4_norm_linears, 0);
+  EXPECT_EQ(CudaLaunchesPerLayer(int4->plan, {1, 1, 512}) - CudaLaunchesPerLayer(int8->plan, {1, 1, 512}),
+            int4_norm_linears + QuantizedLinears(int4->plan).second - QuantizedLinears(int8->plan).second);
 }
 
 }  // namespace

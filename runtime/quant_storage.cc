@@ -11,9 +11,8 @@
 #include "runtime/weights.h"
 
 namespace ag::runtime {
-namespace {
 
-cuda::QuantCode CodeOf(ir::QuantKind kind) {
+cuda::QuantCode QuantCodeOf(ir::QuantKind kind) {
   switch (kind) {
     case ir::QuantKind::kInt4:
       return cuda::QuantCode::kInt4;
@@ -25,6 +24,8 @@ cuda::QuantCode CodeOf(ir::QuantKind kind) {
       return cuda::QuantCode::kFp8;
   }
 }
+
+namespace {
 
 // `rows` rows of `v` reordered so that row 2j is row j and row 2j + 1 is row rows / 2 + j.
 template <typename T>
@@ -105,7 +106,7 @@ absl::StatusOr<std::vector<HostQuantSegment>> PrepareQuantSegments(const compile
   for (size_t i = 0; i < pieces.size(); ++i) {
     QuantizedRows& q = pieces[i];
     HostQuantSegment s;
-    s.code = CodeOf(q.format.kind);
+    s.code = QuantCodeOf(q.format.kind);
     s.group = q.format.group;
     s.group_offset = q.group_offset;
     s.n_begin = n_begin;

@@ -16,6 +16,9 @@
 
 namespace ag::runtime {
 
+// The code format a piece of this kind is stored in (kNone: a piece kept bf16, stored as kBf16 rows).
+cuda::QuantCode QuantCodeOf(ir::QuantKind kind);
+
 struct HostQuantSegment {
   cuda::QuantCode code = cuda::QuantCode::kInt4;
   int64_t group = 0;            // inputs per scale; 0: per row

@@ -78,7 +78,9 @@ __global__ void __launch_bounds__(256) OrderInputsKernel(const bf16* x, int64_t 
 bool SegmentLinearFits(const LinearParams& p, const QuantSegment& s) {
   // A padded act-order segment reads x widened to its stored_k (LaunchOrderInputs).
   if (s.stored_k > 0 && s.stored_k != p.k) return false;
-  if (!SegmentFits(s, p.k) || p.m < 0 || p.norm_w != nullptr || s.n_begin + s.n > p.n) return false;
+  if (!SegmentFits(s, p.k) || p.m < 0 || s.n_begin + s.n > p.n) return false;
+  // A norm prologue: the codes kernel's, at one row of x read in input order.
+  if (p.norm_w != nullptr && (p.m > 1 || s.input_order != nullptr)) return false;
   const bool pairs = p.epilogue == Epilogue::kSiluMul || p.epilogue == Epilogue::kQkvRope;
   if (pairs && (s.n % 2 != 0 || s.n_begin % 2 != 0)) return false;
   // The kernels store column pairs: an odd segment's last pair would overwrite the next segment's first column.

@@ -62,7 +62,8 @@ struct QuantSegment {
 constexpr int64_t StoredK(const QuantSegment& s, int64_t k) { return s.stored_k > 0 ? s.stored_k : k; }
 
 // The decode path over one segment: p as for LaunchLinear, but p.w is not read
-// (the segment is the weight), p.norm_w must be null (normalise x first) and
+// (the segment is the weight), p.norm_w must be null (normalise x first) unless p.m
+// is 1 and the segment reads x in input order (the kernel then applies the norm), and
 // p.n is the whole weight's rows. cudaErrorInvalidValue when k is not a
 // multiple of 128 / bits, a 16-byte load of codes would span two groups,
 // the segment lies outside [0, p.n), or is odd and not the last (the kernel stores

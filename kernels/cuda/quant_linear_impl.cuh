@@ -82,6 +82,10 @@ __device__ __forceinline__ void GroupParams(const QuantSegment& s, int64_t row, 
 // 2 (kQuantWarps c + w) and the next, for rows [kRows r, kRows r + kRows) of x,
 // where blockIdx.x = c * chunks + r. Lane L takes the 16-byte loads L, L + 32, ...
 // of both rows of W, kQuantUnroll<kRows> of them in flight, each kCodes codes of one group.
+// At one row the kernel applies an RMSNorm prologue itself (p.norm_w set; a segment reading x in
+// its own input order gets x normalised first): x times the norm's weights in fp32, and the sums
+// times rsqrt(mean + eps) of the row's squares, which the warp's lanes gather from their loads of
+// x (together they read all of it).
 template <QuantCode kCode, int kRows, Epilogue kE>
 __global__ void __launch_bounds__(kQuantWarps * 32, kRows == 1 ? 5 : 4) QuantLinearKernel(LinearParams p, QuantSegment s) {
   constexpr int kBits = QuantCodeBits(kCode), kCodes = 128 / kBits;
@@ -103,6 +107,8 @@ __global__ void __launch_bounds__(kQuantWarps * 32, kRows == 1 ? 5 : 4) QuantLin
   float acc[2][kRows];
 #pragma unroll
   for (int r = 0; r < kRows; ++r) acc[0][r] = acc[1][r] = 0.0f;
+  const bool norm = kRows == 1 && p.norm_w != nullptr;
+  float squares = 0.0f;  // of this lane's x values, with the norm prologue
   // The weights of load i (both columns) into acc.
   auto accumulate = [&](const uint4 (&packed)[2], int64_t i) {
     const int64_t first = i * kCodes, g = GroupOf(first, s.group, s.group_offset);
@@ -120,6 +126,17 @@ __global__ void __launch_bounds__(kQuantWarps * 32, kRows == 1 ? 5 : 4) QuantLin
         for (int v = 0; v < kCodes / 8; ++v) {  // 8 bf16 of x per 16-byte load
           float xf[8];
           ToFloat8(Load8(xr + 8 * v), xf);
+          if constexpr (kRows == 1) {
+            if (norm) {
+              float nw[8];
+              ToFloat8(Load8(p.norm_w + first + 8 * v), nw);
+#pragma unroll
+              for (int e = 0; e < 8; ++e) {
+                if (c == 0) squares = fmaf(xf[e], xf[e], squares);
+                xf[e] *= nw[e];
+              }
+            }
+          }
 #pragma unroll
           for (int e = 0; e < 8; ++e) sum = fmaf(xf[e], w[8 * v + e], sum);
         }
@@ -143,11 +160,12 @@ __global__ void __launch_bounds__(kQuantWarps * 32, kRows == 1 ? 5 : 4) QuantLin
     const uint4 packed[2] = {__ldcs(row0 + i), __ldcs(row1 + i)};
     accumulate(packed, i);
   }
+  const float inv_rms = norm ? rsqrtf(WarpSum(squares) / static_cast<float>(p.k) + p.eps) : 1.0f;
 #pragma unroll
   for (int r = 0; r < kRows; ++r) {
     if (r >= rows) continue;
     const float a0 = WarpSum(acc[0][r]), a1 = WarpSum(acc[1][r]);
-    if (lane == 0) StorePair<kE>(p, m0 + r, s.n_begin + local, a0, a1);
+    if (lane == 0) StorePair<kE>(p, m0 + r, s.n_begin + local, inv_rms * a0, inv_rms * a1);
   }
 }
 

@@ -20,6 +20,14 @@ inline constexpr int QuantCodeBits(QuantCode code) {
   return code == QuantCode::kInt4 ? 4 : code == QuantCode::kBf16 ? 16 : 8;
 }
 
+// Whether the backend lets the codes kernel apply a linear's RMSNorm prologue itself at one row of
+// x (the kernel can for every code, but not for x reordered by act order). Not for int4: at one
+// row its kernel is about as bound by instructions as by the bus, and the prologue's ~1.5
+// instructions a weight would cost about what the normalising launch does (bench/RESULTS.md).
+inline constexpr bool QuantKernelNormalises(QuantCode code, bool reordered) {
+  return !reordered && code != QuantCode::kInt4;
+}
+
 // How a segment's group scales are stored (per-row scales are always fp32): bf16 for the
 // weights this engine quantizes (ref::QuantizeRows rounds them so); a pre-quantized
 // checkpoint's in the narrowest of bf16, fp16 and fp32 that holds every one exactly.

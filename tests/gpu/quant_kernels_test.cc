@@ -305,6 +305,58 @@ TEST(GpuKernels, QuantLinearEpiloguesMatchTheBf16Path) {
   }
 }
 
+// At one row the codes kernel applies the RMSNorm prologue itself (x times the norm's weights,
+// the sums times the row's inverse RMS), as the bf16 GEMV does over the dequantized weight; past
+// one row, or for an act-order segment, it refuses a norm (the backend normalises x first).
+TEST(GpuKernels, QuantLinearAppliesTheNormAtOneRow) {
+  SKIP_WITHOUT_GPU();
+  const int64_t k = 512, n = 96;
+  std::mt19937 rng(29);
+  for (const QuantCase& c : {QuantCase{cuda::QuantCode::kInt4, 64, false}, QuantCase{cuda::QuantCode::kInt8, 0, true},
+                             QuantCase{cuda::QuantCode::kFp8, 0, true}}) {
+    SCOPED_TRACE(static_cast<int>(c.code));
+    const HostSegment h = MakeSegment(c, n, k, rng);
+    DeviceArray<uint32_t> codes(h.words);
+    DeviceArray<float> scales(h.scales);
+    Bf16Array group_scales(h.scales);
+    DeviceArray<uint8_t> zeros(h.zeros);
+    const void* device_scales = c.group == 0 ? static_cast<const void*>(scales.get()) : group_scales.get();
+    cuda::QuantSegment seg{codes.get(), device_scales, c.symmetric ? nullptr : zeros.get(), c.code, c.group, 0, n};
+    Bf16Array dw(n * k);
+    ASSERT_CUDA(cuda::LaunchDequantize(seg, k, dw.get(), nullptr));
+    const std::vector<float> x = RandomBf16(2 * k, 37, 4.0f), nw = RandomBf16(k, 38);
+    Bf16Array dx(x), dnw(nw), got(n), want(n), bias(RandomBf16(n, 39));
+    cuda::LinearParams p;
+    p.x = dx.get();
+    p.m = 1;
+    p.k = k;
+    p.n = n;
+    p.norm_w = dnw.get();
+    p.eps = 1e-5f;
+    p.bias = bias.get();
+    p.epilogue = cuda::Epilogue::kBias;
+    p.y = got.get();
+    ASSERT_CUDA(cuda::LaunchQuantLinear(p, seg, nullptr));
+    p.w = dw.get();
+    p.y = want.get();
+    ASSERT_CUDA(cuda::LaunchGemv(p, nullptr));
+    ExpectClose(got.Download(), want.Download(), kAtol, kRtol, "quant norm linear");
+
+    p.y = got.get();
+    p.m = 2;
+    EXPECT_EQ(cuda::LaunchQuantLinear(p, seg, nullptr), cudaErrorInvalidValue) << "two rows: normalise first";
+    p.m = 1;
+    const std::vector<int32_t> order = [&] {
+      std::vector<int32_t> o(k);
+      std::iota(o.begin(), o.end(), 0);
+      return o;
+    }();
+    DeviceArray<int32_t> dorder(order);
+    seg.input_order = dorder.get();
+    EXPECT_EQ(cuda::LaunchQuantLinear(p, seg, nullptr), cudaErrorInvalidValue) << "x reordered: normalise first";
+  }
+}
+
 // ---- the quantized prefill GEMM (Hopper): codes TMA'd and dequantized in shared memory ----
 
 // w [n, k] of an integer segment whose first input lies `offset` inputs into its first group
