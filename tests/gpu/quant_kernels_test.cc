@@ -69,6 +69,21 @@ HostSegment MakeSegment(const QuantCase& c, int64_t n, int64_t k, std::mt19937& 
   return h;
 }
 
+// A HostSegment of n rows on the device as the backend stores this engine's quantized weights:
+// fp32 scales a row, bf16 a group, zero points when asymmetric.
+struct DeviceSegment {
+  DeviceSegment(const HostSegment& h, const QuantCase& c, int64_t n)
+      : codes(h.words), scales(h.scales), group_scales(h.scales), zeros(h.zeros) {
+    const void* device_scales = c.group == 0 ? static_cast<const void*>(scales.get()) : group_scales.get();
+    segment = {codes.get(), device_scales, c.symmetric ? nullptr : zeros.get(), c.code, c.group, 0, n};
+  }
+  DeviceArray<uint32_t> codes;
+  DeviceArray<float> scales;
+  Bf16Array group_scales;
+  DeviceArray<uint8_t> zeros;
+  cuda::QuantSegment segment;
+};
+
 // x [m, k] times w [n, k] transposed (plus residual [m, n]), summed in double and rounded once.
 std::vector<float> HostProduct(const std::vector<float>& x, const std::vector<float>& w, int64_t m, int64_t n,
                                int64_t k, const std::vector<float>* residual = nullptr) {
@@ -278,12 +293,8 @@ TEST(GpuKernels, QuantLinearEpiloguesMatchTheBf16Path) {
     // Gate/up, rows interleaved as the backend stores them: 2 x 96 rows.
     const int64_t n = 192;
     const HostSegment h = MakeSegment(c, n, k, rng);
-    DeviceArray<uint32_t> codes(h.words);
-    DeviceArray<float> scales(h.scales);
-    Bf16Array group_scales(h.scales);
-    DeviceArray<uint8_t> zeros(h.zeros);
-    const void* device_scales = c.group == 0 ? static_cast<const void*>(scales.get()) : group_scales.get();
-    const cuda::QuantSegment seg{codes.get(), device_scales, c.symmetric ? nullptr : zeros.get(), c.code, c.group, 0, n};
+    const DeviceSegment device(h, c, n);
+    const cuda::QuantSegment& seg = device.segment;
     Bf16Array dw(n * k);
     ASSERT_CUDA(cuda::LaunchDequantize(seg, k, dw.get(), nullptr));
     for (const int64_t m : {1, 5, 40, 130}) {  // 130: three row chunks, the last of 2 rows
@@ -316,12 +327,8 @@ TEST(GpuKernels, QuantLinearAppliesTheNormAtOneRow) {
                              QuantCase{cuda::QuantCode::kFp8, 0, true}}) {
     SCOPED_TRACE(static_cast<int>(c.code));
     const HostSegment h = MakeSegment(c, n, k, rng);
-    DeviceArray<uint32_t> codes(h.words);
-    DeviceArray<float> scales(h.scales);
-    Bf16Array group_scales(h.scales);
-    DeviceArray<uint8_t> zeros(h.zeros);
-    const void* device_scales = c.group == 0 ? static_cast<const void*>(scales.get()) : group_scales.get();
-    cuda::QuantSegment seg{codes.get(), device_scales, c.symmetric ? nullptr : zeros.get(), c.code, c.group, 0, n};
+    const DeviceSegment device(h, c, n);
+    cuda::QuantSegment seg = device.segment;
     Bf16Array dw(n * k);
     ASSERT_CUDA(cuda::LaunchDequantize(seg, k, dw.get(), nullptr));
     const std::vector<float> x = RandomBf16(2 * k, 37, 4.0f), nw = RandomBf16(k, 38);
