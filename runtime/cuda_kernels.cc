@@ -75,8 +75,8 @@ bool InLoadGemm(const A& a, const cuda::LinearParams& p) {
 }
 
 // A linear step, over a bf16 weight or a quantized one. Quantized, up to kQuantLinearMaxRows rows
-// (decode) run on the codes, x normalised first when there is a norm prologue (past one row, or
-// for act-order segments: at one row the codes kernel normalises); more rows
+// (decode) run on the codes, x normalised first when there is a norm prologue, unless at one row
+// the codes kernel applies it itself (cuda::QuantKernelNormalises); more rows
 // (prefill) take the wgmma GEMM that dequantizes each segment's tiles as they arrive, or, where it
 // cannot (not Hopper, act order), dequantize the weight into the scratch for the bf16 GEMM, unless
 // the scratch was not sized for it (the LM head's logit rows: the codes kernel takes any rows). An
