@@ -10,6 +10,7 @@
 #include <chrono>
 #include <cstdio>
 #include <deque>
+#include <future>
 #include <optional>
 #include <sstream>
 #include <thread>
@@ -75,6 +76,15 @@ class Session : public std::enable_shared_from_this<Session> {
   }
 
   void Start() {
+    net::dispatch(stream_.get_executor(), [self = shared_from_this()] { self->Read(); });
+  }
+  // A connection taken from the backlog as the server stops accepting: its request may still be on
+  // its way, and closing it unread would reset the client. Counted as unanswered from now, so
+  // WaitForResponses waits for its (refusing) answer or its end.
+  // Counted here, on the accepting thread, before StopAccepting returns: the shutdown's
+  // WaitForResponses must not find the count at zero before the strand has run.
+  void StartOwed() {
+    OpenExchange();
     net::dispatch(stream_.get_executor(), [self = shared_from_this()] { self->Read(); });
   }
 
@@ -188,8 +198,7 @@ class Session : public std::enable_shared_from_this<Session> {
     ++exchange_;
     started_ = streaming_ = complete_ = close_delimited_ = false;
     on_disconnect_ = nullptr;
-    exchange_open_ = true;
-    ++counts_.unanswered;
+    OpenExchange();
     HttpRequest request;
     request.method = std::string(req.method_string());
     request.target = std::string(req.target());
@@ -264,6 +273,9 @@ class Session : public std::enable_shared_from_this<Session> {
     FinishExchange();
     if (keep_alive_) return Read();
     Linger();
+  }
+  void OpenExchange() {
+    if (!std::exchange(exchange_open_, true)) ++counts_.unanswered;
   }
   void FinishExchange() {
     if (std::exchange(exchange_open_, false)) --counts_.unanswered;
@@ -406,12 +418,29 @@ class Server : public HttpServer {
     }
     return true;
   }
+  // Connections the kernel completed but nobody accepted yet would be reset by closing the
+  // acceptor, though their clients connected before the signal: they are taken in first and
+  // answered like any other (the handler refuses them with a 503 once admission stops).
+  // Returns once that is done (or after a second, should the I/O threads be stuck), so what
+  // follows (WaitForResponses) counts the connections taken in.
   void StopAccepting() override {
-    net::post(acceptor_.get_executor(), [this] {
-      error_code ignored;
-      acceptor_.close(ignored);
+    auto done = std::make_shared<std::promise<void>>();
+    std::future<void> finished = done->get_future();
+    net::post(acceptor_.get_executor(), [this, done] {
+      error_code ec;
+      acceptor_.cancel(ec);  // the pending async_accept's handler sees a closed acceptor and returns
+      acceptor_.non_blocking(true, ec);
+      while (!ec) {
+        tcp::socket socket(net::make_strand(ioc_));
+        acceptor_.accept(socket, ec);
+        if (!ec) StartSession(std::move(socket), /*owed=*/true);
+      }
+      acceptor_.close(ec);
       backoff_timer_.cancel();
+      // The cancelled accept's handler is queued on this strand by now: done after it has run.
+      net::post(acceptor_.get_executor(), [done] { done->set_value(); });
     });
+    finished.wait_for(std::chrono::seconds(1));
   }
   void Stop() override {
     if (stopped_.exchange(true)) return;
@@ -424,12 +453,14 @@ class Server : public HttpServer {
  private:
   void Accept() {
     acceptor_.async_accept(net::make_strand(ioc_), [this](error_code ec, tcp::socket socket) {
-      if (!acceptor_.is_open()) return;
+      if (!acceptor_.is_open()) {
+        // Accepted as StopAccepting cancelled the operation: answered like the backlog's connections.
+        if (!ec) StartSession(std::move(socket), /*owed=*/true);
+        return;
+      }
       if (!ec) {
         backoff_ms_ = 0;
-        error_code ignored;
-        socket.set_option(net::socket_base::send_buffer_size(limits_.socket_send_buffer_bytes), ignored);
-        std::make_shared<Session>(std::move(socket), limits_, handler_, counts_)->Start();
+        StartSession(std::move(socket), /*owed=*/false);
         return Accept();
       }
       // Out of descriptors (or memory): retrying at once would spin a core until connections close.
@@ -443,6 +474,13 @@ class Server : public HttpServer {
         if (!timer_ec) Accept();
       });
     });
+  }
+
+  void StartSession(tcp::socket socket, bool owed) {
+    error_code ignored;
+    socket.set_option(net::socket_base::send_buffer_size(limits_.socket_send_buffer_bytes), ignored);
+    auto session = std::make_shared<Session>(std::move(socket), limits_, handler_, counts_);
+    owed ? session->StartOwed() : session->Start();
   }
 
   HttpLimits limits_;

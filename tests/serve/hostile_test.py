@@ -223,6 +223,32 @@ class Lifecycle(unittest.TestCase):
         self.assertEqual(s.proc.wait(60), 0, "".join(s.log))
         self.assertGreater(results["cancelled"], 0, results)
 
+    def test_connections_waiting_to_be_accepted_at_the_signal_are_answered(self):
+        # A stopped server cannot accept: the kernel completes the handshakes and queues the
+        # requests, then the signal and the accepts race. Closing the listener with connections
+        # still queued would reset clients that connected before the signal.
+        s = Server()
+        body = {"model": NAME, "prompt": "the", "max_tokens": 2}
+        s.proc.send_signal(signal.SIGSTOP)
+        socks = []
+        try:
+            for _ in range(100):
+                sock = socket.create_connection(("127.0.0.1", s.port))
+                sock.sendall(raw_request(s.port, "POST", "/v1/completions", body, extra=b"Connection: close\r\n"))
+                socks.append(sock)
+        finally:
+            s.proc.send_signal(signal.SIGTERM)
+            s.proc.send_signal(signal.SIGCONT)
+        statuses = {}
+        for sock in socks:
+            data = read_until_closed(sock)
+            sock.close()
+            status = int(data.split(b" ")[1])
+            self.assertIn(status, (200, 503), data[:300])
+            statuses[status] = statuses.get(status, 0) + 1
+        print("answers to the queued connections: %s" % statuses)
+        self.assertEqual(s.proc.wait(60), 0, "".join(s.log))
+
     def test_a_request_admitted_at_once_after_loading_is_drained(self):
         s = Server()  # ready: the API is open
         body = {"model": NAME, "prompt": "the", "max_tokens": 30, "ignore_eos": True, "stream": True}
