@@ -415,10 +415,20 @@ absl::Status ValidatePlan(const Plan& plan) {
           return Invalid("weight ", w.name, ": ", p.tensor, ": ", row.message());
         }
       }
+      // The input rows are quantized once for the whole product: every piece must agree.
+      if (p.quant.act != ir::ActQuant::kNone && !p.quant.quantized()) {
+        return Invalid("weight ", w.name, ": ", p.tensor, " quantizes its input but not its weight");
+      }
+      if (p.quant.act != w.pieces.front().quant.act) {
+        return Invalid("weight ", w.name, ": its pieces quantize the input differently (", p.tensor, ": ",
+                       p.quant.ToString(), ", ", w.pieces.front().tensor, ": ", w.pieces.front().quant.ToString(), ")");
+      }
       const bool fp8 = p.quant.kind == ir::QuantKind::kFp8E4M3;
       if (p.packing != ir::QuantPacking::kNone &&
           (!p.quant.quantized() || !absl::EndsWith(p.tensor, ".weight") || fp8 != (p.packing == ir::QuantPacking::kCtFp8) ||
-           (p.packing == ir::QuantPacking::kAwq && (p.quant.kind != ir::QuantKind::kInt4 || p.quant.symmetric)))) {
+           (p.packing == ir::QuantPacking::kAwq && (p.quant.kind != ir::QuantKind::kInt4 || p.quant.symmetric)) ||
+           (p.packing == ir::QuantPacking::kCtInt8 &&
+            (p.quant.kind != ir::QuantKind::kInt8 || p.quant.group != 0 || !p.quant.symmetric)))) {
         return Invalid("weight ", w.name, ": ", p.tensor, " cannot be stored ", ir::QuantPackingName(p.packing), " as ",
                        p.quant.ToString());
       }
@@ -440,6 +450,16 @@ absl::Status ValidatePlan(const Plan& plan) {
   }
   for (const Program& program : plan.programs) RETURN_IF_ERROR(ValidateProgram(plan, program));
   return absl::OkStatus();
+}
+
+ir::ActQuant StepInputQuant(const Plan& plan, const PlanStep& step) {
+  const int m = ir::GetOpInfo(step.kernel).matrix_operand;
+  if (m < 0 || static_cast<size_t>(m) >= step.operands.size()) return ir::ActQuant::kNone;
+  const PlanTensor& t = step.operands[m];
+  if (t.kind != TensorKind::kWeight || t.index < 0 || static_cast<size_t>(t.index) >= plan.weights.size()) {
+    return ir::ActQuant::kNone;
+  }
+  return plan.weights[t.index].input_quant();
 }
 
 }  // namespace ag::compiler

@@ -22,7 +22,7 @@ namespace ag::compiler {
 // 4: rotary frequencies are fp32 for every checkpoint dtype (no freq_dtype attribute).
 // 5: named programs (decoder, vision), the GLM-4.1V ops (kernel ids moved), M-RoPE.
 // 6: weight formats: a weight piece's rows may be stored quantized (WeightPiece::quant).
-inline constexpr uint32_t kPlanVersion = 7;
+inline constexpr uint32_t kPlanVersion = 8;
 inline constexpr int64_t kArenaAlignment = 256;
 // Bounds a plan must keep; the compiler refuses options beyond them.
 inline constexpr int64_t kMaxArenaBytes = int64_t{1} << 40;
@@ -106,6 +106,8 @@ struct WeightEntry {
   std::map<std::string, int64_t> DeviceBytesByFormat() const;
   // "bf16", "int4:g128:asym", or "int4:g128:asym+fp8e4m3" for a weight whose pieces differ.
   std::string FormatName() const;
+  // How a product with this weight rounds its input rows (ValidatePlan: every piece agrees).
+  ir::ActQuant input_quant() const { return pieces.empty() ? ir::ActQuant::kNone : pieces.front().quant.act; }
 };
 
 struct KvGeometry {
@@ -198,6 +200,9 @@ struct Plan {
 // buffers inside their program's arena and written before they are read,
 // weight pieces that cover each weight.
 absl::Status ValidatePlan(const Plan& plan);
+
+// How `step` rounds the input rows of its product: its matrix operand's input_quant(), or none.
+ir::ActQuant StepInputQuant(const Plan& plan, const PlanStep& step);
 
 }  // namespace ag::compiler
 

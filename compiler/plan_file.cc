@@ -319,6 +319,7 @@ std::string SerializePlan(const Plan& plan) {
       w.U8(static_cast<uint8_t>(p.quant.kind));
       w.U32(static_cast<uint32_t>(p.quant.group));
       w.U8(p.quant.symmetric ? 1 : 0);
+      w.U8(static_cast<uint8_t>(p.quant.act));
       w.U8(static_cast<uint8_t>(p.packing));
     }
   }
@@ -410,6 +411,9 @@ absl::StatusOr<Plan> DeserializePlan(absl::string_view bytes, absl::string_view 
       const uint8_t sym = r.U8();
       if (sym > 1) r.Fail("bad weight format symmetry flag");
       p.quant.symmetric = sym == 1;
+      const uint8_t act = r.U8();
+      if (act > static_cast<uint8_t>(ir::ActQuant::kInt8)) r.Fail("unknown input quantization code");
+      p.quant.act = static_cast<ir::ActQuant>(r.ok() ? act : 0);
       const uint8_t packing = r.U8();
       if (packing >= ir::kQuantPackingCount) r.Fail("unknown weight packing code");
       p.packing = static_cast<ir::QuantPacking>(r.ok() ? packing : 0);

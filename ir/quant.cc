@@ -21,15 +21,16 @@ int QuantFormat::bits() const {
 }
 
 std::string QuantFormat::ToString() const {
+  const char* act_suffix = act == ActQuant::kFp8 ? ":act-fp8" : act == ActQuant::kInt8 ? ":act-int8" : "";
   switch (kind) {
     case QuantKind::kNone:
       return "none";
     case QuantKind::kFp8E4M3:
-      return "fp8e4m3";
+      return absl::StrCat("fp8e4m3", act_suffix);
     case QuantKind::kInt8:
     case QuantKind::kInt4:
       return absl::StrCat("int", bits(), ":", group == 0 ? "channel" : absl::StrCat("g", group), ":",
-                          symmetric ? "sym" : "asym");
+                          symmetric ? "sym" : "asym", act_suffix);
   }
   return "?";
 }
@@ -67,6 +68,8 @@ absl::string_view QuantPackingName(QuantPacking packing) {
       return "compressed-tensors pack-quantized";
     case QuantPacking::kCtFp8:
       return "compressed-tensors float-quantized";
+    case QuantPacking::kCtInt8:
+      return "compressed-tensors int-quantized";
   }
   return "?";
 }
@@ -78,16 +81,25 @@ absl::StatusOr<QuantFormat> ParseQuantFormat(absl::string_view text) {
   auto bad = [&](absl::string_view why) {
     return absl::InvalidArgumentError(absl::StrCat("unknown weight format '", text, "' (", why,
                                                    "; formats: none, fp8e4m3, int8[:channel|:gN][:sym|:asym], "
-                                                   "int4[:gN|:channel][:sym|:asym], N in 32, 64, 128)"));
+                                                   "int4[:gN|:channel][:sym|:asym], N in 32, 64, 128; "
+                                                   "a quantized format may end in :act-fp8 or :act-int8)"));
   };
+  // The input rows' quantization, last: any quantized format may take it.
+  std::vector<absl::string_view> options(parts.begin() + 1, parts.end());
+  ActQuant act = ActQuant::kNone;
+  if (!options.empty() && (options.back() == "act-fp8" || options.back() == "act-int8")) {
+    act = options.back() == "act-fp8" ? ActQuant::kFp8 : ActQuant::kInt8;
+    options.pop_back();
+  }
   if (kind == "none" || kind == "bf16" || kind == "f16" || kind == "f32") {
     if (parts.size() > 1) return bad("it takes no options");
     return f;
   }
+  f.act = act;
   if (kind == "fp8" || kind == "fp8e4m3") {
     f.kind = QuantKind::kFp8E4M3;
-    for (size_t i = 1; i < parts.size(); ++i) {
-      if (parts[i] != "channel") return bad("fp8e4m3 has one scale per output channel");
+    for (absl::string_view o : options) {
+      if (o != "channel") return bad("fp8e4m3 has one scale per output channel");
     }
     return f;
   }
@@ -101,8 +113,7 @@ absl::StatusOr<QuantFormat> ParseQuantFormat(absl::string_view text) {
     return bad(absl::StrCat("'", kind, "' is not a format"));
   }
   bool have_group = false, have_sym = false;
-  for (size_t i = 1; i < parts.size(); ++i) {
-    const absl::string_view p = parts[i];
+  for (absl::string_view p : options) {
     if ((p == "sym" || p == "asym") && !have_sym) {
       f.symmetric = p == "sym";
       have_sym = true;

@@ -9,6 +9,11 @@
 //   fp8:  W[n, k] = s[n] * e4m3(q[n, k])   (per output channel only).
 // Row-locality is what lets a fused weight (QKV, gate|up) mix formats by row
 // range and lets column-parallel sharding take whole rows unchanged.
+//
+// A format may also quantize the linear's input (a W8A8 checkpoint's
+// input_activations): each row of x (a token) is rounded through 8-bit codes
+// with its own dynamic scale before the product, x <- s_x * c(x / s_x) — what
+// compressed-tensors computes and vLLM's FP8/INT8 W8A8 kernels multiply.
 #ifndef AUTOGLM_IR_QUANT_H_
 #define AUTOGLM_IR_QUANT_H_
 
@@ -23,16 +28,22 @@ namespace ag::ir {
 
 enum class QuantKind : uint8_t { kNone, kFp8E4M3, kInt8, kInt4 };
 
+// How a linear's input rows are quantized (dynamically, one symmetric scale a row):
+//   fp8:  s = amax / 448, x <- s * e4m3(x / s);
+//   int8: s = amax / 127.5, x <- s * clamp(rne(x / s), -128, 127)   (255 steps, as compressed-tensors).
+enum class ActQuant : uint8_t { kNone, kFp8, kInt8 };
+
 struct QuantFormat {
   QuantKind kind = QuantKind::kNone;
   int32_t group = 0;       // inputs per scale; 0: the whole row
   bool symmetric = true;   // int formats: false stores a zero point per group
+  ActQuant act = ActQuant::kNone;  // the input rows' quantization (quantized formats only)
 
   bool quantized() const { return kind != QuantKind::kNone; }
   int bits() const;  // bits per stored weight (the plan's dtype counts as 16)
   // Groups in a row of k inputs.
   int64_t Groups(int64_t k) const { return group == 0 ? 1 : k / group; }
-  // "bf16"-like "none", "fp8e4m3", "int8", "int4:g128:asym", "int8:g64", ...
+  // "bf16"-like "none", "fp8e4m3", "int8", "int4:g128:asym", "int8:g64", "fp8e4m3:act-fp8", ...
   std::string ToString() const;
   // Bytes an [n, k] weight takes on a device: the codes, the scales (fp32 per
   // channel; bf16 per group, as the quantizer rounds them) and the zero points (one byte).
@@ -52,8 +63,9 @@ enum class QuantPacking : uint8_t {
   kAwq,     // qweight [K, N/8] along N in AWQ's nibble order, qzeros [K/g, N/8] (z), scales [K/g, N]
   kCtInt,   // compressed-tensors pack-quantized: weight_packed [N, K/pf], weight_scale [N, G], zero points
   kCtFp8,   // compressed-tensors float-quantized: weight F8_E4M3 [N, K], weight_scale [N, 1] or [1]
+  kCtInt8,  // compressed-tensors int-quantized (W8A8 int8): weight I8 [N, K], weight_scale [N, 1] or [1]
 };
-inline constexpr int kQuantPackingCount = 6;
+inline constexpr int kQuantPackingCount = 7;
 absl::string_view QuantPackingName(QuantPacking packing);  // "gptq", "awq", "compressed-tensors", ...
 
 // The group sizes a format may use (besides 0, per channel).
@@ -68,8 +80,9 @@ inline bool IsQuantGroup(int64_t group) {
 
 // Parses "none" (or "bf16", "f16", "f32": kept in the plan's dtype), "fp8",
 // "fp8e4m3", "int8" (per channel, symmetric), "int4" (group 128, asymmetric),
-// and options after ':' — "g32"/"g64"/"g128"/"channel", "sym"/"asym":
-// "int4:g64:sym", "int8:g128:asym".
+// and options after ':' — "g32"/"g64"/"g128"/"channel", "sym"/"asym",
+// "act-fp8"/"act-int8" (the input rows quantized too): "int4:g64:sym",
+// "int8:g128:asym", "fp8e4m3:act-fp8", "int8:channel:sym:act-int8".
 absl::StatusOr<QuantFormat> ParseQuantFormat(absl::string_view text);
 
 }  // namespace ag::ir

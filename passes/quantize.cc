@@ -48,7 +48,8 @@ QuantPolicy DefaultQuantPolicy(ir::QuantFormat body) {
   QuantPolicy policy;
   policy.body = body;
   if (body.kind == ir::QuantKind::kInt4) {
-    const ir::QuantFormat fp8{ir::QuantKind::kFp8E4M3, 0, true};
+    // The K/V rows share x with the q rows (one QKV product): they quantize it as the body does.
+    const ir::QuantFormat fp8{ir::QuantKind::kFp8E4M3, 0, true, body.act};
     for (const char* pattern : {"lm_head", "*.self_attn.k_proj", "*.self_attn.v_proj"}) {
       policy.rules.push_back({pattern, fp8, ""});
     }

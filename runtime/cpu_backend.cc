@@ -143,6 +143,16 @@ absl::Status CpuBackend::Run(size_t index, const StepBatch& batch, std::vector<d
     args.seqs = seqs;
     args.slot_mapping = batch.slot_mapping.data();
     args.comm = comm_;
+    switch (compiler::StepInputQuant(*plan_, step)) {
+      case ir::ActQuant::kNone:
+        break;
+      case ir::ActQuant::kFp8:
+        args.input_quant = ref::InputQuant::kFp8;
+        break;
+      case ir::ActQuant::kInt8:
+        args.input_quant = ref::InputQuant::kInt8;
+        break;
+    }
     int state_layer = -1;
     for (const compiler::PlanTensor& t : step.operands) {
       ASSIGN_OR_RETURN(CpuTensor tensor, resolve(t));

@@ -32,7 +32,14 @@ void RmsNorm(const A& a) {
 }
 void Linear(const A& a) {
   const CpuTensor& x = a.operands[0];
-  ref::Linear(x.f(), a.operands[1].f(), a.Optional(2), x.dim(0), x.dim(1), a.operands[1].dim(0), a.results[0].f());
+  const float* in = x.f();
+  std::vector<float> rounded;
+  if (a.input_quant != ref::InputQuant::kNone) {
+    rounded.assign(in, in + x.numel());
+    ref::QuantizeInputRows(rounded.data(), x.dim(0), x.dim(1), a.input_quant);
+    in = rounded.data();
+  }
+  ref::Linear(in, a.operands[1].f(), a.Optional(2), x.dim(0), x.dim(1), a.operands[1].dim(0), a.results[0].f());
 }
 void Rotary(const A& a) {
   ref::Rotary(a.operands[0].f(), a.Positions(1), a.operands[0].dim(0), a.Int("heads"), a.Int("head_dim"), a.Int("rot"),
@@ -100,18 +107,18 @@ void NormQkvRopeKvWrite(const A& a) {
   std::vector<float> k(tokens * kv_width), v(tokens * kv_width);
   ref::NormQkvRope(x.f(), a.operands[1].f(), a.operands[2].f(), a.Optional(6), a.Positions(3), tokens, x.dim(1),
                    a.Float("eps"), a.Int("heads"), a.Int("kv_heads"), a.Int("head_dim"), a.Int("rot"), a.Float("theta"),
-                   a.results[0].f(), k.data(), v.data());
+                   a.results[0].f(), k.data(), v.data(), a.input_quant);
   ref::KvCacheWrite(k.data(), v.data(), a.operands[4].i(), tokens, a.kv);
 }
 void NormGateUpSilu(const A& a) {
   const CpuTensor& x = a.operands[0];
   ref::NormGateUpSilu(x.f(), a.operands[1].f(), a.operands[2].f(), x.dim(0), x.dim(1), a.results[0].dim(1),
-                      a.Float("eps"), a.results[0].f());
+                      a.Float("eps"), a.results[0].f(), a.input_quant);
 }
 void LinearResidual(const A& a) {
   const CpuTensor& x = a.operands[0];
   ref::LinearResidual(x.f(), a.operands[1].f(), a.operands[2].f(), x.dim(0), x.dim(1), a.operands[1].dim(0),
-                      a.results[0].f());
+                      a.results[0].f(), a.input_quant);
 }
 void RmsNormResidual(const A& a) {
   const CpuTensor& x = a.operands[0];
@@ -126,7 +133,7 @@ void AddRmsNorm(const A& a) {
 void NormLinear(const A& a) {
   const CpuTensor& x = a.operands[0];
   ref::NormLinear(x.f(), a.operands[1].f(), a.operands[2].f(), x.dim(0), x.dim(1), a.operands[2].dim(0),
-                  a.Float("eps"), a.results[0].f());
+                  a.Float("eps"), a.results[0].f(), a.input_quant);
 }
 
 // Collectives: the CPU backend holds everything as float, so they run in f32

@@ -23,6 +23,7 @@ struct CpuStepArgs {
   ref::SeqBatch seqs;  // the step's sequences
   const int32_t* slot_mapping = nullptr;
   Communicator* comm = nullptr;        // the tensor-parallel group, for collectives
+  ref::InputQuant input_quant = ref::InputQuant::kNone;  // a W8A8 weight's: how the product's input is rounded
   mutable absl::Status status;         // a collective's failure (the others cannot fail)
 
   int64_t Int(const char* name) const;

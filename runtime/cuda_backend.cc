@@ -465,7 +465,10 @@ absl::Status CudaBackend::Load(const compiler::Plan& plan, const WeightSource& w
     const bool norm_prologue = step.kernel == ir::OpId::k_norm_gate_up_silu ||
                                step.kernel == ir::OpId::k_norm_qkv_rope_kv_write ||
                                step.kernel == ir::OpId::k_norm_linear;
-    if (norm_prologue) scratch_k_ = std::max(scratch_k_, step.operands[0].type.shape[1].offset());
+    // So do W8A8 weights' steps: x rounded through 8-bit codes (normalised first where it has a norm).
+    if (norm_prologue || compiler::StepInputQuant(plan, step) != ir::ActQuant::kNone) {
+      scratch_k_ = std::max(scratch_k_, step.operands[0].type.shape[1].offset());
+    }
     // An all_gather of more than one row lands rank-major in the scratch, then moves into columns.
     if (step.kernel == ir::OpId::k_all_gather) gather_width = std::max(gather_width, step.results[0].type.shape[1].offset());
   }
@@ -619,6 +622,7 @@ absl::Status CudaBackend::LaunchProgram(const compiler::Program& program, void* 
     args.dequant_bytes = dequant_bytes_;
     args.order_scratch = order_scratch_.get();
     args.order_bytes = order_bytes_;
+    args.input_quant = compiler::StepInputQuant(plan, step);
     args.comm = options_.comm;
     args.peer = options_.peer;
     args.stream = stream_;

@@ -5,6 +5,7 @@
 #include "kernels/cuda/attention.cuh"
 #include "kernels/cuda/elementwise.cuh"
 #include "kernels/cuda/embedding.cuh"
+#include "kernels/cuda/input_quant.cuh"
 #include "kernels/cuda/linear.cuh"
 #include "kernels/cuda/norm.cuh"
 #include "kernels/cuda/quant_linear.cuh"
@@ -64,6 +65,18 @@ absl::Status NormalizeFirst(const A& a, cuda::LinearParams* p) {
   return absl::OkStatus();
 }
 
+// A W8A8 weight's product: x's rows rounded through 8-bit codes into the scratch (normalised first
+// when the step has a norm prologue); the product kernels then read them as any bf16 rows.
+absl::Status QuantizeInput(const A& a, cuda::LinearParams* p) {
+  const cuda::InputQuantCode code =
+      a.input_quant == ir::ActQuant::kFp8 ? cuda::InputQuantCode::kFp8 : cuda::InputQuantCode::kInt8;
+  RETURN_IF_ERROR(
+      Check(cuda::LaunchQuantizeInputRows(p->x, p->norm_w, p->m, p->k, p->eps, code, p->scratch, a.stream), a));
+  p->x = p->scratch;
+  p->norm_w = nullptr;
+  return absl::OkStatus();
+}
+
 // Whether every segment of a quantized prefill step can take the in-load GEMM (Hopper, no act order).
 bool InLoadGemm(const A& a, const cuda::LinearParams& p) {
   cuda::LinearParams q = p;
@@ -81,9 +94,10 @@ bool InLoadGemm(const A& a, const cuda::LinearParams& p) {
 // cannot (not Hopper, act order), dequantize the weight into the scratch for the bf16 GEMM, unless
 // the scratch was not sized for it (the LM head's logit rows: the codes kernel takes any rows). An
 // act-order segment's codes kernel reads x reordered into the order scratch; its dequantized
-// weight is written back in input order.
+// weight is written back in input order. A W8A8 weight's input is rounded first (QuantizeInput).
 absl::Status RunLinear(const A& a, cuda::LinearParams p) {
   if (a.quant == nullptr) return Check(cuda::LaunchLinear(p, a.stream), a);
+  if (a.input_quant != ir::ActQuant::kNone) RETURN_IF_ERROR(QuantizeInput(a, &p));
   if (p.m > cuda::kQuantLinearMaxRows && InLoadGemm(a, p)) {
     RETURN_IF_ERROR(NormalizeFirst(a, &p));
     for (const cuda::QuantSegment& s : *a.quant) RETURN_IF_ERROR(Check(cuda::LaunchQuantGemm(p, s, a.stream), a));

@@ -37,10 +37,15 @@ const compiler::WeightEntry* Matrix(const compiler::Plan& plan, const compiler::
 // segment, x normalised first. Not counted: an act-order segment's gather of x (and at one row the
 // normalising launch before it) and, more rows, its dequantization into the scratch and the bf16
 // GEMM instead (the plan does not say which checkpoint weights have one), nor that path off Hopper.
+// A weight that quantizes its input (W8A8) has x rounded, and normalised, by one launch before.
 int64_t LinearLaunches(const compiler::Plan& plan, const compiler::PlanStep& step, int64_t rows, bool norm) {
   const compiler::WeightEntry* w = Matrix(plan, step);
   if (w == nullptr || !w->quantized()) return 1 + (norm && rows > cuda::kSkinnyNormMaxRows ? 1 : 0);
   const int64_t segments = step.kernel == OpId::k_norm_gate_up_silu ? 1 : static_cast<int64_t>(w->pieces.size());
+  // A W8A8 weight: one launch rounds x (normalising it first when there is a norm) into the scratch.
+  if (w->input_quant() != ir::ActQuant::kNone) {
+    return 1 + segments * (rows <= cuda::kQuantLinearMaxRows ? cuda::SkinnyLaunches(rows) : 1);
+  }
   // One launch a segment, one per 64-row chunk past 64 rows (the skinny kernel); at one row the
   // codes kernel normalises x itself unless a piece is int4 (cuda::QuantKernelNormalises).
   if (rows <= cuda::kQuantLinearMaxRows) {

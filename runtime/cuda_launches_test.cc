@@ -117,5 +117,36 @@ TEST(CudaLaunches, Int4NormLinearsNormaliseFirstAtOneRow) {
             int4_norm_linears + QuantizedLinears(int4->plan).second - QuantizedLinears(int8->plan).second);
 }
 
+// A W8A8 plan (`int8:act-int8`) rounds each linear's x by one launch of its own, which also
+// normalises it where the linear has a norm prologue: one more launch a linear at one row (where
+// the 8-bit codes kernel would have normalised x itself), one more a linear without a norm at
+// more rows (a norm linear's separate RMSNorm launch becomes the rounding one).
+TEST(CudaLaunches, W8a8LinearsRoundTheirInputsFirst) {
+  absl::StatusOr<glm::ModelConfig> config = glm::LoadModelConfig(testing::TestDataDir() + "/tiny-glm");
+  ASSERT_TRUE(config.ok()) << config.status();
+  compiler::CompileOptions options;
+  options.quant = passes::DefaultQuantPolicy(*ir::ParseQuantFormat("int8"));
+  absl::StatusOr<compiler::CompileResult> int8 = compiler::Compile(*config, options);
+  ASSERT_TRUE(int8.ok()) << int8.status();
+  options.quant = passes::DefaultQuantPolicy(*ir::ParseQuantFormat("int8:act-int8"));
+  absl::StatusOr<compiler::CompileResult> w8a8 = compiler::Compile(*config, options);
+  ASSERT_TRUE(w8a8.ok()) << w8a8.status();
+  const int64_t linears = QuantizedLinears(w8a8->plan).first;
+  int64_t without_norm = 0;
+  for (const compiler::PlanStep& step : w8a8->plan.decoder().steps) {
+    if (step.layer != 0 || compiler::StepInputQuant(w8a8->plan, step) != ir::ActQuant::kInt8) continue;
+    without_norm += step.kernel != ir::OpId::k_norm_linear && step.kernel != ir::OpId::k_norm_gate_up_silu &&
+                    step.kernel != ir::OpId::k_norm_qkv_rope_kv_write;
+  }
+  ASSERT_EQ(linears, 4) << "qkv, o, gate_up, down";
+  ASSERT_EQ(without_norm, 2) << "o and down";
+  auto extra = [&](LaunchShape shape) {
+    return CudaLaunchesPerLayer(w8a8->plan, shape) - CudaLaunchesPerLayer(int8->plan, shape);
+  };
+  EXPECT_EQ(extra({1, 1, 512}), linears);
+  EXPECT_EQ(extra({8, 1, 512}), without_norm);
+  EXPECT_EQ(extra({1, 512, 512}), without_norm);
+}
+
 }  // namespace
 }  // namespace ag::runtime

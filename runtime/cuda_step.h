@@ -47,6 +47,8 @@ struct CudaStepArgs {
   size_t dequant_bytes = 0;
   void* order_scratch = nullptr;  // x in an act-order segment's input order, for the codes kernel
   size_t order_bytes = 0;
+  // How the product rounds its input rows first (a W8A8 weight's input_activations), else none.
+  ir::ActQuant input_quant = ir::ActQuant::kNone;
   Communicator* comm = nullptr;    // the tensor-parallel group, or null alone
   const cuda::PeerAllReduce* peer = nullptr;  // the one-shot all-reduce, when the group has one
   cudaStream_t stream = nullptr;

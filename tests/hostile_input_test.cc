@@ -131,6 +131,51 @@ TEST_F(Hostile, PreQuantizedCheckpointsThatDisagreeWithTheirConfig) {
   ExpectError("--prompt-ids 1,2", "is f8e4m3, not a float type (a quantized checkpoint needs its quantization_config)");
 }
 
+// W8A8 checkpoints: what the engine cannot compute as the config says is a one-line error naming
+// the field (static input scales, asymmetric inputs, 4-bit inputs, output quantization), and an
+// int-quantized weight stored in another dtype names the tensor.
+TEST_F(Hostile, W8a8ConfigsItCannotComputeAreRefused) {
+  UseFixture("tiny-glm-ct-w8a8-int8");
+  const CommandResult good = RunCommand(RunTool() + " --model " + Path("") + " --prompt-ids 1,2");
+  ASSERT_EQ(good.exit_code, 0) << good.err;
+  const json original = Config();
+  json config = original;
+  json& inputs = config["quantization_config"]["config_groups"]["group_0"]["input_activations"];
+  inputs["strategy"] = "tensor";
+  inputs["dynamic"] = false;
+  WriteConfig(config);
+  ExpectError("--prompt-ids 1,2", "field 'strategy' 'tensor' is not token (static input scales are not supported)");
+  inputs["strategy"] = "token";
+  WriteConfig(config);
+  ExpectError("--prompt-ids 1,2", "input_activations: field 'dynamic' must be true");
+  inputs["dynamic"] = true;
+  inputs["symmetric"] = false;
+  WriteConfig(config);
+  ExpectError("--prompt-ids 1,2", "input_activations: field 'symmetric' must be true");
+  inputs["symmetric"] = true;
+  inputs["num_bits"] = 4;
+  WriteConfig(config);
+  ExpectError("--prompt-ids 1,2", "input_activations: field 'num_bits' is 4; 8-bit inputs are supported");
+  inputs["num_bits"] = 8;
+  config["quantization_config"]["config_groups"]["group_0"]["output_activations"] = inputs;
+  WriteConfig(config);
+  ExpectError("--prompt-ids 1,2", "field 'output_activations' is not supported (null)");
+  config = original;
+  config["quantization_config"]["config_groups"]["group_0"]["weights"]["symmetric"] = false;
+  WriteConfig(config);
+  ExpectError("--prompt-ids 1,2", "weights: field 'symmetric' must be true for int-quantized weights");
+  WriteConfig(original);
+  json header;
+  std::string data;
+  ReadWeights(&header, &data);
+  const std::string codes = "model.layers.1.mlp.down_proj.weight";
+  ASSERT_EQ(header[codes]["dtype"], "I8");
+  json h = header;
+  h[codes]["dtype"] = "F8_E4M3";
+  WriteWeights(h, data);
+  ExpectError("--prompt-ids 1,2", "'" + codes + "' is f8e4m3, which compressed-tensors int-quantized does not store it as");
+}
+
 // A static KV-cache scale that is not finite and positive would fill the cache with NaN or
 // infinities: a one-line error naming the tensor, on either code.
 TEST_F(Hostile, StaticKvScalesMustBeFiniteAndPositive) {

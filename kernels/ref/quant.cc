@@ -130,4 +130,19 @@ void RoundTripKvRowsWithScale(float* x, int64_t rows, int64_t d, bool fp8, float
   }
 }
 
+void QuantizeInputRows(float* x, int64_t rows, int64_t k, InputQuant q) {
+  if (q == InputQuant::kNone) return;
+  const bool fp8 = q == InputQuant::kFp8;
+  for (int64_t r = 0; r < rows; ++r) {
+    float* row = x + r * k;
+    float amax = 0.0f;
+    for (int64_t i = 0; i < k; ++i) amax = std::max(amax, std::fabs(row[i]));
+    if (!(amax > 0.0f) || !std::isfinite(amax)) continue;
+    const float s = amax / (fp8 ? 448.0f : 127.5f);
+    for (int64_t i = 0; i < k; ++i) {
+      row[i] = fp8 ? s * E4M3ToFloat(FloatToE4M3(row[i] / s)) : s * std::nearbyint(std::clamp(row[i] / s, -128.0f, 127.0f));
+    }
+  }
+}
+
 }  // namespace ag::ref

@@ -51,6 +51,14 @@ void RoundTripKvRows(float* x, int64_t rows, int64_t d, bool fp8);
 // kv_cache_scheme): codes saturate at +-448 (fp8) or +-127 (int8), as vLLM writes them.
 void RoundTripKvRowsWithScale(float* x, int64_t rows, int64_t d, bool fp8, float s);
 
+// A linear's input rows the way a W8A8 checkpoint's dynamic per-token scheme rounds them before
+// the product (compressed-tensors' quantize-dequantize, the oracle): each row of k values gets
+//   fp8:  s = amax / 448,   x <- s * e4m3(x / s)                       (saturating)
+//   int8: s = amax / 127.5, x <- s * clamp(rne(x / s), -128, 127)      (the range is 255 steps wide)
+// A zero row stays zero; a row holding a NaN or an infinity is left as it is.
+enum class InputQuant : uint8_t { kNone, kFp8, kInt8 };
+void QuantizeInputRows(float* x, int64_t rows, int64_t k, InputQuant q);
+
 }  // namespace ag::ref
 
 #endif  // AUTOGLM_KERNELS_REF_QUANT_H_

@@ -9,6 +9,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "kernels/ref/quant.h"
+
 namespace ag::ref {
 
 // ---- the paged KV cache ----
@@ -165,17 +167,20 @@ void KvCacheWrite(const float* k, const float* v, const int32_t* slots, int64_t 
 void PagedAttention(const float* q, int64_t heads, const KvCache& cache, const SeqBatch& batch, float* out);
 
 // ---- fused ops (each equals the composition of the ops above) ----
+// Those with a weight take `in`: the product's input rows (after the norm) are first rounded as
+// QuantizeInputRows says (a W8A8 checkpoint's activations).
 
 // x -> rms_norm -> [q | k | v] = x W^T + b -> rotary on q and k.
 void NormQkvRope(const float* x, const float* norm_w, const float* w, const float* bias,
                  const RotaryPositions& positions, int64_t tokens, int64_t hidden, float eps, int64_t heads,
-                 int64_t kv_heads, int64_t head_dim, int64_t rot, float theta, float* q, float* k, float* v);
+                 int64_t kv_heads, int64_t head_dim, int64_t rot, float theta, float* q, float* k, float* v,
+                 InputQuant in = InputQuant::kNone);
 // silu(gate) * up where [gate | up] = rms_norm(x) W^T; W is [2 * inter, hidden].
 void NormGateUpSilu(const float* x, const float* norm_w, const float* w, int64_t rows, int64_t hidden, int64_t inter,
-                    float eps, float* out);
+                    float eps, float* out, InputQuant in = InputQuant::kNone);
 // out = residual + x W^T. out may alias residual.
 void LinearResidual(const float* x, const float* w, const float* residual, int64_t rows, int64_t in,
-                    int64_t out_features, float* out);
+                    int64_t out_features, float* out, InputQuant in_quant = InputQuant::kNone);
 // out = residual + rms_norm(x). out may alias residual.
 void RmsNormResidual(const float* x, const float* w, const float* residual, int64_t rows, int64_t n, float eps,
                      float* out);
@@ -184,7 +189,7 @@ void AddRmsNorm(const float* a, const float* b, const float* w, int64_t rows, in
                 float* normed);
 // y = rms_norm(x) W^T.
 void NormLinear(const float* x, const float* norm_w, const float* w, int64_t rows, int64_t in, int64_t out_features,
-                float eps, float* y);
+                float eps, float* y, InputQuant in_quant = InputQuant::kNone);
 
 }  // namespace ag::ref
 

@@ -31,6 +31,7 @@ std::optional<ir::DType> SafetensorsDType(const std::string& name) {
   if (name == "F16") return ir::DType::kF16;
   if (name == "I32") return ir::DType::kI32;  // packed codes of quantized checkpoints
   if (name == "F8_E4M3") return ir::DType::kF8E4M3;
+  if (name == "I8") return ir::DType::kI8;  // int-quantized (W8A8 int8) codes
   if (name == "I64") return ir::DType::kI64;
   return std::nullopt;
 }
@@ -94,7 +95,7 @@ absl::Status SafetensorsFile::ParseHeader() {
     if (!entry["dtype"].is_string()) return fail(absl::StrCat(where, ": dtype must be a string"));
     const std::string dtype_name = entry["dtype"].get<std::string>();
     std::optional<ir::DType> dtype = SafetensorsDType(dtype_name);
-    if (!dtype) return fail(absl::StrCat(where, ": unsupported dtype ", dtype_name, " (F32, BF16, F16; I32, I64, F8_E4M3 in quantized checkpoints)"));
+    if (!dtype) return fail(absl::StrCat(where, ": unsupported dtype ", dtype_name, " (F32, BF16, F16; I8, I32, I64, F8_E4M3 in quantized checkpoints)"));
     const json& shape = entry["shape"];
     const json& offsets = entry["data_offsets"];
     if (!shape.is_array()) return fail(absl::StrCat(where, ": shape must be a list"));

@@ -99,6 +99,31 @@ absl::StatusOr<ir::DType> ParseKvCacheScheme(const json& q, const glm::Fields& f
   return type == "float" ? ir::DType::kF8E4M3 : ir::DType::kI8;
 }
 
+// input_activations: the W8A8 schemes (llm-compressor's FP8_DYNAMIC and INT8 W8A8 presets) quantize
+// each token's row of the linear's input with a dynamic symmetric scale; null is weight-only.
+absl::StatusOr<ir::ActQuant> ParseInputActivations(const json& group, const std::string& where) {
+  if (group.contains("output_activations") && !group["output_activations"].is_null()) {
+    return absl::InvalidArgumentError(absl::StrCat(where, ": field 'output_activations' is not supported (null)"));
+  }
+  if (!group.contains("input_activations") || group["input_activations"].is_null()) return ir::ActQuant::kNone;
+  const json& a = group["input_activations"];
+  if (!a.is_object()) return absl::InvalidArgumentError(absl::StrCat(where, ": field 'input_activations' must be an object or null"));
+  const glm::Fields af(a, absl::StrCat(where, ".input_activations"));
+  ASSIGN_OR_RETURN(const std::string type, af.String("type", "int"));
+  ASSIGN_OR_RETURN(const int64_t bits, af.Int("num_bits"));
+  ASSIGN_OR_RETURN(const std::string strategy, af.String("strategy", "tensor"));
+  ASSIGN_OR_RETURN(const bool dynamic, af.Bool("dynamic", false));
+  ASSIGN_OR_RETURN(const bool symmetric, af.Bool("symmetric", true));
+  if (type != "float" && type != "int") return af.Error("type", absl::StrCat("'", type, "' is not float or int"));
+  if (bits != 8) return af.Error("num_bits", absl::StrCat("is ", bits, "; 8-bit inputs are supported"));
+  if (strategy != "token") {
+    return af.Error("strategy", absl::StrCat("'", strategy, "' is not token (static input scales are not supported)"));
+  }
+  if (!dynamic) return af.Error("dynamic", "must be true (a scale computed for each token)");
+  if (!symmetric) return af.Error("symmetric", "must be true");
+  return type == "float" ? ir::ActQuant::kFp8 : ir::ActQuant::kInt8;
+}
+
 absl::StatusOr<CheckpointQuant> ParseCompressedTensors(const json& q, const glm::Fields& f, absl::string_view source) {
   CheckpointQuant c;
   if (f.Has("kv_cache_scheme")) {
@@ -140,8 +165,18 @@ absl::StatusOr<CheckpointQuant> ParseCompressedTensors(const json& q, const glm:
     }
     c.packing = ir::QuantPacking::kCtFp8;
     c.format = {ir::QuantKind::kFp8E4M3, 0, true};  // a tensor scale becomes every row's (exact)
+  } else if (type == "int" && (format == "int-quantized" || format == "naive-quantized")) {
+    // llm-compressor's W8A8 int8: one int8 per weight, unpacked, a scale per channel (or tensor).
+    ASSIGN_OR_RETURN(int64_t bits, wf.Int("num_bits"));
+    if (bits != 8) return wf.Error("num_bits", absl::StrCat("is ", bits, "; ", format, " int weights must be 8-bit"));
+    if (strategy != "channel" && strategy != "tensor") return wf.Error("strategy", "must be channel or tensor for int8");
+    if (!sym) return wf.Error("symmetric", absl::StrCat("must be true for ", format, " weights"));
+    c.packing = ir::QuantPacking::kCtInt8;
+    c.format = {ir::QuantKind::kInt8, 0, true};  // a tensor scale becomes every row's (exact)
   } else if (type == "int") {
-    if (format != "pack-quantized") return f.Error("format", absl::StrCat("'", format, "' is not pack-quantized"));
+    if (format != "pack-quantized") {
+      return f.Error("format", absl::StrCat("'", format, "' is not pack-quantized or int-quantized"));
+    }
     if (strategy != "channel" && strategy != "group") return wf.Error("strategy", "must be channel or group");
     json shaped = w;
     if (strategy == "channel") shaped["group_size"] = -1;
@@ -150,6 +185,7 @@ absl::StatusOr<CheckpointQuant> ParseCompressedTensors(const json& q, const glm:
   } else {
     return wf.Error("type", absl::StrCat("'", type, "' is not int or float"));
   }
+  ASSIGN_OR_RETURN(c.format.act, ParseInputActivations(group, where));
   ASSIGN_OR_RETURN(c.keep_dense, Strings(q, f, "ignore"));
   c.lm_head = true;  // unless ignored, as every linear
   return c;

@@ -48,6 +48,8 @@ std::vector<Part> PartsOf(QuantPacking packing, const ir::QuantFormat& f, int64_
     }
     case QuantPacking::kCtFp8:
       return {{"weight", {ir::DType::kF8E4M3}, {n, k}}, {"weight_scale", kScaleTypes, {n, 1}}};
+    case QuantPacking::kCtInt8:
+      return {{"weight", {ir::DType::kI8}, {n, k}}, {"weight_scale", kScaleTypes, {n, 1}}};
     case QuantPacking::kNone:
       break;
   }
@@ -75,8 +77,8 @@ absl::StatusOr<const glm::TensorView*> Find(const glm::Checkpoint& checkpoint, a
                                     " does not store it as"));
   }
   bool shape_ok = v.shape == part.shape;
-  // A per-tensor FP8 scale ([1] or []) is every row's.
-  if (packing == QuantPacking::kCtFp8 && part.suffix == "weight_scale") {
+  // A per-tensor scale ([1] or []) is every row's.
+  if ((packing == QuantPacking::kCtFp8 || packing == QuantPacking::kCtInt8) && part.suffix == "weight_scale") {
     int64_t elems = 1;
     for (int64_t d : v.shape) elems *= d;
     shape_ok = shape_ok || elems == 1;
@@ -250,6 +252,16 @@ absl::StatusOr<UnpackedWeight> UnpackPacked(const glm::Checkpoint& checkpoint, Q
       u.scales.resize(static_cast<size_t>(n));
       for (int64_t nn = 0; nn < n; ++nn) u.scales[nn] = s.size() == 1 ? s[0] : s[nn];
       std::memcpy(u.codes.data(), t[0]->data, static_cast<size_t>(n * k));
+      return u;
+    }
+    case QuantPacking::kCtInt8: {  // weight [n, k] int8 (symmetric), weight_scale [n, 1] or one for the tensor
+      ASSIGN_OR_RETURN(const std::vector<float> s, Scales(*t[1]));
+      u.groups = 1;
+      u.group_of.assign(static_cast<size_t>(k), 0);
+      u.scales.resize(static_cast<size_t>(n));
+      for (int64_t nn = 0; nn < n; ++nn) u.scales[nn] = s.size() == 1 ? s[0] : s[nn];
+      u.zeros.assign(static_cast<size_t>(n), half);  // codes stored offset by 128, as the packed int formats
+      for (int64_t i = 0; i < n * k; ++i) u.codes[i] = static_cast<uint8_t>(static_cast<int8_t>(t[0]->data[i]) + half);
       return u;
     }
     case QuantPacking::kNone:

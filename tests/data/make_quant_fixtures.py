@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Makes the pre-quantized fixtures tests/data/tiny-glm-{gptq,gptq8,gptq-channel,awq,ct-w4a16,
-ct-w4a16-actorder,ct-w4a16-gidx,ct-w8a16,ct-fp8,ct-fp8-kv,ct-kv-int8}: tiny-glm's weights with every linear (the LM head too where the format's
+ct-w4a16-actorder,ct-w4a16-gidx,ct-w8a16,ct-fp8,ct-fp8-kv,ct-kv-int8,ct-fp8-dynamic,ct-w8a8-int8}: tiny-glm's weights with every linear (the LM head too where the format's
 defaults quantize it) stored the way GPTQ, AWQ and compressed-tensors checkpoints store them
 (../shared/QUANT_NOTES.md section 1), and golden.json with Hugging Face transformers' answers.
 
@@ -24,6 +24,7 @@ Needs torch, transformers and compressed-tensors (a developer's tool, not run by
 import json
 import os
 import shutil
+import sys
 import tempfile
 
 import numpy as np
@@ -47,9 +48,42 @@ def is_linear(name):
     return name.endswith(".weight") and any(f".{l}." in name for l in LINEARS)
 
 
-def golden(model_dir, load_kwargs=None):
+ROW_PARALLEL = ("o_proj", "down_proj")
+
+
+def quantize_inputs(model, input_args, tp=1):
+    """Each quantized linear's input fake-quantized by compressed-tensors' own dynamic path
+    (compute_dynamic_scales_and_zp, fake_quantize): transformers' decompressed load (run_compressed
+    False, the only one on a CPU) drops the input_activations scheme and multiplies full-precision
+    inputs, so the W8A8 goldens put it back, module by module, as the library's forward does.
+    tp > 1: the row-parallel linears' inputs (o_proj, down_proj) rounded in tp equal slices, each
+    with its own scale, as vLLM's W8A8 layers do on each rank (and this engine at that tp)."""
+    from compressed_tensors.quantization import QuantizationArgs
+    from compressed_tensors.quantization.lifecycle.forward import fake_quantize
+    from compressed_tensors.quantization.utils import compute_dynamic_scales_and_zp
+    args = QuantizationArgs(**input_args)
+
+    def rounded(module, x):
+        scale, zp = compute_dynamic_scales_and_zp(value=x, args=args, module=module)
+        return fake_quantize(x=x, scale=scale, zero_point=zp, args=args)
+
+    def hook(module, inputs):
+        return (rounded(module, inputs[0]),) + tuple(inputs[1:])
+
+    def sliced_hook(module, inputs):
+        parts = inputs[0].chunk(tp, dim=-1)
+        return (torch.cat([rounded(module, p.contiguous()) for p in parts], dim=-1),) + tuple(inputs[1:])
+    for name, module in model.named_modules():
+        if isinstance(module, torch.nn.Linear) and name != "lm_head":
+            sliced = tp > 1 and name.split(".")[-1] in ROW_PARALLEL
+            module.register_forward_pre_hook(sliced_hook if sliced else hook)
+
+
+def golden(model_dir, load_kwargs=None, input_args=None, tp=1):
     """transformers' greedy tokens and logits for tiny-glm's golden prompts, from a fresh load."""
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32, **(load_kwargs or {})).eval()
+    if input_args is not None:
+        quantize_inputs(model, input_args, tp)
     prompts = [c["input_ids"] for c in json.load(open(os.path.join(BASE, "golden.json")))["cases"]]
     cases = []
     with torch.no_grad():
@@ -197,13 +231,15 @@ def make_awq(name):
 
 # ---- compressed-tensors (the library compresses; transformers decompresses on load) ----
 
-def make_compressed_tensors(name, weights_args, fmt, ignore):
+def make_compressed_tensors(name, weights_args, fmt, ignore, input_args=None):
     from compressed_tensors.quantization import QuantizationArgs, QuantizationScheme
     from compressed_tensors.quantization.utils import calculate_qparams
     from compressed_tensors.compressors.pack_quantized.base import PackedQuantizationCompressor
     from compressed_tensors.quantization.lifecycle.forward import quantize
     from transformers import CompressedTensorsConfig
     args = QuantizationArgs(**weights_args)
+    # W8A8: each token's input row quantized with its own dynamic scale (llm-compressor's presets).
+    inputs = None if input_args is None else json.loads(QuantizationArgs(**input_args).model_dump_json())
     scheme = QuantizationScheme(targets=["Linear"], weights=args)
     w = base_weights()
     tensors = {}
@@ -220,8 +256,9 @@ def make_compressed_tensors(name, weights_args, fmt, ignore):
         else:
             lo, hi = x.amin(1, keepdim=True), x.amax(1, keepdim=True)
         scale, zp = calculate_qparams(lo, hi, args)
-        if fmt == "float-quantized":
-            q = quantize(x=x, scale=scale, zero_point=zp, args=args, dtype=torch.float8_e4m3fn)
+        if fmt in ("float-quantized", "int-quantized"):
+            dtype = torch.float8_e4m3fn if fmt == "float-quantized" else torch.int8
+            q = quantize(x=x, scale=scale, zero_point=zp, args=args, dtype=dtype)
             tensors[module + ".weight"] = q
             tensors[module + ".weight_scale"] = scale.to(torch.float32)
             continue
@@ -232,7 +269,7 @@ def make_compressed_tensors(name, weights_args, fmt, ignore):
     out = os.path.join(DATA, name)
     config = {"quant_method": "compressed-tensors", "format": fmt, "quantization_status": "compressed",
               "config_groups": {"group_0": {"targets": ["Linear"], "weights": json.loads(args.model_dump_json()),
-                                            "input_activations": None, "output_activations": None}},
+                                            "input_activations": inputs, "output_activations": None}},
               "ignore": ignore}
     shutil.rmtree(out, ignore_errors=True)
     os.makedirs(out)
@@ -242,7 +279,12 @@ def make_compressed_tensors(name, weights_args, fmt, ignore):
     json.dump(base_config, open(os.path.join(out, "config.json"), "w"), indent=2)
     from safetensors.torch import save_file as save_torch
     save_torch(tensors, os.path.join(out, "model.safetensors"), metadata={"format": "pt"})
-    g = golden(out, {"quantization_config": CompressedTensorsConfig(run_compressed=False)})
+    g = golden(out, {"quantization_config": CompressedTensorsConfig(run_compressed=False)}, input_args)
+    if input_args is not None:
+        g["input_activations"] = "fake-quantized per token by compressed-tensors (see quantize_inputs)"
+        g2 = golden(out, {"quantization_config": CompressedTensorsConfig(run_compressed=False)}, input_args, tp=2)
+        g2["input_activations"] = "as golden.json, o_proj and down_proj inputs rounded in 2 slices (vLLM at tp 2)"
+        json.dump(g2, open(os.path.join(out, "golden_tp2.json"), "w"))
     json.dump(g, open(os.path.join(out, "golden.json"), "w"))
     print("wrote", out)
 
@@ -353,7 +395,16 @@ def add_kv_cache_scheme(name, fp8, weights_fixture=None):
     print("wrote", out)
 
 
+TOKEN_DYNAMIC = {"num_bits": 8, "symmetric": True, "strategy": "token", "dynamic": True}
+
+
 def main():
+    only = set(sys.argv[1:])  # fixture names to remake; none: all of them
+    if only:
+        makers = {"tiny-glm-ct-fp8-dynamic": make_fp8_dynamic, "tiny-glm-ct-w8a8-int8": make_w8a8_int8}
+        for name in only:
+            makers[name]()
+        return
     make_gptq("tiny-glm-gptq", bits=4, sym=True, act_order=True, v2=False)
     make_gptq("tiny-glm-gptq8", bits=8, sym=False, act_order=False, v2=True)
     make_awq("tiny-glm-awq")
@@ -372,6 +423,22 @@ def main():
     make_ct_gidx("tiny-glm-ct-w4a16-gidx")
     add_kv_cache_scheme("tiny-glm-ct-fp8-kv", fp8=True, weights_fixture="tiny-glm-ct-fp8")
     add_kv_cache_scheme("tiny-glm-ct-kv-int8", fp8=False)
+    make_fp8_dynamic()
+    make_w8a8_int8()
+
+
+# llm-compressor's FP8_DYNAMIC preset: FP8 weights per channel, FP8 inputs per token.
+def make_fp8_dynamic():
+    make_compressed_tensors("tiny-glm-ct-fp8-dynamic", {"num_bits": 8, "type": "float", "symmetric": True,
+                                                        "strategy": "channel"}, "float-quantized", ["lm_head"],
+                            input_args=dict(TOKEN_DYNAMIC, type="float"))
+
+
+# llm-compressor's W8A8 int8 preset: int8 weights per channel (symmetric, unpacked), int8 inputs per token.
+def make_w8a8_int8():
+    make_compressed_tensors("tiny-glm-ct-w8a8-int8", {"num_bits": 8, "type": "int", "symmetric": True,
+                                                      "strategy": "channel"}, "int-quantized", ["lm_head"],
+                            input_args=dict(TOKEN_DYNAMIC, type="int"))
 
 
 if __name__ == "__main__":

@@ -110,12 +110,14 @@ TEST_P(GpuFixtures, BatchedGraphsAndEagerAgree) {
 INSTANTIATE_TEST_SUITE_P(Fixtures, GpuFixtures, ::testing::ValuesIn(testing::kFixtures), FixtureName);
 
 // Pre-quantized checkpoints as they are (issue 18): GPTQ with act order (its inputs sorted by
-// group, x reordered to match) and v2 zeros, AWQ, compressed-tensors int4/int8/fp8; fp16 and fp32
+// group, x reordered to match) and v2 zeros, AWQ, compressed-tensors int4/int8/fp8 and the W8A8 presets
+// (FP8_DYNAMIC, int8: each input row rounded per token first); fp16 and fp32
 // group scales. The codes kernels take the short prompts and the answers, batched or not.
 INSTANTIATE_TEST_SUITE_P(PreQuantized, GpuFixtures,
                          ::testing::Values("tiny-glm-gptq", "tiny-glm-gptq8", "tiny-glm-awq", "tiny-glm-ct-w4a16",
                                            "tiny-glm-ct-w8a16", "tiny-glm-ct-fp8", "tiny-glm-gptq-channel",
-                                           "tiny-glm-ct-w4a16-actorder", "tiny-glm-ct-w4a16-gidx"),
+                                           "tiny-glm-ct-w4a16-actorder", "tiny-glm-ct-w4a16-gidx",
+                                           "tiny-glm-ct-fp8-dynamic", "tiny-glm-ct-w8a8-int8"),
                          FixtureName);
 
 // GLM-4-9B's head geometry (head_dim 128, 16 query heads per KV head) at a small width.

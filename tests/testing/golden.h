@@ -23,8 +23,8 @@ struct GoldenCase {
   std::vector<float> top1_top2_gap;
 };
 
-inline std::vector<GoldenCase> LoadGolden(const std::string& fixture_dir) {
-  std::ifstream in(fixture_dir + "/golden.json");
+inline std::vector<GoldenCase> LoadGolden(const std::string& fixture_dir, const std::string& file = "golden.json") {
+  std::ifstream in(fixture_dir + "/" + file);
   const nlohmann::json j = nlohmann::json::parse(in);
   std::vector<GoldenCase> cases;
   for (const auto& c : j.at("cases")) {
