@@ -123,6 +123,8 @@ def quantized_plan_cases():
         """Offset of the format (kind u8, group u32, symmetric u8) of the piece that reads `tensor`."""
         key = struct.pack("<I", len(tensor)) + tensor
         at = payload.find(key, payload.find(key) + 1)  # the weight's name first, then its piece's tensor
+        if at < 0:
+            at = payload.find(key)  # a piece of a fused weight (q of the QKV): named once
         assert at >= 0, tensor
         pos = at + len(key)
         rank = struct.unpack("<I", payload[pos:pos + 4])[0]
@@ -136,7 +138,13 @@ def quantized_plan_cases():
     put("plan", "weight-format-code-9", with_format(b"lm_head.weight", 9, 0, 1))
     put("plan", "int4-group-48", with_format(b"lm_head.weight", 3, 48, 0))
     put("plan", "fp8-with-groups", with_format(b"model.layers.0.mlp.down_proj.weight", 1, 32, 1))
-    at = format_at(b"lm_head.weight") + 6  # the packing code follows the format
+    act = format_at(b"lm_head.weight") + 6  # the input rows' quantization (W8A8) ends the format
+    put("plan", "input-quant-code-9", payload[:act] + bytes([9]) + payload[act + 1:])
+    embed = format_at(b"model.embed_tokens.weight") + 6
+    put("plan", "input-quant-on-a-bf16-weight", payload[:embed] + bytes([1]) + payload[embed + 1:])
+    q = format_at(b"model.layers.0.self_attn.q_proj.weight") + 6  # q's rows only: k and v keep theirs
+    put("plan", "input-quant-on-one-piece", payload[:q] + bytes([1]) + payload[q + 1:])
+    at = act + 1  # the packing code follows
     put("plan", "packing-code-9", payload[:at] + bytes([9]) + payload[at + 1:])
     put("plan", "awq-packing-on-fp8", payload[:at] + bytes([3]) + payload[at + 1:])
 
