@@ -22,6 +22,8 @@ namespace ag::compiler {
 // 4: rotary frequencies are fp32 for every checkpoint dtype (no freq_dtype attribute).
 // 5: named programs (decoder, vision), the GLM-4.1V ops (kernel ids moved), M-RoPE.
 // 6: weight formats: a weight piece's rows may be stored quantized (WeightPiece::quant).
+// 7: static KV-cache scales (KvGeometry::scale_weights).
+// 8: a weight format's input quantization (QuantFormat::act, W8A8), a byte after `symmetric`.
 inline constexpr uint32_t kPlanVersion = 8;
 inline constexpr int64_t kArenaAlignment = 256;
 // Bounds a plan must keep; the compiler refuses options beyond them.
