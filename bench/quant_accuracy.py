@@ -13,7 +13,8 @@ import argparse, json, os, subprocess, tempfile
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
 FIXTURES = ["tiny-glm", "tiny-glm4", "tiny-chatglm", "tiny-glm-mqa"]
-FORMATS = ["fp8e4m3", "int8", "int8:g32:asym", "int4:g32", "int4:g32:sym"]
+FORMATS = ["fp8e4m3", "int8", "int8:g32:asym", "int4:g32", "int4:g32:sym",
+           "fp8e4m3:act-fp8", "int8:act-int8"]  # the last two W8A8: input rows rounded per token too
 # Rows whose inputs are no multiple of 32 need another format (tiny-glm4's FFN is 200 wide).
 POLICY = {"tiny-glm4": "*.down_proj: int8\n"}
 
@@ -66,6 +67,8 @@ def main():
     parser.add_argument("--build", default=os.path.join(ROOT, "build"))
     parser.add_argument("--new-tokens", type=int, default=16)
     parser.add_argument("--kv-new-tokens", type=int, default=96)
+    parser.add_argument("--formats", default=",".join(FORMATS), help="comma-separated weight formats to report")
+    parser.add_argument("--no-kv", action="store_true", help="skip the 8-bit KV-cache table")
     args = parser.parse_args()
     print("| fixture | format (default policy) | top-1 agreement, teacher-forced rows | worst logit difference | "
           "greedy tokens before the first difference |")
@@ -76,10 +79,12 @@ def main():
             if fixture in POLICY:
                 policy_file = os.path.join(tmp, fixture + ".policy")
                 open(policy_file, "w").write(POLICY[fixture])
-            for fmt in FORMATS:
+            for fmt in args.formats.split(","):
                 rows, agree, worst, same, total = compare(args.build, fixture, fmt, args.new_tokens, policy_file)
                 note = " (+ `*.down_proj: int8`)" if policy_file else ""
                 print(f"| {fixture} | {fmt}{note} | {agree}/{rows} | {worst:.4f} | {same}/{total} |")
+    if args.no_kv:
+        return
     # The 8-bit KV cache against the bf16 one (bf16 plans, weights as they are), over long generations.
     print()
     print(f"| fixture | KV cache (bf16 plan, {args.kv_new_tokens} new tokens a prompt) | top-1 agreement, "
