@@ -137,12 +137,7 @@ TEST_P(W8a8, MatchesCompressedTensorsForward) {
   }
   const std::vector<GoldenCase> cases = testing::LoadGolden(testing::TestDataDir() + "/" + c.fixture);
   const std::vector<testing::Generation> plain = testing::FixtureRunner(c.fixture, unrounded).Run(cases);
-  double worst = 0;
-  for (size_t i = 0; i < cases.size(); ++i) {
-    const size_t prompt = cases[i].input_ids.size();
-    worst = std::max(worst, testing::MaxAbsDiff(testing::FirstRows(plain[i].logits, prompt),
-                                                testing::FirstRows(cases[i].logits, prompt)));
-  }
+  const double worst = testing::WorstPromptDiff(plain, cases);
   std::printf("%s: the same plan without rounding its inputs moves the prompt logits by %.4f\n", c.fixture, worst);
   EXPECT_GT(worst, 1e-2) << "unrounded inputs should not give the W8A8 answers";
 }

@@ -376,12 +376,7 @@ TEST_P(StaticKvScales, MatchTransformersWithVllmsCache) {
   compiler::Plan dynamic = testing::FixtureRunner(c.fixture, options).plan();
   dynamic.kv.scale_weights.clear();  // the scale weights stay, unused
   const std::vector<testing::Generation> per_token = testing::FixtureRunner(c.fixture, dynamic).Run(cases);
-  double worst = 0;
-  for (size_t i = 0; i < cases.size(); ++i) {
-    const size_t prompt = cases[i].input_ids.size();
-    worst = std::max(worst, testing::MaxAbsDiff(testing::FirstRows(per_token[i].logits, prompt),
-                                                testing::FirstRows(cases[i].logits, prompt)));
-  }
+  const double worst = testing::WorstPromptDiff(per_token, cases);
   std::printf("%s: the same plan with per-token scales moves the prompt logits by %.4f\n", c.fixture, worst);
   EXPECT_GT(worst, 1e-2) << "per-token scales should not give the static scales' answers";
 }

@@ -131,6 +131,17 @@ inline std::vector<std::vector<float>> FirstRows(const std::vector<std::vector<f
   return std::vector<std::vector<float>>(rows.begin(), rows.begin() + static_cast<std::ptrdiff_t>(std::min(n, rows.size())));
 }
 
+// The largest |difference| over every case's prompt rows (teacher-forced: both sides computed them
+// from the same tokens, whatever they generated after).
+inline double WorstPromptDiff(const std::vector<Generation>& got, const std::vector<GoldenCase>& cases) {
+  double worst = 0;
+  for (size_t i = 0; i < cases.size() && i < got.size(); ++i) {
+    const size_t prompt = cases[i].input_ids.size();
+    worst = std::max(worst, MaxAbsDiff(FirstRows(got[i].logits, prompt), FirstRows(cases[i].logits, prompt)));
+  }
+  return worst;
+}
+
 }  // namespace ag::testing
 
 #endif  // AUTOGLM_TESTS_TESTING_ENGINE_RUNNER_H_
