@@ -65,15 +65,36 @@ absl::Status NormalizeFirst(const A& a, cuda::LinearParams* p) {
   return absl::OkStatus();
 }
 
+cuda::InputQuantCode InputCode(const A& a) {
+  return a.input_quant == ir::ActQuant::kFp8 ? cuda::InputQuantCode::kFp8 : cuda::InputQuantCode::kInt8;
+}
+
 // A W8A8 weight's product: x's rows rounded through 8-bit codes into the scratch (normalised first
 // when the step has a norm prologue); the product kernels then read them as any bf16 rows.
 absl::Status QuantizeInput(const A& a, cuda::LinearParams* p) {
-  const cuda::InputQuantCode code =
-      a.input_quant == ir::ActQuant::kFp8 ? cuda::InputQuantCode::kFp8 : cuda::InputQuantCode::kInt8;
   RETURN_IF_ERROR(
-      Check(cuda::LaunchQuantizeInputRows(p->x, p->norm_w, p->m, p->k, p->eps, code, p->scratch, a.stream), a));
+      Check(cuda::LaunchQuantizeInputRows(p->x, p->norm_w, p->m, p->k, p->eps, InputCode(a), p->scratch, a.stream), a));
   p->x = p->scratch;
   p->norm_w = nullptr;
+  return absl::OkStatus();
+}
+
+// A W8A8 weight's prefill on the 8-bit tensor cores, when every segment can take it: x's codes
+// (normalised first when the step has a norm prologue) into the scratch -- W8A8ScratchLayout's
+// bytes, within the m * k bf16 it holds for k >= 16 -- then each segment's product on them.
+bool W8A8Gemm(const A& a, const cuda::LinearParams& p) {
+  return p.m > cuda::kQuantLinearMaxRows && absl::c_all_of(*a.quant, [&](const cuda::QuantSegment& s) {
+           return cuda::W8A8GemmTakes(s, InputCode(a), p.k);
+         });
+}
+absl::Status RunW8A8Gemm(const A& a, cuda::LinearParams p) {
+  RETURN_IF_ERROR(Check(
+      cuda::LaunchQuantizeInputCodes(p.x, p.norm_w, p.m, p.k, p.eps, InputCode(a), a.linear_scratch, a.stream), a));
+  p.x = nullptr;  // the product reads the codes
+  p.norm_w = nullptr;
+  for (const cuda::QuantSegment& s : *a.quant) {
+    RETURN_IF_ERROR(Check(cuda::LaunchW8A8Gemm(p, s, InputCode(a), a.linear_scratch, a.stream), a));
+  }
   return absl::OkStatus();
 }
 
@@ -94,10 +115,14 @@ bool InLoadGemm(const A& a, const cuda::LinearParams& p) {
 // cannot (not Hopper, act order), dequantize the weight into the scratch for the bf16 GEMM, unless
 // the scratch was not sized for it (the LM head's logit rows: the codes kernel takes any rows). An
 // act-order segment's codes kernel reads x reordered into the order scratch; its dequantized
-// weight is written back in input order. A W8A8 weight's input is rounded first (QuantizeInput).
+// weight is written back in input order. A W8A8 weight's input is rounded first (QuantizeInput),
+// or, for prefill on Hopper, multiplied as codes (RunW8A8Gemm).
 absl::Status RunLinear(const A& a, cuda::LinearParams p) {
   if (a.quant == nullptr) return Check(cuda::LaunchLinear(p, a.stream), a);
-  if (a.input_quant != ir::ActQuant::kNone) RETURN_IF_ERROR(QuantizeInput(a, &p));
+  if (a.input_quant != ir::ActQuant::kNone) {
+    if (W8A8Gemm(a, p)) return RunW8A8Gemm(a, p);
+    RETURN_IF_ERROR(QuantizeInput(a, &p));
+  }
   if (p.m > cuda::kQuantLinearMaxRows && InLoadGemm(a, p)) {
     RETURN_IF_ERROR(NormalizeFirst(a, &p));
     for (const cuda::QuantSegment& s : *a.quant) RETURN_IF_ERROR(Check(cuda::LaunchQuantGemm(p, s, a.stream), a));

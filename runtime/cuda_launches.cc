@@ -37,7 +37,8 @@ const compiler::WeightEntry* Matrix(const compiler::Plan& plan, const compiler::
 // segment, x normalised first. Not counted: an act-order segment's gather of x (and at one row the
 // normalising launch before it) and, more rows, its dequantization into the scratch and the bf16
 // GEMM instead (the plan does not say which checkpoint weights have one), nor that path off Hopper.
-// A weight that quantizes its input (W8A8) has x rounded, and normalised, by one launch before.
+// A weight that quantizes its input (W8A8) has x rounded, and normalised, by one launch before (past
+// kQuantLinearMaxRows rows on Hopper into codes for the 8-bit GEMM, one a segment as the in-load one).
 int64_t LinearLaunches(const compiler::Plan& plan, const compiler::PlanStep& step, int64_t rows, bool norm) {
   const compiler::WeightEntry* w = Matrix(plan, step);
   if (w == nullptr || !w->quantized()) return 1 + (norm && rows > cuda::kSkinnyNormMaxRows ? 1 : 0);

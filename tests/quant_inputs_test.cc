@@ -10,8 +10,12 @@
 
 #include "absl/strings/match.h"
 #include "compiler/plan_file.h"
+#include "kernels/cuda/w8a8_gemm_layout.h"
 #include "kernels/ref/quant.h"
+#include "models/glm/safetensors.h"
+#include "runtime/quant_storage.h"
 #include "runtime/tp_backend.h"
+#include "runtime/weights.h"
 #include "tests/testing/engine_runner.h"
 
 namespace ag {
@@ -74,6 +78,77 @@ TEST(InputRows, TheFormatNamesItAndThePlanKeepsIt) {
   EXPECT_TRUE(absl::StrContains(s.message(), "its pieces quantize the input differently")) << s;
 }
 
+// The W8A8 GEMM (kernels/cuda/w8a8_gemm.cuh) multiplies codes, not values: x's codes by the
+// segment's bytes as the CUDA backend stores them (e4m3; int8 biased by the zero point, 128 when
+// symmetric), scaled after the sum. Emulated here on both checkpoints' stored segments at tp 1 and
+// 2: every W8A8 segment is one the GEMM takes (so real checkpoints get the fast path), and the
+// code arithmetic gives the CPU oracle's products -- x rounded (ref::QuantizeInputRows) times the
+// dequantized weight -- within fp32's rounding. A wrong zero point or byte order fails it.
+TEST(InputRows, W8a8GemmArithmeticOnStoredCodesGivesTheOracle) {
+  for (const char* fixture : {"tiny-glm-ct-fp8-dynamic", "tiny-glm-ct-w8a8-int8"}) {
+    const std::string dir = testing::TestDataDir() + "/" + fixture;
+    absl::StatusOr<glm::Checkpoint> ckpt = glm::Checkpoint::Open(dir);
+    ASSERT_TRUE(ckpt.ok()) << ckpt.status();
+    const runtime::CheckpointWeights source(*ckpt);
+    for (const int tp : {1, 2}) {
+      compiler::CompileOptions options;
+      options.tp = tp;
+      const compiler::Plan plan = testing::FixtureRunner(fixture, options).plan();
+      int checked = 0;
+      for (const compiler::WeightEntry& w : plan.weights) {
+        const ir::ActQuant act = w.input_quant();
+        if (act == ir::ActQuant::kNone) continue;
+        const bool fp8 = act == ir::ActQuant::kFp8;
+        absl::StatusOr<std::vector<runtime::HostQuantSegment>> segments =
+            runtime::PrepareQuantSegments(w, source, {tp - 1, tp}, false);
+        ASSERT_TRUE(segments.ok()) << segments.status();
+        for (const runtime::HostQuantSegment& seg : *segments) {
+          const int64_t k = seg.cols;
+          ASSERT_TRUE(cuda::W8A8GemmTakesShape(seg.code, fp8, k, seg.group, !seg.input_order.empty(), seg.inputs))
+              << fixture << " " << w.name << ": the W8A8 GEMM would not take it";
+          // Three rows of x: spread values, one with a large outlier, a zero row.
+          std::vector<float> x(3 * k, 0.0f);
+          for (int64_t j = 0; j < k; ++j) {
+            x[j] = std::sin(0.37f * static_cast<float>(j) + 0.1f);
+            x[k + j] = 0.01f * std::cos(1.3f * static_cast<float>(j)) + (j == 5 ? 3.0f : 0.0f);
+          }
+          std::vector<float> rounded = x;
+          ref::QuantizeInputRows(rounded.data(), 3, k, fp8 ? ref::InputQuant::kFp8 : ref::InputQuant::kInt8);
+          const std::vector<float> weight = runtime::DequantizeSegment(seg);
+          for (int64_t r = 0; r < 3; ++r) {
+            // The input-codes kernel: s and the codes, as LaunchQuantizeInputCodes.
+            float amax = 0.0f;
+            for (int64_t j = 0; j < k; ++j) amax = std::max(amax, std::fabs(x[r * k + j]));
+            const float s = amax > 0.0f ? amax / (fp8 ? 448.0f : 127.5f) : 1.0f;
+            std::vector<float> cx(k);
+            int32_t sum_cx = 0;
+            for (int64_t j = 0; j < k; ++j) {
+              const float q = x[r * k + j] / s;
+              cx[j] = fp8 ? ref::E4M3ToFloat(ref::FloatToE4M3(q)) : std::nearbyint(std::clamp(q, -128.0f, 127.0f));
+              sum_cx += static_cast<int32_t>(cx[j]);
+            }
+            for (int64_t n = 0; n < seg.rows; ++n) {
+              double acc = 0.0, want = 0.0, scale = 0.0;
+              for (int64_t j = 0; j < k; ++j) {
+                const uint8_t byte = cuda::PackedCode(seg.words.data(), k, 8, n, j);
+                acc += cx[j] * (fp8 ? ref::E4M3ToFloat(byte) : static_cast<float>(byte));
+                want += static_cast<double>(rounded[r * k + j]) * weight[n * k + j];
+                scale += std::fabs(static_cast<double>(rounded[r * k + j]) * weight[n * k + j]);
+              }
+              if (!fp8) acc -= static_cast<double>(seg.zeros.empty() ? 128 : seg.zeros[n]) * sum_cx;
+              const double got = static_cast<float>(acc) * (s * seg.row_scales[n]);
+              ASSERT_NEAR(got, want, 1e-5 * scale + 1e-30)
+                  << fixture << " tp " << tp << " " << w.name << " row " << r << " column " << n;
+            }
+          }
+          ++checked;
+        }
+      }
+      EXPECT_GE(checked, 2 * 4) << fixture << ": qkv, o, gate_up and down of both layers";
+    }
+  }
+}
+
 struct W8a8Case {
   const char* fixture;
   const char* packing;
@@ -121,14 +196,18 @@ TEST_P(W8a8, MatchesCompressedTensorsForward) {
       // With ties a flipped code may part the greedy tokens (the tiny model's top two logits are
       // close): then only the prompt's rows, which both compute from the same tokens, compare.
       const size_t rows = c.ties ? cases[i].input_ids.size() : got[i].logits.size();
-      if (!c.ties) EXPECT_EQ(got[i].tokens, cases[i].new_tokens) << c.fixture << " tp " << tp << " case " << i;
+      if (!c.ties) {
+        EXPECT_EQ(got[i].tokens, cases[i].new_tokens) << c.fixture << " tp " << tp << " case " << i;
+      }
       const double worst =
           testing::MaxAbsDiff(testing::FirstRows(got[i].logits, rows), testing::FirstRows(cases[i].logits, rows));
       EXPECT_LE(worst, c.ties ? 0.25 : 1e-4) << c.fixture << " tp " << tp << " case " << i;
       best = std::min(best, worst);
       std::printf("%s tp %d case %zu: worst logit difference from compressed-tensors %.2e\n", c.fixture, tp, i, worst);
     }
-    if (!c.ties || tp == 1) EXPECT_LE(best, 1e-4) << c.fixture << " tp " << tp << ": no case gives the oracle's numbers";
+    if (!c.ties || tp == 1) {
+      EXPECT_LE(best, 1e-4) << c.fixture << " tp " << tp << ": no case gives the oracle's numbers";
+    }
   }
   options.tp = 1;
   compiler::Plan unrounded = testing::FixtureRunner(c.fixture, options).plan();

@@ -7,6 +7,7 @@
 #include "kernels/cuda/per_device.h"
 #include "kernels/cuda/quant_gemm_layout.h"
 #include "kernels/cuda/quant_linear.cuh"
+#include "kernels/cuda/w8a8_gemm_layout.h"
 
 namespace ag::cuda {
 namespace {
@@ -65,9 +66,22 @@ bool QuantGemmUsable(const LinearParams& p, const QuantSegment& s) {
   return p.norm_w == nullptr && Aligned16(p.x) && QuantGemmTakes(s, p.k);
 }
 
+// AUTOGLM_W8A8_GEMM=0 keeps W8A8 prefill on x's rounded bf16 values and the dequantizing GEMM.
+static bool W8A8GemmEnabled() {
+  static const bool enabled = SwitchedOn("AUTOGLM_W8A8_GEMM");
+  return enabled;
+}
+
+bool W8A8GemmTakes(const QuantSegment& s, InputQuantCode act, int64_t k) {
+  return Enabled() && W8A8GemmEnabled() && Aligned16(s.codes) && s.scales != nullptr &&
+         W8A8GemmTakesShape(s.code, act == InputQuantCode::kFp8, k, s.group, s.input_order != nullptr, s.stored_k) &&
+         Encoder() != nullptr && HopperDevice();
+}
+
 cudaError_t EncodeCodeTileMap(const void* codes, int64_t rows, int64_t row_bytes, int box_bytes, CUtensorMap* map) {
   const PFN_cuTensorMapEncodeTiled_v12000 encode = Encoder();
-  if (encode == nullptr || rows <= 0 || row_bytes <= 0 || row_bytes % 16 != 0 || (box_bytes != 32 && box_bytes != 64)) {
+  if (encode == nullptr || rows <= 0 || row_bytes <= 0 || row_bytes % 16 != 0 ||
+      (box_bytes != 32 && box_bytes != 64 && box_bytes != 128)) {
     return cudaErrorInvalidValue;
   }
   const cuuint64_t dims[2] = {static_cast<cuuint64_t>(row_bytes), static_cast<cuuint64_t>(rows)};
@@ -75,7 +89,9 @@ cudaError_t EncodeCodeTileMap(const void* codes, int64_t rows, int64_t row_bytes
   const cuuint32_t box[2] = {static_cast<cuuint32_t>(box_bytes), kQuantGemmBN};
   const cuuint32_t element_strides[2] = {1, 1};
   // The swizzle as wide as a box row: eight consecutive rows' same 16 bytes land in different banks.
-  const CUtensorMapSwizzle swizzle = box_bytes == 32 ? CU_TENSOR_MAP_SWIZZLE_32B : CU_TENSOR_MAP_SWIZZLE_64B;
+  const CUtensorMapSwizzle swizzle = box_bytes == 32   ? CU_TENSOR_MAP_SWIZZLE_32B
+                                     : box_bytes == 64 ? CU_TENSOR_MAP_SWIZZLE_64B
+                                                       : CU_TENSOR_MAP_SWIZZLE_128B;
   const CUresult r = encode(map, CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, const_cast<void*>(codes), dims, strides, box,
                             element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
                             CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);

@@ -23,6 +23,7 @@
 #include "kernels/cuda/mma_layout.h"
 #include "kernels/cuda/quant_gemm_layout.h"
 #include "kernels/cuda/quant_pack.h"
+#include "kernels/cuda/w8a8_gemm_layout.h"
 
 namespace ag::cuda {
 namespace {
@@ -574,6 +575,45 @@ TEST(QuantGemmLayout, StagesFitAndActOrderIsLeftToTheScratch) {
   EXPECT_FALSE(QuantGemmTakesShape(QuantCode::kInt4, 48, false, 0)) << "not whole loads of codes";
   EXPECT_TRUE(QuantGemmTakesShape(QuantCode::kInt8, 48, false, 0));
   EXPECT_FALSE(QuantGemmTakesShape(QuantCode::kBf16, 4, false, 0)) << "x rows of 8 bytes: not a TMA pitch";
+}
+
+
+// The W8A8 GEMM: its ring and the epilogue's fp32 tile fit; x's codes, scales and sums fit in the
+// m x k bf16 the linear scratch holds (k >= 16, more than one row); it takes per-row 8-bit
+// segments whose codes match the input's kind; its K split gives every rank whole 128-code
+// k-tiles (TMA boxes start on one) and work.
+TEST(W8A8GemmLayout, StagesScratchShapesAndSplits) {
+  EXPECT_LE(kW8SmemBytes, kSm90MaxDynamicSmem);
+  EXPECT_GE(kW8Stages * kW8StageBytes, size_t{4} * kW8BM * (kW8BN + 4));
+  EXPECT_EQ(size_t{kW8BM} * kW8BK % 1024, 0u);
+  for (const int64_t m : {2, 65, 200, 512, 4096}) {
+    for (const int64_t k : {16, 48, 3424, 4096, 13696}) {
+      const W8A8Scratch l = W8A8ScratchLayout(m, k);
+      EXPECT_LE(l.bytes, static_cast<size_t>(2 * m * k)) << m << " x " << k;
+      EXPECT_EQ(l.scales % 16, 0u);
+      EXPECT_GE(l.scales, static_cast<size_t>(m * k));
+      EXPECT_EQ(l.sums, l.scales + 4 * static_cast<size_t>(m));
+    }
+  }
+  EXPECT_TRUE(W8A8GemmTakesShape(QuantCode::kFp8, true, 4096, 0, false, 0));
+  EXPECT_TRUE(W8A8GemmTakesShape(QuantCode::kInt8, false, 3424, 0, false, 3424));  // down_proj at tp 4
+  EXPECT_FALSE(W8A8GemmTakesShape(QuantCode::kInt8, true, 4096, 0, false, 0)) << "int8 weights, fp8 inputs";
+  EXPECT_FALSE(W8A8GemmTakesShape(QuantCode::kFp8, false, 4096, 0, false, 0)) << "fp8 weights, int8 inputs";
+  EXPECT_FALSE(W8A8GemmTakesShape(QuantCode::kInt4, false, 4096, 0, false, 0));
+  EXPECT_FALSE(W8A8GemmTakesShape(QuantCode::kInt8, false, 4096, 128, false, 0)) << "group scales";
+  EXPECT_FALSE(W8A8GemmTakesShape(QuantCode::kInt8, false, 4096, 0, true, 0)) << "act order";
+  EXPECT_FALSE(W8A8GemmTakesShape(QuantCode::kInt8, false, 40, 0, false, 0)) << "not a 16-byte row pitch";
+  EXPECT_FALSE(W8A8GemmTakesShape(QuantCode::kInt8, false, 96, 0, false, 128)) << "a padded slice";
+  for (const int64_t m : {65, 512, 4096}) {
+    for (const int64_t n : {1024, 4608, 4096, 27392}) {
+      for (const int64_t k : {3424, 4096, 13696}) {
+        const KSplit split = SplitW8A8K(m, n, k, 132);
+        EXPECT_EQ(split.k_per_rank % kW8BK, 0) << m << " " << n << " " << k;
+        EXPECT_GE(split.ranks * split.k_per_rank, k);
+        EXPECT_LT((split.ranks - 1) * split.k_per_rank, k) << "the last rank has work";
+      }
+    }
+  }
 }
 
 }  // namespace

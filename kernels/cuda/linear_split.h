@@ -93,6 +93,12 @@ inline KSplit SplitWgmmaK(int64_t m, int64_t n, int64_t k, int multiprocessors) 
   return SplitForWaves(((m + 127) / 128) * ((n + 127) / 128), k, 64, multiprocessors, 4, 4, 3);
 }
 
+// The W8A8 GEMM: the wgmma GEMM's tiles and ending, its k-tiles 128 codes wide (each the bytes
+// and, at twice the rate, the tensor-core time of the bf16 GEMM's 64-wide k-tile).
+inline KSplit SplitW8A8K(int64_t m, int64_t n, int64_t k, int multiprocessors) {
+  return SplitForWaves(((m + 127) / 128) * ((n + 127) / 128), k, 128, multiprocessors, 4, 4, 3);
+}
+
 }  // namespace ag::cuda
 
 #endif  // AUTOGLM_KERNELS_CUDA_LINEAR_SPLIT_H_

@@ -159,7 +159,7 @@ __global__ void __launch_bounds__(kQuantGemmThreads, 1)
 }
 
 // Host side (gemm_wgmma.cu): the tensor map of a segment's codes, [rows] rows of `row_bytes`
-// bytes in boxes of `box_bytes` x 128 rows with the swizzle of `box_bytes` (32 or 64).
+// bytes in boxes of `box_bytes` x 128 rows with the swizzle of `box_bytes` (32, 64 or 128).
 cudaError_t EncodeCodeTileMap(const void* codes, int64_t rows, int64_t row_bytes, int box_bytes, CUtensorMap* map);
 
 template <QuantCode kCode, Epilogue kE>

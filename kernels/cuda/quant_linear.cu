@@ -1,6 +1,7 @@
 #include "kernels/cuda/quant_linear.cuh"
 
 #include "kernels/cuda/quant_gemm.cuh"
+#include "kernels/cuda/w8a8_gemm.cuh"
 
 namespace ag::cuda {
 namespace {
@@ -123,6 +124,15 @@ cudaError_t LaunchQuantGemm(const LinearParams& p, const QuantSegment& s, cudaSt
       return LaunchQuantGemmFor<QuantCode::kBf16>(p, s, stream);
   }
   return cudaErrorInvalidValue;
+}
+
+cudaError_t LaunchW8A8Gemm(const LinearParams& p, const QuantSegment& s, InputQuantCode act, const void* x_codes,
+                           cudaStream_t stream) {
+  if (!SegmentLinearFits(p, s) || x_codes == nullptr || p.norm_w != nullptr) return cudaErrorInvalidValue;
+  if (!W8A8GemmTakes(s, act, p.k) || reinterpret_cast<uintptr_t>(x_codes) % 16 != 0) return cudaErrorNotSupported;
+  if (p.m == 0 || s.n == 0) return cudaSuccess;
+  return act == InputQuantCode::kFp8 ? LaunchW8A8GemmFor<true>(p, s, x_codes, stream)
+                                     : LaunchW8A8GemmFor<false>(p, s, x_codes, stream);
 }
 
 cudaError_t LaunchQuantLinear(const LinearParams& p, const QuantSegment& s, cudaStream_t stream) {

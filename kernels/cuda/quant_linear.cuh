@@ -32,6 +32,7 @@
 
 #include <cstdint>
 
+#include "kernels/cuda/input_quant.cuh"
 #include "kernels/cuda/linear.cuh"
 #include "kernels/cuda/quant_pack.h"
 
@@ -81,6 +82,16 @@ cudaError_t LaunchQuantLinear(const LinearParams& p, const QuantSegment& segment
 bool QuantGemmTakes(const QuantSegment& segment, int64_t k);
 bool QuantGemmUsable(const LinearParams& p, const QuantSegment& segment);
 cudaError_t LaunchQuantGemm(const LinearParams& p, const QuantSegment& segment, cudaStream_t stream);
+
+// A W8A8 weight's prefill on Hopper (w8a8_gemm.cuh): the product of x's codes, as
+// LaunchQuantizeInputCodes left them in `x_codes` for p.m rows of p.k, with the segment's own,
+// on the 8-bit tensor cores. p as for LaunchQuantLinear (p.x is not read; p.norm_w must be null:
+// the codes kernel normalised). W8A8GemmTakes: whether it can take the segment for inputs rounded
+// to `act` codes here (a Hopper device, AUTOGLM_WGMMA and AUTOGLM_W8A8_GEMM not 0, 16-byte aligned
+// codes, W8A8GemmTakesShape). LaunchW8A8Gemm returns cudaErrorNotSupported where it cannot.
+bool W8A8GemmTakes(const QuantSegment& segment, InputQuantCode act, int64_t k);
+cudaError_t LaunchW8A8Gemm(const LinearParams& p, const QuantSegment& segment, InputQuantCode act,
+                           const void* x_codes, cudaStream_t stream);
 
 // Rows [n_begin, n_begin + n) of w [N, k] bf16 <- the segment's dequantized
 // values rounded to bf16 (the prefill path's weight; a padded act-order

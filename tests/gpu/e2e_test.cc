@@ -192,11 +192,13 @@ void ExpectGpuMatchesCpu(const compiler::CompileOptions& options, const std::str
 }
 
 // Quantized plans: a 4-bit body with its fp8 K/V rows and LM head (two segments in one QKV weight),
-// and 8-bit bodies. A 70-token prompt takes the skinny kernel in 64-row chunks, a 200-token one the
-// in-load GEMM (Hopper; the dequantized scratch elsewhere); the answers the codes kernels.
+// and 8-bit bodies, weight-only and W8A8. A 70-token prompt takes the skinny kernel in 64-row
+// chunks, a 200-token one the in-load GEMM (Hopper; the dequantized scratch elsewhere) or, W8A8,
+// the 8-bit tensor-core GEMM on x's codes; the answers the codes kernels.
 TEST(GpuQuantized, PlansMatchTheCpuOracle) {
   SKIP_WITHOUT_GPU();
-  for (const char* body : {"int4:g128:asym", "int4:g32:sym", "int8", "int8:g64:asym", "fp8e4m3"}) {
+  for (const char* body :
+       {"int4:g128:asym", "int4:g32:sym", "int8", "int8:g64:asym", "fp8e4m3", "fp8e4m3:act-fp8", "int8:act-int8"}) {
     compiler::CompileOptions options = Bf16Options();
     options.build.max_batch_tokens = 256;
     options.quant = passes::DefaultQuantPolicy(*ir::ParseQuantFormat(body));

@@ -25,7 +25,9 @@ KERNELS = [
     (r"QuantGemmKernel<\(QuantCode\)0,", 512, 1024 + 6 * (36864 + 24), 1),
     (r"QuantGemmKernel<\(QuantCode\)[12],", 512, 1024 + 5 * (40960 + 24), 1),
     (r"QuantGemmKernel<\(QuantCode\)3,", 512, 1024 + 6 * (32768 + 24), 1),
-    (r"(?<!Wgmma)GemmKernel<", 256, 4 * 20480, 2),  # prefill elsewhere: 4-stage pipeline in 80 KB of dynamic smem
+    # W8A8 prefill on Hopper: x's and W's 8-bit codes, 5 TMA stages of 32 KB (128-code k-tiles); one block a SM
+    (r"W8A8GemmKernel<", 384, 1024 + 5 * 32768 + 80, 1),
+    (r"(?<!Wgmma)(?<!W8A8)GemmKernel<", 256, 4 * 20480, 2),  # prefill elsewhere: 4-stage pipeline in 80 KB of dynamic smem
     # decode attention: K/V double buffer (2 x 2 x 32 x (128 + 8) bf16) plus q (4 x heads-per-warp x 128 fp32)
     (r"AttentionSliceKernel<1, \(KvCode\)0>", 128, 34816 + 2048, 4),
     (r"AttentionSliceKernel<2, \(KvCode\)0>", 128, 34816 + 4096, 4),
