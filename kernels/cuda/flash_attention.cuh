@@ -35,6 +35,16 @@ cudaError_t LaunchFlashSegmentAttention(const __nv_bfloat16* q, const __nv_bfloa
                                         const int32_t* offsets, int64_t segments, int64_t rows, int64_t heads,
                                         int64_t head_dim, __nv_bfloat16* out, cudaStream_t stream);
 
+// The segment kernel on wgmma (flash_wgmma.cu), which LaunchFlashSegmentAttention tries first:
+// WgmmaFlashUsable says whether it can run here (a Hopper device, AUTOGLM_WGMMA and
+// AUTOGLM_WGMMA_FLASH not 0, head_dim 128, 16-byte aligned q, k and v); otherwise it returns
+// cudaErrorNotSupported.
+bool WgmmaFlashUsable(const __nv_bfloat16* q, const __nv_bfloat16* k, const __nv_bfloat16* v, int64_t rows,
+                      int64_t heads, int64_t head_dim);
+cudaError_t LaunchWgmmaFlashSegment(const __nv_bfloat16* q, const __nv_bfloat16* k, const __nv_bfloat16* v,
+                                    const int32_t* offsets, int64_t segments, int64_t rows, int64_t heads,
+                                    int64_t head_dim, __nv_bfloat16* out, cudaStream_t stream);
+
 }  // namespace ag::cuda
 
 #endif  // AUTOGLM_KERNELS_CUDA_FLASH_ATTENTION_CUH_

@@ -7,6 +7,10 @@ cudaError_t LaunchFlashSegmentAttention(const bf16* q, const bf16* k, const bf16
                                         int64_t segments, int64_t rows, int64_t heads, int64_t head_dim, bf16* out,
                                         cudaStream_t stream) {
   if (!FlashHeadDim(head_dim) || segments <= 0 || heads <= 0) return cudaErrorInvalidValue;
+  if (const cudaError_t e = LaunchWgmmaFlashSegment(q, k, v, offsets, segments, rows, heads, head_dim, out, stream);
+      e != cudaErrorNotSupported) {
+    return e;
+  }
   flash_detail::Params p{};
   p.q = q;
   p.out = out;

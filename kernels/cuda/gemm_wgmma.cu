@@ -6,6 +6,7 @@
 #include "kernels/cuda/linear_impl.cuh"
 #include "kernels/cuda/per_device.h"
 #include "kernels/cuda/quant_gemm_layout.h"
+#include "kernels/cuda/flash_attention.cuh"
 #include "kernels/cuda/quant_linear.cuh"
 #include "kernels/cuda/w8a8_gemm_layout.h"
 
@@ -95,6 +96,32 @@ cudaError_t EncodeCodeTileMap(const void* codes, int64_t rows, int64_t row_bytes
   const CUresult r = encode(map, CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, const_cast<void*>(codes), dims, strides, box,
                             element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
                             CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  return r == CUDA_SUCCESS ? cudaSuccess : cudaErrorInvalidValue;
+}
+
+// AUTOGLM_WGMMA_FLASH=0 keeps the vision program's attention on the mma.sync flash kernel.
+static bool WgmmaFlashEnabled() {
+  static const bool enabled = SwitchedOn("AUTOGLM_WGMMA_FLASH");
+  return enabled;
+}
+
+bool WgmmaFlashUsable(const bf16* q, const bf16* k, const bf16* v, int64_t rows, int64_t heads, int64_t head_dim) {
+  return Enabled() && WgmmaFlashEnabled() && head_dim == 128 && heads > 0 && rows >= 0 && Aligned16(q) &&
+         Aligned16(k) && Aligned16(v) && Encoder() != nullptr && HopperDevice();
+}
+
+cudaError_t EncodeBoxMap(const bf16* matrix, int64_t rows, int64_t cols, int box_rows, CUtensorMap* map) {
+  const PFN_cuTensorMapEncodeTiled_v12000 encode = Encoder();
+  if (encode == nullptr || rows <= 0 || cols <= 0 || cols % 8 != 0 || box_rows <= 0 || box_rows > 256) {
+    return cudaErrorInvalidValue;
+  }
+  const cuuint64_t dims[2] = {static_cast<cuuint64_t>(cols), static_cast<cuuint64_t>(rows)};
+  const cuuint64_t strides[1] = {static_cast<cuuint64_t>(cols) * sizeof(bf16)};
+  const cuuint32_t box[2] = {64, static_cast<cuuint32_t>(box_rows)};
+  const cuuint32_t element_strides[2] = {1, 1};
+  const CUresult r = encode(map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, const_cast<bf16*>(matrix), dims, strides, box,
+                            element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                            CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   return r == CUDA_SUCCESS ? cudaSuccess : cudaErrorInvalidValue;
 }
 

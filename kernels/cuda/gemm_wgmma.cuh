@@ -23,6 +23,7 @@
 
 #include <cstdint>
 
+#include "kernels/cuda/hopper.cuh"
 #include "kernels/cuda/linear_split.h"
 #include "kernels/cuda/mma_layout.h"
 
@@ -36,50 +37,6 @@ constexpr size_t kWgStageBytes = sizeof(bf16) * (kWgBM + kWgBN) * kWgBK;
 // Stages, then the barriers; 1 KB of slack to align the stages to the swizzle's 1024-byte period.
 constexpr size_t kWgSmemBytes = 1024 + kWgStages * kWgStageBytes + 2 * kWgStages * sizeof(uint64_t);
 static_assert(kWgStages * kWgStageBytes >= sizeof(float) * kWgBM * kWgTileLd, "the epilogue tile reuses the stages");
-
-// ---- mbarrier, TMA and wgmma (PTX ISA 8.0, sm_90a) ----
-
-__device__ __forceinline__ unsigned SmemAddress(const void* p) {
-  return static_cast<unsigned>(__cvta_generic_to_shared(p));
-}
-__device__ __forceinline__ void BarrierInit(uint64_t* bar, unsigned count) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(SmemAddress(bar)), "r"(count) : "memory");
-}
-__device__ __forceinline__ void BarrierExpectBytes(uint64_t* bar, unsigned bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(SmemAddress(bar)), "r"(bytes)
-               : "memory");
-}
-__device__ __forceinline__ void BarrierArrive(uint64_t* bar) {
-  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(SmemAddress(bar)) : "memory");
-}
-// Returns once the barrier's phase with this parity has completed.
-__device__ __forceinline__ void BarrierWait(uint64_t* bar, unsigned parity) {
-  unsigned done = 0;
-  do {
-    asm volatile(
-        "{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n selp.u32 %0, 1, 0, p;\n}\n"
-        : "=r"(done)
-        : "r"(SmemAddress(bar)), "r"(parity)
-        : "memory");
-  } while (done == 0);
-}
-// A box of the tensor map at (inner, outer) into shared memory; completion counted on `bar`.
-__device__ __forceinline__ void TmaLoad2d(void* dst, const CUtensorMap* map, int inner, int outer, uint64_t* bar) {
-  asm volatile(
-      "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n" ::
-          "r"(SmemAddress(dst)),
-      "l"(reinterpret_cast<uint64_t>(map)), "r"(inner), "r"(outer), "r"(SmemAddress(bar))
-      : "memory");
-}
-
-// A K-major operand tile in shared memory with the 128-byte swizzle (mma_layout.h).
-__device__ __forceinline__ uint64_t SmemDescriptor(const void* tile) {
-  return mma::Sw128KMajorDescriptor(SmemAddress(tile));
-}
-
-__device__ __forceinline__ void WgmmaFence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
-__device__ __forceinline__ void WgmmaCommit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
-__device__ __forceinline__ void WgmmaWaitAll() { asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory"); }
 
 // d (64 x 128 fp32, 64 registers a thread) += A (64 x 16) B (16 x 128), both K-major in shared memory.
 __device__ __forceinline__ void Wgmma64x128(float* d, uint64_t desc_a, uint64_t desc_b) {

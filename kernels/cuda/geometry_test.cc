@@ -10,6 +10,7 @@
 // its input.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstring>
 #include <random>
 #include <set>
@@ -267,6 +268,102 @@ TEST(MmaLayout, WgmmaDescriptorFields) {
   }
   // The largest shared address (227 KB) still fits the 14-bit field.
   EXPECT_EQ(mma::Sw128KMajorDescriptor(227 * 1024) & 0x3FFF, (227u * 1024u) >> 4);
+}
+
+// The MN-major descriptor of the wgmma flash kernel's V operand: boxes of 64 columns 8 KB apart
+// (the leading byte offset), groups of 8 rows 1024 bytes apart (the stride byte offset).
+TEST(MmaLayout, WgmmaMnMajorDescriptorFields) {
+  const uint64_t d = mma::Sw128MnMajorDescriptor(0x8800 + 2048, 8192);
+  EXPECT_EQ(d & 0x3FFF, (0x8800u + 2048u) >> 4);
+  EXPECT_EQ(((d >> 16) & 0x3FFF) << 4, 8192u);
+  EXPECT_EQ(((d >> 32) & 0x3FFF) << 4, 1024u);
+  EXPECT_EQ((d >> 49) & 0x7, 0u);
+  EXPECT_EQ(d >> 62, 1u);
+}
+
+// One warpgroup of the wgmma flash kernel (flash_wgmma.cu) emulated: Q, K and V tiles laid out as
+// TMA writes them (two 64-column boxes each, the 128-byte swizzle), S = Q K^T read through the
+// kernel's K-major descriptors, S's accumulators (wgmma's layout: mma.sync's C fragment per warp
+// of 16 rows) turned into P's A fragments, and O = P V read through the MN-major descriptor of
+// each 16-key chunk. Integer data: every product is exact, so O must equal the direct Q K^T V.
+TEST(MmaLayout, WgmmaFlashWarpgroupComputesQKTransposeV) {
+  constexpr int kRows = 64, kKeys = 64, kD = 128, kBox = 64 * 128;
+  std::mt19937 rng(23);
+  auto fill = [&](int rows) {
+    std::vector<float> m(rows * kD);
+    for (float& v : m) v = static_cast<float>(static_cast<int>(rng() % 5) - 2);
+    return m;
+  };
+  const std::vector<float> q = fill(kRows), k = fill(kKeys), v = fill(kKeys);
+  // TMA: element (r, c) of a [64][128] tile at box c / 64, row r, chunk (c % 64) / 8 swizzled.
+  auto place = [](const std::vector<float>& m) {
+    std::vector<float> smem(2 * kBox / 2, NAN);  // indexed by bf16 slot
+    for (int r = 0; r < 64; ++r) {
+      for (int c = 0; c < kD; ++c) {
+        const uint32_t byte = (c / 64) * kBox + SwizzledOffset(static_cast<uint32_t>(r * 128 + (c % 64) * 2), 128);
+        smem[byte / 2] = m[r * kD + c];
+      }
+    }
+    return smem;
+  };
+  const std::vector<float> qs = place(q), ks = place(k), vs = place(v);
+  auto read = [](const std::vector<float>& smem, uint32_t start, uint32_t offset) {
+    return smem[SwizzledOffset(start + offset, 128) / 2];  // tiles are 1024-aligned: the offset is the address
+  };
+  // S through the descriptors: step kk reads 16 columns of d at box kk / 4, 32 bytes a step.
+  std::vector<float> s_mat(kRows * kKeys, 0.0f);
+  for (int kk = 0; kk < kD / 16; ++kk) {
+    const uint32_t start = (kk / 4) * kBox + 32 * (kk % 4);
+    for (int m = 0; m < kRows; ++m) {
+      for (int n = 0; n < kKeys; ++n) {
+        for (int kq = 0; kq < 16; ++kq) {
+          s_mat[m * kKeys + n] += read(qs, start, mma::Sw128KMajorOffset(m, kq)) * read(ks, start, mma::Sw128KMajorOffset(n, kq));
+        }
+      }
+    }
+  }
+  // Each thread's accumulators, then its P fragments, then O = P V through the MN-major descriptor.
+  std::vector<float> o(kRows * kD, 0.0f);
+  for (int c = 0; c < kKeys / 16; ++c) {
+    std::vector<float> a(kRows * 16, NAN);  // P's 16 keys of chunk c as the threads' A registers give them
+    for (int w = 0; w < 4; ++w) {
+      for (int lane = 0; lane < 32; ++lane) {
+        float acc[32];
+        for (int j = 0; j < kKeys / 8; ++j) {
+          for (int e = 0; e < 4; ++e) {
+            const mma::At at = mma::CElement(lane, e);
+            acc[4 * j + e] = s_mat[(16 * w + at.row) * kKeys + 8 * j + at.col];
+          }
+        }
+        for (int r = 0; r < 4; ++r) {
+          const float* pair = &acc[4 * (2 * c + mma::AFromCTile(r)) + mma::AFromCElement(r)];
+          for (int half = 0; half < 2; ++half) {
+            const mma::At at = mma::AElement(lane, r, half);
+            a[(16 * w + at.row) * 16 + at.col] = pair[half];
+          }
+        }
+      }
+    }
+    const uint32_t start = c * 16 * 128;
+    for (int m = 0; m < kRows; ++m) {
+      for (int n = 0; n < kD; ++n) {
+        for (int kq = 0; kq < 16; ++kq) {
+          o[m * kD + n] += a[m * 16 + kq] * read(vs, start, mma::Sw128MnMajorOffset(kq, n, kBox));
+        }
+      }
+    }
+  }
+  for (int m = 0; m < kRows; ++m) {
+    for (int n = 0; n < kD; ++n) {
+      float want = 0.0f;
+      for (int key = 0; key < kKeys; ++key) {
+        float dot = 0.0f;
+        for (int d = 0; d < kD; ++d) dot += q[m * kD + d] * k[key * kD + d];
+        want += dot * v[key * kD + n];
+      }
+      ASSERT_EQ(o[m * kD + n], want) << "row " << m << " column " << n;
+    }
+  }
 }
 
 void ExpectCovers(const KSplit& s, int64_t k, int64_t k_tile, const char* what) {

@@ -95,6 +95,26 @@ AG_HOST_DEVICE constexpr uint64_t DescriptorAtK(uint64_t descriptor, int k16_ste
   return descriptor + static_cast<uint64_t>(2 * k16_step);
 }
 
+// An MN-major operand (wgmma's B with imm-trans-b 1: a [k][n] tile, n contiguous) with the
+// 128-byte swizzle, as TMA writes a [k][n] matrix in boxes 64 bf16 wide: rows of 128 bytes are
+// k, each box holds n 64j .. 64j + 63. In 16-byte units the layout is ((8, n), (8, k)) :
+// ((1, LBO), (8, SBO)) (cute's canonical GMMA MN-major SW128 layout): the leading byte offset is
+// the distance between boxes (64 columns of n), the stride byte offset 1024 between groups of 8
+// rows of k. A k16 step advances the start by 16 rows (2048 bytes).
+AG_HOST_DEVICE constexpr uint64_t Sw128MnMajorDescriptor(uint32_t smem_address, uint32_t box_bytes) {
+  return ((smem_address & 0x3FFFFu) >> 4) | (uint64_t{(box_bytes >> 4) & 0x3FFFu} << 16) |
+         (uint64_t{1024 >> 4} << 32) | (uint64_t{1} << 62);
+}
+// Where, from a descriptor's start (before the swizzle, which XORs address bits 4-6 with 7-9),
+// wgmma reads bf16 element (k, n) of an MN-major SW128 operand, and element (row, k) (k < 64) of
+// a K-major one: the canonical layouts above, for geometry_test.cc to hold TMA's boxes against.
+AG_HOST_DEVICE constexpr uint32_t Sw128MnMajorOffset(int k, int n, uint32_t box_bytes) {
+  return static_cast<uint32_t>((n / 64) * box_bytes + (k / 8) * 1024 + (k % 8) * 128 + (n % 64) * 2);
+}
+AG_HOST_DEVICE constexpr uint32_t Sw128KMajorOffset(int row, int k) {
+  return static_cast<uint32_t>((row / 8) * 1024 + (row % 8) * 128 + k * 2);
+}
+
 }  // namespace ag::cuda::mma
 
 #undef AG_HOST_DEVICE

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "kernels/cuda/elementwise.cuh"
+#include "kernels/cuda/flash_attention.cuh"
 #include "kernels/cuda/vision.cuh"
 #include "kernels/ref/ref.h"
 #include "tests/gpu/gpu_testing.h"
@@ -109,6 +110,27 @@ TEST(GpuVision, FlashSegmentAttention) {
     ref::SegmentAttention(q.data(), k.data(), v.data(), offsets.data(), segments, heads, head_dim, want.data());
     ExpectClose(out.Download(), want, kAtol, kRtol, "flash segment_attention d=" + std::to_string(head_dim));
   }
+}
+
+// The wgmma flash kernel itself (on Hopper; LaunchSegmentAttention takes it there): a segment of
+// 1,000 rows (16 key tiles: both stages refilled, the barriers' phases turning), one of a single
+// row, a short one, three heads.
+TEST(GpuVision, WgmmaFlashSegmentAttention) {
+  SKIP_WITHOUT_GPU();
+  const std::vector<int32_t> offsets = {0, 1000, 1001, 1130, 1300};
+  const int64_t rows = offsets.back(), segments = 4, heads = 3, head_dim = 128, width = heads * head_dim;
+  const std::vector<float> q = RandomBf16(rows * width, 31), k = RandomBf16(rows * width, 32),
+                           v = RandomBf16(rows * width, 33);
+  Bf16Array dq(q), dk(k), dv(v), out(rows * width);
+  if (!cuda::WgmmaFlashUsable(dq.get(), dk.get(), dv.get(), rows, heads, head_dim)) {
+    GTEST_SKIP() << "not a Hopper device (or AUTOGLM_WGMMA_FLASH=0)";
+  }
+  DeviceArray<int32_t> doff(offsets);
+  ASSERT_CUDA(cuda::LaunchWgmmaFlashSegment(dq.get(), dk.get(), dv.get(), doff.get(), segments, rows, heads, head_dim,
+                                            out.get(), nullptr));
+  std::vector<float> want(rows * width);
+  ref::SegmentAttention(q.data(), k.data(), v.data(), offsets.data(), segments, heads, head_dim, want.data());
+  ExpectClose(out.Download(), want, kAtol, kRtol, "wgmma flash segment_attention");
 }
 
 TEST(GpuVision, MRopeStreamsAndTheTextRope) {

@@ -1,0 +1,250 @@
+// The vision program's attention on Hopper: flash attention within segments
+// of rows (non-causal, K and V beside Q), head_dim 128, on wgmma.
+//
+// Block: one warpgroup, 64 query rows of one segment and one head (the mma.sync
+// kernel's tiles: FlashTileOf), two blocks a multiprocessor. TMA brings Q once
+// and the segment's keys in 64-key tiles of K and V, double-buffered, each
+// [64][128] bf16 tile as two 64-wide boxes with the 128-byte swizzle. Per tile:
+//   S = Q K^T   wgmma.m64n64k16 x 8, both operands K-major in shared memory;
+//   the online softmax on S's accumulators (a thread holds rows g and g + 8 of
+//   its warp's 16, as mma.sync's C fragment);
+//   O += P V    wgmma.m64n128k16 x 4 with P from registers (S's accumulators
+//   of keys 16c..16c+15 are the A fragment of chunk c, as in the mma.sync
+//   kernel) and V as an MN-major operand (imm-trans-b; mma_layout.h).
+// The other block on the multiprocessor runs its softmax while this one's
+// wgmma run: FA2's schedule on Hopper's tensor cores, without FA3's
+// warp-specialised producer and ping-pong (a later step).
+//
+// LaunchFlashSegmentAttention takes it where it can (WgmmaFlashUsable);
+// AUTOGLM_WGMMA_FLASH=0 keeps the mma.sync kernel.
+#include <cuda.h>
+
+#include <cmath>
+
+#include "kernels/cuda/attention_plan.h"
+#include "kernels/cuda/common.cuh"
+#include "kernels/cuda/flash_attention.cuh"
+#include "kernels/cuda/hopper.cuh"
+#include "kernels/cuda/mma.cuh"
+#include "kernels/cuda/mma_layout.h"
+
+namespace ag::cuda {
+namespace {
+
+constexpr int kD = 128;
+constexpr int kThreads = 128;
+constexpr uint32_t kBoxBytes = 64 * 128;        // 64 rows x 64 bf16: one TMA box
+constexpr uint32_t kTileBytes = 2 * kBoxBytes;  // a [64][128] tile: d 0..63, then d 64..127
+constexpr size_t kSmemBytes = 1024 + 5 * size_t{kTileBytes} + 2 * sizeof(uint64_t);  // Q, two K and two V stages
+static_assert(kFlashRows == 64 && kFlashKeys == 64, "the tiles of FlashTileOf and of the mask");
+
+struct WgParams {
+  const int32_t* offsets;  // [segments + 1]
+  int64_t segments;
+  int heads;
+  float scale_log2;
+  bf16* out;
+};
+
+// S (64 x 64 fp32) (+)= Q (64 x 16) K^T (16 x 64), both K-major in shared memory.
+__device__ __forceinline__ void WgmmaQK(float* s, uint64_t desc_q, uint64_t desc_k, bool accumulate) {
+  asm volatile(
+      "{\n .reg .pred acc;\n setp.ne.b32 acc, %34, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, "
+      "%23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, acc, 1, 1, 0, 0;\n}\n"
+      : "+f"(s[0]), "+f"(s[1]), "+f"(s[2]), "+f"(s[3]), "+f"(s[4]), "+f"(s[5]), "+f"(s[6]), "+f"(s[7]), "+f"(s[8]),
+        "+f"(s[9]), "+f"(s[10]), "+f"(s[11]), "+f"(s[12]), "+f"(s[13]), "+f"(s[14]), "+f"(s[15]), "+f"(s[16]),
+        "+f"(s[17]), "+f"(s[18]), "+f"(s[19]), "+f"(s[20]), "+f"(s[21]), "+f"(s[22]), "+f"(s[23]), "+f"(s[24]),
+        "+f"(s[25]), "+f"(s[26]), "+f"(s[27]), "+f"(s[28]), "+f"(s[29]), "+f"(s[30]), "+f"(s[31])
+      : "l"(desc_q), "l"(desc_k), "r"(static_cast<int>(accumulate)));
+}
+
+// O (64 x 128 fp32) += P (64 x 16, bf16 in registers: mma.sync's A fragment) V (16 x 128, MN-major).
+__device__ __forceinline__ void WgmmaPV(float* o, const unsigned (&a)[4], uint64_t desc_v) {
+  asm volatile(
+      "{\n .reg .pred acc;\n setp.ne.b32 acc, %69, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, "
+      "%23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, "
+      "%45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "
+      "{%64, %65, %66, %67}, %68, acc, 1, 1, 1;\n}\n"
+      : "+f"(o[0]), "+f"(o[1]), "+f"(o[2]), "+f"(o[3]), "+f"(o[4]), "+f"(o[5]), "+f"(o[6]), "+f"(o[7]), "+f"(o[8]),
+        "+f"(o[9]), "+f"(o[10]), "+f"(o[11]), "+f"(o[12]), "+f"(o[13]), "+f"(o[14]), "+f"(o[15]), "+f"(o[16]),
+        "+f"(o[17]), "+f"(o[18]), "+f"(o[19]), "+f"(o[20]), "+f"(o[21]), "+f"(o[22]), "+f"(o[23]), "+f"(o[24]),
+        "+f"(o[25]), "+f"(o[26]), "+f"(o[27]), "+f"(o[28]), "+f"(o[29]), "+f"(o[30]), "+f"(o[31]), "+f"(o[32]),
+        "+f"(o[33]), "+f"(o[34]), "+f"(o[35]), "+f"(o[36]), "+f"(o[37]), "+f"(o[38]), "+f"(o[39]), "+f"(o[40]),
+        "+f"(o[41]), "+f"(o[42]), "+f"(o[43]), "+f"(o[44]), "+f"(o[45]), "+f"(o[46]), "+f"(o[47]), "+f"(o[48]),
+        "+f"(o[49]), "+f"(o[50]), "+f"(o[51]), "+f"(o[52]), "+f"(o[53]), "+f"(o[54]), "+f"(o[55]), "+f"(o[56]),
+        "+f"(o[57]), "+f"(o[58]), "+f"(o[59]), "+f"(o[60]), "+f"(o[61]), "+f"(o[62]), "+f"(o[63])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_v), "r"(1));
+}
+
+// A [64][128] tile of the matrix behind `map` (rows from `row`, columns from `col`) as two boxes.
+__device__ __forceinline__ void LoadTile(unsigned char* dst, const CUtensorMap* map, int col, int64_t row,
+                                         uint64_t* bar) {
+  TmaLoad2d(dst, map, col, static_cast<int>(row), bar);
+  TmaLoad2d(dst + kBoxBytes, map, col + 64, static_cast<int>(row), bar);
+}
+
+// Step kk (16 of d) of a K-major [64][128] tile: box kk / 4, 32 bytes a step within its rows.
+__device__ __forceinline__ uint64_t KMajorAt(const unsigned char* tile, int kk) {
+  return mma::DescriptorAtK(mma::Sw128KMajorDescriptor(SmemAddress(tile + (kk / 4) * kBoxBytes)), kk % 4);
+}
+
+__global__ void __launch_bounds__(kThreads, 2)
+    WgmmaFlashSegmentKernel(WgParams p, const __grid_constant__ CUtensorMap q_map,
+                            const __grid_constant__ CUtensorMap k_map, const __grid_constant__ CUtensorMap v_map) {
+  extern __shared__ __align__(16) unsigned char wf_smem_raw[];
+  unsigned char* smem = wf_smem_raw + ((1024 - SmemAddress(wf_smem_raw) % 1024) % 1024);
+  unsigned char* qs = smem;                     // [64][128]
+  unsigned char* ks = qs + kTileBytes;          // [2][64][128]
+  unsigned char* vs = ks + 2 * kTileBytes;      // [2][64][128]
+  uint64_t* full = reinterpret_cast<uint64_t*>(vs + 2 * kTileBytes);
+  __shared__ FlashTile shared_tile;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t4 = lane % 4;
+  if (threadIdx.x == 0) {
+    BarrierInit(&full[0], 1);
+    BarrierInit(&full[1], 1);
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+  }
+  AllowNextKernel();
+  WaitForPreviousKernel();  // Q, K, V and the offsets are earlier kernels' outputs
+  if (threadIdx.x == 0) shared_tile = FlashTileOf(p.offsets, p.segments, blockIdx.x);
+  __syncthreads();
+  const FlashTile tile = shared_tile;
+  if (tile.seq < 0) return;  // past the last tile: the whole block leaves
+
+  const int h = blockIdx.y, col = h * kD;
+  const int64_t seg_first = p.offsets[tile.seq], keys = p.offsets[tile.seq + 1] - seg_first;
+  const int64_t tiles = (keys + kFlashKeys - 1) / kFlashKeys;  // >= 1: the tile has rows
+  if (threadIdx.x == 0) {  // whole boxes: rows past the matrix arrive as zeros (and are masked)
+    BarrierExpectBytes(&full[0], 3 * kTileBytes);
+    LoadTile(qs, &q_map, col, tile.first, &full[0]);
+    LoadTile(ks, &k_map, col, seg_first, &full[0]);
+    LoadTile(vs, &v_map, col, seg_first, &full[0]);
+    if (tiles > 1) {
+      BarrierExpectBytes(&full[1], 2 * kTileBytes);
+      LoadTile(ks + kTileBytes, &k_map, col, seg_first + kFlashKeys, &full[1]);
+      LoadTile(vs + kTileBytes, &v_map, col, seg_first + kFlashKeys, &full[1]);
+    }
+  }
+
+  float o[64] = {};  // O: rows g, g + 8 of the warp's 16; d = 8j + 2 t4 + {0, 1} at o[4j + 2 half + {0, 1}]
+  float s[32] = {};  // S the same way over the tile's 64 keys
+  float row_max[2] = {-INFINITY, -INFINITY}, row_sum[2] = {0.0f, 0.0f};
+  for (int64_t kt = 0; kt < tiles; ++kt) {
+    const int st = static_cast<int>(kt % 2);
+    BarrierWait(&full[st], static_cast<unsigned>((kt / 2) & 1));
+    const unsigned char* k_tile = ks + st * kTileBytes;
+    const unsigned char* v_tile = vs + st * kTileBytes;
+
+    WgmmaFence();
+#pragma unroll
+    for (int kk = 0; kk < kD / 16; ++kk) WgmmaQK(s, KMajorAt(qs, kk), KMajorAt(k_tile, kk), kk > 0);
+    WgmmaCommit();
+    WgmmaWaitAll();
+    FenceRegisters<32>(s);
+
+    // Mask the keys past the segment, then the online softmax of rows g (half 0) and g + 8.
+    const int64_t key0 = kt * kFlashKeys;
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      float best = row_max[half];
+#pragma unroll
+      for (int j = 0; j < kFlashKeys / 8; ++j) {
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          float& x = s[4 * j + 2 * half + e];
+          x = key0 + 8 * j + 2 * t4 + e < keys ? x * p.scale_log2 : -INFINITY;
+          best = fmaxf(best, x);
+        }
+      }
+      best = fmaxf(best, __shfl_xor_sync(0xffffffffu, best, 1));
+      best = fmaxf(best, __shfl_xor_sync(0xffffffffu, best, 2));
+      const float base = best == -INFINITY ? 0.0f : best;
+      const float correction = exp2f(row_max[half] - base);  // 0 on a row's first keys
+      row_max[half] = best;
+      row_sum[half] *= correction;
+#pragma unroll
+      for (int d = 0; d < kD / 8; ++d) {
+        o[4 * d + 2 * half] *= correction;
+        o[4 * d + 2 * half + 1] *= correction;
+      }
+#pragma unroll
+      for (int j = 0; j < kFlashKeys / 8; ++j) {
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          float& x = s[4 * j + 2 * half + e];
+          x = exp2f(x - base);
+          row_sum[half] += x;
+        }
+      }
+    }
+
+    // P as bf16 A fragments, all of them before the wgmma: their registers must hold until the wait.
+    unsigned pa[kFlashKeys / 16][4];
+#pragma unroll
+    for (int c = 0; c < kFlashKeys / 16; ++c) {
+#pragma unroll
+      for (int r = 0; r < 4; ++r) {
+        const float* pair = &s[4 * (2 * c + mma::AFromCTile(r)) + mma::AFromCElement(r)];
+        pa[c][r] = PackBf16(pair[0], pair[1]);
+      }
+    }
+    WgmmaFence();
+#pragma unroll
+    for (int c = 0; c < kFlashKeys / 16; ++c) {
+      WgmmaPV(o, pa[c], mma::Sw128MnMajorDescriptor(SmemAddress(v_tile + c * 16 * 128), kBoxBytes));
+    }
+    WgmmaCommit();
+    WgmmaWaitAll();
+    FenceRegisters<64>(o);
+    __syncthreads();  // every warp is done with this stage: refill it with tile kt + 2
+    if (threadIdx.x == 0 && kt + 2 < tiles) {
+      BarrierExpectBytes(&full[st], 2 * kTileBytes);
+      LoadTile(ks + st * kTileBytes, &k_map, col, seg_first + (kt + 2) * kFlashKeys, &full[st]);
+      LoadTile(vs + st * kTileBytes, &v_map, col, seg_first + (kt + 2) * kFlashKeys, &full[st]);
+    }
+  }
+
+  const int64_t q_stride = static_cast<int64_t>(p.heads) * kD;
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    float sum = row_sum[half];
+    sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+    sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+    const int row = 16 * warp + g + 8 * half;
+    if (row >= tile.rows) continue;
+    const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
+    bf16* dst = p.out + (tile.first + row) * q_stride + col + 2 * t4;
+#pragma unroll
+    for (int d = 0; d < kD / 8; ++d) {
+      *reinterpret_cast<__nv_bfloat162*>(dst + 8 * d) =
+          __floats2bfloat162_rn(o[4 * d + 2 * half] * inv, o[4 * d + 2 * half + 1] * inv);
+    }
+  }
+}
+
+}  // namespace
+
+cudaError_t LaunchWgmmaFlashSegment(const bf16* q, const bf16* k, const bf16* v, const int32_t* offsets,
+                                    int64_t segments, int64_t rows, int64_t heads, int64_t head_dim, bf16* out,
+                                    cudaStream_t stream) {
+  if (!WgmmaFlashUsable(q, k, v, rows, heads, head_dim)) return cudaErrorNotSupported;
+  if (rows == 0) return cudaSuccess;
+  const int64_t blocks = FlashGridTiles(rows, segments);
+  if (blocks > 0x7fffffff || heads > kMaxGridYZ || rows > 0x7fffffff) return cudaErrorInvalidValue;
+  CUtensorMap q_map, k_map, v_map;
+  cudaError_t e = EncodeBoxMap(q, rows, heads * kD, 64, &q_map);
+  if (e == cudaSuccess) e = EncodeBoxMap(k, rows, heads * kD, 64, &k_map);
+  if (e == cudaSuccess) e = EncodeBoxMap(v, rows, heads * kD, 64, &v_map);
+  if (e == cudaSuccess) e = AllowLargeSharedMemory<WgmmaFlashSegmentKernel, kSmemBytes>();
+  if (e != cudaSuccess) return e;
+  const WgParams p{offsets, segments, static_cast<int>(heads), 1.4426950408889634f / std::sqrt(static_cast<float>(kD)),
+                   out};
+  return LaunchKernel(WgmmaFlashSegmentKernel, dim3(static_cast<unsigned>(blocks), static_cast<unsigned>(heads)),
+                      dim3(kThreads), kSmemBytes, stream, p, q_map, k_map, v_map);
+}
+
+}  // namespace ag::cuda
