@@ -14,8 +14,9 @@ namespace ag::runtime {
 namespace {
 
 // Per layer of tiny-glm's fused plan (head_dim 16: a flash build): decode up to 32 rows is one launch
-// a step but for attention's combine step where the context is sliced; past 32 rows every fused norm
-// prologue is a launch of its own; a prefill's attention is one flash launch.
+// a step but for attention's combine step where the context is sliced; at 33-64 rows every fused
+// norm prologue is a launch of its own; past 64 the wgmma GEMM normalises x itself again; a
+// prefill's attention is one flash launch.
 TEST(CudaLaunches, FollowTheDispatchRules) {
   const testing::TinyGlm tiny;
   const compiler::Plan& plan = tiny.plan;
@@ -42,8 +43,8 @@ TEST(CudaLaunches, FollowTheDispatchRules) {
     EXPECT_EQ(CudaLaunchesPerLayer(plan, {batch, 1, 4096}),
               steps + (batch > 32 ? norm_prologues : 0) + (geometry.slices > 1 ? 1 : 0));
   }
-  // A 512-token prompt: flash attention, one launch.
-  EXPECT_EQ(CudaLaunchesPerLayer(plan, {1, 512, 512}), steps + norm_prologues);
+  // A 512-token prompt: the GEMMs apply the norm prologues, flash attention is one launch.
+  EXPECT_EQ(CudaLaunchesPerLayer(plan, {1, 512, 512}), steps);
 }
 
 // Layer 0's quantized linears and the segments they launch the codes kernels over (a piece each; a
@@ -64,7 +65,8 @@ std::pair<int64_t, int64_t> QuantizedLinears(const compiler::Plan& plan) {
 
 // A quantized plan (int8 body): up to kQuantLinearMaxRows rows every segment is one launch of the
 // codes or skinny kernels, past 64 rows one per 64-row chunk; more rows one launch of the in-load
-// GEMM a segment where the bf16 plan launches one GEMM a linear.
+// GEMM a segment (after a launch normalising x, where the linear has a norm) where the bf16 plan
+// launches one GEMM a linear, which normalises x itself.
 TEST(CudaLaunches, QuantizedLinearsLaunchPerRowChunk) {
   compiler::CompileOptions options;
   options.quant = passes::DefaultQuantPolicy(*ir::ParseQuantFormat("int8"));
@@ -76,14 +78,23 @@ TEST(CudaLaunches, QuantizedLinearsLaunchPerRowChunk) {
   const compiler::Plan& plan = compiled->plan;
   const auto [linears, segments] = QuantizedLinears(plan);
   ASSERT_GT(linears, 0);
+  int64_t norm_linears = 0;  // the quantized ones with a norm prologue
+  for (const compiler::PlanStep& step : plan.decoder().steps) {
+    const int matrix = ir::GetOpInfo(step.kernel).matrix_operand;
+    const bool norm = step.kernel == ir::OpId::k_norm_linear || step.kernel == ir::OpId::k_norm_gate_up_silu ||
+                      step.kernel == ir::OpId::k_norm_qkv_rope_kv_write;
+    if (step.layer == 0 && norm && matrix >= 0 && plan.weights[step.operands[matrix].index].quantized()) ++norm_linears;
+  }
+  ASSERT_GT(norm_linears, 0);
   const int64_t at64 = CudaLaunchesPerLayer(plan, {64, 1, 512});
   EXPECT_EQ(CudaLaunchesPerLayer(plan, {100, 1, 512}), at64 + segments) << "a second chunk a segment";
   EXPECT_EQ(CudaLaunchesPerLayer(plan, {128, 1, 512}), at64 + segments);
   absl::StatusOr<compiler::CompileResult> bf16 = compiler::Compile(*config, compiler::CompileOptions{});
   ASSERT_TRUE(bf16.ok()) << bf16.status();
   EXPECT_EQ(CudaLaunchesPerLayer(plan, {1, 512, 512}) - CudaLaunchesPerLayer(bf16->plan, {1, 512, 512}),
-            segments - linears)
-      << "a 512-token prompt: a GEMM a segment, not a dequantization a segment and a GEMM";
+            segments - linears + norm_linears)
+      << "a 512-token prompt: a GEMM a segment, not a dequantization a segment and a GEMM; x normalised "
+         "by a launch first where the bf16 GEMM normalises it itself";
   EXPECT_EQ(CudaLaunchesPerLayer(plan, {1, 1, 512}) - CudaLaunchesPerLayer(bf16->plan, {1, 1, 512}), segments - linears)
       << "batch 1: the 8-bit codes kernel normalises x itself, as the GEMV does";
 }

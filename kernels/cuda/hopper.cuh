@@ -57,6 +57,11 @@ __device__ __forceinline__ void WgmmaFence() { asm volatile("wgmma.fence.sync.al
 __device__ __forceinline__ void WgmmaCommit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
 __device__ __forceinline__ void WgmmaWaitAll() { asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory"); }
 
+// Generic-proxy writes to shared memory made visible to the async proxy (wgmma reads its operands there).
+__device__ __forceinline__ void FenceSharedForAsyncProxy() {
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+
 // Host side (gemm_wgmma.cu): the tensor map of a row-major bf16 matrix [rows, cols] (cols % 8 == 0)
 // in boxes of 64 columns x box_rows rows with the 128-byte swizzle: K-major tiles for wgmma.
 cudaError_t EncodeBoxMap(const __nv_bfloat16* matrix, int64_t rows, int64_t cols, int box_rows, CUtensorMap* map);

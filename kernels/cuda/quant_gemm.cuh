@@ -27,11 +27,6 @@ namespace ag::cuda {
 
 static_assert(kQuantGemmBM == kWgBM && kQuantGemmBN == kWgBN && kQuantGemmBK == kWgBK, "the bf16 GEMM's tiles");
 
-// Generic-proxy writes to shared memory made visible to the async proxy (wgmma reads its operands there).
-__device__ __forceinline__ void FenceSharedForAsyncProxy() {
-  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-}
-
 // Thread r of the dequantizing warpgroup: row r of each k-tile's weight tile, from its codes.
 template <QuantCode kCode>
 __device__ __forceinline__ void DequantizeTiles(const QuantSegment& s, int64_t k, int64_t tile_n, int64_t k_begin,
