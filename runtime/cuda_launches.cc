@@ -30,9 +30,9 @@ const compiler::WeightEntry* Matrix(const compiler::Plan& plan, const compiler::
   return nullptr;
 }
 
-// A linear step (RunLinear): bf16 weights take one kernel, plus one normalising x into the scratch
-// at kSkinnyNormMaxRows + 1 .. kSkinnyMaxRows rows (the GEMV and the skinny kernel up to there, and
-// Hopper's wgmma GEMM past them, normalise x themselves; the mma.sync GEMM elsewhere does not).
+// A linear step (RunLinear): bf16 weights take one kernel, which applies a norm prologue itself
+// (the GEMV, the skinny kernel and Hopper's wgmma GEMM; the mma.sync GEMM elsewhere takes x
+// normalised by a launch first, not counted here).
 // Quantized ones: up to kQuantLinearMaxRows rows the codes kernels, one a segment (a piece; a fused
 // gate/up is one), x normalised first but at one row without int4; more rows the in-load GEMM of Hopper, one a
 // segment, x normalised first. Not counted: an act-order segment's gather of x (and at one row the
@@ -42,9 +42,7 @@ const compiler::WeightEntry* Matrix(const compiler::Plan& plan, const compiler::
 // kQuantLinearMaxRows rows on Hopper into codes for the 8-bit GEMM, one a segment as the in-load one).
 int64_t LinearLaunches(const compiler::Plan& plan, const compiler::PlanStep& step, int64_t rows, bool norm) {
   const compiler::WeightEntry* w = Matrix(plan, step);
-  if (w == nullptr || !w->quantized()) {
-    return 1 + (norm && rows > cuda::kSkinnyNormMaxRows && rows <= cuda::kSkinnyMaxRows ? 1 : 0);
-  }
+  if (w == nullptr || !w->quantized()) return 1;
   const int64_t segments = step.kernel == OpId::k_norm_gate_up_silu ? 1 : static_cast<int64_t>(w->pieces.size());
   // A W8A8 weight: one launch rounds x (normalising it first when there is a norm) into the scratch.
   if (w->input_quant() != ir::ActQuant::kNone) {

@@ -350,16 +350,12 @@ cudaError_t LaunchGemmFor(const LinearParams& p, cudaStream_t stream, bool mma_s
 template <Epilogue kE>
 cudaError_t LaunchSkinnyFor(const LinearParams& p, cudaStream_t stream) {
   if (p.m > kSkinnyMaxRows) return cudaErrorInvalidValue;
-  // Up to kSkinnyNormMaxRows rows the kernel applies the norm prologue itself; past them x is
-  // normalised into the scratch first, and the kernel must not apply it again.
-  LinearParams q = p;
-  const bf16* a = p.x;
-  if (p.m > kSkinnyNormMaxRows) {
-    const cudaError_t e = TensorCoreInput(p, stream, &a);
-    if (e != cudaSuccess) return e;
-    q.norm_w = nullptr;
-  }
   const Bf16Rows rows{p.w, p.k, 0, p.n};
+  // The kernel applies the norm prologue itself; past kSkinnyNormMaxRows rows in the 8-tile
+  // instance that keeps three k chunks in flight instead of four (110 registers, not 128 + 12).
+  if (p.m > kSkinnyNormMaxRows && p.norm_w != nullptr) return LaunchSkinnyTile<8, kE, Bf16Rows, 3>(p, rows, p.x, stream);
+  const LinearParams& q = p;
+  const bf16* a = p.x;
   if (p.m <= 8) return LaunchSkinnyTile<1, kE>(q, rows, a, stream);
   if (p.m <= 16) return LaunchSkinnyTile<2, kE>(q, rows, a, stream);
   if (p.m <= 32) return LaunchSkinnyTile<4, kE>(q, rows, a, stream);

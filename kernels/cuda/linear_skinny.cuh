@@ -18,7 +18,7 @@
 // warp 0's loads (every warp loads the same x; the cluster adds its blocks' sums), and the ending
 // multiplies the row's sums by rsqrt(mean + eps) -- the row's scale commutes with the product. No
 // normalising launch before, and x is read once. The 8-tile kernel (33-64 rows) has no registers
-// left for it and takes x normalised by a launch of its own.
+// left for it at four k chunks in flight: its norm instance keeps three (kUnroll).
 #ifndef AUTOGLM_KERNELS_CUDA_LINEAR_SKINNY_CUH_
 #define AUTOGLM_KERNELS_CUDA_LINEAR_SKINNY_CUH_
 
@@ -77,7 +77,9 @@ __device__ __forceinline__ float SumOfSquares(const int4& xv) {
   return sum;
 }
 
-template <int kNT, Epilogue kE, class Rows>
+// kUnroll: 32-wide k chunks of each weight row in flight a warp. The norm instance of the 8-tile
+// kernel (33-64 rows) keeps 3 to stay within 128 registers.
+template <int kNT, Epilogue kE, class Rows, int kUnroll = kSkinnyUnroll>
 __global__ void __launch_bounds__(kSkinnyThreads, 4) SkinnyKernel(LinearParams p, Rows rows, const bf16* x,
                                                                int64_t k_per_rank) {
   __shared__ __align__(16) float tile[8 * kNT][kSkinnyTileLd];  // [batch row][feature]: this block's partial sums
@@ -89,14 +91,15 @@ __global__ void __launch_bounds__(kSkinnyThreads, 4) SkinnyKernel(LinearParams p
   const int64_t ra = feature0 + warp * 16 + g, rb = ra + 8;
   const bool va = ra < rows.n, vb = rb < rows.n;
   const int64_t k_begin = rank * k_per_rank, k_end = min(p.k, k_begin + k_per_rank);
-  constexpr bool kCanNorm = std::is_same_v<Rows, Bf16Rows> && 8 * kNT <= kSkinnyNormMaxRows;
+  constexpr bool kCanNorm =
+      std::is_same_v<Rows, Bf16Rows> && (8 * kNT <= kSkinnyNormMaxRows || kUnroll < kSkinnyUnroll);
   const bool norm = kCanNorm && p.norm_w != nullptr;
   float squares[kNT] = {};  // the norm prologue's sums of squares of this lane's rows (warp 0)
   AllowNextKernel();
   // The weights do not depend on the previous kernel: the first chunks' lines are fetched into L2
   // while it finishes (as the GEMV does); x is read only after the wait.
   if (t == 0) {
-    for (int u = 0; u < kSkinnyUnroll; u += 2) {  // 64 bf16 a 128-byte line
+    for (int u = 0; u < kUnroll; u += 2) {  // 64 bf16 a 128-byte line
       const int64_t k = k_begin + 32 * u;
       if (k >= k_end) break;
       if (va) rows.Prefetch(ra, k);
@@ -106,16 +109,16 @@ __global__ void __launch_bounds__(kSkinnyThreads, 4) SkinnyKernel(LinearParams p
   WaitForPreviousKernel();
 
   float acc[kNT][4] = {};
-  for (int64_t k0 = k_begin; k0 < k_end; k0 += 32 * kSkinnyUnroll) {
-    int4 a[kSkinnyUnroll], b[kSkinnyUnroll];
+  for (int64_t k0 = k_begin; k0 < k_end; k0 += 32 * kUnroll) {
+    int4 a[kUnroll], b[kUnroll];
 #pragma unroll
-    for (int u = 0; u < kSkinnyUnroll; ++u) {
+    for (int u = 0; u < kUnroll; ++u) {
       const int64_t k = k0 + 32 * u + 8 * t;  // k % 8 == 0 and K % 8 == 0: a piece is wholly in or out
       a[u] = va && k < k_end ? rows.Load8(ra, k) : make_int4(0, 0, 0, 0);
       b[u] = vb && k < k_end ? rows.Load8(rb, k) : make_int4(0, 0, 0, 0);
     }
 #pragma unroll
-    for (int u = 0; u < kSkinnyUnroll; ++u) {
+    for (int u = 0; u < kUnroll; ++u) {
       if (k0 + 32 * u >= k_end) break;  // the same for the whole warp
       const int64_t k = k0 + 32 * u + 8 * t;
       Bf16x8 norm_w{};
@@ -187,13 +190,13 @@ __global__ void __launch_bounds__(kSkinnyThreads, 4) SkinnyKernel(LinearParams p
   cluster.sync();  // peers may still be reading this block's tile
 }
 
-template <int kNT, Epilogue kE, class Rows = Bf16Rows>
+template <int kNT, Epilogue kE, class Rows = Bf16Rows, int kUnroll = kSkinnyUnroll>
 cudaError_t LaunchSkinnyTile(const LinearParams& p, const Rows& rows, const bf16* x, cudaStream_t stream) {
   const int sms = MultiprocessorCount();
   const KSplit split = SplitSkinnyK(rows.n, p.k, sms > 0 ? sms : 132);
   const dim3 grid(static_cast<unsigned>((rows.n + kSkinnyFeatures - 1) / kSkinnyFeatures),
                   static_cast<unsigned>(split.ranks));
-  return LaunchKernelInCluster(SkinnyKernel<kNT, kE, Rows>, grid, dim3(kSkinnyThreads), 0, stream,
+  return LaunchKernelInCluster(SkinnyKernel<kNT, kE, Rows, kUnroll>, grid, dim3(kSkinnyThreads), 0, stream,
                                dim3(1, static_cast<unsigned>(split.ranks), 1), p, rows, x, split.k_per_rank);
 }
 
