@@ -108,9 +108,8 @@ std::map<std::string, int64_t> WeightEntry::DeviceBytesByFormat() const {
   if (!quantized() || shape.size() != 2) return {{plain, NumElements() * ir::DTypeSize(dtype)}};
   std::map<std::string, int64_t> bytes;
   for (const WeightPiece& p : pieces) {
-    const PieceSlice s = SliceForRank(p, 0, 1);
-    int64_t rows = s.row_end - s.row_begin;
-    if (p.shard.axis == 0) rows /= p.shard.parts;  // this rank's rows, of shape[1] inputs each
+    const PieceSlice s = SliceForRank(p, 0, 1);  // rank 0's share of a sharded piece's rows
+    const int64_t rows = s.row_end - s.row_begin;  // of shape[1] inputs each
     if (p.quant.quantized()) {
       bytes[p.quant.ToString()] += p.quant.DeviceBytes(rows, shape[1]);
     } else {

@@ -407,11 +407,13 @@ absl::Status CudaBackend::Load(const compiler::Plan& plan, const WeightSource& w
   size_t free_bytes = 0, total_bytes = 0;
   CUDA_RETURN_IF_ERROR(cudaMemGetInfo(&free_bytes, &total_bytes));
   // bf16 (or quantized) weights, arena and KV cache; the extra covers the linear scratch, the
-  // attention workspace, sized later (at most a few hundred MB at 4096 batch tokens), and the
-  // prefill path's dequantized weight.
+  // attention workspace, sized later (at most a few hundred MB at 4096 batch tokens), the
+  // prefill path's dequantized weight, and what quantized weights may store beyond their format's
+  // bytes (QuantStorageSlack).
   ASSIGN_OR_RETURN(const size_t dequant_bytes, DequantScratchBytes(plan, /*uploaded=*/false));
-  const int64_t extra = plan.max_batch_tokens * plan.model.hidden_size * 16 + (int64_t{256} << 20) +
-                        static_cast<int64_t>(dequant_bytes) + KvStagingBytes(plan);
+  int64_t extra = plan.max_batch_tokens * plan.model.hidden_size * 16 + (int64_t{256} << 20) +
+                  static_cast<int64_t>(dequant_bytes) + KvStagingBytes(plan);
+  for (const compiler::WeightEntry& w : plan.weights) extra += QuantStorageSlack(w, plan.tp);
   RETURN_IF_ERROR(CheckPlanFits(plan, kv_blocks, StorageLayout{2, 2, 1, 1, /*weights_as_stored=*/true,
                                                                /*kv_as_stored=*/true},
                                 extra,

@@ -1,5 +1,6 @@
 #include "runtime/quant_storage.h"
 
+#include <algorithm>
 #include <cstring>
 #include <utility>
 
@@ -173,6 +174,39 @@ std::vector<float> DequantizeSegment(const HostQuantSegment& s) {
     }
   }
   return w;
+}
+
+int64_t StoredBytes(const HostQuantSegment& segment) {
+  return static_cast<int64_t>(segment.words.size() * sizeof(uint32_t) + segment.row_scales.size() * sizeof(float) +
+                              segment.group_scales.size() + segment.zeros.size() +
+                              segment.input_order.size() * sizeof(int32_t));
+}
+
+int64_t QuantStorageSlack(const compiler::WeightEntry& entry, int32_t tp) {
+  if (!entry.quantized() || entry.shape.size() != 2) return 0;
+  const int64_t k = entry.shape[1];
+  int64_t slack = 0;
+  for (const compiler::WeightPiece& p : entry.pieces) {
+    if (!p.quant.quantized()) continue;
+    const compiler::PieceSlice slice = compiler::SliceForRank(p, 0, 1);  // a rank's rows, as DeviceBytes
+    const int64_t rows = slice.row_end - slice.row_begin;
+    const int bits = p.quant.bits();
+    const bool packed = p.packing != ir::QuantPacking::kNone;
+    if (packed && p.quant.group != 0) slack += rows * p.quant.Groups(k) * 2;  // fp32 group scales, not bf16
+    // Packings that may carry an act order (g_idx): the plan does not say which weights do.
+    const bool act_order = p.packing == ir::QuantPacking::kGptq || p.packing == ir::QuantPacking::kGptqV2 ||
+                           p.packing == ir::QuantPacking::kCtInt;
+    const int64_t load = cuda::CodesPerLoad(bits);
+    const int64_t unit = act_order ? std::max<int64_t>(p.quant.group, load) : load;
+    const bool padded = p.shard.axis == 1 && tp > 1;
+    if (padded) {
+      // A rank's inputs widened by up to a unit (a load of codes; a whole group under act order) at
+      // each end: their codes, and a scale (up to fp32) and a zero point for each extra group.
+      slack += rows * (2 * unit * bits / 8 + 2 * 5);
+    }
+    if (act_order || padded) slack += (k + 2 * unit) * 4;  // an input order (padding: -1)
+  }
+  return slack;
 }
 
 }  // namespace ag::runtime

@@ -49,6 +49,17 @@ absl::StatusOr<std::vector<HostQuantSegment>> PrepareQuantSegments(const compile
                                                                    const WeightSource& source, RankInfo rank,
                                                                    bool interleave);
 
+// Bytes the CUDA backend uploads for a segment: codes, scales, zero points and input order.
+int64_t StoredBytes(const HostQuantSegment& segment);
+
+// An upper bound on what a rank may store for `entry` beyond WeightEntry::DeviceBytes, which counts
+// the format's own layout (bf16 group scales, the rank's inputs exactly), from the plan alone: a
+// pre-quantized checkpoint's group scales kept as wide as fp32 (the narrowest of bf16, fp16 and
+// fp32 that holds them, known only from the data), a rank's inputs padded by up to a group (or a
+// 16-byte load of codes) at each end (PrepareQuantSegments), and an act-order input order. The
+// memory check adds it so that an upload cannot outgrow what it approved.
+int64_t QuantStorageSlack(const compiler::WeightEntry& entry, int32_t tp);
+
 // The segment's weights, dequantized as the kernels do (row-major [rows, inputs],
 // inputs in the weight's own order).
 std::vector<float> DequantizeSegment(const HostQuantSegment& segment);

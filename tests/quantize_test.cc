@@ -310,7 +310,9 @@ TEST_P(PreQuantized, MatchesTransformersAtTp1AndTp2) {
         if (p.packing == ir::QuantPacking::kNone) continue;
         ++packed;
         EXPECT_EQ(ir::QuantPackingName(p.packing), c.packing) << p.tensor;
-        if (p.tensor != "lm_head.weight") EXPECT_EQ(p.quant.ToString(), c.format) << p.tensor;
+        if (p.tensor != "lm_head.weight") {
+          EXPECT_EQ(p.quant.ToString(), c.format) << p.tensor;
+        }
       }
     }
     EXPECT_GE(packed, 2 * 6) << "every linear of both layers";
@@ -563,7 +565,9 @@ TEST_F(DeviceStorage, PreQuantizedCheckpointsKeepTheirCodes) {
         EXPECT_TRUE(seen.scale_types.empty()) << c.fixture;
       }
       EXPECT_EQ(seen.ordered > 0, c.act_order) << c.fixture;
-      if (c.act_order) EXPECT_GE(seen.ordered, 4) << "q, k, v and the rest each in their own order";
+      if (c.act_order) {
+        EXPECT_GE(seen.ordered, 4) << "q, k, v and the rest each in their own order";
+      }
     }
   }
 }
@@ -614,6 +618,59 @@ TEST_F(DeviceStorage, StoresARanksInputsAroundWholeLoads) {
   ExpectStoredAsLoaded(compiled->plan, 2, "int4:g32 at tp 2", &seen);
   EXPECT_GE(seen.padded, 2 * 2) << "down_proj on both ranks of both layers";
   EXPECT_EQ(seen.ordered, 0);
+}
+
+// The memory check (CudaBackend::Load) approves DeviceBytes + QuantStorageSlack a weight: what the
+// backend then uploads must fit, on every rank -- compressed-tensors' fp32 group scales (wider than
+// the bf16 DeviceBytes counts), act order, a rank's inputs padded to whole loads or groups. Some of
+// these store more than DeviceBytes (the case the slack exists for).
+TEST_F(DeviceStorage, TheMemoryCheckCoversWhatIsStored) {
+  struct Case {
+    const char* fixture;
+    const char* body;  // compile-time format, or null: the checkpoint's own
+    int tp;
+  };
+  const Case cases[] = {{"tiny-glm-ct-w4a16", nullptr, 1},        {"tiny-glm-ct-w4a16", nullptr, 2},
+                        {"tiny-glm-ct-w4a16-gidx", nullptr, 1},   {"tiny-glm-gptq", nullptr, 1},
+                        {"tiny-glm-gptq8", nullptr, 2},           {"tiny-glm-awq", nullptr, 2},
+                        {"tiny-glm", "int4:g32", 2},              {"tiny-glm", "int8:g32:asym", 2}};
+  int beyond = 0;
+  for (const Case& c : cases) {
+    Open(c.fixture);
+    const passes::QuantPolicy policy =
+        c.body != nullptr ? passes::DefaultQuantPolicy(Format(c.body)) : passes::QuantPolicy{};
+    absl::StatusOr<compiler::CompileResult> compiled = compiler::Compile(config_, Options(policy, c.tp));
+    ASSERT_TRUE(compiled.ok()) << compiled.status();
+    for (const compiler::WeightEntry& w : compiled->plan.weights) {
+      if (!w.quantized()) continue;
+      for (int32_t rank = 0; rank < c.tp; ++rank) {
+        absl::StatusOr<std::vector<runtime::HostQuantSegment>> segments =
+            runtime::PrepareQuantSegments(w, *source_, {rank, c.tp}, false);
+        ASSERT_TRUE(segments.ok()) << segments.status();
+        int64_t stored = 0;
+        for (const runtime::HostQuantSegment& s : *segments) stored += runtime::StoredBytes(s);
+        EXPECT_LE(stored, w.DeviceBytes() + runtime::QuantStorageSlack(w, c.tp))
+            << c.fixture << " tp " << c.tp << " rank " << rank << " " << w.name;
+        beyond += stored > w.DeviceBytes();
+      }
+    }
+  }
+  EXPECT_GT(beyond, 0) << "no case stores more than DeviceBytes: the test shows nothing";
+
+  // DeviceBytes is a rank's: a row-sharded weight's halves at tp 2 (it once divided them twice).
+  Open("tiny-glm");
+  const passes::QuantPolicy int8 = passes::DefaultQuantPolicy(Format("int8"));
+  absl::StatusOr<compiler::CompileResult> one = compiler::Compile(config_, Options(int8, 1));
+  absl::StatusOr<compiler::CompileResult> two = compiler::Compile(config_, Options(int8, 2));
+  ASSERT_TRUE(one.ok() && two.ok());
+  int rows_sharded = 0;
+  for (size_t i = 0; i < one->plan.weights.size(); ++i) {
+    const compiler::WeightEntry& w = two->plan.weights[i];
+    if (!w.quantized() || w.pieces.front().shard.axis != 0) continue;
+    ++rows_sharded;
+    EXPECT_EQ(2 * w.DeviceBytes(), one->plan.weights[i].DeviceBytes()) << w.name;
+  }
+  EXPECT_GE(rows_sharded, 2 * 2) << "qkv and gate_up of both layers";
 }
 
 }  // namespace
