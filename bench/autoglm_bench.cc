@@ -27,6 +27,7 @@
 #include "absl/strings/str_format.h"
 #include "bench/glm4v_bench.h"
 #include "compiler/driver.h"
+#include "compiler/summary.h"
 #include "compiler/roofline.h"
 #include "ir/status_macros.h"
 #include "runtime/weights.h"
@@ -205,6 +206,10 @@ absl::Status Run() {
   results["layers"] = config.num_layers;
   results["hidden"] = config.hidden_size;
   results["weight_bytes_per_step"] = weight_bytes;
+  // What the GPU holds of the weights (a rank's): --embedding-on-host leaves the table in host memory.
+  const compiler::PlanSummary summary = compiler::Summarize(plan);
+  results["weight_bytes_on_gpu"] = summary.weight_bytes - (parallel.embedding_on_host ? summary.lookup_only_bytes : 0);
+  results["embedding_on_host"] = parallel.embedding_on_host;
   results["quantize"] = absl::GetFlag(FLAGS_quantize);
   results["kv_cache_dtype"] = std::string(ir::DTypeName(plan.kv.dtype));
   std::printf("%-28s %12s %12s %10s\n", "measurement", "median ms", "floor ms", "floor/ms");

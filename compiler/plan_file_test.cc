@@ -69,7 +69,9 @@ TEST(PlanFile, ResealedGarbageIsRejectedWithoutCrashing) {
     std::string edited = bytes;
     edited[i] = static_cast<char>(edited[i] ^ 0xFF);
     absl::StatusOr<Plan> p = DeserializePlan(Reseal(edited), "x.agplan");
-    if (p.ok()) EXPECT_TRUE(ValidatePlan(*p).ok());
+    if (p.ok()) {
+      EXPECT_TRUE(ValidatePlan(*p).ok());
+    }
   }
 }
 

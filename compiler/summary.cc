@@ -50,7 +50,25 @@ PlanSummary Summarize(const Plan& plan, const Program& program) {
     }
     if (streamed[i]) s.weight_bytes_read_per_step += bytes;
   }
+  for (const int32_t i : LookupOnlyWeights(plan)) s.lookup_only_bytes += plan.weights[i].DeviceBytes();
   return s;
+}
+
+std::vector<int32_t> LookupOnlyWeights(const Plan& plan) {
+  std::vector<bool> looked_up(plan.weights.size(), false), other(plan.weights.size(), false);
+  for (const Program& program : plan.programs) {
+    for (const PlanStep& step : program.steps) {
+      for (const PlanTensor& t : step.operands) {
+        if (t.kind != TensorKind::kWeight || t.index < 0 || static_cast<size_t>(t.index) >= plan.weights.size()) continue;
+        (step.kernel == ir::OpId::k_embedding ? looked_up : other)[t.index] = true;
+      }
+    }
+  }
+  std::vector<int32_t> out;
+  for (size_t i = 0; i < plan.weights.size(); ++i) {
+    if (looked_up[i] && !other[i]) out.push_back(static_cast<int32_t>(i));
+  }
+  return out;
 }
 
 namespace {

@@ -19,6 +19,9 @@ struct PlanSummary {
   // What a rank streams per decode step: every weight a step reads whole (the
   // embedding table is only looked up, T rows).
   int64_t weight_bytes_read_per_step = 0;
+  // Of weight_bytes, the weights only looked up (LookupOnlyWeights: the embedding table), which a
+  // device need not hold (autoglm-run/serve/bench --embedding-on-host).
+  int64_t lookup_only_bytes = 0;
   int32_t tp = 1;
   int64_t collectives_per_layer = 0;  // the most collective steps any one layer has
   int64_t collectives = 0;            // in the whole step
@@ -32,6 +35,11 @@ struct PlanSummary {
 
 // The counts of one program of the plan (its layers: the decoder's layers or the vision tower's blocks).
 PlanSummary Summarize(const Plan& plan, const Program& program);
+
+// The weights only embedding steps read, in any program (the token tables: a step looks up T
+// rows), which a backend may keep outside its device memory; a weight another step also reads
+// (an LM head tied to the table) is not one.
+std::vector<int32_t> LookupOnlyWeights(const Plan& plan);
 inline PlanSummary Summarize(const Plan& plan) { return Summarize(plan, plan.decoder()); }
 
 // One line per step: "  12 l1.o = linear(l1.attn, @model.layers.1.self_attn.o_proj.weight) : f32[T,64] @arena+512".

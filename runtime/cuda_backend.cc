@@ -13,6 +13,7 @@
 #include "absl/algorithm/container.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "compiler/summary.h"
 #include "ir/status_macros.h"
 #include "kernels/cuda/attention.cuh"
 #include "kernels/cuda/quant_linear.cuh"
@@ -37,6 +38,17 @@ struct HostFree {
 };
 using DeviceBuffer = std::unique_ptr<void, DeviceFree>;
 using PinnedBuffer = std::unique_ptr<void, HostFree>;
+
+// Pinned host memory mapped into the device's address space (kernels read it over the bus).
+absl::StatusOr<PinnedBuffer> MappedHostAlloc(size_t bytes, const std::string& what) {
+  void* p = nullptr;
+  const cudaError_t e = cudaHostAlloc(&p, std::max<size_t>(bytes, 256), cudaHostAllocMapped | cudaHostAllocPortable);
+  if (e != cudaSuccess) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("cudaHostAlloc of ", bytes, " bytes of pinned host memory for ", what, ": ", cudaGetErrorString(e)));
+  }
+  return PinnedBuffer(p);
+}
 
 absl::StatusOr<DeviceBuffer> DeviceAlloc(size_t bytes, const char* what) {
   void* p = nullptr;
@@ -187,6 +199,10 @@ class CudaBackend : public Backend {
   absl::Status RoundTrip(size_t in_bytes, size_t out_offset, size_t out_bytes,
                          const std::function<cudaError_t(char* device)>& launch);
   std::vector<DeviceBuffer> weights_;  // bf16 weights; empty for quantized ones, stored in quant_
+  // Weights kept in mapped pinned host memory (CudaBackendOptions::embedding_on_host), by index;
+  // weight_data_[i] is where a kernel reads weight i (device memory, or the mapped host table).
+  std::vector<PinnedBuffer> host_weights_;
+  std::vector<void*> weight_data_;
   std::vector<QuantWeight> quant_;      // by weight index; no segments for bf16 weights
   DeviceBuffer dequant_scratch_, order_scratch_;
   DeviceBuffer kv_staging_;  // an 8-bit cache: the fused QKV step's fp32 K and V rows (KvStagingBytes)
@@ -215,7 +231,8 @@ absl::Status CudaBackend::UploadWeight(const compiler::WeightEntry& entry, const
   const size_t row_bytes = static_cast<size_t>(n / rows) * 2;
   // The contents, in checkpoint row order, somewhere the copy below can read them.
   const void* src = nullptr;
-  cudaMemcpyKind kind = cudaMemcpyDeviceToDevice;
+  // cudaMemcpyDefault: dst may be mapped host memory (an embedding table on the host), src device or host.
+  const cudaMemcpyKind kind = cudaMemcpyDefault;
   DeviceBuffer device_tmp;
   std::vector<uint16_t> host;
   if (const auto* random = dynamic_cast<const RandomWeights*>(&source)) {
@@ -236,7 +253,6 @@ absl::Status CudaBackend::UploadWeight(const compiler::WeightEntry& entry, const
     host.resize(values.size());
     for (size_t i = 0; i < values.size(); ++i) host[i] = FloatToBF16(values[i]);
     src = host.data();
-    kind = cudaMemcpyHostToDevice;
   }
   if (!interleave) {
     CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(dst, src, static_cast<size_t>(n) * 2, kind, stream_));
@@ -414,8 +430,10 @@ absl::Status CudaBackend::Load(const compiler::Plan& plan, const WeightSource& w
   int64_t extra = plan.max_batch_tokens * plan.model.hidden_size * 16 + (int64_t{256} << 20) +
                   static_cast<int64_t>(dequant_bytes) + KvStagingBytes(plan);
   for (const compiler::WeightEntry& w : plan.weights) extra += QuantStorageSlack(w, plan.tp);
+  const std::vector<int32_t> on_host =
+      options_.embedding_on_host ? compiler::LookupOnlyWeights(plan) : std::vector<int32_t>{};
   RETURN_IF_ERROR(CheckPlanFits(plan, kv_blocks, StorageLayout{2, 2, 1, 1, /*weights_as_stored=*/true,
-                                                               /*kv_as_stored=*/true},
+                                                               /*kv_as_stored=*/true, on_host},
                                 extra,
                                 static_cast<int64_t>(free_bytes), absl::StrCat("GPU memory on device ", options_.device)));
   if (stream_ == nullptr) CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
@@ -487,8 +505,21 @@ absl::Status CudaBackend::Load(const compiler::Plan& plan, const WeightSource& w
   }
   weights_.clear();
   quant_.clear();
+  host_weights_.clear();
+  weight_data_.assign(plan.weights.size(), nullptr);
   for (size_t i = 0; i < plan.weights.size(); ++i) {
     const compiler::WeightEntry& entry = plan.weights[i];
+    if (absl::c_linear_search(on_host, static_cast<int32_t>(i)) && !entry.quantized()) {
+      ASSIGN_OR_RETURN(PinnedBuffer table, MappedHostAlloc(static_cast<size_t>(entry.NumElements()) * 2, entry.name));
+      void* mapped = nullptr;
+      CUDA_RETURN_IF_ERROR(cudaHostGetDevicePointer(&mapped, table.get(), 0));
+      RETURN_IF_ERROR(UploadWeight(entry, weights, interleave[i], mapped));
+      weight_data_[i] = mapped;
+      host_weights_.push_back(std::move(table));
+      weights_.emplace_back();
+      quant_.emplace_back();
+      continue;
+    }
     if (absl::c_linear_search(plan.kv.scale_weights, static_cast<int32_t>(i))) {  // in kv_static_scales_, fp32
       weights_.emplace_back();
       quant_.emplace_back();
@@ -502,6 +533,7 @@ absl::Status CudaBackend::Load(const compiler::Plan& plan, const WeightSource& w
     }
     ASSIGN_OR_RETURN(DeviceBuffer buffer, DeviceAlloc(static_cast<size_t>(entry.NumElements()) * 2, entry.name.c_str()));
     RETURN_IF_ERROR(UploadWeight(entry, weights, interleave[i], buffer.get()));
+    weight_data_[i] = buffer.get();
     weights_.push_back(std::move(buffer));
     quant_.emplace_back();
   }
@@ -639,7 +671,7 @@ absl::Status CudaBackend::LaunchProgram(const compiler::Program& program, void* 
           out.data = static_cast<char*>(arena) + t.index;
           break;
         case compiler::TensorKind::kWeight:
-          out.data = weights_[t.index].get();
+          out.data = weight_data_[t.index];
           if (!quant_[t.index].segments.empty()) args.quant = &quant_[t.index].segments;
           break;
         case compiler::TensorKind::kInput:

@@ -6,6 +6,7 @@
 #include <optional>
 #include <string>
 
+#include "absl/algorithm/container.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "ir/checked_math.h"
@@ -32,7 +33,9 @@ absl::Status CheckPlanFits(const compiler::Plan& plan, int64_t kv_blocks, const 
   using ir::CheckedAdd;
   using ir::CheckedMul;
   std::optional<int64_t> weights = 0;
-  for (const compiler::WeightEntry& w : plan.weights) {
+  for (size_t i = 0; i < plan.weights.size(); ++i) {
+    const compiler::WeightEntry& w = plan.weights[i];
+    if (absl::c_linear_search(layout.weights_elsewhere, static_cast<int32_t>(i))) continue;
     const std::optional<int64_t> bytes = layout.weights_as_stored && w.quantized()
                                              ? std::optional<int64_t>(w.DeviceBytes())
                                              : CheckedMul(w.NumElements(), layout.weight_element_bytes);

@@ -6,6 +6,7 @@
 #define AUTOGLM_RUNTIME_MEMORY_CHECK_H_
 
 #include <cstdint>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
@@ -25,6 +26,8 @@ struct StorageLayout {
   // The KV cache takes its stored bytes a token (KvGeometry::BytesPerToken: an 8-bit cache's codes
   // and scales), not kv_element_bytes a value.
   bool kv_as_stored = false;
+  // Weights (plan indices) the backend keeps in host memory instead: not counted.
+  std::vector<int32_t> weights_elsewhere;
 };
 
 // The host's available memory (MemAvailable), or its physical memory.

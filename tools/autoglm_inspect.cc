@@ -118,6 +118,7 @@ absl::Status Run(const std::string& path) {
     j["kv_static_scales"] = plan.kv.static_scales();
     j["kv_block_size"] = plan.kv.block_size;
     j["weight_bytes"] = s.weight_bytes;
+    j["weight_bytes_lookup_only"] = s.lookup_only_bytes;
     j["weight_bytes_by_format"] = s.bytes_by_format;
     j["tp"] = plan.tp;
     j["collectives_per_layer"] = s.collectives_per_layer;
@@ -163,8 +164,10 @@ absl::Status Run(const std::string& path) {
   }
   std::printf("CUDA launches per layer (the backend's dispatch at context 512): %s\n",
               absl::StrJoin(launches, ", ").c_str());
-  std::printf("per rank and decode step: %lld weight bytes streamed (of %lld held)\n",
-              static_cast<long long>(s.weight_bytes_read_per_step), static_cast<long long>(s.weight_bytes));
+  std::printf("per rank and decode step: %lld weight bytes streamed (of %lld held; %lld only looked up, the "
+              "embedding table, which --embedding-on-host keeps in host memory)\n",
+              static_cast<long long>(s.weight_bytes_read_per_step), static_cast<long long>(s.weight_bytes),
+              static_cast<long long>(s.lookup_only_bytes));
   std::printf("limits: T<=%lld tokens, S<=%lld sequences per step; arena %lld bytes\n",
               static_cast<long long>(plan.max_batch_tokens), static_cast<long long>(plan.max_seqs),
               static_cast<long long>(plan.decoder().arena_bytes));

@@ -195,6 +195,7 @@ absl::StatusOr<std::unique_ptr<runtime::Backend>> MakeCudaBackend(int32_t plan_t
   if (plan_tp == 1) {
     runtime::CudaBackendOptions o;
     o.device = devices[0];
+    o.embedding_on_host = p.embedding_on_host;
     return runtime::CreateCudaBackend(o);
   }
   runtime::NcclGroupOptions g;
@@ -210,6 +211,7 @@ absl::StatusOr<std::unique_ptr<runtime::Backend>> MakeCudaBackend(int32_t plan_t
     o.device = group->device(i);
     o.comm = &group->local(i);
     o.peer = group->peer(i);
+    o.embedding_on_host = p.embedding_on_host;
     ASSIGN_OR_RETURN(std::unique_ptr<runtime::Backend> rank, runtime::CreateCudaBackend(o));
     ranks.push_back(std::move(rank));
   }

@@ -52,6 +52,7 @@ struct ParallelOptions {
   int64_t nnodes = 1;    // --nnodes
   int64_t node_rank = 0; // --node-rank
   std::string master;    // --master ADDR:PORT (node 0), when nnodes > 1
+  bool embedding_on_host = false;  // --embedding-on-host (cuda): runtime::CudaBackendOptions
 };
 
 // --tp as given: 0 (not given) or a degree in [1, ir::kMaxTensorParallel].

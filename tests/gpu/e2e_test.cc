@@ -34,9 +34,10 @@ compiler::CompileOptions Bf16Options() {
   return options;
 }
 
-std::unique_ptr<runtime::Backend> Gpu(bool graphs = true) {
+std::unique_ptr<runtime::Backend> Gpu(bool graphs = true, bool embedding_on_host = false) {
   runtime::CudaBackendOptions options;
   options.use_graphs = graphs;
+  options.embedding_on_host = embedding_on_host;
   return std::move(*runtime::CreateCudaBackend(options));
 }
 
@@ -104,6 +105,23 @@ TEST_P(GpuFixtures, BatchedGraphsAndEagerAgree) {
     EXPECT_EQ(a[i].tokens, b[i].tokens) << "request " << i;
     EXPECT_LE(testing::RelativeError(Rows(a[i].logits, 1000), Rows(b[i].logits, 1000)), 1e-6);
     ExpectMatchesGolden(a[i], cases[i], 3e-2, std::string(GetParam()) + " batched request " + std::to_string(i));
+  }
+}
+
+// --embedding-on-host: the same kernels read the table from mapped pinned host memory: the same
+// tokens and bit for bit the same logits, batched and staggered, with and without graphs.
+TEST_P(GpuFixtures, EmbeddingTableOnTheHostChangesNothing) {
+  SKIP_WITHOUT_GPU();
+  const std::vector<GoldenCase> cases = testing::LoadGolden(testing::TestDataDir() + "/" + GetParam());
+  FixtureRunner device(GetParam(), Bf16Options(), Gpu(true));
+  const std::vector<Generation> a = device.Run(cases, /*stagger=*/true);
+  for (const bool graphs : {true, false}) {
+    FixtureRunner host(GetParam(), device.plan(), Gpu(graphs, /*embedding_on_host=*/true));
+    const std::vector<Generation> b = host.Run(cases, /*stagger=*/true);
+    for (size_t i = 0; i < cases.size(); ++i) {
+      EXPECT_EQ(a[i].tokens, b[i].tokens) << "request " << i;
+      EXPECT_EQ(Rows(a[i].logits, 1000), Rows(b[i].logits, 1000)) << "request " << i << (graphs ? " graphs" : " eager");
+    }
   }
 }
 
