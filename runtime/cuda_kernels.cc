@@ -109,8 +109,8 @@ bool InLoadGemm(const A& a, const cuda::LinearParams& p) {
 }
 
 // A linear step, over a bf16 weight or a quantized one. Quantized, up to kQuantLinearMaxRows rows
-// (decode) run on the codes, x normalised first when there is a norm prologue, unless at one row
-// the codes kernel applies it itself (cuda::QuantKernelNormalises); more rows
+// (decode) run on the codes, x normalised first when there is a norm prologue, unless the decode
+// kernel applies it itself (cuda::QuantLinearNormalises: one row, or 17 and more); more rows
 // (prefill) take the wgmma GEMM that dequantizes each segment's tiles as they arrive, or, where it
 // cannot (not Hopper, act order), dequantize the weight into the scratch for the bf16 GEMM, unless
 // the scratch was not sized for it (the LM head's logit rows: the codes kernel takes any rows). An
@@ -135,10 +135,10 @@ absl::Status RunLinear(const A& a, cuda::LinearParams p) {
     }
     return Check(cuda::LaunchLinear(p, a.stream), a);
   }
-  // At one row the codes kernel may apply the norm prologue itself (cuda::QuantKernelNormalises).
-  const bool kernel_normalises = p.m == 1 && absl::c_all_of(*a.quant, [](const cuda::QuantSegment& s) {
-                                   return cuda::QuantKernelNormalises(s.code, s.input_order != nullptr);
-                                 });
+  // The decode kernels may apply the norm prologue themselves (cuda::QuantLinearNormalises).
+  const bool kernel_normalises = absl::c_all_of(*a.quant, [&](const cuda::QuantSegment& s) {
+    return cuda::QuantLinearNormalises(p.m, s.code, s.input_order != nullptr);
+  });
   if (!kernel_normalises) RETURN_IF_ERROR(NormalizeFirst(a, &p));
   for (const cuda::QuantSegment& s : *a.quant) {
     cuda::LinearParams q = p;

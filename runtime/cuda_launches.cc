@@ -34,7 +34,7 @@ const compiler::WeightEntry* Matrix(const compiler::Plan& plan, const compiler::
 // (the GEMV, the skinny kernel and Hopper's wgmma GEMM; the mma.sync GEMM elsewhere takes x
 // normalised by a launch first, not counted here).
 // Quantized ones: up to kQuantLinearMaxRows rows the codes kernels, one a segment (a piece; a fused
-// gate/up is one), x normalised first but at one row without int4; more rows the in-load GEMM of Hopper, one a
+// gate/up is one), x normalised first at 2-16 rows (and at one with int4); more rows the in-load GEMM of Hopper, one a
 // segment, x normalised first. Not counted: an act-order segment's gather of x (and at one row the
 // normalising launch before it) and, more rows, its dequantization into the scratch and the bf16
 // GEMM instead (the plan does not say which checkpoint weights have one), nor that path off Hopper.
@@ -48,12 +48,13 @@ int64_t LinearLaunches(const compiler::Plan& plan, const compiler::PlanStep& ste
   if (w->input_quant() != ir::ActQuant::kNone) {
     return 1 + segments * (rows <= cuda::kQuantLinearMaxRows ? cuda::SkinnyLaunches(rows) : 1);
   }
-  // One launch a segment, one per 64-row chunk past 64 rows (the skinny kernel); at one row the
-  // codes kernel normalises x itself unless a piece is int4 (cuda::QuantKernelNormalises).
+  // One launch a segment, one per 64-row chunk past 64 rows (the skinny kernel); the decode kernels
+  // normalise x themselves at one row unless a piece is int4, and from 17 rows
+  // (cuda::QuantLinearNormalises), not the codes kernel's 8-row blocks at 2-16.
   if (rows <= cuda::kQuantLinearMaxRows) {
-    const bool kernel_normalises = rows == 1 && absl::c_all_of(w->pieces, [](const compiler::WeightPiece& p) {
-                                     return cuda::QuantKernelNormalises(QuantCodeOf(p.quant.kind), /*reordered=*/false);
-                                   });
+    const bool kernel_normalises = absl::c_all_of(w->pieces, [&](const compiler::WeightPiece& p) {
+      return cuda::QuantLinearNormalises(rows, QuantCodeOf(p.quant.kind), /*reordered=*/false);
+    });
     return (norm && !kernel_normalises ? 1 : 0) + segments * cuda::SkinnyLaunches(rows);
   }
   return (norm ? 1 : 0) + segments;

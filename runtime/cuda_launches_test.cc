@@ -87,6 +87,9 @@ TEST(CudaLaunches, QuantizedLinearsLaunchPerRowChunk) {
   const int64_t at64 = CudaLaunchesPerLayer(plan, {64, 1, 512});
   EXPECT_EQ(CudaLaunchesPerLayer(plan, {100, 1, 512}), at64 + segments) << "a second chunk a segment";
   EXPECT_EQ(CudaLaunchesPerLayer(plan, {128, 1, 512}), at64 + segments);
+  EXPECT_EQ(CudaLaunchesPerLayer(plan, {8, 1, 512}) - CudaLaunchesPerLayer(plan, {32, 1, 512}), norm_linears)
+      << "the codes kernel's 8-row blocks take x normalised by a launch; the skinny kernel normalises it";
+  EXPECT_EQ(CudaLaunchesPerLayer(plan, {17, 1, 512}), CudaLaunchesPerLayer(plan, {32, 1, 512}));
   absl::StatusOr<compiler::CompileResult> bf16 = compiler::Compile(*config, compiler::CompileOptions{});
   ASSERT_TRUE(bf16.ok()) << bf16.status();
   EXPECT_EQ(CudaLaunchesPerLayer(plan, {1, 512, 512}) - CudaLaunchesPerLayer(bf16->plan, {1, 512, 512}),

@@ -13,7 +13,7 @@
 // tiles through distributed shared memory, each block finishing a share of the
 // output pairs with the usual epilogue. No global workspace, one launch.
 //
-// The RMSNorm prologue (bf16 weights, up to kSkinnyNormMaxRows rows): x enters the mma as
+// The RMSNorm prologue (bf16 or quantized rows, up to kSkinnyNormMaxRows rows): x enters the mma as
 // bf16(norm_w * x) (four bf16x2 multiplies a load), each row's sum of squares is gathered from
 // warp 0's loads (every warp loads the same x; the cluster adds its blocks' sums), and the ending
 // multiplies the row's sums by rsqrt(mean + eps) -- the row's scale commutes with the product. No
@@ -91,8 +91,7 @@ __global__ void __launch_bounds__(kSkinnyThreads, 4) SkinnyKernel(LinearParams p
   const int64_t ra = feature0 + warp * 16 + g, rb = ra + 8;
   const bool va = ra < rows.n, vb = rb < rows.n;
   const int64_t k_begin = rank * k_per_rank, k_end = min(p.k, k_begin + k_per_rank);
-  constexpr bool kCanNorm =
-      std::is_same_v<Rows, Bf16Rows> && (8 * kNT <= kSkinnyNormMaxRows || kUnroll < kSkinnyUnroll);
+  constexpr bool kCanNorm = 8 * kNT <= kSkinnyNormMaxRows || kUnroll < kSkinnyUnroll;
   const bool norm = kCanNorm && p.norm_w != nullptr;
   float squares[kNT] = {};  // the norm prologue's sums of squares of this lane's rows (warp 0)
   AllowNextKernel();

@@ -22,6 +22,8 @@ inline constexpr int64_t kSkinnyNormMaxRows = 32;
 // dequantize the whole weight into the scratch for the GEMM: 4.5 bytes a weight of traffic, which
 // the chunks' repeated dequantization beats to about 128 rows (predicted, not measured).
 inline constexpr int64_t kQuantLinearMaxRows = 128;
+// Rows of x up to which a block of the codes kernel takes 8 of them; the skinny kernel the rest.
+inline constexpr int64_t kQuantCodesMaxRows = 16;
 
 // Launches of the skinny kernel for m rows (one per 64-row chunk).
 inline constexpr int64_t SkinnyLaunches(int64_t m) { return m <= kSkinnyMaxRows ? 1 : (m + kSkinnyMaxRows - 1) / kSkinnyMaxRows; }

@@ -80,8 +80,8 @@ bool SegmentLinearFits(const LinearParams& p, const QuantSegment& s) {
   // A padded act-order segment reads x widened to its stored_k (LaunchOrderInputs).
   if (s.stored_k > 0 && s.stored_k != p.k) return false;
   if (!SegmentFits(s, p.k) || p.m < 0 || s.n_begin + s.n > p.n) return false;
-  // A norm prologue: the codes kernel's, at one row of x read in input order.
-  if (p.norm_w != nullptr && (p.m > 1 || s.input_order != nullptr)) return false;
+  // A norm prologue: where the decode path applies it (QuantLinearNormalises).
+  if (p.norm_w != nullptr && !QuantLinearNormalises(p.m, s.code, s.input_order != nullptr)) return false;
   const bool pairs = p.epilogue == Epilogue::kSiluMul || p.epilogue == Epilogue::kQkvRope;
   if (pairs && (s.n % 2 != 0 || s.n_begin % 2 != 0)) return false;
   // The kernels store column pairs: an odd segment's last pair would overwrite the next segment's first column.

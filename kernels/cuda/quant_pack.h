@@ -9,6 +9,8 @@
 
 #include <cstdint>
 
+#include "kernels/cuda/linear_split.h"  // kQuantCodesMaxRows, kQuantLinearMaxRows
+
 namespace ag::cuda {
 
 // The code formats the quantized kernels read (quant_linear.cuh). kBf16: rows a quantized weight
@@ -26,6 +28,14 @@ inline constexpr int QuantCodeBits(QuantCode code) {
 // instructions a weight would cost about what the normalising launch does (bench/RESULTS.md).
 inline constexpr bool QuantKernelNormalises(QuantCode code, bool reordered) {
   return !reordered && code != QuantCode::kInt4;
+}
+// Whether the decode path over m rows of x applies a linear's RMSNorm prologue itself: the codes
+// kernel at one row (QuantKernelNormalises), the skinny tensor-core kernel from
+// kQuantCodesMaxRows + 1 to kQuantLinearMaxRows rows (in input order); not the codes kernel's
+// 8-row blocks. Otherwise the backend normalises x by a launch first.
+inline constexpr bool QuantLinearNormalises(int64_t m, QuantCode code, bool reordered) {
+  if (m == 1) return QuantKernelNormalises(code, reordered);
+  return !reordered && m > kQuantCodesMaxRows && m <= kQuantLinearMaxRows;
 }
 
 // How a segment's group scales are stored (per-row scales are always fp32): bf16 for the

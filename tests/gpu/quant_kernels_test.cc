@@ -317,8 +317,10 @@ TEST(GpuKernels, QuantLinearEpiloguesMatchTheBf16Path) {
 }
 
 // At one row the codes kernel applies the RMSNorm prologue itself (x times the norm's weights,
-// the sums times the row's inverse RMS), as the bf16 GEMV does over the dequantized weight; past
-// one row, or for an act-order segment, it refuses a norm (the backend normalises x first).
+// the sums times the row's inverse RMS), as the bf16 GEMV does over the dequantized weight, and so
+// does the skinny kernel from 17 rows (40: the 8-tile instance with three k chunks in flight; 100:
+// two 64-row chunks) as the bf16 linear does; the codes kernel's 8-row blocks (2 rows), and an
+// act-order segment, refuse a norm (the backend normalises x first).
 TEST(GpuKernels, QuantLinearAppliesTheNormAtOneRow) {
   SKIP_WITHOUT_GPU();
   const int64_t k = 512, n = 96;
@@ -331,7 +333,7 @@ TEST(GpuKernels, QuantLinearAppliesTheNormAtOneRow) {
     cuda::QuantSegment seg = device.segment;
     Bf16Array dw(n * k);
     ASSERT_CUDA(cuda::LaunchDequantize(seg, k, dw.get(), nullptr));
-    const std::vector<float> x = RandomBf16(2 * k, 37, 4.0f), nw = RandomBf16(k, 38);
+    const std::vector<float> x = RandomBf16(100 * k, 37, 4.0f), nw = RandomBf16(k, 38);
     Bf16Array dx(x), dnw(nw), got(n), want(n), bias(RandomBf16(n, 39));
     cuda::LinearParams p;
     p.x = dx.get();
@@ -348,6 +350,19 @@ TEST(GpuKernels, QuantLinearAppliesTheNormAtOneRow) {
     p.y = want.get();
     ASSERT_CUDA(cuda::LaunchGemv(p, nullptr));
     ExpectClose(got.Download(), want.Download(), kAtol, kRtol, "quant norm linear");
+    for (const int64_t m : {40, 100}) {
+      Bf16Array got_m(m * n), want_m(m * n);
+      p.m = m;
+      p.w = nullptr;
+      p.y = got_m.get();
+      ASSERT_CUDA(cuda::LaunchQuantLinear(p, seg, nullptr));
+      p.w = dw.get();
+      p.y = want_m.get();
+      Bf16Array scratch(m * k);  // the bf16 GEMM's (100 rows) normalised x where it takes one
+      p.scratch = scratch.get();
+      ASSERT_CUDA(cuda::LaunchLinear(p, nullptr));
+      ExpectClose(got_m.Download(), want_m.Download(), kAtol, kRtol, "quant norm linear m" + std::to_string(m));
+    }
 
     p.y = got.get();
     p.m = 2;
