@@ -17,6 +17,7 @@
 #include "kernels/cuda/attention_plan.h"
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/flash_attention.cuh"
+#include "kernels/cuda/flash_softmax.cuh"
 #include "kernels/cuda/mma.cuh"
 #include "kernels/cuda/mma_layout.h"
 
@@ -173,55 +174,21 @@ __global__ void __launch_bounds__(kThreads, 2) FlashKernel(Params p) {
       }
     }
 
-    // Mask, then the online softmax of rows g (half 0) and g + 8 (half 1); the four lanes of a
-    // group hold a row between them.
+    // Mask, then the online softmax of rows g (half 0) and g + 8 (half 1).
     const int64_t key0 = kt * kFlashKeys;
+    int64_t last_key[2];
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
-      const int row = warp_row + g + 8 * half;
-      const int64_t last_key = kMask == Mask::kCausalPaged ? first_pos + row : keys - 1;
-      float best = row_max[half];
-#pragma unroll
-      for (int n = 0; n < kScoreTiles; ++n) {
-#pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          const int64_t key = key0 + 8 * n + 2 * t4 + e;
-          float& x = s[n][2 * half + e];
-          x = key <= last_key && key < keys ? x * p.scale_log2 : -INFINITY;
-          best = fmaxf(best, x);
-        }
-      }
-      best = fmaxf(best, __shfl_xor_sync(0xffffffffu, best, 1));
-      best = fmaxf(best, __shfl_xor_sync(0xffffffffu, best, 2));
-      const float base = best == -INFINITY ? 0.0f : best;  // a row that has seen no key yet
-      const float correction = exp2f(row_max[half] - base);  // 0 on a row's first keys
-      row_max[half] = best;
-      row_sum[half] *= correction;
-#pragma unroll
-      for (int d = 0; d < kOutTiles; ++d) {
-        o[d][2 * half] *= correction;
-        o[d][2 * half + 1] *= correction;
-      }
-#pragma unroll
-      for (int n = 0; n < kScoreTiles; ++n) {
-#pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          float& x = s[n][2 * half + e];
-          x = exp2f(x - base);
-          row_sum[half] += x;
-        }
-      }
+      last_key[half] = kMask == Mask::kCausalPaged ? first_pos + warp_row + g + 8 * half : keys - 1;
     }
+    OnlineSoftmaxTile<kScoreTiles, kOutTiles>(&s[0][0], &o[0][0], row_max, row_sum, key0, last_key, keys, p.scale_log2,
+                                              t4);
 
     // O += P V: S's accumulators of score tiles 2c, 2c + 1 are P's A fragment of keys 16c..16c+15.
 #pragma unroll
     for (int c = 0; c < kFlashKeys / 16; ++c) {
       unsigned a[4];
-#pragma unroll
-      for (int r = 0; r < 4; ++r) {
-        const float* pair = &s[2 * c + mma::AFromCTile(r)][mma::AFromCElement(r)];
-        a[r] = PackBf16(pair[0], pair[1]);
-      }
+      ProbabilityFragment(&s[0][0], c, a);
 #pragma unroll
       for (int d = 0; d < kOutTiles; d += 2) {
         unsigned b[4];
@@ -233,21 +200,8 @@ __global__ void __launch_bounds__(kThreads, 2) FlashKernel(Params p) {
     __syncthreads();  // this stage is refilled by the next iteration's load
   }
 
-#pragma unroll
-  for (int half = 0; half < 2; ++half) {
-    float sum = row_sum[half];
-    sum += __shfl_xor_sync(0xffffffffu, sum, 1);
-    sum += __shfl_xor_sync(0xffffffffu, sum, 2);
-    const int row = warp_row + g + 8 * half;
-    if (row >= tile.rows) continue;
-    const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
-    bf16* dst = p.out + (tile.first + row) * q_stride + static_cast<int64_t>(h) * kD + 2 * t4;
-#pragma unroll
-    for (int d = 0; d < kOutTiles; ++d) {
-      *reinterpret_cast<__nv_bfloat162*>(dst + 8 * d) =
-          __floats2bfloat162_rn(o[d][2 * half] * inv, o[d][2 * half + 1] * inv);
-    }
-  }
+  StoreFlashRows<kOutTiles>(&o[0][0], row_sum, warp_row, tile.rows, g, t4,
+                            p.out + tile.first * q_stride + static_cast<int64_t>(h) * kD, q_stride);
 }
 
 template <int kD, Mask kMask, KvCode kCode>
@@ -282,7 +236,6 @@ cudaError_t LaunchFlashFor(const Params& p, int64_t head_dim, int64_t rows, cuda
 // The causal kernels over an 8-bit cache (flash_attention_paged8.cu).
 cudaError_t LaunchFlashPagedCodes(const Params& p, KvCode code, int64_t head_dim, int64_t rows, cudaStream_t stream);
 
-inline float ScaleLog2(int64_t head_dim) { return 1.4426950408889634f / std::sqrt(static_cast<float>(head_dim)); }
 
 }  // namespace ag::cuda::flash_detail
 

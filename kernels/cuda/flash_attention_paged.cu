@@ -18,7 +18,7 @@ cudaError_t LaunchFlashPagedAttention(const bf16* q, int64_t tokens, int64_t hea
   p.sequences = seqs.num_seqs;
   p.heads = static_cast<int>(heads);
   p.group = static_cast<int>(heads / cache.kv_heads);
-  p.scale_log2 = flash_detail::ScaleLog2(cache.head_dim);
+  p.scale_log2 = ScaleLog2(cache.head_dim);
   p.cache = cache;
   p.context_lens = seqs.context_lens;
   p.block_tables = seqs.block_tables;

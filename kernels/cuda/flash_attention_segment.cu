@@ -18,7 +18,7 @@ cudaError_t LaunchFlashSegmentAttention(const bf16* q, const bf16* k, const bf16
   p.sequences = segments;
   p.heads = static_cast<int>(heads);
   p.group = 1;
-  p.scale_log2 = flash_detail::ScaleLog2(head_dim);
+  p.scale_log2 = ScaleLog2(head_dim);
   p.k = k;
   p.v = v;
   return flash_detail::LaunchFlashFor<flash_detail::Mask::kSegment>(p, head_dim, rows, stream);

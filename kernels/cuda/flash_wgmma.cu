@@ -24,6 +24,7 @@
 #include "kernels/cuda/attention_plan.h"
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/flash_attention.cuh"
+#include "kernels/cuda/flash_softmax.cuh"
 #include "kernels/cuda/hopper.cuh"
 #include "kernels/cuda/mma.cuh"
 #include "kernels/cuda/mma_layout.h"
@@ -147,51 +148,13 @@ __global__ void __launch_bounds__(kThreads, 2)
     FenceRegisters<32>(s);
 
     // Mask the keys past the segment, then the online softmax of rows g (half 0) and g + 8.
-    const int64_t key0 = kt * kFlashKeys;
-#pragma unroll
-    for (int half = 0; half < 2; ++half) {
-      float best = row_max[half];
-#pragma unroll
-      for (int j = 0; j < kFlashKeys / 8; ++j) {
-#pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          float& x = s[4 * j + 2 * half + e];
-          x = key0 + 8 * j + 2 * t4 + e < keys ? x * p.scale_log2 : -INFINITY;
-          best = fmaxf(best, x);
-        }
-      }
-      best = fmaxf(best, __shfl_xor_sync(0xffffffffu, best, 1));
-      best = fmaxf(best, __shfl_xor_sync(0xffffffffu, best, 2));
-      const float base = best == -INFINITY ? 0.0f : best;
-      const float correction = exp2f(row_max[half] - base);  // 0 on a row's first keys
-      row_max[half] = best;
-      row_sum[half] *= correction;
-#pragma unroll
-      for (int d = 0; d < kD / 8; ++d) {
-        o[4 * d + 2 * half] *= correction;
-        o[4 * d + 2 * half + 1] *= correction;
-      }
-#pragma unroll
-      for (int j = 0; j < kFlashKeys / 8; ++j) {
-#pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          float& x = s[4 * j + 2 * half + e];
-          x = exp2f(x - base);
-          row_sum[half] += x;
-        }
-      }
-    }
+    const int64_t last_key[2] = {keys - 1, keys - 1};
+    OnlineSoftmaxTile<kFlashKeys / 8, kD / 8>(s, o, row_max, row_sum, kt * kFlashKeys, last_key, keys, p.scale_log2, t4);
 
     // P as bf16 A fragments, all of them before the wgmma: their registers must hold until the wait.
     unsigned pa[kFlashKeys / 16][4];
 #pragma unroll
-    for (int c = 0; c < kFlashKeys / 16; ++c) {
-#pragma unroll
-      for (int r = 0; r < 4; ++r) {
-        const float* pair = &s[4 * (2 * c + mma::AFromCTile(r)) + mma::AFromCElement(r)];
-        pa[c][r] = PackBf16(pair[0], pair[1]);
-      }
-    }
+    for (int c = 0; c < kFlashKeys / 16; ++c) ProbabilityFragment(s, c, pa[c]);
     WgmmaFence();
 #pragma unroll
     for (int c = 0; c < kFlashKeys / 16; ++c) {
@@ -209,21 +172,7 @@ __global__ void __launch_bounds__(kThreads, 2)
   }
 
   const int64_t q_stride = static_cast<int64_t>(p.heads) * kD;
-#pragma unroll
-  for (int half = 0; half < 2; ++half) {
-    float sum = row_sum[half];
-    sum += __shfl_xor_sync(0xffffffffu, sum, 1);
-    sum += __shfl_xor_sync(0xffffffffu, sum, 2);
-    const int row = 16 * warp + g + 8 * half;
-    if (row >= tile.rows) continue;
-    const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
-    bf16* dst = p.out + (tile.first + row) * q_stride + col + 2 * t4;
-#pragma unroll
-    for (int d = 0; d < kD / 8; ++d) {
-      *reinterpret_cast<__nv_bfloat162*>(dst + 8 * d) =
-          __floats2bfloat162_rn(o[4 * d + 2 * half] * inv, o[4 * d + 2 * half + 1] * inv);
-    }
-  }
+  StoreFlashRows<kD / 8>(o, row_sum, 16 * warp, tile.rows, g, t4, p.out + tile.first * q_stride + col, q_stride);
 }
 
 }  // namespace
@@ -241,8 +190,7 @@ cudaError_t LaunchWgmmaFlashSegment(const bf16* q, const bf16* k, const bf16* v,
   if (e == cudaSuccess) e = EncodeBoxMap(v, rows, heads * kD, 64, &v_map);
   if (e == cudaSuccess) e = AllowLargeSharedMemory<WgmmaFlashSegmentKernel, kSmemBytes>();
   if (e != cudaSuccess) return e;
-  const WgParams p{offsets, segments, static_cast<int>(heads), 1.4426950408889634f / std::sqrt(static_cast<float>(kD)),
-                   out};
+  const WgParams p{offsets, segments, static_cast<int>(heads), ScaleLog2(kD), out};
   return LaunchKernel(WgmmaFlashSegmentKernel, dim3(static_cast<unsigned>(blocks), static_cast<unsigned>(heads)),
                       dim3(kThreads), kSmemBytes, stream, p, q_map, k_map, v_map);
 }
