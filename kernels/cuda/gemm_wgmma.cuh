@@ -46,6 +46,7 @@ constexpr size_t kWgSmemBytes = 1024 + kWgStages * kWgStageBytes + 2 * kWgStages
 // With the norm: a third barrier a stage (`ready`: the normalising warpgroup is done with x's tile).
 constexpr size_t kWgNormSmemBytes = kWgSmemBytes + kWgStages * sizeof(uint64_t);
 static_assert(kWgStages * kWgStageBytes >= sizeof(float) * kWgBM * kWgTileLd, "the epilogue tile reuses the stages");
+static_assert(kWgBM == kWgBN, "x's and W's boxes, half a stage each");
 static_assert(kWgTileLd >= kWgBN + 3, "a row's sum of squares, a zero and its scale beside its columns");
 
 // d (64 x 128 fp32, 64 registers a thread) += A (64 x 16) B (16 x 128), both K-major in shared memory.
@@ -61,6 +62,25 @@ __device__ __forceinline__ void Wgmma64x128(float* d, uint64_t desc_a, uint64_t 
 __device__ __forceinline__ void FenceAccumulators(float* d) {
 #pragma unroll
   for (int i = 0; i < 64; ++i) asm volatile("" : "+f"(d[i])::"memory");
+}
+
+// The producer thread of a TMA pipeline of kStages stages: k-tile t's box of x (rows from
+// block_m) and of the weight (rows from block_n), `box_bytes` each, into stage t % kStages at k
+// coordinate k_begin + t * k_tile, once both consumers have freed the stage (`empty`). Whole boxes:
+// out of bounds is zeros, and counts toward the stage's bytes.
+template <int kStages>
+__device__ __forceinline__ void ProduceTiles(unsigned char* a_stages, unsigned char* b_stages, unsigned box_bytes,
+                                             const CUtensorMap* a_map, const CUtensorMap* w_map, int64_t k_begin,
+                                             int k_tile, int tiles, int64_t block_m, int64_t block_n, uint64_t* full,
+                                             uint64_t* empty) {
+  for (int t = 0; t < tiles; ++t) {
+    const int s = t % kStages;
+    if (t >= kStages) BarrierWait(&empty[s], ((t / kStages) - 1) & 1);
+    BarrierExpectBytes(&full[s], 2 * box_bytes);
+    const int k0 = static_cast<int>(k_begin + static_cast<int64_t>(t) * k_tile);
+    TmaLoad2d(a_stages + s * box_bytes, a_map, k0, static_cast<int>(block_m), &full[s]);
+    TmaLoad2d(b_stages + s * box_bytes, w_map, k0, static_cast<int>(block_n), &full[s]);
+  }
 }
 
 // A consumer warpgroup's k-tiles: rows 64 half .. 64 half + 63 of each stage's x tile times the
@@ -177,14 +197,8 @@ __global__ void __launch_bounds__(kNorm ? kWgNormThreads : kWgThreads, 1)
   float squares = 0.0f;  // the normalising thread's row
   if (wg == 0) {
     if (threadIdx.x == 0) {
-      for (int t = 0; t < tiles; ++t) {
-        const int s = t % kWgStages;
-        if (t >= kWgStages) BarrierWait(&empty[s], ((t / kWgStages) - 1) & 1);
-        BarrierExpectBytes(&full[s], static_cast<unsigned>(kWgStageBytes));  // whole boxes: out of bounds is zeros
-        const int k0 = static_cast<int>(k_begin + static_cast<int64_t>(t) * kWgBK);
-        TmaLoad2d(a_stages + s * kWgBM * kWgBK, &a_map, k0, static_cast<int>(block_m), &full[s]);
-        TmaLoad2d(b_stages + s * kWgBN * kWgBK, &w_map, k0, static_cast<int>(block_n), &full[s]);
-      }
+      ProduceTiles<kWgStages>(reinterpret_cast<unsigned char*>(a_stages), reinterpret_cast<unsigned char*>(b_stages),
+                              kWgStageBytes / 2, &a_map, &w_map, k_begin, kWgBK, tiles, block_m, block_n, full, empty);
     }
   } else if (kNorm && wg == 3) {
     squares = NormalizeTiles(p, k_begin, tiles, reinterpret_cast<unsigned char*>(a_stages), full, ready);

@@ -186,14 +186,8 @@ __global__ void __launch_bounds__(kW8Threads, 1)
   auto tile = reinterpret_cast<float (*)[kWgTileLd]>(smem);  // the output tile, over the stages at the end
   if (wg == 0) {
     if (threadIdx.x == 0) {
-      for (int t = 0; t < tiles; ++t) {
-        const int st = t % kW8Stages;
-        if (t >= kW8Stages) BarrierWait(&empty[st], ((t / kW8Stages) - 1) & 1);
-        BarrierExpectBytes(&full[st], static_cast<unsigned>(kW8StageBytes));  // whole boxes: out of bounds is zeros
-        const int k0 = static_cast<int>(k_begin + static_cast<int64_t>(t) * kW8BK);
-        TmaLoad2d(a_stages + st * kW8BM * kW8BK, &a_map, k0, static_cast<int>(block_m), &full[st]);
-        TmaLoad2d(b_stages + st * kW8BN * kW8BK, &w_map, k0, static_cast<int>(tile_n), &full[st]);
-      }
+      ProduceTiles<kW8Stages>(a_stages, b_stages, kW8StageBytes / 2, &a_map, &w_map, k_begin, kW8BK, tiles, block_m,
+                              tile_n, full, empty);
     }
   } else {
     W8Acc<kFp8> d[64] = {};  // only in the consumers, as in the quantized GEMM
