@@ -35,12 +35,12 @@ struct PlanSummary {
 
 // The counts of one program of the plan (its layers: the decoder's layers or the vision tower's blocks).
 PlanSummary Summarize(const Plan& plan, const Program& program);
+inline PlanSummary Summarize(const Plan& plan) { return Summarize(plan, plan.decoder()); }
 
 // The weights only embedding steps read, in any program (the token tables: a step looks up T
 // rows), which a backend may keep outside its device memory; a weight another step also reads
 // (an LM head tied to the table) is not one.
 std::vector<int32_t> LookupOnlyWeights(const Plan& plan);
-inline PlanSummary Summarize(const Plan& plan) { return Summarize(plan, plan.decoder()); }
 
 // One line per step: "  12 l1.o = linear(l1.attn, @model.layers.1.self_attn.o_proj.weight) : f32[T,64] @arena+512".
 std::string DescribeSteps(const Plan& plan, const Program& program);

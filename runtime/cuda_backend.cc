@@ -19,6 +19,7 @@
 #include "kernels/cuda/quant_linear.cuh"
 #include "kernels/cuda/vocab.cuh"
 #include "kernels/ref/half.h"
+#include "runtime/cuda_buffers.h"
 #include "runtime/cuda_step.h"
 #include "runtime/memory_check.h"
 #include "runtime/quant_storage.h"
@@ -29,44 +30,6 @@ namespace {
 
 // Steps with at most this many tokens are replayed from CUDA graphs (decode).
 constexpr int64_t kGraphMaxTokens = 64;
-
-struct DeviceFree {
-  void operator()(void* p) const { cudaFree(p); }
-};
-struct HostFree {
-  void operator()(void* p) const { cudaFreeHost(p); }
-};
-using DeviceBuffer = std::unique_ptr<void, DeviceFree>;
-using PinnedBuffer = std::unique_ptr<void, HostFree>;
-
-// Pinned host memory mapped into the device's address space (kernels read it over the bus).
-absl::StatusOr<PinnedBuffer> MappedHostAlloc(size_t bytes, const std::string& what) {
-  void* p = nullptr;
-  const cudaError_t e = cudaHostAlloc(&p, std::max<size_t>(bytes, 256), cudaHostAllocMapped | cudaHostAllocPortable);
-  if (e != cudaSuccess) {
-    return absl::ResourceExhaustedError(
-        absl::StrCat("cudaHostAlloc of ", bytes, " bytes of pinned host memory for ", what, ": ", cudaGetErrorString(e)));
-  }
-  return PinnedBuffer(p);
-}
-
-absl::StatusOr<DeviceBuffer> DeviceAlloc(size_t bytes, const char* what) {
-  void* p = nullptr;
-  const cudaError_t e = cudaMalloc(&p, std::max<size_t>(bytes, 256));
-  if (e != cudaSuccess) {
-    return absl::ResourceExhaustedError(
-        absl::StrCat("cudaMalloc of ", bytes, " bytes for ", what, ": ", cudaGetErrorString(e)));
-  }
-  return DeviceBuffer(p);
-}
-
-size_t Round256(size_t bytes) { return (bytes + 255) / 256 * 256; }
-
-absl::StatusOr<PinnedBuffer> PinnedAlloc(size_t bytes) {
-  void* p = nullptr;
-  CUDA_RETURN_IF_ERROR(cudaMallocHost(&p, std::max<size_t>(bytes, 256)));
-  return PinnedBuffer(p);
-}
 
 // Where each runtime input of `program` lives in its inputs buffer, sized for
 // `bounds`: int32 indices, float data as bf16 (the plan's storage).
