@@ -107,12 +107,14 @@ struct W8A8Rows {
 
 // A consumer's accumulators (rows 64 half .. 64 half + 63 of the tile; wgmma's layout, as
 // StoreWgmmaAccumulators) into the fp32 tile as products: times x's row scale and the weight's
-// column scale, after (int8) the zero point's correction z_n * sum_k c_x, exact in int32.
+// column scale, after (int8) the zero point's correction z_n * sum_k c_x, exact in int32. Under a
+// cluster split of K, each rank's sum covers its K range but sum_k c_x covers the row: only rank 0
+// (`corrects`) subtracts it, once for the cluster's summed tile.
 template <bool kFp8>
 __device__ __forceinline__ void StoreScaledAccumulators(const W8Acc<kFp8>* d, int half, int warp_in_wg, int lane,
                                                         float (*tile)[kWgTileLd], const W8A8Rows& x,
                                                         const QuantSegment& s, int64_t m, int64_t block_m,
-                                                        int64_t tile_n) {
+                                                        int64_t tile_n, bool corrects) {
   const int row0 = 64 * half + 16 * warp_in_wg + lane / 4, col0 = 2 * (lane % 4);
   float row_scale[2];
   int32_t row_sum[2];
@@ -120,7 +122,7 @@ __device__ __forceinline__ void StoreScaledAccumulators(const W8Acc<kFp8>* d, in
   for (int h = 0; h < 2; ++h) {
     const int64_t r = block_m + row0 + 8 * h;
     row_scale[h] = r < m ? x.scales[r] : 0.0f;
-    row_sum[h] = !kFp8 && r < m ? x.sums[r] : 0;
+    row_sum[h] = !kFp8 && corrects && r < m ? x.sums[r] : 0;
   }
   const float* col_scales = static_cast<const float*>(s.scales);  // one fp32 scale a row (W8A8GemmTakesShape)
 #pragma unroll
@@ -194,7 +196,7 @@ __global__ void __launch_bounds__(kW8Threads, 1)
     ConsumeCodeTiles<kFp8>(d, a_stages, b_stages, tiles, wg - 1, full, empty);
     // Both consumers past their last wgmma: every stage has been read, so the stages become the tile.
     asm volatile("bar.sync 1, 256;\n" ::: "memory");
-    StoreScaledAccumulators<kFp8>(d, wg - 1, warp_in_wg, lane, tile, x, s, p.m, block_m, tile_n);
+    StoreScaledAccumulators<kFp8>(d, wg - 1, warp_in_wg, lane, tile, x, s, p.m, block_m, tile_n, rank == 0);
   }
   __syncthreads();
   StoreClusterTile<kE, kW8BM, kW8BN, kW8Threads>(p, cluster, &tile[0][0], kWgTileLd, block_m, s.n_begin + tile_n,
