@@ -59,8 +59,10 @@ TEST(GpuW8A8Gemm, IsExactByConstruction) {
     DeviceArray<uint32_t> device_codes(words);
     DeviceArray<float> device_scales(scales);
     DeviceArray<uint8_t> device_zeros(zeros);
-    const cuda::QuantSegment seg{device_codes.get(), device_scales.get(), c.zeros ? device_zeros.get() : nullptr,
-                                 fp8 ? cuda::QuantCode::kFp8 : cuda::QuantCode::kInt8, 0, 0, n_begin, n};
+    const cuda::QuantSegment seg{.codes = device_codes.get(), .scales = device_scales.get(),
+                                 .zeros = c.zeros ? device_zeros.get() : nullptr,
+                                 .code = fp8 ? cuda::QuantCode::kFp8 : cuda::QuantCode::kInt8, .group = 0,
+                                 .group_offset = 0, .n_begin = n_begin, .n = n};
     const std::string name = std::string(fp8 ? "fp8" : "int8") + (c.zeros ? " zeros" : "") + " k" + std::to_string(k);
     ASSERT_TRUE(cuda::W8A8GemmTakes(seg, c.act, k)) << name;
     for (const int64_t m : {130, 300}) {
@@ -115,9 +117,11 @@ TEST(GpuW8A8Gemm, IsExactByConstruction) {
   // What it does not take: fp8 inputs on int8 weights, group scales, a norm prologue.
   uint32_t codes = 0;
   float scale = 1;
-  const cuda::QuantSegment int8_rows{&codes, &scale, nullptr, cuda::QuantCode::kInt8, 0, 0, 0, 4};
+  const cuda::QuantSegment int8_rows{.codes = &codes, .scales = &scale, .zeros = nullptr, .code = cuda::QuantCode::kInt8,
+                                     .group = 0, .group_offset = 0, .n_begin = 0, .n = 4};
   EXPECT_FALSE(cuda::W8A8GemmTakes(int8_rows, cuda::InputQuantCode::kFp8, 4096));
-  const cuda::QuantSegment grouped{&codes, &scale, nullptr, cuda::QuantCode::kInt8, 128, 0, 0, 4};
+  const cuda::QuantSegment grouped{.codes = &codes, .scales = &scale, .zeros = nullptr, .code = cuda::QuantCode::kInt8,
+                                   .group = 128, .group_offset = 0, .n_begin = 0, .n = 4};
   EXPECT_FALSE(cuda::W8A8GemmTakes(grouped, cuda::InputQuantCode::kInt8, 4096));
   cuda::LinearParams normed;
   normed.m = 100;
