@@ -12,6 +12,10 @@
 // bf16 plan, where only accumulation order differs, 1 %.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
+
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 
 #include "ir/quant.h"
@@ -55,18 +59,44 @@ size_t CommonPrefix(const std::vector<int32_t>& got, const std::vector<int32_t>&
   return i;
 }
 
-void ExpectMatchesGolden(const Generation& got, const GoldenCase& c, double tolerance, const std::string& what) {
-  const size_t p = c.input_ids.size();
-  const size_t same = CommonPrefix(got.tokens, c.new_tokens);
+// The golden comparison's rows: the prompt's, then each new token's up to and including the first
+// that chose a token other than golden's.
+size_t GoldenRows(const Generation& got, const GoldenCase& c) {
+  return c.input_ids.size() + CommonPrefix(got.tokens, c.new_tokens);
+}
+
+double GoldenError(const Generation& got, const GoldenCase& c, size_t rows) {
+  return testing::RelativeError(Rows(got.logits, rows), Rows(c.logits, rows));
+}
+
+// `cpu`: the CPU's emulation of the same plan, the measure of what bf16 arithmetic (and W8A8's
+// rounding of x to 8 bits, an fp8 cache's rounding) alone costs against transformers' fp32 logits:
+// 0.9-1.8% for the bf16 fixtures, 4% for W8A8 int8, 9-11% for W8A8 fp8. The GPU must be about as
+// close: within 1.3x the CPU's error + 0.003 over the same rows (on the H200, 2026-12-04, it was
+// within 0.5-1.25x on every fixture), a token differing only where golden was unsure (SureGap).
+// Returns the GPU's error.
+double ExpectMatchesGolden(const Generation& got, const Generation& cpu, const GoldenCase& c, const std::string& what) {
+  const size_t p = c.input_ids.size(), rows = GoldenRows(got, c), same = rows - p;
+  const double err = GoldenError(got, c, rows), cpu_err = GoldenError(cpu, c, rows);
   if (same < c.new_tokens.size()) {
-    EXPECT_LE(c.top1_top2_gap[p - 1 + same], 0.05) << what << ": token " << same << " differs where golden is sure";
+    EXPECT_LE(c.top1_top2_gap[p - 1 + same], testing::SureGap(err, c, rows))
+        << what << ": token " << same << " differs where golden is sure";
   }
-  // Rows up to and including the one that chose the first differing token.
-  const size_t rows = p + same;
-  const double err = testing::RelativeError(Rows(got.logits, rows), Rows(c.logits, rows));
-  EXPECT_LE(err, tolerance) << what;
-  std::printf("%s: %zu/%zu tokens as golden, relative logits error %.4f over %zu rows\n", what.c_str(), same,
-              c.new_tokens.size(), err, rows);
+  EXPECT_LE(err, 1.3 * cpu_err + 3e-3) << what << " (the cpu's emulation: " << cpu_err << ")";
+  std::printf("%s: %zu/%zu tokens as golden, relative logits error %.4f over %zu rows (the cpu: %.4f)\n",
+              what.c_str(), same, c.new_tokens.size(), err, rows, cpu_err);
+  return err;
+}
+
+// Two bf16 implementations of one plan round in different places (the GPU's fused kernels keep
+// fp32 where the CPU's steps round to bf16), so their distance is about that of two independent
+// errors of the sizes each has against golden: sqrt(a^2 + b^2), with a quarter to spare.
+void ExpectNearTheCpu(const Generation& got, const Generation& cpu, const GoldenCase& c, const std::string& what) {
+  const size_t rows = c.input_ids.size() + CommonPrefix(got.tokens, cpu.tokens);
+  const double gpu_err = GoldenError(got, c, rows), cpu_err = GoldenError(cpu, c, rows);
+  EXPECT_LE(testing::RelativeError(Rows(got.logits, rows), Rows(cpu.logits, rows)),
+            std::max(1e-2, 1.25 * std::hypot(gpu_err, cpu_err)))
+      << what << ": gpu vs cpu, same plan";
 }
 
 class GpuFixtures : public ::testing::TestWithParam<const char*> {};
@@ -85,10 +115,9 @@ TEST_P(GpuFixtures, Bf16MatchesGoldenAndTheCpu) {
   for (size_t i = 0; i < cases.size(); ++i) {
     const Generation g = gpu.Run({cases[i]})[0];
     const Generation c = cpu.Run({cases[i]})[0];
-    ExpectMatchesGolden(g, cases[i], 3e-2, std::string(GetParam()) + " case " + std::to_string(i) + " gpu");
-    const size_t same = CommonPrefix(g.tokens, c.tokens);
-    const size_t rows = cases[i].input_ids.size() + same;
-    EXPECT_LE(testing::RelativeError(Rows(g.logits, rows), Rows(c.logits, rows)), 1e-2) << "gpu vs cpu, same plan";
+    const std::string what = std::string(GetParam()) + " case " + std::to_string(i) + " gpu";
+    ExpectMatchesGolden(g, c, cases[i], what);
+    ExpectNearTheCpu(g, c, cases[i], what);
   }
 }
 
@@ -99,12 +128,14 @@ TEST_P(GpuFixtures, BatchedGraphsAndEagerAgree) {
   cases.insert(cases.end(), once.begin(), once.end());
   FixtureRunner graphs(GetParam(), Bf16Options(), Gpu(true));
   FixtureRunner eager(GetParam(), graphs.plan(), Gpu(false));
+  FixtureRunner cpu(GetParam(), graphs.plan());
   const std::vector<Generation> a = graphs.Run(cases, /*stagger=*/true);
   const std::vector<Generation> b = eager.Run(cases, /*stagger=*/true);
+  const std::vector<Generation> c = cpu.Run(cases, /*stagger=*/true);
   for (size_t i = 0; i < cases.size(); ++i) {
     EXPECT_EQ(a[i].tokens, b[i].tokens) << "request " << i;
     EXPECT_LE(testing::RelativeError(Rows(a[i].logits, 1000), Rows(b[i].logits, 1000)), 1e-6);
-    ExpectMatchesGolden(a[i], cases[i], 3e-2, std::string(GetParam()) + " batched request " + std::to_string(i));
+    ExpectMatchesGolden(a[i], c[i], cases[i], std::string(GetParam()) + " batched request " + std::to_string(i));
   }
 }
 
@@ -173,7 +204,8 @@ TEST(GpuRandomWeights, CpuAndGpuAgreeAtWiderShapes) {
 // A plan at WideConfig's shapes with random weights, on the GPU and on the CPU (whose quantized
 // weights are the exact dequantized values and whose 8-bit cache rounds as the device's does: the
 // oracle): a `prompt`-token prompt takes the prefill path, two short ones decode beside it.
-void ExpectGpuMatchesCpu(const compiler::CompileOptions& options, const std::string& what, int prompt = 70) {
+void ExpectGpuMatchesCpu(const compiler::CompileOptions& options, const std::string& what, int prompt = 70,
+                         double tolerance = 2e-2) {
   absl::StatusOr<compiler::CompileResult> compiled = compiler::Compile(WideConfig(), options);
   ASSERT_TRUE(compiled.ok()) << compiled.status();
   runtime::RandomWeights weights(7);
@@ -204,7 +236,7 @@ void ExpectGpuMatchesCpu(const compiler::CompileOptions& options, const std::str
   for (size_t q = 0; q < 3; ++q) {
     const size_t same = CommonPrefix(tokens[3 + q], tokens[q]);
     const size_t rows = (q == 0 ? prompt : 5 + q) + same;
-    EXPECT_LE(testing::RelativeError(Rows(logits[3 + q], rows), Rows(logits[q], rows)), 2e-2)
+    EXPECT_LE(testing::RelativeError(Rows(logits[3 + q], rows), Rows(logits[q], rows)), tolerance)
         << what << " request " << q << " (" << same << " tokens alike)";
   }
 }
@@ -220,8 +252,15 @@ TEST(GpuQuantized, PlansMatchTheCpuOracle) {
     compiler::CompileOptions options = Bf16Options();
     options.build.max_batch_tokens = 256;
     options.quant = passes::DefaultQuantPolicy(*ir::ParseQuantFormat(body));
-    ExpectGpuMatchesCpu(options, body);
-    ExpectGpuMatchesCpu(options, std::string(body) + ", 200-token prompt", 200);
+    // W8A8 rounds x to 8 bits: where the GPU's bf16 x differs from the CPU's in a last bit, a
+    // code may round the other way, a step of 6-12% of the value in e4m3 (3 mantissa bits), 0.4-1%
+    // in int8. Measured on the H200 (2026-12-04): 6.3-7.1% (e4m3), 2.2-2.6% (int8), under 2%
+    // for the weight-only bodies; the CPU's emulation itself is 9-11% and 4% from transformers on
+    // the FP8_DYNAMIC and int8 W8A8 fixtures.
+    const std::string name = body;
+    const double tolerance = absl::StrContains(name, "act-fp8") ? 0.1 : absl::StrContains(name, "act-int8") ? 4e-2 : 2e-2;
+    ExpectGpuMatchesCpu(options, body, 70, tolerance);
+    ExpectGpuMatchesCpu(options, std::string(body) + ", 200-token prompt", 200, tolerance);
   }
   // A policy that keeps q_proj in bf16 under an int4 body: QKV is a bf16, then two fp8 segments.
   compiler::CompileOptions options = Bf16Options();
@@ -261,10 +300,8 @@ TEST(GpuQuantized, StaticKvScalesMatchGoldenAndTheCpu) {
     FixtureRunner cpu(fixture, gpu.plan());
     const std::vector<Generation> g = gpu.Run(cases, /*stagger=*/true), c = cpu.Run(cases, /*stagger=*/true);
     for (size_t i = 0; i < cases.size(); ++i) {
-      ExpectMatchesGolden(g[i], cases[i], 3e-2, absl::StrCat(fixture, " case ", i, " gpu"));
-      const size_t same = CommonPrefix(g[i].tokens, c[i].tokens);
-      const size_t rows = cases[i].input_ids.size() + same;
-      EXPECT_LE(testing::RelativeError(Rows(g[i].logits, rows), Rows(c[i].logits, rows)), 1e-2) << fixture << " gpu vs cpu";
+      ExpectMatchesGolden(g[i], c[i], cases[i], absl::StrCat(fixture, " case ", i, " gpu"));
+      ExpectNearTheCpu(g[i], c[i], cases[i], absl::StrCat(fixture, " case ", i));
     }
   }
 }

@@ -5,6 +5,9 @@
 // e2e_test.cc explains: 3 % relative to golden, 1 % to the CPU.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
+
 #include "compiler/driver.h"
 #include "models/glm/safetensors.h"
 #include "models/glm4v/config.h"
@@ -65,11 +68,15 @@ TEST(GpuGlm4v, ImagePromptsInBf16MatchGoldenAndTheCpu) {
     for (size_t r = 0; r < rows; ++r) want.insert(want.end(), c.logits[r].begin(), c.logits[r].end());
     const std::vector<float> got(gpu[i].second.begin(), gpu[i].second.begin() + rows * vocab);
     const std::vector<float> emulated(cpu[i].second.begin(), cpu[i].second.begin() + rows * vocab);
-    const double golden_err = testing::RelativeError(got, want), cpu_err = testing::RelativeError(got, emulated);
-    EXPECT_LE(golden_err, 3e-2) << c.title;
-    EXPECT_LE(cpu_err, 1e-2) << c.title;
-    std::printf("%s: gpu bf16 prompt logits, relative error %.4f to golden, %.4f to the cpu; tokens %s\n",
-                c.title.c_str(), golden_err, cpu_err, gpu[i].first == c.new_tokens ? "as golden" : "differ");
+    // As e2e_test.cc's ExpectMatchesGolden: the CPU's emulation of the same bf16 plan measures what
+    // bf16 alone costs; the GPU must be about as close to transformers, and near the CPU as two
+    // independent errors of those sizes are to each other.
+    const double golden_err = testing::RelativeError(got, want), cpu_err = testing::RelativeError(got, emulated),
+                 emulation_err = testing::RelativeError(emulated, want);
+    EXPECT_LE(golden_err, 1.3 * emulation_err + 3e-3) << c.title;
+    EXPECT_LE(cpu_err, std::max(1e-2, 1.25 * std::hypot(golden_err, emulation_err))) << c.title;
+    std::printf("%s: gpu bf16 prompt logits, relative error %.4f to golden (the cpu's %.4f), %.4f to the cpu; tokens %s\n",
+                c.title.c_str(), golden_err, emulation_err, cpu_err, gpu[i].first == c.new_tokens ? "as golden" : "differ");
   }
 }
 

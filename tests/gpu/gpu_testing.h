@@ -12,6 +12,7 @@
 
 #include "kernels/ref/half.h"
 #include "runtime/cuda_backend.h"
+#include "tests/testing/golden.h"  // RelativeError
 
 namespace ag::testing {
 
@@ -97,16 +98,6 @@ inline void ExpectClose(const std::vector<float>& got, const std::vector<float>&
     const bool ok = std::isfinite(got[i]) && std::fabs(got[i] - want[i]) <= atol + rtol * std::fabs(want[i]);
     if (!ok && reported++ < 5) ADD_FAILURE() << what << ": element " << i << " is " << got[i] << ", want " << want[i];
   }
-}
-
-// ||got - want|| / ||want||.
-inline double RelativeError(const std::vector<float>& got, const std::vector<float>& want) {
-  double num = 0, den = 0;
-  for (size_t i = 0; i < got.size() && i < want.size(); ++i) {
-    num += (double{got[i]} - want[i]) * (double{got[i]} - want[i]);
-    den += double{want[i]} * want[i];
-  }
-  return std::sqrt(num / std::max(den, 1e-30));
 }
 
 // Rounds every element to bf16 (what a bf16 output holds).
