@@ -122,7 +122,10 @@ const Shape kShapes[] = {
 
 // Our linear kernel (GEMV at m = 1, skinny tensor-core kernel to 64, GEMM above: wgmma on Hopper,
 // or the mma.sync GEMM when `mma_sync`) on shape `index`, m rows.
-void LinearBench(benchmark::State& state, bool mma_sync) {
+enum class LinearMode { kOurs, kMmaSync, kNormApart };
+
+void LinearBench(benchmark::State& state, LinearMode mode) {
+  const bool mma_sync = mode == LinearMode::kMmaSync;
   if (!HaveGpu()) return state.SkipWithError("no GPU");
   const Shape& s = kShapes[state.range(0)];
   const int64_t m = state.range(1);
@@ -164,10 +167,18 @@ void LinearBench(benchmark::State& state, bool mma_sync) {
       state,
       [&](int i) {
         p.w = weights[i];
+        if (mode == LinearMode::kNormApart && p.norm_w != nullptr) {  // the norm's own launch, then no prologue
+          const cudaError_t e = ag::cuda::LaunchRmsNorm(x, norm, m, s.k, p.eps, scratch, nullptr);
+          if (e != cudaSuccess) return e;
+          ag::cuda::LinearParams q = p;
+          q.x = scratch;
+          q.norm_w = nullptr;
+          return ag::cuda::LaunchLinear(q, nullptr);
+        }
         return mma_sync ? ag::cuda::LaunchGemmMmaSync(p, nullptr) : ag::cuda::LaunchLinear(p, nullptr);
       },
       static_cast<double>(s.n * s.k * 2 + m * s.k * 2 + m * s.n * 2), 2.0 * m * s.n * s.k);
-  state.SetLabel(std::string(mma_sync ? "mma.sync " : "") + s.name);
+  state.SetLabel(std::string(mma_sync ? "mma.sync " : mode == LinearMode::kNormApart ? "norm apart " : "") + s.name);
   for (void* q : {static_cast<void*>(x), static_cast<void*>(norm), static_cast<void*>(bias), static_cast<void*>(y),
                   static_cast<void*>(scratch), static_cast<void*>(kc), static_cast<void*>(vc), static_cast<void*>(pos),
                   static_cast<void*>(slots)}) {
@@ -221,12 +232,14 @@ void BM_Cublas(benchmark::State& state) {
   cudaFree(y);
 }
 
-void BM_Linear(benchmark::State& state) { LinearBench(state, false); }
-void BM_GemmMmaSync(benchmark::State& state) { LinearBench(state, true); }
+void BM_Linear(benchmark::State& state) { LinearBench(state, LinearMode::kOurs); }
+void BM_GemmMmaSync(benchmark::State& state) { LinearBench(state, LinearMode::kMmaSync); }
+// The projections with a norm prologue, the norm in a launch of its own instead: is folding it worth it?
+void BM_LinearNormApart(benchmark::State& state) { LinearBench(state, LinearMode::kNormApart); }
 
 void LinearArgs(benchmark::internal::Benchmark* b) {
   for (int shape = 0; shape < 5; ++shape) {
-    for (int m : {1, 8, 32, 64, 512}) b->Args({shape, m});  // GEMV, skinny (3 tile sizes), GEMM
+    for (int m : {1, 2, 8, 16, 32, 64, 512}) b->Args({shape, m});  // GEMV, skinny (4 tile sizes), GEMM
   }
   for (int shape = 0; shape < 4; ++shape) b->Args({shape, 4096});  // a long prompt's GEMMs (not the LM head's)
 }
@@ -238,6 +251,16 @@ void GemmArgs(benchmark::internal::Benchmark* b) {
 }
 BENCHMARK(BM_Linear)->Apply(LinearArgs)->UseManualTime()->Iterations(kIterations)->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_Cublas)->Apply(LinearArgs)->UseManualTime()->Iterations(kIterations)->Unit(benchmark::kMicrosecond);
+void NormApartArgs(benchmark::internal::Benchmark* b) {
+  for (int shape : {0, 2, 4}) {  // qkv, gate_up, the LM head
+    for (int m : {2, 8, 16, 32, 64, 512}) b->Args({shape, m});
+  }
+}
+BENCHMARK(BM_LinearNormApart)
+    ->Apply(NormApartArgs)
+    ->UseManualTime()
+    ->Iterations(kIterations)
+    ->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_GemmMmaSync)->Apply(GemmArgs)->UseManualTime()->Iterations(kIterations)->Unit(benchmark::kMicrosecond);
 
 // Prefill attention on the tensor cores (flash_attention.cuh). Argument 0: GLM-4-9B's decoder
