@@ -110,7 +110,7 @@ bool InLoadGemm(const A& a, const cuda::LinearParams& p) {
 
 // A linear step, over a bf16 weight or a quantized one. Quantized, up to kQuantLinearMaxRows rows
 // (decode) run on the codes, x normalised first when there is a norm prologue, unless the decode
-// kernel applies it itself (cuda::QuantLinearNormalises: one row, or 17 and more); more rows
+// kernel applies it itself (cuda::QuantLinearNormalises: one row); more rows
 // (prefill) take the wgmma GEMM that dequantizes each segment's tiles as they arrive, or, where it
 // cannot (not Hopper, act order), dequantize the weight into the scratch for the bf16 GEMM, unless
 // the scratch was not sized for it (the LM head's logit rows: the codes kernel takes any rows). An

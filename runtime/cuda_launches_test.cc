@@ -7,6 +7,7 @@
 #include "absl/algorithm/container.h"
 #include "ir/quant.h"
 #include "kernels/cuda/attention_plan.h"
+#include "kernels/cuda/linear_split.h"
 #include "passes/quantize.h"
 #include "tests/testing/tiny_glm.h"
 
@@ -14,8 +15,9 @@ namespace ag::runtime {
 namespace {
 
 // Per layer of tiny-glm's fused plan (head_dim 16: a flash build): decode is one launch a step but
-// for attention's combine step where the context is sliced (the linears apply their norm
-// prologues themselves at every batch); a prefill's attention is one flash launch.
+// for attention's combine step where the context is sliced; the linears apply their norm prologues
+// themselves to kSkinnyNormMaxRows rows, past them a launch normalises x first; a prefill's
+// attention is one flash launch.
 TEST(CudaLaunches, FollowTheDispatchRules) {
   const testing::TinyGlm tiny;
   const compiler::Plan& plan = tiny.plan;
@@ -34,15 +36,15 @@ TEST(CudaLaunches, FollowTheDispatchRules) {
   const cuda::AttentionGeometry sliced = cuda::PlanAttention(1, 2, 2, 4096, 132);
   ASSERT_GT(sliced.slices, 1);
   EXPECT_EQ(CudaLaunchesPerLayer(plan, {1, 1, 4096}), steps + 1);
-  // Batches 8, 32, 33 and 64: the skinny kernel normalises x itself (past 32 rows its 8-tile
-  // instance with three k chunks in flight).
-  for (int64_t batch : {8, 32, 33, 64}) {
+  // Batches 8, 9, 32 and 64: the skinny kernel normalises x itself to 8 rows.
+  for (int64_t batch : {8, 9, 32, 64}) {
     SCOPED_TRACE(batch);
     const cuda::AttentionGeometry geometry = cuda::PlanAttention(batch, 2, 2, 4096, 132);
-    EXPECT_EQ(CudaLaunchesPerLayer(plan, {batch, 1, 4096}), steps + (geometry.slices > 1 ? 1 : 0));
+    EXPECT_EQ(CudaLaunchesPerLayer(plan, {batch, 1, 4096}),
+              steps + (geometry.slices > 1 ? 1 : 0) + (batch > cuda::kSkinnyNormMaxRows ? norm_prologues : 0));
   }
-  // A 512-token prompt: the GEMMs apply the norm prologues, flash attention is one launch.
-  EXPECT_EQ(CudaLaunchesPerLayer(plan, {1, 512, 512}), steps);
+  // A 512-token prompt: a launch normalises x before each normed GEMM, flash attention is one launch.
+  EXPECT_EQ(CudaLaunchesPerLayer(plan, {1, 512, 512}), steps + norm_prologues);
 }
 
 // Layer 0's quantized linears and the segments they launch the codes kernels over (a piece each; a
@@ -62,9 +64,9 @@ std::pair<int64_t, int64_t> QuantizedLinears(const compiler::Plan& plan) {
 }
 
 // A quantized plan (int8 body): up to kQuantLinearMaxRows rows every segment is one launch of the
-// codes or skinny kernels, past 64 rows one per 64-row chunk; more rows one launch of the in-load
-// GEMM a segment (after a launch normalising x, where the linear has a norm) where the bf16 plan
-// launches one GEMM a linear, which normalises x itself.
+// codes or skinny kernels, past 64 rows one per 64-row chunk, after a launch normalising x where the
+// linear has a norm (but at one row); more rows one launch of the in-load GEMM a segment, as the
+// bf16 plan launches one GEMM a linear, each after its normalising launch.
 TEST(CudaLaunches, QuantizedLinearsLaunchPerRowChunk) {
   compiler::CompileOptions options;
   options.quant = passes::DefaultQuantPolicy(*ir::ParseQuantFormat("int8"));
@@ -87,15 +89,15 @@ TEST(CudaLaunches, QuantizedLinearsLaunchPerRowChunk) {
   const int64_t at64 = CudaLaunchesPerLayer(plan, {64, 1, 512});
   EXPECT_EQ(CudaLaunchesPerLayer(plan, {100, 1, 512}), at64 + segments) << "a second chunk a segment";
   EXPECT_EQ(CudaLaunchesPerLayer(plan, {128, 1, 512}), at64 + segments);
-  EXPECT_EQ(CudaLaunchesPerLayer(plan, {8, 1, 512}) - CudaLaunchesPerLayer(plan, {32, 1, 512}), norm_linears)
-      << "the codes kernel's 8-row blocks take x normalised by a launch; the skinny kernel normalises it";
+  EXPECT_EQ(CudaLaunchesPerLayer(plan, {8, 1, 512}), CudaLaunchesPerLayer(plan, {32, 1, 512}))
+      << "the codes kernel's 8-row blocks and the skinny kernel both take x normalised by a launch";
   EXPECT_EQ(CudaLaunchesPerLayer(plan, {17, 1, 512}), CudaLaunchesPerLayer(plan, {32, 1, 512}));
   absl::StatusOr<compiler::CompileResult> bf16 = compiler::Compile(*config, compiler::CompileOptions{});
   ASSERT_TRUE(bf16.ok()) << bf16.status();
   EXPECT_EQ(CudaLaunchesPerLayer(plan, {1, 512, 512}) - CudaLaunchesPerLayer(bf16->plan, {1, 512, 512}),
-            segments - linears + norm_linears)
+            segments - linears)
       << "a 512-token prompt: a GEMM a segment, not a dequantization a segment and a GEMM; x normalised "
-         "by a launch first where the bf16 GEMM normalises it itself";
+         "by a launch first in both";
   EXPECT_EQ(CudaLaunchesPerLayer(plan, {1, 1, 512}) - CudaLaunchesPerLayer(bf16->plan, {1, 1, 512}), segments - linears)
       << "batch 1: the 8-bit codes kernel normalises x itself, as the GEMV does";
 }

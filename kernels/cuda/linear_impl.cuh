@@ -329,17 +329,10 @@ inline cudaError_t TensorCoreInput(const LinearParams& p, cudaStream_t stream, c
 }
 
 // M > 64: the wgmma GEMM where it can run (gemm_wgmma.cuh), else the mma.sync one; `mma_sync`
-// asks for the latter (tests and benchmarks compare the two).
-// A norm prologue on the wgmma GEMM is applied in the kernel (not for the residual epilogue: no
-// GLM linear has both, and it saves the instances).
+// asks for the latter (tests and benchmarks compare the two). A norm prologue is a launch of its
+// own into the scratch (kSkinnyNormMaxRows: the wgmma kernel's norm warpgroup was half as fast).
 template <Epilogue kE>
 cudaError_t LaunchGemmFor(const LinearParams& p, cudaStream_t stream, bool mma_sync = false) {
-  if constexpr (kE != Epilogue::kResidual) {
-    if (p.norm_w != nullptr && !mma_sync && reinterpret_cast<uintptr_t>(p.norm_w) % 16 == 0 &&
-        WgmmaGemmUsable(p, p.x)) {
-      return LaunchWgmmaTiles<kE, true>(p, p.x, stream);
-    }
-  }
   const bf16* a = nullptr;
   const cudaError_t e = TensorCoreInput(p, stream, &a);
   if (e != cudaSuccess) return e;
@@ -351,11 +344,16 @@ template <Epilogue kE>
 cudaError_t LaunchSkinnyFor(const LinearParams& p, cudaStream_t stream) {
   if (p.m > kSkinnyMaxRows) return cudaErrorInvalidValue;
   const Bf16Rows rows{p.w, p.k, 0, p.n};
-  // The kernel applies the norm prologue itself; past kSkinnyNormMaxRows rows in the 8-tile
-  // instance that keeps three k chunks in flight instead of four (110 registers, not 128 + 12).
-  if (p.m > kSkinnyNormMaxRows && p.norm_w != nullptr) return LaunchSkinnyTile<8, kE, Bf16Rows, 3>(p, rows, p.x, stream);
-  const LinearParams& q = p;
+  // The kernel applies the norm prologue itself to kSkinnyNormMaxRows rows; past them x is
+  // normalised into the scratch first (measured faster there).
+  LinearParams q = p;
   const bf16* a = p.x;
+  if (p.m > kSkinnyNormMaxRows && p.norm_w != nullptr) {
+    const cudaError_t e = TensorCoreInput(p, stream, &a);
+    if (e != cudaSuccess) return e;
+    q.x = a;
+    q.norm_w = nullptr;
+  }
   if (p.m <= 8) return LaunchSkinnyTile<1, kE>(q, rows, a, stream);
   if (p.m <= 16) return LaunchSkinnyTile<2, kE>(q, rows, a, stream);
   if (p.m <= 32) return LaunchSkinnyTile<4, kE>(q, rows, a, stream);

@@ -13,12 +13,12 @@
 // tiles through distributed shared memory, each block finishing a share of the
 // output pairs with the usual epilogue. No global workspace, one launch.
 //
-// The RMSNorm prologue (bf16 or quantized rows, up to kSkinnyNormMaxRows rows): x enters the mma as
-// bf16(norm_w * x) (four bf16x2 multiplies a load), each row's sum of squares is gathered from
-// warp 0's loads (every warp loads the same x; the cluster adds its blocks' sums), and the ending
-// multiplies the row's sums by rsqrt(mean + eps) -- the row's scale commutes with the product. No
-// normalising launch before, and x is read once. The 8-tile kernel (33-64 rows) has no registers
-// left for it at four k chunks in flight: its norm instance keeps three (kUnroll).
+// The RMSNorm prologue (bf16 rows, up to kSkinnyNormMaxRows rows: the one-tile instance): x enters
+// the mma as bf16(norm_w * x) (four bf16x2 multiplies a load), each row's sum of squares is
+// gathered from warp 0's loads (every warp loads the same x; the cluster adds its blocks' sums),
+// and the ending multiplies the row's sums by rsqrt(mean + eps) -- the row's scale commutes with
+// the product. No normalising launch before, and x is read once. Past one tile it measured slower
+// than the normalising launch (linear_split.h).
 #ifndef AUTOGLM_KERNELS_CUDA_LINEAR_SKINNY_CUH_
 #define AUTOGLM_KERNELS_CUDA_LINEAR_SKINNY_CUH_
 
@@ -77,8 +77,7 @@ __device__ __forceinline__ float SumOfSquares(const int4& xv) {
   return sum;
 }
 
-// kUnroll: 32-wide k chunks of each weight row in flight a warp. The norm instance of the 8-tile
-// kernel (33-64 rows) keeps 3 to stay within 128 registers.
+// kUnroll: 32-wide k chunks of each weight row in flight a warp.
 template <int kNT, Epilogue kE, class Rows, int kUnroll = kSkinnyUnroll>
 __global__ void __launch_bounds__(kSkinnyThreads, 4) SkinnyKernel(LinearParams p, Rows rows, const bf16* x,
                                                                int64_t k_per_rank) {
@@ -91,7 +90,7 @@ __global__ void __launch_bounds__(kSkinnyThreads, 4) SkinnyKernel(LinearParams p
   const int64_t ra = feature0 + warp * 16 + g, rb = ra + 8;
   const bool va = ra < rows.n, vb = rb < rows.n;
   const int64_t k_begin = rank * k_per_rank, k_end = min(p.k, k_begin + k_per_rank);
-  constexpr bool kCanNorm = 8 * kNT <= kSkinnyNormMaxRows || kUnroll < kSkinnyUnroll;
+  constexpr bool kCanNorm = 8 * kNT <= kSkinnyNormMaxRows;
   const bool norm = kCanNorm && p.norm_w != nullptr;
   float squares[kNT] = {};  // the norm prologue's sums of squares of this lane's rows (warp 0)
   AllowNextKernel();
@@ -191,6 +190,7 @@ __global__ void __launch_bounds__(kSkinnyThreads, 4) SkinnyKernel(LinearParams p
 
 template <int kNT, Epilogue kE, class Rows = Bf16Rows, int kUnroll = kSkinnyUnroll>
 cudaError_t LaunchSkinnyTile(const LinearParams& p, const Rows& rows, const bf16* x, cudaStream_t stream) {
+  if (p.norm_w != nullptr && 8 * kNT > kSkinnyNormMaxRows) return cudaErrorInvalidValue;  // it would skip the norm
   const int sms = MultiprocessorCount();
   const KSplit split = SplitSkinnyK(rows.n, p.k, sms > 0 ? sms : 132);
   const dim3 grid(static_cast<unsigned>((rows.n + kSkinnyFeatures - 1) / kSkinnyFeatures),

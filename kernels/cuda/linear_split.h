@@ -12,9 +12,12 @@ namespace ag::cuda {
 inline constexpr int64_t kGemvMaxRows = 1;
 inline constexpr int64_t kSkinnyMaxRows = 64;
 // Rows of x up to which the skinny kernel applies an RMSNorm prologue itself (linear_skinny.cuh);
-// more rows (its 8-tile kernel has no registers to spare, and the GEMMs) take x normalised into the
-// scratch by a launch of its own.
-inline constexpr int64_t kSkinnyNormMaxRows = 32;
+// more rows, and the GEMMs, take x normalised into the scratch by a launch of its own. Measured on
+// the H200 (2026-12-04, BM_Linear against BM_LinearNormApart, GLM-4-9B's normed projections): in
+// the kernel is as fast to 8 rows (gate_up 88.8 us against 92.9, qkv 22.5 against 25.1) and slower
+// past them (16 rows: 123.7 against 98.1; 64 rows: 353.5 against 136.4; the wgmma GEMM's norm
+// warpgroup at 512 rows: 545 against 287), the norm's own launch costing about 4 us.
+inline constexpr int64_t kSkinnyNormMaxRows = 8;
 // Rows of x up to which the backend takes the quantized decode path: up to 16 the codes kernel (8
 // rows a block, CUDA cores), then the skinny tensor-core kernel (linear_skinny.cuh) on weights
 // dequantized to bf16 in registers (bench/RESULTS.md, "Quantized decode"), past 64 rows one launch

@@ -228,14 +228,12 @@ cudaError_t LaunchQuantRows(const LinearParams& p, const QuantSegment& s, cudaSt
                               s.n_begin, s.n};
   if (p.m <= 32) return LaunchSkinnyTile<4, kE>(p, rows, p.x, stream);
   // Past 64 rows, one launch per 64-row chunk (RowsOf): the kernel has no register left to index a
-  // chunk itself; each launch reads the codes again, mostly from L2 where the weight fits there. A
-  // norm prologue (QuantLinearNormalises) is applied by each launch to its rows; the 8-tile
-  // instance keeps three k chunks in flight for it, as the bf16 one.
+  // chunk itself; each launch reads the codes again, mostly from L2 where the weight fits there.
+  // x comes normalised (QuantLinearNormalises).
   for (int64_t m0 = 0; m0 < p.m; m0 += kSkinnyMaxRows) {
     const LinearParams chunk = RowsOf(p, m0, std::min(kSkinnyMaxRows, p.m - m0));
-    const cudaError_t e = chunk.m <= 32          ? LaunchSkinnyTile<4, kE>(chunk, rows, chunk.x, stream)
-                          : chunk.norm_w != nullptr ? LaunchSkinnyTile<8, kE, QuantRows<kCode>, 3>(chunk, rows, chunk.x, stream)
-                                                    : LaunchSkinnyTile<8, kE>(chunk, rows, chunk.x, stream);
+    const cudaError_t e = chunk.m <= 32 ? LaunchSkinnyTile<4, kE>(chunk, rows, chunk.x, stream)
+                                        : LaunchSkinnyTile<8, kE>(chunk, rows, chunk.x, stream);
     if (e != cudaSuccess) return e;
   }
   return cudaSuccess;

@@ -30,12 +30,11 @@ inline constexpr bool QuantKernelNormalises(QuantCode code, bool reordered) {
   return !reordered && code != QuantCode::kInt4;
 }
 // Whether the decode path over m rows of x applies a linear's RMSNorm prologue itself: the codes
-// kernel at one row (QuantKernelNormalises), the skinny tensor-core kernel from
-// kQuantCodesMaxRows + 1 to kQuantLinearMaxRows rows (in input order); not the codes kernel's
-// 8-row blocks. Otherwise the backend normalises x by a launch first.
+// kernel at one row (QuantKernelNormalises); not the codes kernel's 8-row blocks, nor the skinny
+// tensor-core kernel past 16 rows, where the bf16 one's in-kernel norm measured slower than a
+// normalising launch (kSkinnyNormMaxRows). Otherwise the backend normalises x by a launch first.
 inline constexpr bool QuantLinearNormalises(int64_t m, QuantCode code, bool reordered) {
-  if (m == 1) return QuantKernelNormalises(code, reordered);
-  return !reordered && m > kQuantCodesMaxRows && m <= kQuantLinearMaxRows;
+  return m == 1 && QuantKernelNormalises(code, reordered);
 }
 
 // How a segment's group scales are stored (per-row scales are always fp32): bf16 for the
