@@ -52,6 +52,9 @@ ABSL_FLAG(bool, profile, false,
           "instead: time every plan step of one decode step (--profile-batch sequences at --context) beside its "
           "floor; --json writes the table's data");
 ABSL_FLAG(int64_t, profile_batch, 1, "with --profile: sequences in the step");
+ABSL_FLAG(int64_t, profile_prompt, 0,
+          "with --profile: instead of a decode step, the prefill of one prompt of this many tokens (the time to "
+          "first token's step)");
 ABSL_FLAG(bool, glm4v, false,
           "instead: a GLM-4.1V phone-agent step (preprocess, vision, time to first token, decode); --config is then "
           "a GLM-4.1V config (default: GLM-4.1V-9B)");
@@ -117,11 +120,21 @@ runtime::StepBatch DecodeStep(const compiler::Plan& plan, int64_t batch, int64_t
 }
 
 // --profile: the median time of every plan step over `iterations` eager
-// steps, beside the step's floor (compiler/roofline.h).
+// steps, beside the step's floor (compiler/roofline.h): a decode step, or with `prompt` the
+// prefill of one prompt of that many tokens (one step: prompt <= max_batch_tokens).
 absl::Status Profile(runtime::Backend& backend, const compiler::Plan& plan, int64_t batch, int64_t context,
-                     int64_t per_seq) {
-  RETURN_IF_ERROR(FillContexts(backend, plan, batch, context, per_seq));
-  const runtime::StepBatch step = DecodeStep(plan, batch, context, per_seq);
+                     int64_t per_seq, int64_t prompt) {
+  runtime::StepBatch step;
+  if (prompt > 0) {
+    if (prompt > plan.max_batch_tokens) return absl::InvalidArgumentError("--profile-prompt over the step's tokens");
+    step.max_blocks = per_seq;
+    AddSequence(step, 0, 0, prompt, per_seq, plan.kv.block_size, plan.model.vocab_size, false);
+    batch = 1;
+    context = prompt;
+  } else {
+    RETURN_IF_ERROR(FillContexts(backend, plan, batch, context, per_seq));
+    step = DecodeStep(plan, batch, context, per_seq);
+  }
   RETURN_IF_ERROR(backend.Execute(step));  // warm-up: first-use costs stay out of the profile
   const int iterations = std::max(1, absl::GetFlag(FLAGS_iterations) / 5);
   std::vector<std::vector<double>> samples(plan.decoder().steps.size());
@@ -131,10 +144,11 @@ absl::Status Profile(runtime::Backend& backend, const compiler::Plan& plan, int6
   }
   std::vector<double> median;
   for (const std::vector<double>& v : samples) median.push_back(Median(v));
-  ASSIGN_OR_RETURN(const compiler::Roofline r, compiler::PlanRoofline(plan, {batch, 1, context}));
-  std::printf("profile: decode, %lld sequences, context %lld, %s backend, median of %d eager steps\n%s",
-              static_cast<long long>(batch), static_cast<long long>(context), std::string(backend.name()).c_str(),
-              iterations, compiler::FormatRoofline(r, &median).c_str());
+  ASSIGN_OR_RETURN(const compiler::Roofline r,
+                   compiler::PlanRoofline(plan, {batch, prompt > 0 ? prompt : 1, context}));
+  std::printf("profile: %s, %lld sequences, context %lld, %s backend, median of %d eager steps\n%s",
+              prompt > 0 ? "prefill" : "decode", static_cast<long long>(batch), static_cast<long long>(context),
+              std::string(backend.name()).c_str(), iterations, compiler::FormatRoofline(r, &median).c_str());
   const std::string json_path = absl::GetFlag(FLAGS_json);
   if (!json_path.empty()) {
     std::ofstream out(json_path);
@@ -188,7 +202,7 @@ absl::Status Run() {
   const int64_t per_seq = (std::max(prompt, context) + block) / block;
   runtime::RandomWeights weights(absl::GetFlag(FLAGS_seed));
   RETURN_IF_ERROR(backend->Load(plan, weights, per_seq * max_batch));
-  if (profile) return Profile(*backend, plan, max_batch, context, per_seq);
+  if (profile) return Profile(*backend, plan, max_batch, context, per_seq, absl::GetFlag(FLAGS_profile_prompt));
 
   // Bytes a decode step must read (per rank at tp > 1): every weight except the embedding table, in the
   // format it is stored in (quantized rows with their scales), plus the KV cache.

@@ -23,6 +23,7 @@
 #include "runtime/cuda_step.h"
 #include "runtime/memory_check.h"
 #include "runtime/quant_storage.h"
+#include "runtime/step_profile.h"
 #include "runtime/weights.h"
 
 namespace ag::runtime {
@@ -701,8 +702,18 @@ absl::Status CudaBackend::RunProgram(absl::string_view name, const StepBatch& ba
   for (const auto& [input, offset] : vision_offsets_) StageInput(batch, input, host + offset);
   CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(vision_inputs_.get(), host, vision_inputs_bytes_, cudaMemcpyHostToDevice, stream_));
   // Eager: a vision step's shapes change with every image, and its kernels are long next to launches.
+  // AUTOGLM_PROFILE_PROGRAMS=1: an event between steps, their times summed by kind onto stderr.
+  std::vector<cudaEvent_t> events;
+  if (ProfilePrograms()) {
+    ASSIGN_OR_RETURN(events, CreateEvents(program->steps.size() + 1));
+  }
   RETURN_IF_ERROR(LaunchProgram(*program, vision_arena_.get(), static_cast<char*>(vision_inputs_.get()),
-                                vision_offsets_, batch, /*context_bucket=*/0, /*nvtx=*/true, nullptr));
+                                vision_offsets_, batch, /*context_bucket=*/0, /*nvtx=*/true,
+                                events.empty() ? nullptr : &events));
+  if (!events.empty()) {
+    ASSIGN_OR_RETURN(const std::vector<double> us, EventIntervals(events));
+    PrintStepProfile(*program, us, stderr);
+  }
   const int index = program->FindOutput(output);
   if (index < 0) return absl::NotFoundError(absl::StrCat(name, " has no output ", output));
   ASSIGN_OR_RETURN(const int64_t elements, program->outputs[index].type.NumElements(bindings));
@@ -719,28 +730,10 @@ absl::StatusOr<std::vector<double>> CudaBackend::ProfileExecute(const StepBatch&
   // Tensor-parallel ranks call from their own threads: the device is per thread.
   CUDA_RETURN_IF_ERROR(cudaSetDevice(options_.device));
   ASSIGN_OR_RETURN(const int64_t bucket, PrepareStep(batch));
-  std::vector<cudaEvent_t> events(plan_->decoder().steps.size() + 1, nullptr);
-  absl::Status status = absl::OkStatus();
-  for (cudaEvent_t& e : events) {
-    const cudaError_t created = cudaEventCreate(&e);
-    if (created != cudaSuccess && status.ok()) status = absl::InternalError(cudaGetErrorString(created));
-  }
-  if (status.ok()) status = LaunchSteps(batch, bucket, /*nvtx=*/true, &events);
-  std::vector<double> us;
-  if (status.ok()) {
-    const cudaError_t done = cudaEventSynchronize(events.back());
-    if (done != cudaSuccess) status = absl::InternalError(cudaGetErrorString(done));
-  }
-  for (size_t i = 0; status.ok() && i + 1 < events.size(); ++i) {
-    float ms = 0;
-    const cudaError_t e = cudaEventElapsedTime(&ms, events[i], events[i + 1]);
-    if (e != cudaSuccess) status = absl::InternalError(cudaGetErrorString(e));
-    us.push_back(ms * 1e3);
-  }
-  for (cudaEvent_t e : events) {
-    if (e != nullptr) cudaEventDestroy(e);
-  }
-  RETURN_IF_ERROR(status);
+  ASSIGN_OR_RETURN(std::vector<cudaEvent_t> events, CreateEvents(plan_->decoder().steps.size() + 1));
+  const absl::Status launched = LaunchSteps(batch, bucket, /*nvtx=*/true, &events);
+  absl::StatusOr<std::vector<double>> us = EventIntervals(events);  // destroys the events either way
+  RETURN_IF_ERROR(launched);
   return us;
 }
 
