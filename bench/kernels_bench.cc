@@ -122,7 +122,7 @@ const Shape kShapes[] = {
 
 // Our linear kernel (GEMV at m = 1, skinny tensor-core kernel to 64, GEMM above: wgmma on Hopper,
 // or the mma.sync GEMM when `mma_sync`) on shape `index`, m rows.
-enum class LinearMode { kOurs, kMmaSync, kNormApart };
+enum class LinearMode { kOurs, kMmaSync, kNormApart, kWgmma };
 
 void LinearBench(benchmark::State& state, LinearMode mode) {
   const bool mma_sync = mode == LinearMode::kMmaSync;
@@ -175,10 +175,15 @@ void LinearBench(benchmark::State& state, LinearMode mode) {
           q.norm_w = nullptr;
           return ag::cuda::LaunchLinear(q, nullptr);
         }
+        if (mode == LinearMode::kWgmma) return ag::cuda::LaunchGemm(p, nullptr);
         return mma_sync ? ag::cuda::LaunchGemmMmaSync(p, nullptr) : ag::cuda::LaunchLinear(p, nullptr);
       },
       static_cast<double>(s.n * s.k * 2 + m * s.k * 2 + m * s.n * 2), 2.0 * m * s.n * s.k);
-  state.SetLabel(std::string(mma_sync ? "mma.sync " : mode == LinearMode::kNormApart ? "norm apart " : "") + s.name);
+  state.SetLabel(std::string(mma_sync                          ? "mma.sync "
+                             : mode == LinearMode::kNormApart ? "norm apart "
+                             : mode == LinearMode::kWgmma     ? "wgmma GEMM "
+                                                              : "") +
+                 s.name);
   for (void* q : {static_cast<void*>(x), static_cast<void*>(norm), static_cast<void*>(bias), static_cast<void*>(y),
                   static_cast<void*>(scratch), static_cast<void*>(kc), static_cast<void*>(vc), static_cast<void*>(pos),
                   static_cast<void*>(slots)}) {
@@ -236,6 +241,8 @@ void BM_Linear(benchmark::State& state) { LinearBench(state, LinearMode::kOurs);
 void BM_GemmMmaSync(benchmark::State& state) { LinearBench(state, LinearMode::kMmaSync); }
 // The projections with a norm prologue, the norm in a launch of its own instead: is folding it worth it?
 void BM_LinearNormApart(benchmark::State& state) { LinearBench(state, LinearMode::kNormApart); }
+// The wgmma GEMM at the skinny kernel's batches (16-64 rows): would it stream the weights faster?
+void BM_GemmSmallM(benchmark::State& state) { LinearBench(state, LinearMode::kWgmma); }
 
 void LinearArgs(benchmark::internal::Benchmark* b) {
   for (int shape = 0; shape < 5; ++shape) {
@@ -256,6 +263,12 @@ void NormApartArgs(benchmark::internal::Benchmark* b) {
     for (int m : {2, 8, 16, 32, 64, 512}) b->Args({shape, m});
   }
 }
+void SmallMArgs(benchmark::internal::Benchmark* b) {
+  for (int shape = 0; shape < 5; ++shape) {
+    for (int m : {16, 32, 64}) b->Args({shape, m});
+  }
+}
+BENCHMARK(BM_GemmSmallM)->Apply(SmallMArgs)->UseManualTime()->Iterations(kIterations)->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_LinearNormApart)
     ->Apply(NormApartArgs)
     ->UseManualTime()
