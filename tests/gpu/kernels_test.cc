@@ -404,7 +404,8 @@ TEST(GpuKernels, PagedAttention) {
   for (int64_t block : {1, 16}) {
     CheckAttention(6, 2, 16, block);    // groups of 3
     CheckAttention(12, 4, 32, block);   // groups of 3
-    CheckAttention(32, 2, 128, block);  // GLM-4-9B's geometry
+    CheckAttention(32, 2, 128, block);  // GLM-4-9B's geometry: the grouped-query kernel (attention_gqa.cu)
+    CheckAttention(16, 4, 64, block);   // groups of 4 at head_dim 64: the grouped-query kernel, 12 rows empty
     CheckAttention(5, 5, 64, block);    // no grouping
   }
 }
