@@ -118,10 +118,11 @@ __device__ __forceinline__ void PrefetchL2(const void* p) {
   asm volatile("prefetch.global.L2 [%0];\n" ::"l"(p));
 }
 
-// False when the environment variable is "0": how a feature is switched off (AUTOGLM_PDL, AUTOGLM_WGMMA).
+// False when the environment variable is "0": how a feature is switched off (AUTOGLM_WGMMA, ...).
 bool SwitchedOn(const char* variable);
 
-// False when AUTOGLM_PDL=0 (kernels then launch plainly, one after the other).
+// True only when AUTOGLM_PDL=1 (measured slower on the H200: common.cu); otherwise kernels launch
+// plainly, one after the other (their griddepcontrol instructions are then no-ops).
 bool ProgrammaticLaunch();
 
 // Launches `kernel` with programmatic stream serialization (when enabled), in
