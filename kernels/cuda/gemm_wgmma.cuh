@@ -14,10 +14,9 @@
 // empty splits K over a cluster summed through distributed shared memory
 // (SplitWgmmaK), and StorePair applies the op's epilogue.
 //
-// A linear with an RMSNorm prologue takes a fourth warpgroup (WgmmaGemmKernel<kE, true>) that
-// turns each of x's tiles into bf16(norm_w * x) in shared memory and sums its rows' squares; the
-// epilogue scales each row by rsqrt(mean + eps) (the skinny kernel's arithmetic), so no launch
-// normalises x into a scratch first.
+// A linear with an RMSNorm prologue gets x normalised into the scratch by a launch of its own
+// first: a fourth warpgroup normalising x's tiles in shared memory made the GEMM half as fast
+// (linear_split.h's measurements) and was taken out.
 //
 // AUTOGLM_WGMMA=0 sends every GEMM to the mma.sync kernel instead.
 #ifndef AUTOGLM_KERNELS_CUDA_GEMM_WGMMA_CUH_
@@ -37,17 +36,13 @@ namespace ag::cuda {
 
 constexpr int kWgBM = 128, kWgBN = 128, kWgBK = 64;  // a k-tile row is 128 bytes: one swizzle atom wide
 constexpr int kWgStages = 5;
-constexpr int kWgThreads = 384;      // producer + two consumer warpgroups
-constexpr int kWgNormThreads = 512;  // ... and one normalising x's tiles (a linear's RMSNorm prologue)
+constexpr int kWgThreads = 384;  // producer + two consumer warpgroups
 constexpr int kWgTileLd = kWgBN + 4;
 constexpr size_t kWgStageBytes = sizeof(bf16) * (kWgBM + kWgBN) * kWgBK;
 // Stages, then the barriers; 1 KB of slack to align the stages to the swizzle's 1024-byte period.
 constexpr size_t kWgSmemBytes = 1024 + kWgStages * kWgStageBytes + 2 * kWgStages * sizeof(uint64_t);
-// With the norm: a third barrier a stage (`ready`: the normalising warpgroup is done with x's tile).
-constexpr size_t kWgNormSmemBytes = kWgSmemBytes + kWgStages * sizeof(uint64_t);
 static_assert(kWgStages * kWgStageBytes >= sizeof(float) * kWgBM * kWgTileLd, "the epilogue tile reuses the stages");
 static_assert(kWgBM == kWgBN, "x's and W's boxes, half a stage each");
-static_assert(kWgTileLd >= kWgBN + 3, "a row's sum of squares, a zero and its scale beside its columns");
 
 // d (64 x 128 fp32, 64 registers a thread) += A (64 x 16) B (16 x 128), both K-major in shared memory.
 __device__ __forceinline__ void Wgmma64x128(float* d, uint64_t desc_a, uint64_t desc_b) {
@@ -127,58 +122,16 @@ __device__ __forceinline__ void StoreWgmmaAccumulators(const float* d, int half,
   }
 }
 
-// Thread r of the normalising warpgroup (a linear with an RMSNorm prologue): row r of each of x's
-// k-tiles, in place, becomes bf16(norm_w * x) -- the skinny kernel's operand: the row's scale
-// rsqrt(mean(x^2) + eps) commutes with the product and is applied to the sums at the end --
-// fenced for the async proxy and announced on `ready`. Returns the sum of the squares of the
-// row's x over the block's k range (the epilogue adds the cluster's ranks).
-__device__ __forceinline__ float NormalizeTiles(const LinearParams& p, int64_t k_begin, int tiles,
-                                                unsigned char* a_stages, uint64_t* full, uint64_t* ready) {
-  const int r = static_cast<int>(threadIdx.x % 128);
-  float squares = 0.0f;
-  for (int t = 0; t < tiles; ++t) {
-    const int s = t % kWgStages;
-    const int64_t k0 = k_begin + static_cast<int64_t>(t) * kWgBK;
-    Bf16x8 w[kWgBK / 8];  // the norm's weights of the tile: in flight during the wait
-#pragma unroll
-    for (int c = 0; c < kWgBK / 8; ++c) {
-      if (k0 + 8 * c < p.k) w[c] = Load8(p.norm_w + k0 + 8 * c);
-    }
-    BarrierWait(&full[s], (t / kWgStages) & 1);
-    unsigned char* tile = a_stages + static_cast<size_t>(s) * kWgBM * kWgBK * sizeof(bf16);
-#pragma unroll
-    for (int c = 0; c < kWgBK / 8; ++c) {
-      if (k0 + 8 * c >= p.k) continue;  // past K: TMA's zeros stay zeros
-      Bf16x8* chunk = reinterpret_cast<Bf16x8*>(tile + TileChunkOffset(r, c));
-      Bf16x8 x8 = *chunk;
-      float v[8];
-      ToFloat8(x8, v);
-#pragma unroll
-      for (int i = 0; i < 8; ++i) squares += v[i] * v[i];
-#pragma unroll
-      for (int i = 0; i < 4; ++i) x8.h[i] = __hmul2(x8.h[i], w[c].h[i]);
-      *chunk = x8;
-    }
-    FenceSharedForAsyncProxy();
-    BarrierArrive(&ready[s]);
-  }
-  return squares;
-}
-
-// kNorm: the linear's RMSNorm prologue applied in the kernel (a fourth warpgroup, NormalizeTiles)
-// instead of by a launch normalising x into the scratch first.
-template <Epilogue kE, bool kNorm>
-__global__ void __launch_bounds__(kNorm ? kWgNormThreads : kWgThreads, 1)
+template <Epilogue kE>
+__global__ void __launch_bounds__(kWgThreads, 1)
     WgmmaGemmKernel(LinearParams p, const __grid_constant__ CUtensorMap a_map, const __grid_constant__ CUtensorMap w_map,
                     int64_t k_per_rank) {
-  constexpr int kThreads = kNorm ? kWgNormThreads : kWgThreads;
   extern __shared__ __align__(16) unsigned char wg_smem_raw[];
   unsigned char* smem = wg_smem_raw + ((1024 - SmemAddress(wg_smem_raw) % 1024) % 1024);
   bf16* a_stages = reinterpret_cast<bf16*>(smem);                    // [kWgStages][kWgBM][kWgBK]
   bf16* b_stages = a_stages + kWgStages * kWgBM * kWgBK;             // [kWgStages][kWgBN][kWgBK]
   uint64_t* full = reinterpret_cast<uint64_t*>(smem + kWgStages * kWgStageBytes);
   uint64_t* empty = full + kWgStages;
-  uint64_t* ready = empty + kWgStages;  // kNorm only
   namespace cg = cooperative_groups;
   const cg::cluster_group cluster = cg::this_cluster();
   const int rank = static_cast<int>(cluster.block_rank());
@@ -188,9 +141,8 @@ __global__ void __launch_bounds__(kNorm ? kWgNormThreads : kWgThreads, 1)
   const int tiles = k_end > k_begin ? static_cast<int>((k_end - k_begin + kWgBK - 1) / kWgBK) : 0;
   if (threadIdx.x == 0) {
     for (int s = 0; s < kWgStages; ++s) {
-      BarrierInit(&full[s], 1);                // the producer's expect-bytes arrival
-      BarrierInit(&empty[s], 2 * 128);         // every consumer thread
-      if (kNorm) BarrierInit(&ready[s], 128);  // every normalising thread
+      BarrierInit(&full[s], 1);         // the producer's expect-bytes arrival
+      BarrierInit(&empty[s], 2 * 128);  // every consumer thread
     }
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
   }
@@ -199,29 +151,20 @@ __global__ void __launch_bounds__(kNorm ? kWgNormThreads : kWgThreads, 1)
   WaitForPreviousKernel();  // A is the previous kernel's output
 
   auto tile = reinterpret_cast<float (*)[kWgTileLd]>(smem);  // the output tile, over the stages at the end
-  float squares = 0.0f;  // the normalising thread's row
   if (wg == 0) {
     if (threadIdx.x == 0) {
       ProduceTiles<kWgStages>(reinterpret_cast<unsigned char*>(a_stages), reinterpret_cast<unsigned char*>(b_stages),
                               kWgStageBytes / 2, &a_map, &w_map, k_begin, kWgBK, tiles, block_m, block_n, full, empty);
     }
-  } else if (kNorm && wg == 3) {
-    squares = NormalizeTiles(p, k_begin, tiles, reinterpret_cast<unsigned char*>(a_stages), full, ready);
   } else {
     float d[64] = {};  // only in the consumers: live across another warpgroup's loop it would cost its registers
-    ConsumeTiles<kWgStages>(d, a_stages, b_stages, tiles, wg - 1, full, kNorm ? ready : nullptr, empty);
+    ConsumeTiles<kWgStages>(d, a_stages, b_stages, tiles, wg - 1, full, nullptr, empty);
     // Both consumers past their last wgmma: every stage has been read, so the stages become the tile.
     asm volatile("bar.sync 1, 256;\n" ::: "memory");
     StoreWgmmaAccumulators(d, wg - 1, warp_in_wg, lane, tile);
   }
   __syncthreads();
-  if constexpr (kNorm) {  // each row's sum of squares beside its columns, for the cluster's sum
-    if (wg == 3) {
-      tile[threadIdx.x % 128][kWgBN] = squares;
-      tile[threadIdx.x % 128][kWgBN + 1] = 0.0f;
-    }
-  }
-  StoreClusterTile<kE, kWgBM, kWgBN, kThreads, kNorm>(p, cluster, &tile[0][0], kWgTileLd, block_m, block_n, p.n);
+  StoreClusterTile<kE, kWgBM, kWgBN, kWgThreads>(p, cluster, &tile[0][0], kWgTileLd, block_m, block_n, p.n);
 }
 
 // Host side (gemm_wgmma.cu): whether the wgmma GEMM may take a launch (a Hopper device,
@@ -230,19 +173,19 @@ __global__ void __launch_bounds__(kNorm ? kWgNormThreads : kWgThreads, 1)
 bool WgmmaGemmUsable(const LinearParams& p, const bf16* a);
 cudaError_t EncodeTileMap(const bf16* matrix, int64_t rows, int64_t k, CUtensorMap* map);
 
-template <Epilogue kE, bool kNorm = false>
+template <Epilogue kE>
 cudaError_t LaunchWgmmaTiles(const LinearParams& p, const bf16* a, cudaStream_t stream) {
-  constexpr size_t kSmem = kNorm ? kWgNormSmemBytes : kWgSmemBytes;
+  constexpr size_t kSmem = kWgSmemBytes;
   CUtensorMap a_map, w_map;
   cudaError_t e = EncodeTileMap(a, p.m, p.k, &a_map);
   if (e == cudaSuccess) e = EncodeTileMap(p.w, p.n, p.k, &w_map);
-  if (e == cudaSuccess) e = AllowLargeSharedMemory<WgmmaGemmKernel<kE, kNorm>, kSmem>();
+  if (e == cudaSuccess) e = AllowLargeSharedMemory<WgmmaGemmKernel<kE>, kSmem>();
   if (e != cudaSuccess) return e;
   const int sms = MultiprocessorCount();
   const KSplit split = SplitWgmmaK(p.m, p.n, p.k, sms > 0 ? sms : 132);
   const dim3 grid(static_cast<unsigned>((p.n + kWgBN - 1) / kWgBN), static_cast<unsigned>((p.m + kWgBM - 1) / kWgBM),
                   static_cast<unsigned>(split.ranks));
-  return LaunchKernelInCluster(WgmmaGemmKernel<kE, kNorm>, grid, dim3(kNorm ? kWgNormThreads : kWgThreads), kSmem,
+  return LaunchKernelInCluster(WgmmaGemmKernel<kE>, grid, dim3(kWgThreads), kSmem,
                                stream, dim3(1, 1, static_cast<unsigned>(split.ranks)), p, a_map, w_map, split.k_per_rank);
 }
 

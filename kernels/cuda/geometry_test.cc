@@ -652,39 +652,6 @@ TEST(QuantGemmLayout, DequantizingThreadsPlaceEveryCodeWhereWgmmaReadsIt) {
   }
 }
 
-// The wgmma GEMM's normalising warpgroup (gemm_wgmma.cuh, NormalizeTiles): thread r rewrites row r
-// of x's k-tile in place through TileChunkOffset, where TMA put it; wgmma must then read
-// norm_w * x at every (row, input), and each thread's sum of squares must be its row's.
-TEST(QuantGemmLayout, NormalizingThreadsScaleEveryInputWhereWgmmaReadsIt) {
-  std::mt19937 rng(9);
-  std::vector<float> x(kQuantGemmBM * kQuantGemmBK), w(kQuantGemmBK);
-  for (float& v : x) v = static_cast<float>(static_cast<int>(rng() % 9) - 4);
-  for (float& v : w) v = static_cast<float>(1 + rng() % 3);
-  std::vector<float> stage(kQuantGemmBM * kQuantGemmBK, NAN);  // by bf16 slot
-  for (int r = 0; r < kQuantGemmBM; ++r) {                      // TMA: 128-byte rows, swizzled
-    for (int k = 0; k < kQuantGemmBK; ++k) stage[SwizzledOffset(r * 128 + 2 * k, 128) / 2] = x[r * kQuantGemmBK + k];
-  }
-  for (int r = 0; r < kQuantGemmBM; ++r) {  // thread r
-    float squares = 0.0f;
-    for (int c = 0; c < kQuantGemmBK / 8; ++c) {
-      float* chunk = &stage[TileChunkOffset(r, c) / 2];
-      for (int e = 0; e < 8; ++e) {
-        squares += chunk[e] * chunk[e];
-        chunk[e] *= w[8 * c + e];
-      }
-    }
-    float want = 0.0f;
-    for (int k = 0; k < kQuantGemmBK; ++k) want += x[r * kQuantGemmBK + k] * x[r * kQuantGemmBK + k];
-    ASSERT_EQ(squares, want) << "row " << r;
-  }
-  for (int nn = 0; nn < kQuantGemmBM; ++nn) {  // wgmma's view of the K-major SW128 tile
-    for (int kk = 0; kk < kQuantGemmBK; ++kk) {
-      const int byte = (nn / 8) * 1024 + (nn % 8) * 128 + (((2 * kk) / 16) ^ (nn % 8)) * 16 + (2 * kk) % 16;
-      ASSERT_EQ(stage[byte / 2], w[kk] * x[nn * kQuantGemmBK + kk]) << "row " << nn << " input " << kk;
-    }
-  }
-}
-
 // Every format's ring fits the 227 KB a block may take with its barriers and alignment slack, deep
 // enough to cover TMA's latency; tiles stay on 1024-byte boundaries (the swizzles are offsets);
 // the epilogue's fp32 tile fits over the x stages. Act-order segments are not taken.

@@ -50,30 +50,17 @@ __device__ __forceinline__ float2 ClusterSum2(const cooperative_groups::cluster_
 // The GEMMs' ending: each block of the cluster holds its fp32 partial tile [kRows][ld] in shared
 // memory; the cluster sums the tiles (each block finishing a share of the output pairs) and stores
 // them through the op's epilogue, columns below n_end (p.n, or a quantized segment's end).
-// kRowNorm: column kCols of each row holds the block's sum of the row's squares (a zero beside
-// it); the row's sums are scaled by rsqrt(total / k + eps), the norm prologue's scale.
-template <Epilogue kE, int kRows, int kCols, int kThreads, bool kRowNorm = false>
+template <Epilogue kE, int kRows, int kCols, int kThreads>
 __device__ __forceinline__ void StoreClusterTile(const LinearParams& p, const cooperative_groups::cluster_group& cluster,
                                                  float* tile, int ld, int64_t block_m, int64_t block_n,
                                                  int64_t n_end) {
   const int rank = static_cast<int>(cluster.block_rank()), ranks = static_cast<int>(cluster.num_blocks());
   cluster.sync();  // every tile of the cluster is complete
-  if constexpr (kRowNorm) {  // each row's scale, once, into column kCols + 2 (read by this block only)
-    for (int row = static_cast<int>(threadIdx.x); row < kRows; row += kThreads) {
-      const float squares = ClusterSum2(cluster, tile, row * ld + kCols).x;
-      tile[row * ld + kCols + 2] = rsqrtf(squares / static_cast<float>(p.k) + p.eps);
-    }
-    __syncthreads();
-  }
   for (int i = rank * kThreads + static_cast<int>(threadIdx.x); i < kRows * kCols / 2; i += ranks * kThreads) {
     const int row = i / (kCols / 2), col = 2 * (i % (kCols / 2));
     const int64_t m = block_m + row, n = block_n + col;
     if (m >= p.m || n >= n_end) continue;
-    float2 sum = ClusterSum2(cluster, tile, row * ld + col);
-    if constexpr (kRowNorm) {
-      sum.x *= tile[row * ld + kCols + 2];
-      sum.y *= tile[row * ld + kCols + 2];
-    }
+    const float2 sum = ClusterSum2(cluster, tile, row * ld + col);
     StorePair<kE>(p, m, n, sum.x, sum.y);
   }
   cluster.sync();  // peers may still be reading this block's tile
