@@ -39,9 +39,15 @@ cudaError_t Dispatch(const LinearParams& p, cudaStream_t stream, LinearPath path
 }  // namespace
 
 cudaError_t LaunchLinear(const LinearParams& p, cudaStream_t stream) {
-  const LinearPath path = p.m <= kGemvMaxRows    ? LinearPath::kGemv
-                          : p.m <= kSkinnyMaxRows ? LinearPath::kSkinny
-                                                  : LinearPath::kGemm;
+  LinearPath path = p.m <= kGemvMaxRows    ? LinearPath::kGemv
+                    : p.m <= kSkinnyMaxRows ? LinearPath::kSkinny
+                                            : LinearPath::kGemm;
+  // 33-64 rows: the wgmma GEMM where it runs (linear_split.h's measurements); the mma.sync one is
+  // not measured against the skinny kernel there.
+  if (path == LinearPath::kSkinny && p.m > kSkinnyPreferredMaxRows &&
+      WgmmaGemmUsable(p, p.norm_w != nullptr ? p.scratch : p.x)) {
+    path = LinearPath::kGemm;
+  }
   return Dispatch(p, stream, path);
 }
 cudaError_t LaunchGemv(const LinearParams& p, cudaStream_t stream) { return Dispatch(p, stream, LinearPath::kGemv); }

@@ -11,6 +11,13 @@ namespace ag::cuda {
 // Rows of x up to which the GEMV path runs, and the skinny tensor-core path; the GEMM above.
 inline constexpr int64_t kGemvMaxRows = 1;
 inline constexpr int64_t kSkinnyMaxRows = 64;
+// Rows past which LaunchLinear sends a skinny batch to the wgmma GEMM where Hopper's runs: its
+// 128-row tiles waste rows but stream the weights faster. Measured on the H200 (2026-12-04,
+// BM_GemmSmallM against BM_Linear, GLM-4-9B's projections, norm launches included): at 64 rows
+// gate/up 97.0 us against 136.6, down 59.9 against 96.0, o_proj 27.6 against 36.2, QKV 30.8
+// against 39.2, the LM head 409 against 576; at 32 rows the skinny kernel wins but for down (gate/up
+// 99.1 against 115.2, the LM head 466 against 562, down 73.4 against 62.9).
+inline constexpr int64_t kSkinnyPreferredMaxRows = 32;
 // Rows of x up to which the skinny kernel applies an RMSNorm prologue itself (linear_skinny.cuh);
 // more rows, and the GEMMs, take x normalised into the scratch by a launch of its own. Measured on
 // the H200 (2026-12-04, BM_Linear against BM_LinearNormApart, GLM-4-9B's normed projections): in
