@@ -58,15 +58,8 @@ TEST_P(Bf16Golden, PlanStaysNearTransformers) {
     options.build.dtype = ir::DType::kBF16;
     options.build.max_batch_tokens = 128;
     const testing::Generation out = testing::FixtureRunner(fixture, options).Run({c})[0];
-    size_t same = 0;
-    while (same < out.tokens.size() && same < c.new_tokens.size() && out.tokens[same] == c.new_tokens[same]) ++same;
-    const size_t rows = c.input_ids.size() + same;
-    std::vector<float> got, want;
-    for (size_t r = 0; r < rows && r < out.logits.size(); ++r) {
-      got.insert(got.end(), out.logits[r].begin(), out.logits[r].end());
-      want.insert(want.end(), c.logits[r].begin(), c.logits[r].end());
-    }
-    const double err = testing::RelativeError(got, want);
+    const size_t same = testing::CommonPrefix(out.tokens, c.new_tokens), rows = c.input_ids.size() + same;
+    const double err = testing::RelativeError(testing::Rows(out.logits, rows), testing::Rows(c.logits, rows));
     EXPECT_LE(err, GetParam().bound) << fixture;
     std::printf("%s bf16 on the cpu: %zu/%zu tokens as golden, relative logits error %.4f over %zu rows\n",
                 fixture.c_str(), same, c.new_tokens.size(), err, rows);

@@ -27,9 +27,11 @@
 namespace ag {
 namespace {
 
+using testing::CommonPrefix;
 using testing::FixtureRunner;
 using testing::Generation;
 using testing::GoldenCase;
+using testing::Rows;
 
 compiler::CompileOptions Bf16Options() {
   compiler::CompileOptions options;
@@ -43,20 +45,6 @@ std::unique_ptr<runtime::Backend> Gpu(bool graphs = true, bool embedding_on_host
   options.use_graphs = graphs;
   options.embedding_on_host = embedding_on_host;
   return std::move(*runtime::CreateCudaBackend(options));
-}
-
-// Flattened logits rows [0, rows).
-std::vector<float> Rows(const std::vector<std::vector<float>>& logits, size_t rows) {
-  std::vector<float> flat;
-  for (size_t r = 0; r < rows && r < logits.size(); ++r) flat.insert(flat.end(), logits[r].begin(), logits[r].end());
-  return flat;
-}
-
-// Number of new tokens equal to `want` before the first difference.
-size_t CommonPrefix(const std::vector<int32_t>& got, const std::vector<int32_t>& want) {
-  size_t i = 0;
-  while (i < got.size() && i < want.size() && got[i] == want[i]) ++i;
-  return i;
 }
 
 // The golden comparison's rows: the prompt's, then each new token's up to and including the first

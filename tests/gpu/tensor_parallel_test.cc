@@ -202,18 +202,10 @@ TEST(GpuTensorParallel, FixtureOverNcclMatchesOneGpu) {
     for (size_t i = 0; i < cases.size(); ++i) {
       // The sums round differently (a partial product is stored in bf16 before the
       // all-reduce), so a token may differ only where golden's top-2 gap is tiny.
-      size_t same = 0;
-      while (same < got[i].tokens.size() && same < expected[i].tokens.size() &&
-             got[i].tokens[same] == expected[i].tokens[same]) {
-        ++same;
-      }
+      const size_t same = testing::CommonPrefix(got[i].tokens, expected[i].tokens);
       const size_t p = cases[i].input_ids.size();
-      std::vector<float> a, b, golden;
-      for (size_t r = 0; r < p + same && r < got[i].logits.size(); ++r) {
-        a.insert(a.end(), got[i].logits[r].begin(), got[i].logits[r].end());
-        b.insert(b.end(), expected[i].logits[r].begin(), expected[i].logits[r].end());
-        golden.insert(golden.end(), cases[i].logits[r].begin(), cases[i].logits[r].end());
-      }
+      const std::vector<float> a = testing::Rows(got[i].logits, p + same), b = testing::Rows(expected[i].logits, p + same),
+                               golden = testing::Rows(cases[i].logits, p + same);
       if (same < cases[i].new_tokens.size()) {
         EXPECT_LE(cases[i].top1_top2_gap[p - 1 + same], testing::SureGap(testing::RelativeError(a, golden), cases[i], p + same))
             << "tp " << tp << " request " << i << " token " << same;

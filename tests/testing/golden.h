@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstdlib>
 #include <fstream>
 #include <string>
@@ -21,6 +22,20 @@ inline double RelativeError(const std::vector<float>& got, const std::vector<flo
     den += double{want[i]} * want[i];
   }
   return std::sqrt(num / std::max(den, 1e-30));
+}
+
+// Flattened logits rows [0, rows) (fewer where `logits` has fewer).
+inline std::vector<float> Rows(const std::vector<std::vector<float>>& logits, size_t rows) {
+  std::vector<float> flat;
+  for (size_t r = 0; r < rows && r < logits.size(); ++r) flat.insert(flat.end(), logits[r].begin(), logits[r].end());
+  return flat;
+}
+
+// Number of new tokens equal to `want` before the first difference.
+inline size_t CommonPrefix(const std::vector<int32_t>& got, const std::vector<int32_t>& want) {
+  size_t i = 0;
+  while (i < got.size() && i < want.size() && got[i] == want[i]) ++i;
+  return i;
 }
 
 inline std::string TestDataDir() {
