@@ -2,7 +2,6 @@
 #include <cfloat>
 
 #include "kernels/cuda/attention.cuh"
-#include "kernels/cuda/attention_gqa.cuh"
 #include "kernels/cuda/attention_impl.cuh"
 #include "kernels/cuda/attention_plan.h"
 #include "kernels/cuda/common.cuh"
@@ -83,9 +82,6 @@ cudaError_t LaunchPagedAttention(const bf16* q, const AttentionShape& shape, con
   const int64_t group = shape.heads / cache.kv_heads;
   const AttentionGeometry geo = PlanAttention(shape.tokens, cache.kv_heads, group, shape.max_context, MultiprocessorCount());
   const bool gqa = GqaDecodeTakes(D, group, cache.code);
-  GqaDecodeParams gp{q, out, cache, seqs, static_cast<int>(shape.heads), static_cast<int>(group), static_cast<int>(D),
-                     geo.slices, geo.slice_keys, 1.4426950408889634f / sqrtf(static_cast<float>(D)), workspace,
-                     workspace + shape.tokens * shape.heads * geo.slices * D, 0};
   Params p;
   p.q = q;
   p.cache = cache;
@@ -107,8 +103,7 @@ cudaError_t LaunchPagedAttention(const bf16* q, const AttentionShape& shape, con
     const unsigned rows = static_cast<unsigned>(RowChunkSize(shape.tokens, chunk));
     cudaError_t e;
     if (gqa) {  // one block a (slice, KV head, row): every query head of the group
-      gp.row_base = p.row_base;
-      e = LaunchGqaDecode(gp, dim3(static_cast<unsigned>(geo.slices), static_cast<unsigned>(cache.kv_heads), rows),
+      e = LaunchGqaDecode(p, dim3(static_cast<unsigned>(geo.slices), static_cast<unsigned>(cache.kv_heads), rows),
                           stream);
     } else {
       const dim3 grid(static_cast<unsigned>(geo.slices), static_cast<unsigned>(cache.kv_heads * geo.head_chunks), rows);

@@ -12,21 +12,23 @@
 // through shared memory (cp.async, two stages), and warp w takes keys 16w..16w+15
 // of each tile with the flash kernel's arithmetic (flash_softmax.cuh). The four
 // warps' running maxima, sums and O then merge through shared memory.
+#include <algorithm>
 #include <cfloat>
 
 #include "kernels/cuda/attention.cuh"
-#include "kernels/cuda/attention_gqa.cuh"
-#include "kernels/cuda/attention_impl.cuh"  // SequenceOf
+#include "kernels/cuda/attention_impl.cuh"  // Params, SequenceOf
 #include "kernels/cuda/attention_plan.h"
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/flash_softmax.cuh"
 #include "kernels/cuda/mma.cuh"
 #include "kernels/cuda/mma_layout.h"
 
-namespace ag::cuda {
+namespace ag::cuda::attention_detail {
 namespace {
 
-constexpr int kThreads = 128;  // 4 warps, 16 keys of each tile apiece
+// Fewer query heads a KV head leave most of the 16 mma rows empty: the slice kernel takes them.
+constexpr int64_t kGqaMinGroup = 4;
+constexpr int kGqaThreads = 128;  // 4 warps, 16 keys of each tile apiece
 constexpr int kKeys = 64;      // keys a tile
 constexpr int kRows = 16;      // mma rows: the group's query heads, zeros past them
 constexpr int kPad = 8;        // bf16 of padding a shared row: ldmatrix's rows in distinct banks
@@ -36,12 +38,12 @@ constexpr size_t GqaSmemBytes() {
   // Q [16][kD + kPad], two stages of K and V [64][kD + kPad]; the merge reuses the stages:
   // O [4 warps][16][kD] fp32, then each warp's row maxima and sums [4][16][2].
   constexpr size_t tiles = sizeof(bf16) * (kRows + 4 * kKeys) * (kD + kPad);
-  constexpr size_t merge = sizeof(float) * (4 * kRows * kD + 4 * kRows * 2);
-  return tiles > merge + sizeof(bf16) * kRows * (kD + kPad) ? tiles : merge + sizeof(bf16) * kRows * (kD + kPad);
+  constexpr size_t merge = sizeof(bf16) * kRows * (kD + kPad) + sizeof(float) * (4 * kRows * kD + 4 * kRows * 2);
+  return std::max(tiles, merge);
 }
 
 template <int kD>
-__global__ void __launch_bounds__(kThreads) GqaDecodeKernel(GqaDecodeParams p) {
+__global__ void __launch_bounds__(kGqaThreads) GqaDecodeKernel(Params p) {
   constexpr int kLd = kD + kPad, kPieces = kD / 8, kOutTiles = kD / 8;
   extern __shared__ __align__(16) unsigned char gqa_smem[];
   bf16* qs = reinterpret_cast<bf16*>(gqa_smem);  // [kRows][kLd]
@@ -50,6 +52,7 @@ __global__ void __launch_bounds__(kThreads) GqaDecodeKernel(GqaDecodeParams p) {
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t4 = lane % 4;
   AllowNextKernel();
   WaitForPreviousKernel();
+  const float scale_log2 = p.scale * 1.4426950408889634f;  // log2(e): the softmax in base 2
 
   const int slice = blockIdx.x, kv_head = blockIdx.y;
   const int64_t t = p.row_base + blockIdx.z;
@@ -70,7 +73,7 @@ __global__ void __launch_bounds__(kThreads) GqaDecodeKernel(GqaDecodeParams p) {
   auto load_keys = [&](int stage, int64_t base) {  // keys past the slice arrive as zeros
     bf16* kt = ks + stage * kKeys * kLd;
     bf16* vt = vs + stage * kKeys * kLd;
-    for (int i = threadIdx.x; i < kKeys * kPieces; i += kThreads) {
+    for (int i = threadIdx.x; i < kKeys * kPieces; i += kGqaThreads) {
       const int j = i / kPieces, c = (i % kPieces) * 8;
       const int64_t key = base + j;
       const bool valid = key < key_end;
@@ -79,7 +82,7 @@ __global__ void __launch_bounds__(kThreads) GqaDecodeKernel(GqaDecodeParams p) {
       CpAsync16(vt + j * kLd + c, v_cache + at, valid);
     }
   };
-  for (int i = threadIdx.x; i < kRows * kPieces; i += kThreads) {  // the group's heads, zeros past them
+  for (int i = threadIdx.x; i < kRows * kPieces; i += kGqaThreads) {  // the group's heads, zeros past them
     const int r = i / kPieces, c = (i % kPieces) * 8;
     CpAsync16(qs + r * kLd + c, q + (r < p.group ? r * kD + c : 0), r < p.group);
   }
@@ -110,7 +113,7 @@ __global__ void __launch_bounds__(kThreads) GqaDecodeKernel(GqaDecodeParams p) {
       Mma16816(sc[1], a, b + 2);
     }
     OnlineSoftmaxTile<2, kOutTiles>(&sc[0][0], &o[0][0], row_max, row_sum, key_begin + kt * kKeys + 16 * warp,
-                                    last_key, key_end, p.scale_log2, t4);
+                                    last_key, key_end, scale_log2, t4);
     // O += P V over the warp's 16 keys.
     unsigned a[4];
     ProbabilityFragment(&sc[0][0], 0, a);
@@ -187,13 +190,13 @@ __global__ void __launch_bounds__(kThreads) GqaDecodeKernel(GqaDecodeParams p) {
 }
 
 template <int kD>
-cudaError_t LaunchGqa(const GqaDecodeParams& p, dim3 grid, cudaStream_t stream) {
+cudaError_t LaunchGqa(const Params& p, dim3 grid, cudaStream_t stream) {
   constexpr size_t kSmem = GqaSmemBytes<kD>();
   if constexpr (kSmem > 48 * 1024) {
     const cudaError_t e = AllowLargeSharedMemory<GqaDecodeKernel<kD>>();
     if (e != cudaSuccess) return e;
   }
-  return LaunchKernel(GqaDecodeKernel<kD>, grid, dim3(kThreads), kSmem, stream, p);
+  return LaunchKernel(GqaDecodeKernel<kD>, grid, dim3(kGqaThreads), kSmem, stream, p);
 }
 
 }  // namespace
@@ -204,8 +207,8 @@ bool GqaDecodeTakes(int64_t head_dim, int64_t group, KvCode code) {
          group <= kRows;
 }
 
-cudaError_t LaunchGqaDecode(const GqaDecodeParams& p, dim3 grid, cudaStream_t stream) {
+cudaError_t LaunchGqaDecode(const Params& p, dim3 grid, cudaStream_t stream) {
   return p.head_dim == 128 ? LaunchGqa<128>(p, grid, stream) : LaunchGqa<64>(p, grid, stream);
 }
 
-}  // namespace ag::cuda
+}  // namespace ag::cuda::attention_detail

@@ -253,6 +253,14 @@ cudaError_t LaunchSlices(const Params& p, dim3 grid, size_t smem, cudaStream_t s
   return LaunchKernel(AttentionSliceKernel<kHPW, kCode>, grid, dim3(kThreads), smem, stream, p);
 }
 
+// Decode attention on the tensor cores for grouped-query heads (attention_gqa.cu): the group's
+// query heads as the rows of one mma, K and V read once a group; the slice kernel's slices,
+// partials and combine step. Whether it takes a launch (a bf16 cache, head_dim 64 or 128, 4-16
+// query heads a KV head; AUTOGLM_GQA_DECODE=0 switches it off), and the launch over grid
+// (slices, kv_heads, rows of this launch).
+bool GqaDecodeTakes(int64_t head_dim, int64_t group, KvCode code);
+cudaError_t LaunchGqaDecode(const Params& p, dim3 grid, cudaStream_t stream);
+
 // The slice kernels of one cache format, by heads per warp; defined in attention[_<code>].cu.
 template <KvCode kCode>
 cudaError_t LaunchSlicesFor(const Params& p, int heads_per_warp, dim3 grid, size_t smem, cudaStream_t stream);
