@@ -2,13 +2,13 @@
 
 #include <algorithm>
 #include <cctype>
-#include <cstdlib>
 #include <map>
 #include <string>
 #include <tuple>
 
 #include "absl/status/status.h"
 #include "ir/op_table.h"
+#include "kernels/cuda/switches.h"
 
 namespace ag::runtime {
 
@@ -46,10 +46,7 @@ absl::StatusOr<std::vector<double>> EventIntervals(std::vector<cudaEvent_t>& eve
   return us;
 }
 
-bool ProfilePrograms() {
-  const char* v = std::getenv("AUTOGLM_PROFILE_PROGRAMS");
-  return v != nullptr && std::string(v) == "1";
-}
+bool ProfilePrograms() { return cuda::SwitchedOnByHand("AUTOGLM_PROFILE_PROGRAMS"); }
 
 void PrintStepProfile(const compiler::Program& program, const std::vector<double>& us, std::FILE* out) {
   std::map<std::pair<std::string, std::string>, std::pair<double, int>> kinds;  // (name, kernel) -> (us, steps)

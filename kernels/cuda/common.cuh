@@ -7,6 +7,7 @@
 #include <cuda_runtime.h>
 
 #include "kernels/cuda/per_device.h"
+#include "kernels/cuda/switches.h"
 
 #include <cstdint>
 #include <utility>
@@ -117,9 +118,6 @@ __device__ __forceinline__ void WaitForPreviousKernel() {
 __device__ __forceinline__ void PrefetchL2(const void* p) {
   asm volatile("prefetch.global.L2 [%0];\n" ::"l"(p));
 }
-
-// False when the environment variable is "0": how a feature is switched off (AUTOGLM_WGMMA, ...).
-bool SwitchedOn(const char* variable);
 
 // True only when AUTOGLM_PDL=1 (measured slower on the H200: common.cu); otherwise kernels launch
 // plainly, one after the other (their griddepcontrol instructions are then no-ops).
