@@ -5,7 +5,6 @@
 #include <iterator>
 #include <optional>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -14,6 +13,7 @@
 #include "ir/status_macros.h"
 #include "kernels/cuda/quant_pack.h"
 #include "kernels/ref/half.h"
+#include "kernels/ref/parallel.h"
 #include "kernels/ref/quant.h"
 #include "models/glm/weight_map.h"
 #include "models/quant/packed.h"
@@ -124,17 +124,12 @@ absl::Status QuantizePiece(const compiler::WeightEntry& entry, const compiler::W
   zeros->resize(scales->size());
   // Rows are quantized on their own: a big matrix is split over the cores.
   const int64_t groups = spec.Groups(k);
-  const int64_t threads = std::clamp<int64_t>(std::thread::hardware_concurrency(), 1, std::max<int64_t>(1, (n * k) >> 22));
-  std::vector<char> finite(static_cast<size_t>(threads), 0);
-  auto quantize = [&](int64_t t) {
-    const int64_t begin = n * t / threads, end = n * (t + 1) / threads;
-    finite[t] = ref::QuantizeRows(w + begin * k, end - begin, k, spec, codes->data() + begin * k,
-                                  scales->data() + begin * groups, zeros->data() + begin * groups);
-  };
-  std::vector<std::thread> workers;
-  for (int64_t t = 1; t < threads; ++t) workers.emplace_back(quantize, t);
-  quantize(0);
-  for (std::thread& worker : workers) worker.join();
+  const int64_t parts = ThreadsFor(n * k, int64_t{1} << 22);
+  std::vector<char> finite(static_cast<size_t>(parts), 1);  // parts past the rows do not run
+  ParallelParts(n, parts, [&](int64_t begin, int64_t end, int64_t part) {
+    finite[part] = ref::QuantizeRows(w + begin * k, end - begin, k, spec, codes->data() + begin * k,
+                                     scales->data() + begin * groups, zeros->data() + begin * groups);
+  });
   if (std::find(finite.begin(), finite.end(), 0) != finite.end()) {
     return absl::InvalidArgumentError(absl::StrCat("weight ", entry.name, ": ", p.tensor,
                                                    " holds a NaN or an infinity; it cannot be stored as ",
@@ -421,14 +416,7 @@ absl::Status RandomWeights::Fill(const compiler::WeightEntry& entry, RankInfo ra
   };
   // Value i depends on i alone: a big matrix (a quantized 9B model is drawn on the host) is split
   // over the cores.
-  const int64_t threads = std::min<int64_t>(std::max(1u, std::thread::hardware_concurrency()), n >> 22);
-  if (threads <= 1) {
-    fill(0, n);
-    return absl::OkStatus();
-  }
-  std::vector<std::thread> workers;
-  for (int64_t t = 0; t < threads; ++t) workers.emplace_back(fill, n * t / threads, n * (t + 1) / threads);
-  for (std::thread& w : workers) w.join();
+  ParallelFor(n, int64_t{1} << 22, fill);
   return absl::OkStatus();
 }
 
