@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 #include <zlib.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -126,7 +127,7 @@ TEST(Preprocess, SmartResizeOfPhoneScreens) {
   };
   for (const Row& r : {Row{720, 1280, 1196, 1196}, Row{1080, 1920, 2691, 2691}, Row{1080, 2340, 3276, 3154},
                        Row{1080, 2400, 3354, 3108}, Row{1170, 2532, 3780, 3154}, Row{1440, 3200, 5814, 3108}}) {
-    for (const auto [budget, want] : {std::pair{int64_t{9633792}, r.tokens_9633792}, std::pair{int64_t{5000000}, r.tokens_5000000}}) {
+    for (const auto& [budget, want] : {std::pair{int64_t{9633792}, r.tokens_9633792}, std::pair{int64_t{5000000}, r.tokens_5000000}}) {
       ProcessorConfig c;
       c.min_pixels = 12544;
       c.max_pixels = budget;
@@ -166,6 +167,33 @@ TEST(Preprocess, SipHash128ReferenceVectors) {
     for (int i = 0; i < 16; ++i) bytes[i] = static_cast<uint8_t>(h[i / 8] >> (8 * (i % 8)));
     EXPECT_EQ(std::memcmp(bytes, want[n], 16), 0) << "vector " << n;
   }
+}
+
+TEST(Preprocess, TreeHashIsItsDefinitionAndSeesEveryByte) {
+  const std::array<uint64_t, 2> key = {0x0706050403020100ull, 0x0f0e0d0c0b0a0908ull};
+  const size_t chunk = size_t{1} << 20, size = 2 * chunk + 5;  // two whole chunks and a partial one
+  std::vector<uint8_t> data(size);
+  for (size_t i = 0; i < size; ++i) data[i] = static_cast<uint8_t>(i * 2654435761u >> 24);
+  // The definition, serially: chunk c under key[0] ^ (c + 1), then the digests, the size and the tail.
+  std::vector<uint8_t> message;
+  auto put = [&](uint64_t w) {
+    for (int b = 0; b < 8; ++b) message.push_back(static_cast<uint8_t>(w >> (8 * b)));
+  };
+  for (size_t c = 0; c < 3; ++c) {
+    const size_t n = std::min(chunk, size - c * chunk);
+    for (const uint64_t w : SipHash128(data.data() + c * chunk, n, {key[0] ^ (c + 1), key[1]})) put(w);
+  }
+  put(size);
+  for (const uint64_t w : {1, 172, 78}) put(w);
+  const std::array<uint64_t, 2> h = TreeHash128(data.data(), size, {1, 172, 78}, key);
+  EXPECT_EQ(h, SipHash128(message.data(), message.size(), key));
+  for (const size_t at : {size_t{0}, chunk + 7, size - 1}) {
+    std::vector<uint8_t> other = data;
+    other[at] ^= 1;
+    EXPECT_NE(TreeHash128(other.data(), size, {1, 172, 78}, key), h) << "byte " << at;
+  }
+  EXPECT_NE(TreeHash128(data.data(), size, {1, 78, 172}, key), h) << "the grid is hashed";
+  EXPECT_NE(TreeHash128(data.data(), size - 1, {1, 172, 78}, key), h) << "the size is hashed";
 }
 
 // A PNG that is all header: signature and an IHDR chunk.

@@ -1,5 +1,6 @@
 #include "image/preprocess.h"
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 #include <string>
@@ -34,6 +35,12 @@ const std::array<uint64_t, 2>& ProcessKey() {
   }();
   return key;
 }
+
+// Block rows (merge x merge patches high) are patchified on their own, a few a thread at least.
+constexpr int64_t kMinBlockRowsPerThread = 2;
+
+// TreeHash128's chunk: big enough that a chunk's hash dwarfs its thread's share of the start-up.
+constexpr size_t kHashChunk = size_t{1} << 20;
 
 }  // namespace
 
@@ -155,32 +162,31 @@ absl::StatusOr<Patches> Preprocess(const RgbImage& image, const ProcessorConfig&
   // Row n is patch (h, w) = (2 bh + i, 2 bw + j) in block-major order; its values
   // run over (channel, time copy, y in patch, x in patch).
   const int64_t values = config.patch_values();
-  out.pixels.resize(static_cast<size_t>(out.rows() * values));
+  out.pixels.resize(static_cast<size_t>(out.rows() * values));  // not written: the loop below touches it first
   const size_t stride = static_cast<size_t>(resized.width) * 3;
-  int64_t row = 0;
-  for (int64_t bh = 0; bh < out.grid_h / m; ++bh) {
-    for (int64_t bw = 0; bw < out.grid_w / m; ++bw) {
-      for (int i = 0; i < m; ++i) {
-        for (int j = 0; j < m; ++j, ++row) {
-          const int64_t y0 = (bh * m + i) * p, x0 = (bw * m + j) * p;
-          float* dst = out.pixels.data() + row * values;
-          for (int c = 0; c < 3; ++c) {
-            float* first = dst;  // the first time copy; the others repeat it
-            for (int y = 0; y < p; ++y) {
-              const uint8_t* src = resized.rgb.data() + static_cast<size_t>(y0 + y) * stride + x0 * 3 + c;
-              for (int x = 0; x < p; ++x) *dst++ = normalised[c][src[x * 3]];
+  const int64_t blocks_w = out.grid_w / m;
+  ParallelFor(out.grid_h / m, kMinBlockRowsPerThread, [&](int64_t bh_begin, int64_t bh_end) {
+    int64_t row = bh_begin * blocks_w * m * m;
+    for (int64_t bh = bh_begin; bh < bh_end; ++bh) {
+      for (int64_t bw = 0; bw < blocks_w; ++bw) {
+        for (int i = 0; i < m; ++i) {
+          for (int j = 0; j < m; ++j, ++row) {
+            const int64_t y0 = (bh * m + i) * p, x0 = (bw * m + j) * p;
+            float* dst = out.pixels.data() + row * values;
+            for (int c = 0; c < 3; ++c) {
+              float* first = dst;  // the first time copy; the others repeat it
+              for (int y = 0; y < p; ++y) {
+                const uint8_t* src = resized.rgb.data() + static_cast<size_t>(y0 + y) * stride + x0 * 3 + c;
+                for (int x = 0; x < p; ++x) *dst++ = normalised[c][src[x * 3]];
+              }
+              for (int copy = 1; copy < t; ++copy, dst += p * p) std::copy(first, first + p * p, dst);
             }
-            for (int copy = 1; copy < t; ++copy, dst += p * p) std::copy(first, first + p * p, dst);
           }
         }
       }
     }
-  }
-  std::vector<uint8_t> keyed(resized.rgb);
-  for (int64_t v : {out.grid_t, out.grid_h, out.grid_w}) {
-    for (int b = 0; b < 8; ++b) keyed.push_back(static_cast<uint8_t>(v >> (8 * b)));
-  }
-  out.hash = SipHash128(keyed.data(), keyed.size(), ProcessKey());
+  });
+  out.hash = TreeHash128(resized.rgb.data(), resized.rgb.size(), {out.grid_t, out.grid_h, out.grid_w}, ProcessKey());
   return out;
 }
 
@@ -220,6 +226,29 @@ std::array<uint64_t, 2> SipHash128(const uint8_t* data, size_t size, const std::
   for (int i = 0; i < 4; ++i) round();
   out[1] = v0 ^ v1 ^ v2 ^ v3;
   return out;
+}
+
+std::array<uint64_t, 2> TreeHash128(const uint8_t* data, size_t size, const std::vector<int64_t>& tail,
+                                    const std::array<uint64_t, 2>& key) {
+  const size_t chunks = (size + kHashChunk - 1) / kHashChunk;
+  // The root's message: each chunk's digest, then the size and the tail, as little-endian words.
+  std::vector<uint64_t> words(2 * chunks);
+  ParallelFor(static_cast<int64_t>(chunks), 1, [&](int64_t begin, int64_t end) {
+    for (int64_t c = begin; c < end; ++c) {
+      const size_t offset = static_cast<size_t>(c) * kHashChunk;
+      const std::array<uint64_t, 2> chunk_key = {key[0] ^ static_cast<uint64_t>(c + 1), key[1]};  // never the root's
+      const std::array<uint64_t, 2> h = SipHash128(data + offset, std::min(kHashChunk, size - offset), chunk_key);
+      words[2 * c] = h[0];
+      words[2 * c + 1] = h[1];
+    }
+  });
+  words.push_back(static_cast<uint64_t>(size));
+  for (const int64_t v : tail) words.push_back(static_cast<uint64_t>(v));
+  std::vector<uint8_t> message(words.size() * 8);
+  for (size_t i = 0; i < words.size(); ++i) {
+    for (int b = 0; b < 8; ++b) message[i * 8 + b] = static_cast<uint8_t>(words[i] >> (8 * b));
+  }
+  return SipHash128(message.data(), message.size(), key);
 }
 
 }  // namespace ag::image

@@ -13,6 +13,7 @@
 
 #include "absl/status/statusor.h"
 #include "image/image.h"
+#include "kernels/ref/parallel.h"
 
 namespace ag::image {
 
@@ -44,7 +45,7 @@ absl::StatusOr<std::pair<int, int>> SmartResize(int height, int width, const Pro
 
 // One image, ready for the vision program.
 struct Patches {
-  std::vector<float> pixels;  // [grid_t * grid_h * grid_w, patch_values]
+  UninitializedVector<float> pixels;  // [grid_t * grid_h * grid_w, patch_values]
   int64_t grid_t = 1, grid_h = 0, grid_w = 0;
   // A keyed 128-bit hash of what the model sees (the resized pixels and the
   // grid): equal hashes mean equal encoder output. Keyed per process, so
@@ -63,6 +64,12 @@ inline int64_t ImageTokens(const Patches& p, const ProcessorConfig& config) {
 
 // SipHash-2-4 with a 128-bit output under a 128-bit key (reference test vectors hold).
 std::array<uint64_t, 2> SipHash128(const uint8_t* data, size_t size, const std::array<uint64_t, 2>& key);
+
+// A keyed 128-bit hash of `size` bytes and the words `tail`, as a tree so that the cores share a big
+// image: SipHash128 of each 1 MiB chunk under the key with the chunk's index + 1 folded in, then of
+// those digests, the size and `tail` under the key itself.
+std::array<uint64_t, 2> TreeHash128(const uint8_t* data, size_t size, const std::vector<int64_t>& tail,
+                                    const std::array<uint64_t, 2>& key);
 
 }  // namespace ag::image
 

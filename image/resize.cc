@@ -15,6 +15,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "kernels/ref/parallel.h"
+
 namespace ag::image {
 namespace {
 
@@ -87,39 +89,41 @@ uint8_t Finish(int32_t sum, int precision) {
 
 namespace {
 
-// Each output column from the taps of its input columns, one row at a time.
-RgbImage ResizeWidth(const RgbImage& src, int out_width) {
-  const Taps t = AxisTaps(src.width, out_width);
-  RgbImage next{src.height, out_width, std::vector<uint8_t>(static_cast<size_t>(src.height) * out_width * 3)};
-  const int32_t half = t.precision > 0 ? 1 << (t.precision - 1) : 0;
-  for (int y = 0; y < src.height; ++y) {
+// Output rows [y_begin, y_end) of the width pass: each output column from the taps of its input
+// columns. (Plain locals, not a lambda's captures: the compiler keeps them in registers.)
+void ResizeWidthRows(const RgbImage& src, const Taps& t, int64_t y_begin, int64_t y_end, RgbImage& next) {
+  const int out_width = next.width, precision = t.precision, max_taps = t.max_taps;
+  const int32_t half = precision > 0 ? 1 << (precision - 1) : 0;
+  const int16_t* weights = t.weight.data();
+  const int64_t* first = t.first.data();
+  const int64_t* size = t.size.data();
+  for (int64_t y = y_begin; y < y_end; ++y) {
     const uint8_t* row = src.rgb.data() + static_cast<size_t>(y) * src.width * 3;
     uint8_t* out = next.rgb.data() + static_cast<size_t>(y) * out_width * 3;
     for (int x = 0; x < out_width; ++x) {
-      const int16_t* w = t.weight.data() + static_cast<size_t>(x) * t.max_taps;
-      const uint8_t* in = row + t.first[x] * 3;
+      const int16_t* w = weights + static_cast<size_t>(x) * max_taps;
+      const uint8_t* in = row + first[x] * 3;
       int32_t r = half, g = half, b = half;
-      for (int64_t j = 0; j < t.size[x]; ++j, in += 3) {
+      for (int64_t j = 0; j < size[x]; ++j, in += 3) {
         r += w[j] * in[0];
         g += w[j] * in[1];
         b += w[j] * in[2];
       }
-      out[x * 3 + 0] = Finish(r, t.precision);
-      out[x * 3 + 1] = Finish(g, t.precision);
-      out[x * 3 + 2] = Finish(b, t.precision);
+      out[x * 3 + 0] = Finish(r, precision);
+      out[x * 3 + 1] = Finish(g, precision);
+      out[x * 3 + 2] = Finish(b, precision);
     }
   }
-  return next;
 }
 
-// Each output row as a weighted sum of whole input rows (contiguous: the compiler vectorises it).
-RgbImage ResizeHeight(const RgbImage& src, int out_height) {
-  const Taps t = AxisTaps(src.height, out_height);
+// Output rows [y_begin, y_end) of the height pass: each a weighted sum of whole input rows
+// (contiguous: the compiler vectorises it).
+void ResizeHeightRows(const RgbImage& src, const Taps& t, int64_t y_begin, int64_t y_end, RgbImage& next) {
   const size_t stride = static_cast<size_t>(src.width) * 3;
-  RgbImage next{out_height, src.width, std::vector<uint8_t>(static_cast<size_t>(out_height) * stride)};
-  const int32_t half = t.precision > 0 ? 1 << (t.precision - 1) : 0;
+  const int precision = t.precision;
+  const int32_t half = precision > 0 ? 1 << (precision - 1) : 0;
   std::vector<int32_t> sum(stride);
-  for (int y = 0; y < out_height; ++y) {
+  for (int64_t y = y_begin; y < y_end; ++y) {
     const int16_t* w = t.weight.data() + static_cast<size_t>(y) * t.max_taps;
     std::fill(sum.begin(), sum.end(), half);
     for (int64_t j = 0; j < t.size[y]; ++j) {
@@ -128,8 +132,26 @@ RgbImage ResizeHeight(const RgbImage& src, int out_height) {
       for (size_t k = 0; k < stride; ++k) sum[k] += wj * in[k];
     }
     uint8_t* out = next.rgb.data() + static_cast<size_t>(y) * stride;
-    for (size_t k = 0; k < stride; ++k) out[k] = Finish(sum[k], t.precision);
+    for (size_t k = 0; k < stride; ++k) out[k] = Finish(sum[k], precision);
   }
+}
+
+// Rows are resized on their own: an image is split over the cores, a few dozen rows a thread at least.
+constexpr int64_t kMinRowsPerThread = 32;
+
+RgbImage ResizeWidth(const RgbImage& src, int out_width) {
+  const Taps t = AxisTaps(src.width, out_width);
+  RgbImage next{src.height, out_width, std::vector<uint8_t>(static_cast<size_t>(src.height) * out_width * 3)};
+  ParallelFor(src.height, kMinRowsPerThread,
+              [&](int64_t begin, int64_t end) { ResizeWidthRows(src, t, begin, end, next); });
+  return next;
+}
+
+RgbImage ResizeHeight(const RgbImage& src, int out_height) {
+  const Taps t = AxisTaps(src.height, out_height);
+  RgbImage next{out_height, src.width, std::vector<uint8_t>(static_cast<size_t>(out_height) * src.width * 3)};
+  ParallelFor(out_height, kMinRowsPerThread,
+              [&](int64_t begin, int64_t end) { ResizeHeightRows(src, t, begin, end, next); });
   return next;
 }
 
