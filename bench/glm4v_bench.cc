@@ -20,6 +20,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
+#include "bench/screenshot.h"
 #include "compiler/driver.h"
 #include "compiler/roofline.h"
 #include "image/preprocess.h"
@@ -60,24 +61,6 @@ double Median(std::vector<double> v) {
 
 double Ms(Clock::time_point since) { return std::chrono::duration<double, std::milli>(Clock::now() - since).count(); }
 
-// A screenshot-like image: smooth gradients with noise, different for each `seed` (so its hash differs).
-image::RgbImage Screenshot(int width, int height, uint32_t seed) {
-  image::RgbImage img;
-  img.width = width;
-  img.height = height;
-  img.rgb.resize(static_cast<size_t>(width) * height * 3);
-  uint32_t state = seed * 2654435761u + 1;
-  for (int y = 0; y < height; ++y) {
-    for (int x = 0; x < width; ++x) {
-      state = state * 1664525u + 1013904223u;
-      for (int c = 0; c < 3; ++c) {
-        const int v = (x * (c + 1) + y * (3 - c)) / 8 + static_cast<int>((state >> (8 * c)) & 15);
-        img.rgb[(static_cast<size_t>(y) * width + x) * 3 + c] = static_cast<uint8_t>(v & 255);
-      }
-    }
-  }
-  return img;
-}
 
 struct Row {
   std::string name;
@@ -116,7 +99,7 @@ absl::Status RunGlm4vBench(const std::string& config_file, const std::string& de
   std::vector<std::shared_ptr<const image::Patches>> shots;
   std::vector<double> preprocess_ms;
   for (int i = 0; i < runs + 1; ++i) {
-    const image::RgbImage rgb = Screenshot(width, height, static_cast<uint32_t>(seed + i));
+    const image::RgbImage rgb = bench::Screenshot(width, height, static_cast<uint32_t>(seed + i));
     const Clock::time_point start = Clock::now();
     ASSIGN_OR_RETURN(image::Patches p, image::Preprocess(rgb, processor, "screenshot"));
     preprocess_ms.push_back(Ms(start));

@@ -3,6 +3,8 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "kernels/ref/half.h"
+#include "kernels/ref/parallel.h"
 #include "runtime/communicator.h"
 
 namespace ag::runtime {
@@ -20,6 +22,41 @@ absl::StatusOr<RankInfo> CheckRank(const compiler::Plan& plan, const Communicato
   return RankInfo{comm == nullptr ? 0 : comm->rank(), size};
 }
 
+namespace {
+
+// Elements a thread copies at least: a few hundred microseconds of work, next to tens to start it.
+constexpr int64_t kMinCopyPerThread = int64_t{1} << 18;
+
+}  // namespace
+
+void FloatParts::Append(const float* data, int64_t n) {
+  if (n <= 0) return;
+  if (!pieces_.empty() && pieces_.back().first + pieces_.back().second == data) {
+    pieces_.back().second += n;
+  } else {
+    pieces_.emplace_back(data, n);
+  }
+  size_ += n;
+}
+
+void FloatParts::CopyTo(float* out) const {
+  for (const auto& [data, n] : pieces_) {
+    ParallelFor(n, kMinCopyPerThread, [&](int64_t begin, int64_t end) {
+      std::copy(data + begin, data + end, out + begin);
+    });
+    out += n;
+  }
+}
+
+void FloatParts::CopyToBF16(uint16_t* out) const {
+  for (const auto& [data, n] : pieces_) {
+    ParallelFor(n, kMinCopyPerThread, [&](int64_t begin, int64_t end) {
+      FloatsToBF16(data + begin, end - begin, out + begin);
+    });
+    out += n;
+  }
+}
+
 std::vector<int32_t> StepBatch::RowSequences() const {
   std::vector<int32_t> rows(static_cast<size_t>(std::max<int64_t>(num_tokens, 0)), 0);
   for (size_t s = 0; s + 1 < seq_offsets.size(); ++s) {
@@ -31,11 +68,9 @@ std::vector<int32_t> StepBatch::RowSequences() const {
 
 std::optional<HostInput> StepBatch::Input(absl::string_view name) const {
   auto ints = [](const std::vector<int32_t>& v) {
-    return HostInput{ir::DType::kI32, v.data(), static_cast<int64_t>(v.size())};
+    return HostInput{ir::DType::kI32, v.data(), nullptr, static_cast<int64_t>(v.size())};
   };
-  auto floats = [](const std::vector<float>& v) {
-    return HostInput{ir::DType::kF32, v.data(), static_cast<int64_t>(v.size())};
-  };
+  auto floats = [](const FloatParts& v) { return HostInput{ir::DType::kF32, nullptr, &v, v.size()}; };
   if (name == "tokens") return ints(tokens);
   if (name == "positions") return ints(positions);
   if (name == "slot_mapping") return ints(slot_mapping);

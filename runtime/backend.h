@@ -11,17 +11,43 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "compiler/plan.h"
+#include "kernels/ref/parallel.h"
 #include "kernels/ref/ref.h"
 #include "ir/types.h"
 #include "models/quant/packed.h"
 
 namespace ag::runtime {
 
+// Float data of a step that stays where it already is, in pieces: an image's patches, its rows in the
+// encoder cache. Building a step copies none of it (tens of megabytes a screenshot); the backend reads
+// the pieces in order, once, into the storage it needs, within the Execute or RunProgram call that
+// takes the step (the engine builds and runs a step in one go, and its sequences hold the rows).
+class FloatParts {
+ public:
+  FloatParts() = default;
+  // One piece: `values` must outlive the step.
+  explicit FloatParts(const std::vector<float>& values) { Append(values.data(), static_cast<int64_t>(values.size())); }
+  explicit FloatParts(std::vector<float>&&) = delete;  // a temporary would not outlive the step
+  // Appends the n values at `data` (which must outlive the step): to the last piece when they follow it.
+  void Append(const float* data, int64_t n);
+  int64_t size() const { return size_; }
+  bool empty() const { return size_ == 0; }
+  int64_t pieces() const { return static_cast<int64_t>(pieces_.size()); }
+  // All the values in order, as they are or rounded to bf16 (a big copy is split over the cores).
+  void CopyTo(float* out) const;
+  void CopyToBF16(uint16_t* out) const;
+
+ private:
+  std::vector<std::pair<const float*, int64_t>> pieces_;
+  int64_t size_ = 0;
+};
+
 // A runtime input on the host: int32 indices, or float data the backend
 // stores in the plan's dtype.
 struct HostInput {
   ir::DType dtype = ir::DType::kI32;  // kI32 or kF32
-  const void* data = nullptr;
+  const int32_t* ints = nullptr;      // kI32's data
+  const FloatParts* floats = nullptr; // kF32's data
   int64_t elements = 0;
 };
 
@@ -39,11 +65,11 @@ struct StepBatch {
   std::vector<int32_t> context_lens;          // [S]
   std::vector<int32_t> block_tables;          // [S, MB]
   int64_t num_mm_rows = 0;                    // M: image rows that replace token embeddings
-  std::vector<float> mm_embeds;               // [M, hidden]
+  FloatParts mm_embeds;                       // [M, hidden]: the encoder cache's rows
   std::vector<int32_t> mm_rows;               // [M]: the step's token rows they replace
   // The vision program's (GLM-4.1V): the patches of some images.
   int64_t num_patches = 0, num_images = 0, num_merged_rows = 0;  // P, I, E
-  std::vector<float> pixels;                  // [P, patch values]
+  FloatParts pixels;                          // [P, patch values]: the images' patches
   std::vector<int32_t> patch_pos;             // [P, 4]: (h, w, grid_h, grid_w)
   std::vector<int32_t> image_offsets;         // [I+1]: each image's first patch row
 
@@ -118,7 +144,7 @@ class Backend {
   // Runs the plan's other program `program` (GLM-4.1V's vision tower) for one
   // batch and reads its output `output` back as float ([E, hidden] image rows).
   virtual absl::Status RunProgram(absl::string_view program, const StepBatch& batch, absl::string_view output,
-                                  std::vector<float>* out) = 0;
+                                  UninitializedVector<float>* out) = 0;
   // The last step's outputs: logits [R, vocab] as float, greedy tokens [R].
   virtual absl::Status ReadLogits(int64_t rows, std::vector<float>* out) = 0;
   virtual absl::Status ReadNextTokens(int64_t rows, std::vector<int32_t>* out) = 0;

@@ -58,7 +58,7 @@ absl::Status CpuBackend::Load(const compiler::Plan& plan, const WeightSource& we
 absl::Status CpuBackend::Execute(const StepBatch& batch) { return Run(0, batch, nullptr); }
 
 absl::Status CpuBackend::RunProgram(absl::string_view name, const StepBatch& batch, absl::string_view output,
-                                    std::vector<float>* out) {
+                                    UninitializedVector<float>* out) {
   if (plan_ == nullptr) return absl::FailedPreconditionError("run before Load");
   for (size_t p = 0; p < plan_->programs.size(); ++p) {
     const compiler::Program& program = plan_->programs[p];
@@ -68,7 +68,8 @@ absl::Status CpuBackend::RunProgram(absl::string_view name, const StepBatch& bat
     if (index < 0) return absl::NotFoundError(absl::StrCat(name, " has no output ", output));
     ASSIGN_OR_RETURN(const int64_t elements, program.outputs[index].type.NumElements(bindings_));
     const float* data = static_cast<const float*>(ArenaPointer(p, program.outputs[index].index));
-    out->assign(data, data + elements);
+    out->resize(static_cast<size_t>(elements));
+    std::copy(data, data + elements, out->data());
     return absl::OkStatus();
   }
   return absl::NotFoundError(absl::StrCat("the plan has no program ", name));
@@ -96,8 +97,8 @@ absl::Status CpuBackend::Run(size_t index, const StepBatch& batch, std::vector<d
   for (size_t i = 0; i < program.inputs.size(); ++i) {
     const std::optional<HostInput> in = batch.Input(program.inputs[i].name);
     if (!in || in->dtype != ir::DType::kF32) continue;
-    const float* data = static_cast<const float*>(in->data);
-    float_inputs_[i].assign(data, data + in->elements);
+    float_inputs_[i].resize(static_cast<size_t>(in->elements));
+    in->floats->CopyTo(float_inputs_[i].data());
     if (plan.dtype == ir::DType::kBF16) RoundAllToBF16(float_inputs_[i].data(), in->elements);
   }
   const compiler::KvGeometry& geo = plan.kv;
@@ -125,7 +126,8 @@ absl::Status CpuBackend::Run(size_t index, const StepBatch& batch, std::vector<d
         if (!in || in->elements != out.numel() || (in->dtype == ir::DType::kI32) != (t.type.dtype == ir::DType::kI32)) {
           return absl::InvalidArgumentError(absl::StrCat("runtime input ", name, " has the wrong size"));
         }
-        out.data = in->dtype == ir::DType::kI32 ? const_cast<void*>(in->data) : float_inputs_[t.index].data();
+        out.data = in->dtype == ir::DType::kI32 ? static_cast<void*>(const_cast<int32_t*>(in->ints))
+                                                 : static_cast<void*>(float_inputs_[t.index].data());
         break;
       }
       case compiler::TensorKind::kState:

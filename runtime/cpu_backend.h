@@ -29,7 +29,7 @@ class CpuBackend : public Backend {
   absl::Status Load(const compiler::Plan& plan, const WeightSource& weights, int64_t kv_blocks) override;
   absl::Status Execute(const StepBatch& batch) override;
   absl::Status RunProgram(absl::string_view program, const StepBatch& batch, absl::string_view output,
-                          std::vector<float>* out) override;
+                          UninitializedVector<float>* out) override;
   absl::Status ReadLogits(int64_t rows, std::vector<float>* out) override;
   absl::Status ReadNextTokens(int64_t rows, std::vector<int32_t>* out) override;
   absl::Status SampleRows(const std::vector<RowSampling>& rows, std::vector<int32_t>* out) override;

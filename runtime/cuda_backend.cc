@@ -19,6 +19,7 @@
 #include "kernels/cuda/quant_linear.cuh"
 #include "kernels/cuda/vocab.cuh"
 #include "kernels/ref/half.h"
+#include "kernels/ref/parallel.h"
 #include "runtime/cuda_buffers.h"
 #include "runtime/cuda_step.h"
 #include "runtime/memory_check.h"
@@ -55,12 +56,10 @@ void StageInput(const StepBatch& batch, const std::string& name, char* dst) {
   const std::optional<HostInput> in = batch.Input(name);
   if (!in || in->elements == 0) return;
   if (in->dtype == ir::DType::kI32) {
-    std::memcpy(dst, in->data, static_cast<size_t>(in->elements) * 4);
+    std::memcpy(dst, in->ints, static_cast<size_t>(in->elements) * 4);
     return;
   }
-  const float* src = static_cast<const float*>(in->data);
-  auto* out = reinterpret_cast<uint16_t*>(dst);
-  for (int64_t i = 0; i < in->elements; ++i) out[i] = FloatToBF16(src[i]);
+  in->floats->CopyToBF16(reinterpret_cast<uint16_t*>(dst));
 }
 
 // Every input holds exactly the elements its type gives for the batch (no more than the buffer holds).
@@ -97,7 +96,7 @@ class CudaBackend : public Backend {
   absl::Status Load(const compiler::Plan& plan, const WeightSource& weights, int64_t kv_blocks) override;
   absl::Status Execute(const StepBatch& batch) override;
   absl::Status RunProgram(absl::string_view program, const StepBatch& batch, absl::string_view output,
-                          std::vector<float>* out) override;
+                          UninitializedVector<float>* out) override;
   absl::Status ReadLogits(int64_t rows, std::vector<float>* out) override;
   absl::Status ReadNextTokens(int64_t rows, std::vector<int32_t>* out) override;
   absl::Status SampleRows(const std::vector<RowSampling>& rows, std::vector<int32_t>* out) override;
@@ -149,7 +148,7 @@ class CudaBackend : public Backend {
   DeviceBuffer vision_arena_, vision_inputs_;
   PinnedBuffer vision_staging_;
   std::map<std::string, size_t> vision_offsets_;
-  size_t vision_inputs_bytes_ = 0;
+  size_t vision_inputs_bytes_ = 0, vision_staging_bytes_ = 0;
   RankInfo rank_;
   DeviceBuffer sample_buffer_;  // SampleRows and RowLogprobs: the rows' parameters, then the results
   size_t sample_buffer_bytes_ = 0;
@@ -198,7 +197,7 @@ absl::Status CudaBackend::UploadWeight(const compiler::WeightEntry& entry, const
   // cudaMemcpyDefault: dst may be mapped host memory (an embedding table on the host), src device or host.
   const cudaMemcpyKind kind = cudaMemcpyDefault;
   DeviceBuffer device_tmp;
-  std::vector<uint16_t> host;
+  UninitializedVector<uint16_t> host;  // written by the parallel loop below first
   if (const auto* random = dynamic_cast<const RandomWeights*>(&source)) {
     float center, half_width;
     RandomWeights::Distribution(entry, &center, &half_width);
@@ -215,7 +214,10 @@ absl::Status CudaBackend::UploadWeight(const compiler::WeightEntry& entry, const
     std::vector<float> values(static_cast<size_t>(n));
     RETURN_IF_ERROR(source.Fill(entry, rank_, values.data()));
     host.resize(values.size());
-    for (size_t i = 0; i < values.size(); ++i) host[i] = FloatToBF16(values[i]);
+    uint16_t* bits = host.data();
+    ParallelFor(n, int64_t{1} << 18, [&](int64_t begin, int64_t end) {
+      FloatsToBF16(values.data() + begin, end - begin, bits + begin);
+    });
     src = host.data();
   }
   if (!interleave) {
@@ -416,7 +418,13 @@ absl::Status CudaBackend::Load(const compiler::Plan& plan, const WeightSource& w
     ASSIGN_OR_RETURN(vision_arena_, DeviceAlloc(static_cast<size_t>(vision->arena_bytes), "the vision arena"));
     ASSIGN_OR_RETURN(vision_offsets_, InputLayout(*vision, vision->bounds, &vision_inputs_bytes_));
     ASSIGN_OR_RETURN(vision_inputs_, DeviceAlloc(vision_inputs_bytes_, "the vision inputs"));
-    ASSIGN_OR_RETURN(vision_staging_, PinnedAlloc(vision_inputs_bytes_));
+    // One pinned buffer stages the inputs up and the output back (stream order keeps them apart).
+    vision_staging_bytes_ = vision_inputs_bytes_;
+    for (const compiler::PlanTensor& out : vision->outputs) {
+      ASSIGN_OR_RETURN(const int64_t elements, out.type.NumElements(vision->bounds));
+      vision_staging_bytes_ = std::max(vision_staging_bytes_, static_cast<size_t>(elements) * 2);
+    }
+    ASSIGN_OR_RETURN(vision_staging_, PinnedAlloc(vision_staging_bytes_));
   }
   const compiler::KvGeometry& kv = plan.kv;
   const size_t kv_bytes = static_cast<size_t>(kv.num_layers * KvLayerBytes(kv, kv_blocks));
@@ -686,7 +694,7 @@ absl::StatusOr<int64_t> CudaBackend::PrepareStep(const StepBatch& batch) {
 }
 
 absl::Status CudaBackend::RunProgram(absl::string_view name, const StepBatch& batch, absl::string_view output,
-                                     std::vector<float>* out) {
+                                     UninitializedVector<float>* out) {
   CUDA_RETURN_IF_ERROR(cudaSetDevice(options_.device));
   if (plan_ == nullptr) return absl::FailedPreconditionError("run before Load");
   const compiler::Program* program = plan_->FindProgram(name);
@@ -717,12 +725,19 @@ absl::Status CudaBackend::RunProgram(absl::string_view name, const StepBatch& ba
   const int index = program->FindOutput(output);
   if (index < 0) return absl::NotFoundError(absl::StrCat(name, " has no output ", output));
   ASSIGN_OR_RETURN(const int64_t elements, program->outputs[index].type.NumElements(bindings));
-  std::vector<uint16_t> bits(static_cast<size_t>(elements));
-  CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(bits.data(), static_cast<char*>(vision_arena_.get()) + program->outputs[index].index,
-                                       bits.size() * 2, cudaMemcpyDeviceToHost, stream_));
+  const size_t bytes = static_cast<size_t>(elements) * 2;
+  if (bytes > vision_staging_bytes_) return absl::InternalError(absl::StrCat(name, ": output ", output, " over its bound"));
+  // Back through pinned memory (a pageable copy runs at a fraction of the link), then widened on
+  // every core into `out`, whose pages the widening touches first.
+  CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(vision_staging_.get(), static_cast<char*>(vision_arena_.get()) + program->outputs[index].index,
+                                       bytes, cudaMemcpyDeviceToHost, stream_));
   CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
-  out->resize(bits.size());
-  for (size_t i = 0; i < bits.size(); ++i) (*out)[i] = BF16ToFloat(bits[i]);
+  out->resize(static_cast<size_t>(elements));
+  const auto* bits = static_cast<const uint16_t*>(vision_staging_.get());
+  float* values = out->data();
+  ParallelFor(elements, int64_t{1} << 18, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) values[i] = BF16ToFloat(bits[i]);
+  });
   return absl::OkStatus();
 }
 

@@ -332,7 +332,7 @@ std::vector<Engine::Slice> Engine::Schedule(const std::vector<int64_t>& tokens, 
         const int64_t from = std::max(span.begin, seq->cached), to = std::min(span.begin + span.rows, seq->cached + n);
         for (int64_t pos = from; pos < to; ++pos) {
           const float* row = span.encoded->data() + (pos - span.begin) * hidden;
-          b.mm_embeds.insert(b.mm_embeds.end(), row, row + hidden);
+          b.mm_embeds.Append(row, hidden);  // the cache's rows, not copied: one piece an image
           b.mm_rows.push_back(static_cast<int32_t>(b.num_tokens + pos - seq->cached));
         }
       }

@@ -108,7 +108,7 @@ absl::StatusOr<std::vector<ImageRows>> EncodeImages(Backend& backend, const comp
     while (end < images.size() && static_cast<int64_t>(end - first) < max_images &&
            batch.image_offsets.back() + images[end]->rows() <= max_patches) {
       const image::Patches& p = *images[end];
-      batch.pixels.insert(batch.pixels.end(), p.pixels.begin(), p.pixels.end());
+      batch.pixels.Append(p.pixels.data(), static_cast<int64_t>(p.pixels.size()));  // read in place
       glm4v::AppendPatchPositions({p.grid_t, p.grid_h, p.grid_w}, merge, &batch.patch_pos);
       batch.image_offsets.push_back(static_cast<int32_t>(batch.image_offsets.back() + p.rows()));
       ++end;
@@ -117,13 +117,19 @@ absl::StatusOr<std::vector<ImageRows>> EncodeImages(Backend& backend, const comp
     batch.num_patches = batch.image_offsets.back();
     batch.num_images = static_cast<int64_t>(end - first);
     batch.num_merged_rows = batch.num_patches / per_token;
-    std::vector<float> rows;
+    UninitializedVector<float> rows;
     RETURN_IF_ERROR(backend.RunProgram(compiler::kVisionProgram, batch, "image_embeds", &rows));
-    for (size_t i = first; i < end; ++i) {
-      const int64_t begin = batch.image_offsets[i - first] / per_token * hidden;
-      const int64_t count = images[i]->rows() / per_token * hidden;
-      if (begin + count > static_cast<int64_t>(rows.size())) return absl::InternalError("the vision program gave too few rows");
-      out.push_back(std::make_shared<const std::vector<float>>(rows.begin() + begin, rows.begin() + begin + count));
+    if (rows.size() != static_cast<size_t>(batch.num_merged_rows * hidden)) {
+      return absl::InternalError("the vision program gave the wrong number of rows");
+    }
+    if (end - first == 1) {  // the usual run, one screenshot: its rows are the output as it is
+      out.push_back(std::make_shared<const UninitializedVector<float>>(std::move(rows)));
+    } else {
+      for (size_t i = first; i < end; ++i) {
+        const int64_t begin = batch.image_offsets[i - first] / per_token * hidden;
+        const int64_t count = images[i]->rows() / per_token * hidden;
+        out.push_back(std::make_shared<const UninitializedVector<float>>(rows.begin() + begin, rows.begin() + begin + count));
+      }
     }
     first = end;
   }

@@ -24,13 +24,17 @@ struct ImageHashOf {
   size_t operator()(const ImageHash& h) const { return static_cast<size_t>(h[0] ^ (h[1] * 0x9e3779b97f4a7c15ull)); }
 };
 
+// An image's rows [rows, hidden] as float: what the vision program gave, shared by the cache and
+// the sequences that use it.
+using ImageRows = std::shared_ptr<const UninitializedVector<float>>;
+
 // Where an image's rows go in a prompt.
 struct ImageSpan {
   int64_t begin = 0;  // the first prompt position of its tokens
   int64_t rows = 0;   // its tokens: rows of the vision program's output
   std::shared_ptr<const image::Patches> image;
   // Its rows [rows, hidden] while the prompt is being computed (the engine drops them after).
-  std::shared_ptr<const std::vector<float>> encoded;
+  ImageRows encoded;
 };
 
 // A prompt with images: the spans and the three position streams [3, P]; a
@@ -54,7 +58,6 @@ absl::StatusOr<PromptImages> ExpandImages(const compiler::Plan& plan,
 // content hash and the first of its rows the block holds, as four words.
 void AppendImageKey(const ImageHash& hash, int64_t first_row, std::vector<int32_t>* tokens);
 
-using ImageRows = std::shared_ptr<const std::vector<float>>;
 
 // Image rows by content hash, least recently used evicted past a byte budget
 // (rows a step holds stay alive with it even when evicted).

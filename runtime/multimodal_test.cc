@@ -5,7 +5,9 @@
 namespace ag::runtime {
 namespace {
 
-ImageRows Rows(size_t floats, float value) { return std::make_shared<const std::vector<float>>(floats, value); }
+ImageRows Rows(size_t floats, float value) {
+  return std::make_shared<const UninitializedVector<float>>(floats, value);
+}
 
 TEST(EncoderCache, EvictsTheLeastRecentlyUsedPastItsBudget) {
   EncoderCache cache(3 * 100 * sizeof(float));

@@ -77,7 +77,7 @@ absl::Status MultiRankBackend::Execute(const StepBatch& batch) {
 }
 
 absl::Status MultiRankBackend::RunProgram(absl::string_view program, const StepBatch& batch, absl::string_view output,
-                                          std::vector<float>* out) {
+                                          UninitializedVector<float>* out) {
   return OnAllRanks([&](int r) { return r == 0 ? ranks_[0]->RunProgram(program, batch, output, out) : absl::OkStatus(); });
 }
 

@@ -36,7 +36,7 @@ class MultiRankBackend : public Backend {
   absl::Status Execute(const StepBatch& batch) override;
   // On rank 0 alone: the vision program has no collectives and every rank gets its rows from the host.
   absl::Status RunProgram(absl::string_view program, const StepBatch& batch, absl::string_view output,
-                          std::vector<float>* out) override;
+                          UninitializedVector<float>* out) override;
   absl::Status ReadLogits(int64_t rows, std::vector<float>* out) override;
   absl::Status ReadNextTokens(int64_t rows, std::vector<int32_t>* out) override;
   absl::Status SampleRows(const std::vector<RowSampling>& rows, std::vector<int32_t>* out) override;

