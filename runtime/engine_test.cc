@@ -356,7 +356,9 @@ TEST_F(EngineTest, RandomTrafficKeepsEveryAnswerAndEveryBlock) {
       EXPECT_EQ(engine->new_tokens(id), solo[v]) << "cache " << cache << " variant " << v;
     }
     EXPECT_EQ(engine->kv_blocks_free(), engine->kv_blocks()) << cache;
-    if (cache == 28) EXPECT_GT(engine->preemptions(), 0);
+    if (cache == 28) {
+      EXPECT_GT(engine->preemptions(), 0);
+    }
     EXPECT_GT(engine->prefix_cache_hits(), 0) << cache;
   }
 }
@@ -485,7 +487,9 @@ TEST_F(EngineTest, PenaltiesWhereTheLogitsAreMatchTheHost) {
     Drain(**device);
     Drain(*host);
     EXPECT_EQ((*device)->new_tokens(a), host->new_tokens(b)) << c.frequency << " " << c.repetition;
-    if (c.changes) EXPECT_NE(host->new_tokens(b), kGreedy) << "a strong penalty changes the answer";
+    if (c.changes) {
+      EXPECT_NE(host->new_tokens(b), kGreedy) << "a strong penalty changes the answer";
+    }
   }
 }
 

@@ -306,7 +306,7 @@ TEST(Glm4vPreQuantized, Fp8LanguageModelMatchesItsDenseValues) {
   WriteFp8Glm4v(root + "/fp8", root + "/dense", {"lm_head", "re:model.visual.*"});
   std::vector<std::vector<std::vector<float>>> logits;
   std::vector<std::vector<int32_t>> tokens;
-  for (const std::string dir : {root + "/fp8", root + "/dense"}) {
+  for (const std::string& dir : {root + "/fp8", root + "/dense"}) {
     absl::StatusOr<glm4v::Config> config = glm4v::LoadConfig(dir);
     ASSERT_TRUE(config.ok()) << config.status();
     absl::StatusOr<compiler::CompileResult> compiled = compiler::Compile(*config, compiler::CompileOptions{});

@@ -99,12 +99,16 @@ TEST_P(Formats, OtherWeightsAreWithinHalfAStep) {
   EXPECT_EQ(back[3], 0.0f) << "zero must stay zero";
   for (int64_t i = 0; i < n * k; ++i) {
     const float s = scales[i / len];
-    if (!spec.fp8) EXPECT_EQ(scales[i / len], s);
-    if (spec.group != 0) EXPECT_EQ(RoundToBF16(s), s) << "group scales are bf16 values";
+    EXPECT_GT(s, 0.0f) << "a group of nonzero weights has a positive scale";
+    if (spec.group != 0) {
+      EXPECT_EQ(RoundToBF16(s), s) << "group scales are bf16 values";
+    }
     // fp8: half a unit in the last place of the code, 2^-4 relative (plus the subnormal step).
     const float bound = spec.fp8 ? std::fabs(w[i]) / 16.0f + s * std::ldexp(1.0f, -10) : s / 2.0f * 1.0001f;
     EXPECT_LE(std::fabs(back[i] - w[i]), bound) << GetParam().name << " element " << i;
-    if (!spec.fp8) EXPECT_LT(codes[i], 1 << spec.bits);
+    if (!spec.fp8) {
+      EXPECT_LT(codes[i], 1 << spec.bits);
+    }
   }
 }
 

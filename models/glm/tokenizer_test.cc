@@ -129,7 +129,9 @@ TEST(Tokenizer, StreamingDecodeEqualsWholeDecode) {
       absl::StatusOr<std::string> piece = stream.Next(id);
       ASSERT_TRUE(piece.ok());
       // Only whole characters come out while the input was valid UTF-8.
-      if (i % 3 != 0) EXPECT_EQ(ValidUtf8Prefix(*piece), piece->size());
+      if (i % 3 != 0) {
+        EXPECT_EQ(ValidUtf8Prefix(*piece), piece->size());
+      }
       streamed += *piece;
     }
     streamed += stream.Finish();
