@@ -122,7 +122,8 @@ const Shape kShapes[] = {
 
 // Our linear kernel (GEMV at m = 1, skinny tensor-core kernel to 64, GEMM above: wgmma on Hopper,
 // or the mma.sync GEMM when `mma_sync`) on shape `index`, m rows.
-enum class LinearMode { kOurs, kMmaSync, kNormApart, kWgmma };
+// kNarrow / kWide: the wgmma GEMM with 128- or 256-wide tiles, whichever the shape would choose.
+enum class LinearMode { kOurs, kMmaSync, kNormApart, kWgmma, kNarrow, kWide };
 
 void LinearBench(benchmark::State& state, LinearMode mode) {
   const bool mma_sync = mode == LinearMode::kMmaSync;
@@ -176,12 +177,17 @@ void LinearBench(benchmark::State& state, LinearMode mode) {
           return ag::cuda::LaunchLinear(q, nullptr);
         }
         if (mode == LinearMode::kWgmma) return ag::cuda::LaunchGemm(p, nullptr);
+        if (mode == LinearMode::kNarrow || mode == LinearMode::kWide) {
+          return ag::cuda::LaunchGemmTileColumns(p, mode == LinearMode::kWide ? 256 : 128, nullptr);
+        }
         return mma_sync ? ag::cuda::LaunchGemmMmaSync(p, nullptr) : ag::cuda::LaunchLinear(p, nullptr);
       },
       static_cast<double>(s.n * s.k * 2 + m * s.k * 2 + m * s.n * 2), 2.0 * m * s.n * s.k);
   state.SetLabel(std::string(mma_sync                          ? "mma.sync "
                              : mode == LinearMode::kNormApart ? "norm apart "
                              : mode == LinearMode::kWgmma     ? "wgmma GEMM "
+                             : mode == LinearMode::kNarrow    ? "128-wide tiles "
+                             : mode == LinearMode::kWide      ? "256-wide tiles "
                                                               : "") +
                  s.name);
   for (void* q : {static_cast<void*>(x), static_cast<void*>(norm), static_cast<void*>(bias), static_cast<void*>(y),
@@ -243,6 +249,10 @@ void BM_GemmMmaSync(benchmark::State& state) { LinearBench(state, LinearMode::kM
 void BM_LinearNormApart(benchmark::State& state) { LinearBench(state, LinearMode::kNormApart); }
 // The wgmma GEMM at the skinny kernel's batches (16-64 rows): would it stream the weights faster?
 void BM_GemmSmallM(benchmark::State& state) { LinearBench(state, LinearMode::kWgmma); }
+// The wgmma GEMM's two tile widths side by side (linear_split.h's WgmmaTileColumns predicts which
+// wins per shape: is a 256-wide k-tile 1.6 narrow ones?).
+void BM_GemmNarrowTiles(benchmark::State& state) { LinearBench(state, LinearMode::kNarrow); }
+void BM_GemmWideTiles(benchmark::State& state) { LinearBench(state, LinearMode::kWide); }
 
 void LinearArgs(benchmark::internal::Benchmark* b) {
   for (int shape = 0; shape < 5; ++shape) {
@@ -275,6 +285,8 @@ BENCHMARK(BM_LinearNormApart)
     ->Iterations(kIterations)
     ->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_GemmMmaSync)->Apply(GemmArgs)->UseManualTime()->Iterations(kIterations)->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_GemmNarrowTiles)->Apply(GemmArgs)->UseManualTime()->Iterations(kIterations)->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_GemmWideTiles)->Apply(GemmArgs)->UseManualTime()->Iterations(kIterations)->Unit(benchmark::kMicrosecond);
 
 // Prefill attention on the tensor cores (flash_attention.cuh). Argument 0: GLM-4-9B's decoder
 // (32 heads over 2 KV heads, causal over the paged cache) for a prompt of `rows` tokens; 1:

@@ -48,6 +48,12 @@ bool Aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0;
 
 }  // namespace
 
+// AUTOGLM_WGMMA_WIDE=0 keeps every wgmma GEMM on 128-wide tiles (WgmmaTileColumns chooses otherwise).
+bool WgmmaWideEnabled() {
+  static const bool enabled = SwitchedOn("AUTOGLM_WGMMA_WIDE");
+  return enabled;
+}
+
 bool WgmmaGemmUsable(const LinearParams& p, const bf16* a) {
   return Enabled() && p.k % 8 == 0 && Aligned16(a) && Aligned16(p.w) && Encoder() != nullptr && HopperDevice();
 }

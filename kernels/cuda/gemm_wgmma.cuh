@@ -35,13 +35,27 @@
 namespace ag::cuda {
 
 constexpr int kWgBM = 128, kWgBN = 128, kWgBK = 64;  // a k-tile row is 128 bytes: one swizzle atom wide
-constexpr int kWgStages = 5;
 constexpr int kWgThreads = 384;  // producer + two consumer warpgroups
-constexpr int kWgTileLd = kWgBN + 4;
-constexpr size_t kWgStageBytes = sizeof(bf16) * (kWgBM + kWgBN) * kWgBK;
-// Stages, then the barriers; 1 KB of slack to align the stages to the swizzle's 1024-byte period.
-constexpr size_t kWgSmemBytes = 1024 + kWgStages * kWgStageBytes + 2 * kWgStages * sizeof(uint64_t);
-static_assert(kWgStages * kWgStageBytes >= sizeof(float) * kWgBM * kWgTileLd, "the epilogue tile reuses the stages");
+
+// A tile of kWgBM rows by kBN columns: 128 (the quantized GEMMs share it), or 256, where each
+// wgmma reads 16 rows of x for twice the columns (linear_split.h, WgmmaTileColumns).
+template <int kBN>
+struct WgTile {
+  static_assert(kBN == 128 || kBN == 256, "wgmma.m64n128 or m64n256");
+  static constexpr int kStages = kBN == 128 ? 5 : 4;
+  static constexpr int kTileLd = kBN + 4;
+  static constexpr int kBoxes = kBN / kWgBM;  // W's TMA boxes a k-tile (a box is 128 rows)
+  static constexpr size_t kBoxBytes = sizeof(bf16) * kWgBM * kWgBK;
+  static constexpr size_t kStageBytes = kBoxBytes * (1 + kBoxes);
+  // Stages, then the barriers; 1 KB of slack to align the stages to the swizzle's 1024-byte period.
+  static constexpr size_t kSmemBytes = 1024 + kStages * kStageBytes + 2 * kStages * sizeof(uint64_t);
+  static_assert(kStages * kStageBytes >= sizeof(float) * kWgBM * kTileLd, "the epilogue tile reuses the stages");
+  static_assert(kSmemBytes <= 227 * 1024, "within Hopper's shared memory a block");
+};
+constexpr int kWgStages = WgTile<kWgBN>::kStages;
+constexpr int kWgTileLd = WgTile<kWgBN>::kTileLd;
+constexpr size_t kWgStageBytes = WgTile<kWgBN>::kStageBytes;
+constexpr size_t kWgSmemBytes = WgTile<kWgBN>::kSmemBytes;
 static_assert(kWgBM == kWgBN, "x's and W's boxes, half a stage each");
 
 // d (64 x 128 fp32, 64 registers a thread) += A (64 x 16) B (16 x 128), both K-major in shared memory.
@@ -53,17 +67,38 @@ __device__ __forceinline__ void Wgmma64x128(float* d, uint64_t desc_a, uint64_t 
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
       : "l"(desc_a), "l"(desc_b), "r"(1));
 }
+// d (64 x 256 fp32, 128 registers a thread) += A (64 x 16) B (16 x 256): the wide tile's instruction.
+__device__ __forceinline__ void Wgmma64x256(float* d, uint64_t desc_a, uint64_t desc_b) {
+  asm volatile(
+      "{\n .reg .pred accumulate;\n setp.ne.b32 accumulate, %130, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 "
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, %96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, %112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127}, %128, %129, accumulate, 1, 1, 0, 0;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]), "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]), "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]), "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]), "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]), "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]), "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]), "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]), "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
+      : "l"(desc_a), "l"(desc_b), "r"(1));
+}
+
+template <int kBN>
+__device__ __forceinline__ void Wgmma64xN(float* d, uint64_t desc_a, uint64_t desc_b) {
+  if constexpr (kBN == 128) {
+    Wgmma64x128(d, desc_a, desc_b);
+  } else {
+    Wgmma64x256(d, desc_a, desc_b);
+  }
+}
+
 // The accumulators as the compiler must see them after wgmma.wait_group: written.
+template <int kCount = 64>
 __device__ __forceinline__ void FenceAccumulators(float* d) {
 #pragma unroll
-  for (int i = 0; i < 64; ++i) asm volatile("" : "+f"(d[i])::"memory");
+  for (int i = 0; i < kCount; ++i) asm volatile("" : "+f"(d[i])::"memory");
 }
 
 // The producer thread of a TMA pipeline of kStages stages: k-tile t's box of x (rows from
-// block_m) and of the weight (rows from block_n), `box_bytes` each, into stage t % kStages at k
-// coordinate k_begin + t * k_tile, once both consumers have freed the stage (`empty`). Whole boxes:
-// out of bounds is zeros, and counts toward the stage's bytes.
-template <int kStages>
+// block_m) and kBoxes boxes of the weight (rows from block_n, 128 more each), `box_bytes` each,
+// into stage t % kStages at k coordinate k_begin + t * k_tile, once both consumers have freed the
+// stage (`empty`). Whole boxes: out of bounds is zeros, and counts toward the stage's bytes (a
+// wide tile's second box past the weight's last row included).
+template <int kStages, int kBoxes = 1>
 __device__ __forceinline__ void ProduceTiles(unsigned char* a_stages, unsigned char* b_stages, unsigned box_bytes,
                                              const CUtensorMap* a_map, const CUtensorMap* w_map, int64_t k_begin,
                                              int k_tile, int tiles, int64_t block_m, int64_t block_n, uint64_t* full,
@@ -71,10 +106,13 @@ __device__ __forceinline__ void ProduceTiles(unsigned char* a_stages, unsigned c
   for (int t = 0; t < tiles; ++t) {
     const int s = t % kStages;
     if (t >= kStages) BarrierWait(&empty[s], ((t / kStages) - 1) & 1);
-    BarrierExpectBytes(&full[s], 2 * box_bytes);
+    BarrierExpectBytes(&full[s], (1 + kBoxes) * box_bytes);
     const int k0 = static_cast<int>(k_begin + static_cast<int64_t>(t) * k_tile);
     TmaLoad2d(a_stages + s * box_bytes, a_map, k0, static_cast<int>(block_m), &full[s]);
-    TmaLoad2d(b_stages + s * box_bytes, w_map, k0, static_cast<int>(block_n), &full[s]);
+#pragma unroll
+    for (int b = 0; b < kBoxes; ++b) {
+      TmaLoad2d(b_stages + (s * kBoxes + b) * box_bytes, w_map, k0, static_cast<int>(block_n + b * kWgBM), &full[s]);
+    }
   }
 }
 
@@ -84,7 +122,7 @@ __device__ __forceinline__ void ProduceTiles(unsigned char* a_stages, unsigned c
 // One k-tile's wgmma group stays in flight while the next is waited for and issued (waiting for
 // all of them each k-tile left the tensor cores idle through every wait: o_proj at 4096 rows ran
 // at 446 TFLOP/s, cuBLAS 662); a stage is freed once the group after its own has been issued.
-template <int kStages>
+template <int kStages, int kBN = kWgBN>
 __device__ __forceinline__ void ConsumeTiles(float* d, const bf16* a_stages, const bf16* b_stages, int tiles, int half,
                                              uint64_t* full, uint64_t* ready, uint64_t* empty) {
   for (int t = 0; t < tiles; ++t) {
@@ -92,29 +130,30 @@ __device__ __forceinline__ void ConsumeTiles(float* d, const bf16* a_stages, con
     BarrierWait(&full[s], (t / kStages) & 1);
     if (ready != nullptr) BarrierWait(&ready[s], (t / kStages) & 1);
     const uint64_t desc_a = SmemDescriptor(a_stages + s * kWgBM * kWgBK + half * 64 * kWgBK);
-    const uint64_t desc_b = SmemDescriptor(b_stages + s * kWgBN * kWgBK);
+    const uint64_t desc_b = SmemDescriptor(b_stages + s * kBN * kWgBK);
     WgmmaFence();
 #pragma unroll
     for (int kk = 0; kk < kWgBK / 16; ++kk) {
-      Wgmma64x128(d, mma::DescriptorAtK(desc_a, kk), mma::DescriptorAtK(desc_b, kk));
+      Wgmma64xN<kBN>(d, mma::DescriptorAtK(desc_a, kk), mma::DescriptorAtK(desc_b, kk));
     }
     WgmmaCommit();
     WgmmaWait<1>();  // the previous k-tile's group is done: its stage is free
     if (t > 0) BarrierArrive(&empty[(t - 1) % kStages]);
   }
   WgmmaWaitAll();
-  FenceAccumulators(d);
+  FenceAccumulators<kBN / 2>(d);
   if (tiles > 0) BarrierArrive(&empty[(tiles - 1) % kStages]);
 }
 
 // A consumer warpgroup's accumulators (rows 64 half .. 64 half + 63 of the tile) into the fp32
 // tile. wgmma's accumulator layout: warp w of the group holds rows 16w..16w+15, and for each 8
 // columns j the mma.m16n8 C fragment: d[4j + e] at (row g + 8 (e / 2), column 8j + 2t + e % 2).
+template <int kBN = kWgBN>
 __device__ __forceinline__ void StoreWgmmaAccumulators(const float* d, int half, int warp_in_wg, int lane,
-                                                       float (*tile)[kWgTileLd]) {
+                                                       float (*tile)[WgTile<kBN>::kTileLd]) {
   const int row0 = 64 * half + 16 * warp_in_wg + lane / 4, col0 = 2 * (lane % 4);
 #pragma unroll
-  for (int j = 0; j < kWgBN / 8; ++j) {
+  for (int j = 0; j < kBN / 8; ++j) {
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       *reinterpret_cast<float2*>(&tile[row0 + 8 * h][8 * j + col0]) = make_float2(d[4 * j + 2 * h], d[4 * j + 2 * h + 1]);
@@ -122,25 +161,27 @@ __device__ __forceinline__ void StoreWgmmaAccumulators(const float* d, int half,
   }
 }
 
-template <Epilogue kE>
+template <Epilogue kE, int kBN>
 __global__ void __launch_bounds__(kWgThreads, 1)
     WgmmaGemmKernel(LinearParams p, const __grid_constant__ CUtensorMap a_map, const __grid_constant__ CUtensorMap w_map,
                     int64_t k_per_rank) {
+  using Tile = WgTile<kBN>;
+  constexpr int kStages = Tile::kStages;
   extern __shared__ __align__(16) unsigned char wg_smem_raw[];
   unsigned char* smem = wg_smem_raw + ((1024 - SmemAddress(wg_smem_raw) % 1024) % 1024);
-  bf16* a_stages = reinterpret_cast<bf16*>(smem);                    // [kWgStages][kWgBM][kWgBK]
-  bf16* b_stages = a_stages + kWgStages * kWgBM * kWgBK;             // [kWgStages][kWgBN][kWgBK]
-  uint64_t* full = reinterpret_cast<uint64_t*>(smem + kWgStages * kWgStageBytes);
-  uint64_t* empty = full + kWgStages;
+  bf16* a_stages = reinterpret_cast<bf16*>(smem);                    // [kStages][kWgBM][kWgBK]
+  bf16* b_stages = a_stages + kStages * kWgBM * kWgBK;               // [kStages][kBN][kWgBK]
+  uint64_t* full = reinterpret_cast<uint64_t*>(smem + kStages * Tile::kStageBytes);
+  uint64_t* empty = full + kStages;
   namespace cg = cooperative_groups;
   const cg::cluster_group cluster = cg::this_cluster();
   const int rank = static_cast<int>(cluster.block_rank());
   const int wg = threadIdx.x / 128, lane = threadIdx.x % 32, warp_in_wg = (threadIdx.x % 128) / 32;
-  const int64_t block_m = static_cast<int64_t>(blockIdx.y) * kWgBM, block_n = static_cast<int64_t>(blockIdx.x) * kWgBN;
+  const int64_t block_m = static_cast<int64_t>(blockIdx.y) * kWgBM, block_n = static_cast<int64_t>(blockIdx.x) * kBN;
   const int64_t k_begin = rank * k_per_rank, k_end = min(p.k, k_begin + k_per_rank);
   const int tiles = k_end > k_begin ? static_cast<int>((k_end - k_begin + kWgBK - 1) / kWgBK) : 0;
   if (threadIdx.x == 0) {
-    for (int s = 0; s < kWgStages; ++s) {
+    for (int s = 0; s < kStages; ++s) {
       BarrierInit(&full[s], 1);         // the producer's expect-bytes arrival
       BarrierInit(&empty[s], 2 * 128);  // every consumer thread
     }
@@ -150,21 +191,22 @@ __global__ void __launch_bounds__(kWgThreads, 1)
   AllowNextKernel();
   WaitForPreviousKernel();  // A is the previous kernel's output
 
-  auto tile = reinterpret_cast<float (*)[kWgTileLd]>(smem);  // the output tile, over the stages at the end
+  auto tile = reinterpret_cast<float (*)[Tile::kTileLd]>(smem);  // the output tile, over the stages at the end
   if (wg == 0) {
     if (threadIdx.x == 0) {
-      ProduceTiles<kWgStages>(reinterpret_cast<unsigned char*>(a_stages), reinterpret_cast<unsigned char*>(b_stages),
-                              kWgStageBytes / 2, &a_map, &w_map, k_begin, kWgBK, tiles, block_m, block_n, full, empty);
+      ProduceTiles<kStages, Tile::kBoxes>(reinterpret_cast<unsigned char*>(a_stages),
+                                          reinterpret_cast<unsigned char*>(b_stages), Tile::kBoxBytes, &a_map, &w_map,
+                                          k_begin, kWgBK, tiles, block_m, block_n, full, empty);
     }
   } else {
-    float d[64] = {};  // only in the consumers: live across another warpgroup's loop it would cost its registers
-    ConsumeTiles<kWgStages>(d, a_stages, b_stages, tiles, wg - 1, full, nullptr, empty);
+    float d[kBN / 2] = {};  // only in the consumers: live across another warpgroup's loop it would cost its registers
+    ConsumeTiles<kStages, kBN>(d, a_stages, b_stages, tiles, wg - 1, full, nullptr, empty);
     // Both consumers past their last wgmma: every stage has been read, so the stages become the tile.
     asm volatile("bar.sync 1, 256;\n" ::: "memory");
-    StoreWgmmaAccumulators(d, wg - 1, warp_in_wg, lane, tile);
+    StoreWgmmaAccumulators<kBN>(d, wg - 1, warp_in_wg, lane, tile);
   }
   __syncthreads();
-  StoreClusterTile<kE, kWgBM, kWgBN, kWgThreads>(p, cluster, &tile[0][0], kWgTileLd, block_m, block_n, p.n);
+  StoreClusterTile<kE, kWgBM, kBN, kWgThreads>(p, cluster, &tile[0][0], Tile::kTileLd, block_m, block_n, p.n);
 }
 
 // Host side (gemm_wgmma.cu): whether the wgmma GEMM may take a launch (a Hopper device,
@@ -173,20 +215,34 @@ __global__ void __launch_bounds__(kWgThreads, 1)
 bool WgmmaGemmUsable(const LinearParams& p, const bf16* a);
 cudaError_t EncodeTileMap(const bf16* matrix, int64_t rows, int64_t k, CUtensorMap* map);
 
-template <Epilogue kE>
-cudaError_t LaunchWgmmaTiles(const LinearParams& p, const bf16* a, cudaStream_t stream) {
-  constexpr size_t kSmem = kWgSmemBytes;
+// `tile_n`: 128 or 256 columns a block (0: WgmmaTileColumns's choice for the shape).
+template <Epilogue kE, int kBN>
+cudaError_t LaunchWgmmaTilesOf(const LinearParams& p, const bf16* a, cudaStream_t stream) {
+  constexpr size_t kSmem = WgTile<kBN>::kSmemBytes;
   CUtensorMap a_map, w_map;
   cudaError_t e = EncodeTileMap(a, p.m, p.k, &a_map);
   if (e == cudaSuccess) e = EncodeTileMap(p.w, p.n, p.k, &w_map);
-  if (e == cudaSuccess) e = AllowLargeSharedMemory<WgmmaGemmKernel<kE>, kSmem>();
+  if (e == cudaSuccess) e = AllowLargeSharedMemory<WgmmaGemmKernel<kE, kBN>, kSmem>();
   if (e != cudaSuccess) return e;
   const int sms = MultiprocessorCount();
-  const KSplit split = SplitWgmmaK(p.m, p.n, p.k, sms > 0 ? sms : 132);
-  const dim3 grid(static_cast<unsigned>((p.n + kWgBN - 1) / kWgBN), static_cast<unsigned>((p.m + kWgBM - 1) / kWgBM),
+  const KSplit split = SplitWgmmaK(p.m, p.n, p.k, sms > 0 ? sms : 132, kBN);
+  const dim3 grid(static_cast<unsigned>((p.n + kBN - 1) / kBN), static_cast<unsigned>((p.m + kWgBM - 1) / kWgBM),
                   static_cast<unsigned>(split.ranks));
-  return LaunchKernelInCluster(WgmmaGemmKernel<kE>, grid, dim3(kWgThreads), kSmem,
-                               stream, dim3(1, 1, static_cast<unsigned>(split.ranks)), p, a_map, w_map, split.k_per_rank);
+  return LaunchKernelInCluster(WgmmaGemmKernel<kE, kBN>, grid, dim3(kWgThreads), kSmem, stream,
+                               dim3(1, 1, static_cast<unsigned>(split.ranks)), p, a_map, w_map, split.k_per_rank);
+}
+
+bool WgmmaWideEnabled();  // gemm_wgmma.cu: AUTOGLM_WGMMA_WIDE
+
+template <Epilogue kE>
+cudaError_t LaunchWgmmaTiles(const LinearParams& p, const bf16* a, cudaStream_t stream, int tile_n = 0) {
+  if (tile_n == 0) {
+    const int sms = MultiprocessorCount();
+    tile_n = WgmmaWideEnabled() ? WgmmaTileColumns(p.m, p.n, p.k, sms > 0 ? sms : 132) : kWgBN;
+  }
+  if (tile_n == 128) return LaunchWgmmaTilesOf<kE, 128>(p, a, stream);
+  if (tile_n == 256) return LaunchWgmmaTilesOf<kE, 256>(p, a, stream);
+  return cudaErrorInvalidValue;
 }
 
 }  // namespace ag::cuda

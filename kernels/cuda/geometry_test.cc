@@ -406,6 +406,41 @@ TEST(LinearSplit, GlmShapes) {
   EXPECT_EQ(SplitWgmmaK(97, 160, 4104, 132).k_per_rank % 64, 0);
 }
 
+// The wide tile's choice on GLM-4-9B's projections at a 512-token prompt (132 SMs), by WaveCost
+// with a 256-wide k-tile at 1.6 narrow ones: gate/up 428 tiles split in 2 (7 waves of 36 k-tiles:
+// 403 narrow-equivalents against 469), down_proj 64 tiles split in 2 (one wave of 111: 178 against
+// 217), o_proj 64 split in 2 (58 against 67); QKV's 72 wide tiles (one wave of 67, 107) do not beat
+// its split narrow grid (108) by 3 %. At 64 rows or fewer the narrow tile, always.
+TEST(LinearSplit, WideWgmmaTilesWhereThePredictedWavesAreShorter) {
+  EXPECT_EQ(WgmmaTileColumns(512, 27392, 4096, 132), 256);
+  EXPECT_EQ(SplitWgmmaK(512, 27392, 4096, 132, 256).ranks, 2);
+  EXPECT_EQ(WaveCost(428, 64, 2, 132, 3), 252);
+  EXPECT_EQ(WaveCost(856, 64, 1, 132, 3), 469);
+  EXPECT_EQ(WgmmaTileColumns(512, 4096, 13696, 132), 256);
+  EXPECT_EQ(WgmmaTileColumns(512, 4096, 4096, 132), 256);
+  EXPECT_EQ(WgmmaTileColumns(512, 4608, 4096, 132), 128);
+  EXPECT_EQ(SplitWgmmaK(512, 4608, 4096, 132, 256).ranks, 1);
+  for (int64_t m : {1, 33, 64}) EXPECT_EQ(WgmmaTileColumns(m, 27392, 4096, 132), 128) << m;
+  // The vision tower's 13,416 patches: long grids of either width, the wide tile's price decides.
+  EXPECT_EQ(WgmmaTileColumns(13416, 4608, 1536, 132), 256);
+  // A narrow matrix: one 256-wide tile half empty does not pay.
+  EXPECT_EQ(WgmmaTileColumns(512, 128, 4096, 132), 128);
+}
+
+// The wide tile's weight operand is two TMA boxes of 128 rows one after the other in a stage: row
+// 128 b + r of box b sits where one 256-row K-major SW128 operand has row 128 b + r, so a single
+// descriptor for m64n256k16 reads both.
+TEST(MmaLayout, TwoWeightBoxesAreOneWideOperand) {
+  constexpr uint32_t kBoxBytes = 128 * 64 * 2;
+  for (int b = 0; b < 2; ++b) {
+    for (int r = 0; r < 128; ++r) {
+      for (int k = 0; k < 64; k += 8) {
+        EXPECT_EQ(mma::Sw128KMajorOffset(128 * b + r, k), b * kBoxBytes + mma::Sw128KMajorOffset(r, k));
+      }
+    }
+  }
+}
+
 TEST(LinearSplit, EveryShapeIsCoveredWithWorkForEveryRank) {
   for (int64_t n : {1, 2, 63, 64, 97, 160, 4096, 4608, 27392}) {
     for (int64_t k : {8, 24, 32, 40, 64, 200, 4104, 13696}) {

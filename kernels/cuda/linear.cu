@@ -58,5 +58,9 @@ cudaError_t LaunchGemm(const LinearParams& p, cudaStream_t stream) { return Disp
 cudaError_t LaunchGemmMmaSync(const LinearParams& p, cudaStream_t stream) {
   return Dispatch(p, stream, LinearPath::kGemmMmaSync);
 }
+cudaError_t LaunchGemmTileColumns(const LinearParams& p, int tile_n, cudaStream_t stream) {
+  if (tile_n != 128 && tile_n != 256) return cudaErrorInvalidValue;
+  return Dispatch(p, stream, tile_n == 128 ? LinearPath::kGemmNarrow : LinearPath::kGemmWide);
+}
 
 }  // namespace ag::cuda

@@ -316,14 +316,16 @@ inline cudaError_t TensorCoreInput(const LinearParams& p, cudaStream_t stream, c
 }
 
 // M > 64: the wgmma GEMM where it can run (gemm_wgmma.cuh), else the mma.sync one; `mma_sync`
-// asks for the latter (tests and benchmarks compare the two). A norm prologue is a launch of its
-// own into the scratch (kSkinnyNormMaxRows: the wgmma kernel's norm warpgroup was half as fast).
+// asks for the latter (tests and benchmarks compare the two), `tile_n` for the wgmma GEMM with
+// that tile width (0: chosen by the shape). A norm prologue is a launch of its own into the
+// scratch (kSkinnyNormMaxRows: the wgmma kernel's norm warpgroup was half as fast).
 template <Epilogue kE>
-cudaError_t LaunchGemmFor(const LinearParams& p, cudaStream_t stream, bool mma_sync = false) {
+cudaError_t LaunchGemmFor(const LinearParams& p, cudaStream_t stream, bool mma_sync = false, int tile_n = 0) {
   const bf16* a = nullptr;
+  if (tile_n != 0 && !WgmmaGemmUsable(p, p.norm_w != nullptr ? p.scratch : p.x)) return cudaErrorNotSupported;
   const cudaError_t e = TensorCoreInput(p, stream, &a);
   if (e != cudaSuccess) return e;
-  if (!mma_sync && WgmmaGemmUsable(p, a)) return LaunchWgmmaTiles<kE>(p, a, stream);
+  if (!mma_sync && WgmmaGemmUsable(p, a)) return LaunchWgmmaTiles<kE>(p, a, stream, tile_n);
   return LaunchGemmTiles<kE>(p, a, stream);
 }
 
@@ -347,7 +349,7 @@ cudaError_t LaunchSkinnyFor(const LinearParams& p, cudaStream_t stream) {
   return LaunchSkinnyTile<8, kE>(q, rows, a, stream);
 }
 
-enum class LinearPath { kGemv, kSkinny, kGemm, kGemmMmaSync };
+enum class LinearPath { kGemv, kSkinny, kGemm, kGemmMmaSync, kGemmNarrow, kGemmWide };
 
 // The three paths for one epilogue; defined in linear_<epilogue>.cu.
 template <Epilogue kE>
@@ -365,6 +367,10 @@ cudaError_t LaunchLinearFor(const LinearParams& p, cudaStream_t stream, LinearPa
         return LaunchGemmFor<E>(p, stream);                                                     \
       case LinearPath::kGemmMmaSync:                                                            \
         return LaunchGemmFor<E>(p, stream, true);                                               \
+      case LinearPath::kGemmNarrow:                                                             \
+        return LaunchGemmFor<E>(p, stream, false, 128);                                         \
+      case LinearPath::kGemmWide:                                                               \
+        return LaunchGemmFor<E>(p, stream, false, 256);                                         \
     }                                                                                           \
     return cudaErrorInvalidValue;                                                               \
   }

@@ -97,12 +97,33 @@ inline KSplit SplitGemmK(int64_t m, int64_t n, int64_t k, int multiprocessors) {
   return SplitForWaves(((m + 127) / 128) * ((n + 127) / 128), k, 32, int64_t{2} * multiprocessors, 4, 4, 6);
 }
 
-// The wgmma GEMM (M > 64 on Hopper): 128 x 128 tiles, 64-wide k-tiles (TMA boxes: a rank's K
-// range must start on one), one block per multiprocessor, clusters of up to 4, at least four
-// k-tiles a rank; an ending worth about three k-tiles (~1.5 us: the fp32 tile through shared
-// memory, two cluster barriers, 32 KB of bf16 stores).
-inline KSplit SplitWgmmaK(int64_t m, int64_t n, int64_t k, int multiprocessors) {
-  return SplitForWaves(((m + 127) / 128) * ((n + 127) / 128), k, 64, multiprocessors, 4, 4, 3);
+// The wgmma GEMM (M > 64 on Hopper): 128 x `tile_n` tiles (128 or 256 columns), 64-wide k-tiles
+// (TMA boxes: a rank's K range must start on one), one block per multiprocessor, clusters of up to
+// 4, at least four k-tiles a rank; an ending worth about three k-tiles (~1.5 us for a 128-wide
+// tile: the fp32 tile through shared memory, two cluster barriers, 32 KB of bf16 stores).
+inline KSplit SplitWgmmaK(int64_t m, int64_t n, int64_t k, int multiprocessors, int64_t tile_n = 128) {
+  return SplitForWaves(((m + 127) / 128) * ((n + tile_n - 1) / tile_n), k, 64, multiprocessors, 4, 4, 3);
+}
+
+// A 256-wide tile's k-tile costs this many tenths of a 128-wide one's (twice the work). Why less
+// than 20: both operands of wgmma come from shared memory, and a 128 x 128 tile asks it for about
+// 160 bytes a clock at full tensor rate (each warpgroup's 64 x 16 slice of x and 16 x 128 of W
+// every 64 clocks, plus the TMA writes of the next stages) against 128 it serves, so the narrow
+// tile tops out near 80 % of peak; a 128 x 256 tile asks for about 128 (x read once for twice the
+// columns), and cuBLAS's 650 TFLOP/s against our 390-510 on the same shapes (bench/RESULTS.md,
+// 2026-12-04) is consistent with that. A prediction until the device measures BM_GemmTileColumns.
+inline constexpr int64_t kWideKTileTenths = 16;
+
+// The wgmma GEMM's tile width for a shape: 256 where WaveCost, with the wide k-tile's price above,
+// predicts it at least 3 % faster than the best split of 128-wide tiles; 128 otherwise, and always
+// at 64 rows or fewer (there the weight stream is the cost, measured with 128-wide tiles).
+inline int64_t WgmmaTileColumns(int64_t m, int64_t n, int64_t k, int multiprocessors) {
+  if (m <= 64) return 128;
+  const int64_t k_tiles = (k + 63) / 64, rows = (m + 127) / 128;
+  const KSplit narrow = SplitWgmmaK(m, n, k, multiprocessors, 128), wide = SplitWgmmaK(m, n, k, multiprocessors, 256);
+  const int64_t narrow_cost = 10 * WaveCost(rows * ((n + 127) / 128), k_tiles, narrow.ranks, multiprocessors, 3);
+  const int64_t wide_cost = kWideKTileTenths * WaveCost(rows * ((n + 255) / 256), k_tiles, wide.ranks, multiprocessors, 3);
+  return wide_cost * 100 < narrow_cost * 97 ? 256 : 128;
 }
 
 // The W8A8 GEMM: the wgmma GEMM's tiles and ending, its k-tiles 128 codes wide (each the bytes

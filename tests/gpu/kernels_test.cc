@@ -143,8 +143,9 @@ struct LinearCase {
   bool norm;
 };
 
-// kGemm: the wgmma GEMM on Hopper (LaunchGemm), kGemmMmaSync: the mma.sync one.
-enum class Path { kGemv, kSkinny, kGemm, kGemmMmaSync };
+// kGemm: the wgmma GEMM on Hopper (LaunchGemm), kGemmMmaSync: the mma.sync one; kGemmWide: the
+// wgmma GEMM's 256-wide tiles, whatever the shape would choose.
+enum class Path { kGemv, kSkinny, kGemm, kGemmMmaSync, kGemmWide };
 
 void CheckLinear(const LinearCase& c, Path path) {
   SCOPED_TRACE(::testing::Message() << "m=" << c.m << " n=" << c.n << " k=" << c.k << " epilogue="
@@ -195,6 +196,8 @@ void CheckLinear(const LinearCase& c, Path path) {
         return cuda::LaunchGemm(p, nullptr);
       case Path::kGemmMmaSync:
         return cuda::LaunchGemmMmaSync(p, nullptr);
+      case Path::kGemmWide:
+        return cuda::LaunchGemmTileColumns(p, 256, nullptr);
     }
     return cudaErrorInvalidValue;
   };
@@ -294,6 +297,7 @@ TEST(GpuKernels, LinearEveryEpilogueEveryPath) {
             if (m <= cuda::kSkinnyMaxRows) CheckLinear({m, n, k, e, norm}, Path::kSkinny);
             CheckLinear({m, n, k, e, norm}, Path::kGemm);
             CheckLinear({m, n, k, e, norm}, Path::kGemmMmaSync);
+            CheckLinear({m, n, k, e, norm}, Path::kGemmWide);
           }
         }
       }
@@ -313,6 +317,11 @@ TEST(GpuKernels, WgmmaGemmEdges) {
       CheckLinear({m, 160, k, cuda::Epilogue::kSiluMul, k % 2 == 0}, Path::kGemm);
       CheckLinear({m, 80, k, cuda::Epilogue::kQkvRope, true}, Path::kGemm);
       CheckLinear({m, 130, k, cuda::Epilogue::kBias, false}, Path::kGemm);
+      // The wide tiles: N within one (97, 160), past one with the second box out of bounds (257),
+      // and past two (520 for the pairs).
+      for (int64_t n : {97, 257}) CheckLinear({m, n, k, cuda::Epilogue::kResidual, k % 2 == 0}, Path::kGemmWide);
+      CheckLinear({m, 520, k, cuda::Epilogue::kSiluMul, false}, Path::kGemmWide);
+      CheckLinear({m, 520, k, cuda::Epilogue::kQkvRope, true}, Path::kGemmWide);
     }
   }
 }
