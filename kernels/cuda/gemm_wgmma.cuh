@@ -3,13 +3,14 @@
 // Not a public header.
 //
 // Block: 3 warpgroups. Warpgroup 0 is the producer: one thread issues the
-// TMA loads of each k-tile (A: 128 rows x 64 k of x; B: 128 rows x 64 k of W,
-// both K-major with the 128-byte swizzle) into a ring of kWgStages stages,
-// each stage guarded by two mbarriers (full: the bytes landed; empty: both
-// consumers are done with it). Warpgroups 1 and 2 each multiply 64 rows of the
-// tile by its 128 columns with wgmma.m64n128k16 (operands straight from shared
-// memory through matrix descriptors, fp32 accumulators in 64 registers a
-// thread). The epilogue is the mma.sync GEMM's: the accumulators go to an fp32
+// TMA loads of each k-tile (A: 128 rows x 64 k of x; B: 128 or 256 rows x 64 k
+// of W in boxes of 128 rows, all K-major with the 128-byte swizzle) into a ring
+// of stages (WgTile), each stage guarded by two mbarriers (full: the bytes
+// landed; empty: both consumers are done with it). Warpgroups 1 and 2 each
+// multiply 64 rows of the tile by its 128 or 256 columns with
+// wgmma.m64n128k16 or m64n256k16 (operands straight from shared memory through
+// matrix descriptors, fp32 accumulators in 64 or 128 registers a thread); the
+// width is WgmmaTileColumns's choice for the shape (linear_split.h). The epilogue is the mma.sync GEMM's: the accumulators go to an fp32
 // tile over the pipeline's buffers, a grid that would leave its waves partly
 // empty splits K over a cluster summed through distributed shared memory
 // (SplitWgmmaK), and StorePair applies the op's epilogue.
