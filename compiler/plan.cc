@@ -80,6 +80,8 @@ constexpr IndexOperand kIndexOperands[] = {
     {ir::OpId::k_vision_pos_embed, 2, "patch_pos"},
     {ir::OpId::k_vision_rotary, 1, "patch_pos"},
     {ir::OpId::k_segment_attention, 3, "image_offsets"},
+    {ir::OpId::k_vision_qkv_rotary, 1, "patch_pos"},
+    {ir::OpId::k_packed_segment_attention, 1, "image_offsets"},
 };
 
 const char* RequiredInput(ir::OpId op, int operand) {

@@ -80,7 +80,10 @@ absl::StatusOr<Roofline> VisionRoofline(const Plan& plan, const std::vector<std:
       }
     }
     ASSIGN_OR_RETURN(c.flops, LinearFlops(step, bindings));
-    if (step.kernel == ir::OpId::k_segment_attention) {
+    if (step.kernel == ir::OpId::k_vision_qkv_rotary) {
+      c.bytes *= 2.0 / 3.0;  // q's and k's columns read and written; v stays where it is (in place)
+    }
+    if (step.kernel == ir::OpId::k_segment_attention || step.kernel == ir::OpId::k_packed_segment_attention) {
       ASSIGN_OR_RETURN(int64_t heads, ir::GetInt(step.attrs, "heads"));
       ASSIGN_OR_RETURN(int64_t head_dim, ir::GetInt(step.attrs, "head_dim"));
       c.flops = 4.0 * static_cast<double>(heads * head_dim) * pairs;

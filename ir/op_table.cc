@@ -272,8 +272,8 @@ absl::StatusOr<Types> InferVisionPosEmbed(Operands o, const Attrs& a) {
   return Types{o[0]};
 }
 
-// (x [P, heads * head_dim], patch_pos) -> 2-D rotary, rotate-half over each whole head.
-absl::StatusOr<Types> InferVisionRotary(Operands o, const Attrs& a) {
+// (x [P, parts * heads * head_dim], patch_pos): the 2-D rotary's checks.
+absl::Status CheckVisionRotary(Operands o, const Attrs& a, int64_t parts) {
   ASSIGN_OR_RETURN(int64_t heads, GetHeadAttr(a, "heads"));
   ASSIGN_OR_RETURN(int64_t head_dim, GetHeadAttr(a, "head_dim"));
   ASSIGN_OR_RETURN(double theta, GetFloat(a, "theta"));
@@ -283,9 +283,36 @@ absl::StatusOr<Types> InferVisionRotary(Operands o, const Attrs& a) {
   }
   RETURN_IF_ERROR(ExpectFloat(o[0], "input"));
   RETURN_IF_ERROR(ExpectRank(o[0], 2, "input"));
-  RETURN_IF_ERROR(ExpectRows(o[0], o[0].shape[0], heads * head_dim, "input"));
-  RETURN_IF_ERROR(ExpectPatchPositions(o[1], o[0].shape[0]));
+  RETURN_IF_ERROR(ExpectRows(o[0], o[0].shape[0], parts * heads * head_dim, "input"));
+  return ExpectPatchPositions(o[1], o[0].shape[0]);
+}
+
+// (x [P, heads * head_dim], patch_pos) -> 2-D rotary, rotate-half over each whole head.
+absl::StatusOr<Types> InferVisionRotary(Operands o, const Attrs& a) {
+  RETURN_IF_ERROR(CheckVisionRotary(o, a, 1));
   return Types{o[0]};
+}
+
+// (qkv [P, 3 * heads * head_dim], patch_pos) -> qkv with the 2-D rotary applied to its q and k
+// heads, v as it is (fuse's vision-qkv-attention: no slices before the rotaries; in place, not even v
+// is copied).
+absl::StatusOr<Types> InferVisionQkvRotary(Operands o, const Attrs& a) {
+  RETURN_IF_ERROR(CheckVisionRotary(o, a, 3));
+  return Types{o[0]};
+}
+
+// (qkv [P, 3 * heads * head_dim], offsets i32[I+1]) -> [P, heads * head_dim]: segment_attention
+// reading q, k and v from their columns of one packed matrix.
+absl::StatusOr<Types> InferPackedSegmentAttention(Operands o, const Attrs& a) {
+  ASSIGN_OR_RETURN(int64_t heads, GetHeadAttr(a, "heads"));
+  ASSIGN_OR_RETURN(int64_t head_dim, GetHeadAttr(a, "head_dim"));
+  RETURN_IF_ERROR(ExpectFloat(o[0], "qkv"));
+  RETURN_IF_ERROR(ExpectRank(o[0], 2, "qkv"));
+  RETURN_IF_ERROR(ExpectRows(o[0], o[0].shape[0], 3 * heads * head_dim, "qkv"));
+  RETURN_IF_ERROR(ExpectRank(o[1], 1, "segment offsets"));
+  RETURN_IF_ERROR(ExpectDType(o[1], DType::kI32, "segment offsets"));
+  if (!o[1].shape[0].is_symbolic() || o[1].shape[0].offset() != 1) return Err("segment offsets must be [I+1]");
+  return Types{{o[0].dtype, {o[0].shape[0], Dim(heads * head_dim)}}};
 }
 
 // (q, k, v [P, heads * head_dim], offsets i32[I+1]) -> full attention within each segment.
@@ -499,6 +526,8 @@ constexpr std::array<OpInfo, kOpCount> kOps = {{
   {OpId::k_all_gather,          "all_gather",             1, 1, 1, kParts,       kCollective,                        -1, -1, InferAllGather},
   {OpId::k_all_reduce_residual, "all_reduce_residual",    2, 2, 1, kNone,        kFused | kCollective,               -1,  1, InferAllReduceResidual},
   {OpId::k_all_reduce_norm_residual, "all_reduce_norm_residual", 3, 3, 1, kEps, kFused | kCollective,               -1,  2, InferAllReduceNormResidual},
+  {OpId::k_vision_qkv_rotary,   "vision_qkv_rotary",      2, 2, 1, kVisionRotary, kFused,                           -1,  0, InferVisionQkvRotary},
+  {OpId::k_packed_segment_attention, "packed_segment_attention", 2, 2, 1, kAttentionHeads, kFused,                 -1, -1, InferPackedSegmentAttention},
 }};
 // clang-format on
 

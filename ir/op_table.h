@@ -24,7 +24,8 @@ namespace ag::ir {
 
 // Builder-level ops (the vision tower's from scatter_rows), then ops made by
 // lower-kv-cache, then fused ops, then the collectives of tensor parallelism
-// (made by shard; fused ones by fuse).
+// (made by shard; fused ones by fuse), then the vision tower's fused ops (last,
+// so that the kernel ids plan files store keep their values).
 #define AG_IR_OPS(X)        \
   X(embedding)              \
   X(rms_norm)               \
@@ -55,7 +56,9 @@ namespace ag::ir {
   X(all_reduce)             \
   X(all_gather)             \
   X(all_reduce_residual)    \
-  X(all_reduce_norm_residual)
+  X(all_reduce_norm_residual) \
+  X(vision_qkv_rotary)      \
+  X(packed_segment_attention)
 
 enum class OpId : uint8_t {
 #define AG_OP_ENUM_(name) k_##name,

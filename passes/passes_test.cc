@@ -339,7 +339,54 @@ TEST(Fuse, RuleNamesAreListed) {
   EXPECT_EQ(FusePass::RuleNames(),
             (std::vector<std::string>{"norm-qkv-rope-kv-write", "norm-gate-up-silu", "all-reduce-norm-residual",
                                       "all-reduce-residual", "sublayer-norm-residual", "linear-residual",
-                                      "norm-linear", "add-rms-norm"}));
+                                      "norm-linear", "add-rms-norm", "vision-qkv-attention"}));
+}
+
+// The vision tower's attention (models/glm4v/vision_builder.cc): three slices of one qkv, q and k
+// rotated, become the rotary over qkv's q and k columns and attention reading the packed matrix.
+constexpr char kFuseIn9[] = R"(graph t (I<=2, P<=8) {
+  param @w : f32[24,8]
+  param @o : f32[8,8]
+  input %x : f32[P,8]
+  input %patch_pos : i32[P,4]
+  input %image_offsets : i32[I+1]
+  %qkv = linear(%x, @w) : f32[P,24] loc(0)
+  %q = slice(%qkv) {axis=1, size=8, start=0} : f32[P,8] loc(0)
+  %k = slice(%qkv) {axis=1, size=8, start=8} : f32[P,8] loc(0)
+  %v = slice(%qkv) {axis=1, size=8, start=16} : f32[P,8] loc(0)
+  %q_rot = vision_rotary(%q, %patch_pos) {head_dim=4, heads=2, theta=10000.0} : f32[P,8] loc(0)
+  %k_rot = vision_rotary(%k, %patch_pos) {head_dim=4, heads=2, theta=10000.0} : f32[P,8] loc(0)
+  %attn = segment_attention(%q_rot, %k_rot, %v, %image_offsets) {head_dim=4, heads=2} : f32[P,8] loc(0)
+  %out = linear(%attn, @o) : f32[P,8] loc(0)
+  output %out
+}
+)";
+constexpr char kFuseOut9[] = R"(graph t (I<=2, P<=8) {
+  param @w : f32[24,8]
+  param @o : f32[8,8]
+  input %x : f32[P,8]
+  input %patch_pos : i32[P,4]
+  input %image_offsets : i32[I+1]
+  %qkv = linear(%x, @w) : f32[P,24] loc(0)
+  %qkv_rot = vision_qkv_rotary(%qkv, %patch_pos) {head_dim=4, heads=2, theta=10000.0} : f32[P,24] loc(0)
+  %attn = packed_segment_attention(%qkv_rot, %image_offsets) {head_dim=4, heads=2} : f32[P,8] loc(0)
+  %out = linear(%attn, @o) : f32[P,8] loc(0)
+  output %out
+}
+)";
+
+TEST(Fuse, VisionQkvAttention) {
+  ExpectRewrite(FusePass(std::vector<std::string>{"vision-qkv-attention"}), kFuseIn9, kFuseOut9);
+}
+
+// Not when a slice has another user (k kept for something else), nor when the slices are not q, k, v.
+TEST(Fuse, VisionQkvAttentionNeedsThePatternWhole) {
+  std::string shared = kFuseIn9;
+  shared.replace(shared.find("output %out"), 11, "output %out, %k");
+  ExpectNoChange(FusePass(std::vector<std::string>{"vision-qkv-attention"}), shared.c_str());
+  std::string swapped = kFuseIn9;
+  swapped.replace(swapped.find("%q_rot, %k_rot, %v"), 18, "%k_rot, %q_rot, %v");
+  ExpectNoChange(FusePass(std::vector<std::string>{"vision-qkv-attention"}), swapped.c_str());
 }
 
 }  // namespace

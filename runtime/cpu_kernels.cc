@@ -85,6 +85,24 @@ void SegmentAttention(const A& a) {
   ref::SegmentAttention(a.operands[0].f(), a.operands[1].f(), a.operands[2].f(), a.operands[3].i(),
                         a.operands[3].dim(0) - 1, a.Int("heads"), a.Int("head_dim"), a.results[0].f());
 }
+// (qkv [P, 3 heads d], patch_pos): q's and k's heads rotated, v copied unless in place.
+void VisionQkvRotary(const A& a) {
+  const CpuTensor& qkv = a.operands[0];
+  const int64_t rows = qkv.dim(0), width = qkv.dim(1), heads = a.Int("heads"), d = a.Int("head_dim");
+  float* out = a.results[0].f();
+  if (out != qkv.f()) {
+    for (int64_t r = 0; r < rows; ++r) {
+      std::copy(qkv.f() + r * width + 2 * heads * d, qkv.f() + (r + 1) * width, out + r * width + 2 * heads * d);
+    }
+  }
+  ref::VisionRotaryRows(qkv.f(), width, a.operands[1].i(), rows, 2 * heads, d, a.Float("theta"), out, width);
+}
+void PackedSegmentAttention(const A& a) {
+  const CpuTensor& qkv = a.operands[0];
+  const int64_t width = a.Int("heads") * a.Int("head_dim");
+  ref::SegmentAttention(qkv.f(), qkv.f() + width, qkv.f() + 2 * width, a.operands[1].i(), a.operands[1].dim(0) - 1,
+                        a.Int("heads"), a.Int("head_dim"), a.results[0].f(), 3 * width);
+}
 void MergeRows(const A& a) {
   const CpuTensor& x = a.operands[0];
   const int64_t group = a.Int("group");
@@ -216,6 +234,8 @@ constexpr std::array<Row, ir::kOpCount> kKernels = {{
     {OpId::k_all_gather, AllGather},
     {OpId::k_all_reduce_residual, AllReduceResidual},
     {OpId::k_all_reduce_norm_residual, AllReduceNormResidual},
+    {OpId::k_vision_qkv_rotary, VisionQkvRotary},
+    {OpId::k_packed_segment_attention, PackedSegmentAttention},
 }};
 static_assert(ir::RowsCoverAllOps(kKernels), "every op needs a CPU kernel, in OpId order");
 

@@ -245,6 +245,31 @@ absl::Status SegmentAttention(const A& a) {
                                             a.Int("head_dim"), Out(a), a.stream),
                a);
 }
+// (qkv [P, 3 heads d], patch_pos): q's and k's heads rotated where they are; v copied only when the
+// planner did not put the result over qkv.
+absl::Status VisionQkvRotary(const A& a) {
+  const CudaTensor& qkv = a.operands[0];
+  const int64_t rows = qkv.dim(0), width = qkv.dim(1), heads = a.Int("heads"), d = a.Int("head_dim");
+  if (Out(a) != In(a, 0) && rows > 0) {
+    const size_t pitch = static_cast<size_t>(width) * sizeof(bf16);
+    RETURN_IF_ERROR(Check(cudaMemcpy2DAsync(Out(a) + 2 * heads * d, pitch, In(a, 0) + 2 * heads * d, pitch,
+                                            static_cast<size_t>(heads * d) * sizeof(bf16), static_cast<size_t>(rows),
+                                            cudaMemcpyDeviceToDevice, a.stream),
+                          a));
+  }
+  return Check(cuda::LaunchVisionRotary(In(a, 0), a.operands[1].as<const int32_t>(), rows, 2 * heads, d,
+                                        a.Float("theta"), Out(a), a.stream, width, width),
+               a);
+}
+// (qkv [P, 3 heads d], offsets): attention reading q, k and v from their columns of qkv.
+absl::Status PackedSegmentAttention(const A& a) {
+  const int64_t heads = a.Int("heads"), d = a.Int("head_dim");
+  const bf16* qkv = In(a, 0);
+  return Check(cuda::LaunchSegmentAttention(qkv, qkv + heads * d, qkv + 2 * heads * d, a.operands[1].as<const int32_t>(),
+                                            a.operands[1].dim(0) - 1, a.operands[0].dim(0), heads, d, Out(a), a.stream,
+                                            3 * heads * d),
+               a);
+}
 absl::Status MergeRows(const A& a) {
   const CudaTensor& x = a.operands[0];
   if (x.dim(0) != a.results[0].dim(0) * a.Int("group")) {
@@ -421,6 +446,8 @@ constexpr std::array<Row, ir::kOpCount> kKernels = {{
     {OpId::k_all_gather, AllGather},
     {OpId::k_all_reduce_residual, AllReduceResidual},
     {OpId::k_all_reduce_norm_residual, AllReduceNormResidual},
+    {OpId::k_vision_qkv_rotary, VisionQkvRotary},
+    {OpId::k_packed_segment_attention, PackedSegmentAttention},
 }};
 static_assert(ir::RowsCoverAllOps(kKernels), "every op needs a CUDA kernel, in OpId order");
 

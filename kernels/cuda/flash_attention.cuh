@@ -30,10 +30,12 @@ namespace ag::cuda {
 // K and V tiles dequantized on their way into shared memory, each key's scale applied once).
 cudaError_t LaunchFlashPagedAttention(const __nv_bfloat16* q, int64_t tokens, int64_t heads, const PagedKv& cache,
                                       const SeqBatch& seqs, __nv_bfloat16* out, cudaStream_t stream);
-// q, k, v and out: [rows, heads * head_dim]; offsets [segments + 1] on the device.
+// q, k, v and out: [rows, heads * head_dim], q's, k's and v's rows `in_stride` elements apart (0:
+// heads * head_dim); offsets [segments + 1] on the device.
 cudaError_t LaunchFlashSegmentAttention(const __nv_bfloat16* q, const __nv_bfloat16* k, const __nv_bfloat16* v,
                                         const int32_t* offsets, int64_t segments, int64_t rows, int64_t heads,
-                                        int64_t head_dim, __nv_bfloat16* out, cudaStream_t stream);
+                                        int64_t head_dim, __nv_bfloat16* out, cudaStream_t stream,
+                                        int64_t in_stride = 0);
 
 // The segment kernel on wgmma (flash_wgmma.cu), which LaunchFlashSegmentAttention tries first:
 // WgmmaFlashUsable says whether it can run here (a Hopper device, AUTOGLM_WGMMA and
@@ -43,7 +45,7 @@ bool WgmmaFlashUsable(const __nv_bfloat16* q, const __nv_bfloat16* k, const __nv
                       int64_t heads, int64_t head_dim);
 cudaError_t LaunchWgmmaFlashSegment(const __nv_bfloat16* q, const __nv_bfloat16* k, const __nv_bfloat16* v,
                                     const int32_t* offsets, int64_t segments, int64_t rows, int64_t heads,
-                                    int64_t head_dim, __nv_bfloat16* out, cudaStream_t stream);
+                                    int64_t head_dim, __nv_bfloat16* out, cudaStream_t stream, int64_t in_stride = 0);
 
 }  // namespace ag::cuda
 

@@ -43,6 +43,7 @@ struct Params {
   // kSegment: K and V rows beside Q's
   const bf16* k;
   const bf16* v;
+  int64_t in_stride;  // kSegment: elements between rows of q, k and v (heads * head_dim, or 3x that packed)
 };
 
 template <int kD>
@@ -78,7 +79,9 @@ __global__ void __launch_bounds__(kThreads, 2) FlashKernel(Params p) {
   if (tile.seq < 0) return;  // past the last tile: the whole block leaves
 
   const int h = blockIdx.y, kv_head = h / p.group;
+  // Rows of out (and of q over the paged cache) are heads x kD apart; q, k and v within segments in_stride.
   const int64_t q_stride = static_cast<int64_t>(p.heads) * kD, seq_first = p.offsets[tile.seq];
+  const int64_t in_stride = kMask == Mask::kSegment ? p.in_stride : q_stride;
   // The keys the tile's rows see: causal, 0..first_pos + row; a segment, all of it.
   int64_t keys, first_pos = 0;
   const int32_t* table = nullptr;
@@ -101,7 +104,7 @@ __global__ void __launch_bounds__(kThreads, 2) FlashKernel(Params p) {
       const int64_t bs = p.cache.block_size;
       return ((static_cast<int64_t>(table[key / bs]) * bs + key % bs) * p.cache.kv_heads + kv_head) * kD;
     } else {
-      return (seq_first + key) * q_stride + static_cast<int64_t>(kv_head) * kD;
+      return (seq_first + key) * in_stride + static_cast<int64_t>(kv_head) * kD;
     }
   };
   auto load_keys = [&](int stage, int64_t base) {  // keys past the end arrive as zeros
@@ -140,7 +143,7 @@ __global__ void __launch_bounds__(kThreads, 2) FlashKernel(Params p) {
   for (int i = threadIdx.x; i < kFlashRows * kPieces; i += kThreads) {
     const int r = i / kPieces, c = (i % kPieces) * 8;
     const bool valid = r < tile.rows;
-    CpAsync16(qs + r * kLd + c, p.q + (valid ? (tile.first + r) * q_stride + static_cast<int64_t>(h) * kD + c : 0),
+    CpAsync16(qs + r * kLd + c, p.q + (valid ? (tile.first + r) * in_stride + static_cast<int64_t>(h) * kD + c : 0),
               valid);
   }
   const int64_t tiles = keys > 0 ? (keys + kFlashKeys - 1) / kFlashKeys : 0;

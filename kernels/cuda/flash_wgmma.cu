@@ -179,15 +179,16 @@ __global__ void __launch_bounds__(kThreads, 2)
 
 cudaError_t LaunchWgmmaFlashSegment(const bf16* q, const bf16* k, const bf16* v, const int32_t* offsets,
                                     int64_t segments, int64_t rows, int64_t heads, int64_t head_dim, bf16* out,
-                                    cudaStream_t stream) {
+                                    cudaStream_t stream, int64_t in_stride) {
   if (!WgmmaFlashUsable(q, k, v, rows, heads, head_dim)) return cudaErrorNotSupported;
   if (rows == 0) return cudaSuccess;
   const int64_t blocks = FlashGridTiles(rows, segments);
   if (blocks > 0x7fffffff || heads > kMaxGridYZ || rows > 0x7fffffff) return cudaErrorInvalidValue;
   CUtensorMap q_map, k_map, v_map;
-  cudaError_t e = EncodeBoxMap(q, rows, heads * kD, 64, &q_map);
-  if (e == cudaSuccess) e = EncodeBoxMap(k, rows, heads * kD, 64, &k_map);
-  if (e == cudaSuccess) e = EncodeBoxMap(v, rows, heads * kD, 64, &v_map);
+  // Within rows in_stride apart (q, k and v as the columns of one packed matrix, or each its own).
+  cudaError_t e = EncodeBoxMap(q, rows, heads * kD, 64, &q_map, in_stride);
+  if (e == cudaSuccess) e = EncodeBoxMap(k, rows, heads * kD, 64, &k_map, in_stride);
+  if (e == cudaSuccess) e = EncodeBoxMap(v, rows, heads * kD, 64, &v_map, in_stride);
   if (e == cudaSuccess) e = AllowLargeSharedMemory<WgmmaFlashSegmentKernel, kSmemBytes>();
   if (e != cudaSuccess) return e;
   const WgParams p{offsets, segments, static_cast<int>(heads), ScaleLog2(kD), out};

@@ -116,13 +116,16 @@ bool WgmmaFlashUsable(const bf16* q, const bf16* k, const bf16* v, int64_t rows,
          Aligned16(k) && Aligned16(v) && Encoder() != nullptr && HopperDevice();
 }
 
-cudaError_t EncodeBoxMap(const bf16* matrix, int64_t rows, int64_t cols, int box_rows, CUtensorMap* map) {
+cudaError_t EncodeBoxMap(const bf16* matrix, int64_t rows, int64_t cols, int box_rows, CUtensorMap* map,
+                         int64_t row_stride) {
   const PFN_cuTensorMapEncodeTiled_v12000 encode = Encoder();
-  if (encode == nullptr || rows <= 0 || cols <= 0 || cols % 8 != 0 || box_rows <= 0 || box_rows > 256) {
+  if (row_stride == 0) row_stride = cols;
+  if (encode == nullptr || rows <= 0 || cols <= 0 || cols % 8 != 0 || box_rows <= 0 || box_rows > 256 ||
+      row_stride < cols || row_stride % 8 != 0) {
     return cudaErrorInvalidValue;
   }
   const cuuint64_t dims[2] = {static_cast<cuuint64_t>(cols), static_cast<cuuint64_t>(rows)};
-  const cuuint64_t strides[1] = {static_cast<cuuint64_t>(cols) * sizeof(bf16)};
+  const cuuint64_t strides[1] = {static_cast<cuuint64_t>(row_stride) * sizeof(bf16)};
   const cuuint32_t box[2] = {64, static_cast<cuuint32_t>(box_rows)};
   const cuuint32_t element_strides[2] = {1, 1};
   const CUresult r = encode(map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, const_cast<bf16*>(matrix), dims, strides, box,

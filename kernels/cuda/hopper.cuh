@@ -68,8 +68,10 @@ __device__ __forceinline__ void FenceSharedForAsyncProxy() {
 }
 
 // Host side (gemm_wgmma.cu): the tensor map of a row-major bf16 matrix [rows, cols] (cols % 8 == 0)
-// in boxes of 64 columns x box_rows rows with the 128-byte swizzle: K-major tiles for wgmma.
-cudaError_t EncodeBoxMap(const __nv_bfloat16* matrix, int64_t rows, int64_t cols, int box_rows, CUtensorMap* map);
+// whose rows are row_stride elements apart (0: cols; a multiple of 8, at least cols), in boxes of
+// 64 columns x box_rows rows with the 128-byte swizzle: K-major tiles for wgmma.
+cudaError_t EncodeBoxMap(const __nv_bfloat16* matrix, int64_t rows, int64_t cols, int box_rows, CUtensorMap* map,
+                         int64_t row_stride = 0);
 
 // Registers a wgmma wrote, as the compiler must see them after wgmma.wait_group: written.
 template <int kCount>

@@ -104,7 +104,7 @@ __global__ void PosEmbedKernel(const bf16* x, const bf16* table, int64_t side, c
 
 // One thread per (row, head, channel pair d, d + half): both halves rotate together.
 __global__ void VisionRotaryKernel(const bf16* x, const int32_t* patch_pos, int64_t rows, int64_t heads,
-                                   int64_t head_dim, float theta, bf16* out) {
+                                   int64_t head_dim, float theta, bf16* out, int64_t x_stride, int64_t out_stride) {
   AllowNextKernel();
   WaitForPreviousKernel();
   const int64_t half = head_dim / 2, quarter = head_dim / 4;
@@ -115,10 +115,10 @@ __global__ void VisionRotaryKernel(const bf16* x, const int32_t* patch_pos, int6
     const float angle = static_cast<float>(patch_pos[r * 4 + (d < quarter ? 0 : 1)]) * inv_freq;
     float s, c;
     sincosf(angle, &s, &c);
-    const int64_t base = rh * head_dim;
-    const float x1 = __bfloat162float(x[base + d]), x2 = __bfloat162float(x[base + d + half]);
-    out[base + d] = __float2bfloat16(x1 * c - x2 * s);
-    out[base + d + half] = __float2bfloat16(x2 * c + x1 * s);
+    const int64_t head = (rh % heads) * head_dim, in = r * x_stride + head, at = r * out_stride + head;
+    const float x1 = __bfloat162float(x[in + d]), x2 = __bfloat162float(x[in + d + half]);
+    out[at + d] = __float2bfloat16(x1 * c - x2 * s);
+    out[at + d + half] = __float2bfloat16(x2 * c + x1 * s);
   }
 }
 
@@ -127,7 +127,8 @@ constexpr int kMaxHeadDim = 256;
 // A warp per (row, head); lane l holds channels l, l + 32, ... of q and of the
 // output; keys one at a time with an online softmax.
 __global__ void SegmentAttentionKernel(const bf16* q, const bf16* k, const bf16* v, const int32_t* offsets,
-                                       int64_t segments, int64_t rows, int64_t heads, int64_t head_dim, bf16* out) {
+                                       int64_t segments, int64_t rows, int64_t heads, int64_t head_dim, bf16* out,
+                                       int64_t in_stride) {
   AllowNextKernel();
   WaitForPreviousKernel();
   const int64_t warp = (blockIdx.x * int64_t{kThreads} + threadIdx.x) / 32;
@@ -151,12 +152,12 @@ __global__ void SegmentAttentionKernel(const bf16* q, const bf16* k, const bf16*
 #pragma unroll
   for (int j = 0; j < kMaxHeadDim / 32; ++j) {
     const int64_t c = lane + 32 * j;
-    qv[j] = c < head_dim ? __bfloat162float(q[row * width + head * head_dim + c]) * scale : 0.0f;
+    qv[j] = c < head_dim ? __bfloat162float(q[row * in_stride + head * head_dim + c]) * scale : 0.0f;
     acc[j] = 0.0f;
   }
   float best = -INFINITY, total = 0.0f;
   for (int64_t key = begin; key < end; ++key) {
-    const bf16* kr = k + key * width + head * head_dim;
+    const bf16* kr = k + key * in_stride + head * head_dim;
     float dot = 0.0f;
 #pragma unroll
     for (int j = 0; j < kMaxHeadDim / 32; ++j) {
@@ -167,7 +168,7 @@ __global__ void SegmentAttentionKernel(const bf16* q, const bf16* k, const bf16*
     const float next_best = fmaxf(best, dot);
     const float rescale = __expf(best - next_best), weight = __expf(dot - next_best);
     total = total * rescale + weight;
-    const bf16* vr = v + key * width + head * head_dim;
+    const bf16* vr = v + key * in_stride + head * head_dim;
 #pragma unroll
     for (int j = 0; j < kMaxHeadDim / 32; ++j) {
       const int64_t c = lane + 32 * j;
@@ -227,26 +228,31 @@ cudaError_t LaunchVisionPosEmbed(const bf16* x, const bf16* table, int64_t side,
 }
 
 cudaError_t LaunchVisionRotary(const bf16* x, const int32_t* patch_pos, int64_t rows, int64_t heads, int64_t head_dim,
-                               float theta, bf16* out, cudaStream_t stream) {
+                               float theta, bf16* out, cudaStream_t stream, int64_t x_stride, int64_t out_stride) {
   if (rows == 0) return cudaSuccess;
-  if (head_dim % 4 != 0) return cudaErrorInvalidValue;
+  if (head_dim % 4 != 0 || x_stride < 0 || out_stride < 0) return cudaErrorInvalidValue;
+  const int64_t width = heads * head_dim;
+  if ((x_stride != 0 && x_stride < width) || (out_stride != 0 && out_stride < width)) return cudaErrorInvalidValue;
   return LaunchKernel(VisionRotaryKernel, dim3(GridFor(rows * heads * head_dim / 2)), dim3(kThreads), 0, stream, x,
-                      patch_pos, rows, heads, head_dim, theta, out);
+                      patch_pos, rows, heads, head_dim, theta, out, x_stride != 0 ? x_stride : width,
+                      out_stride != 0 ? out_stride : width);
 }
 
 cudaError_t LaunchSegmentAttention(const bf16* q, const bf16* k, const bf16* v, const int32_t* offsets,
                                    int64_t segments, int64_t rows, int64_t heads, int64_t head_dim, bf16* out,
-                                   cudaStream_t stream) {
+                                   cudaStream_t stream, int64_t in_stride) {
   if (rows == 0 || segments == 0) return cudaSuccess;
   if (head_dim <= 0 || head_dim > kMaxHeadDim) return cudaErrorInvalidValue;
+  if (in_stride == 0) in_stride = heads * head_dim;
+  if (in_stride < heads * head_dim) return cudaErrorInvalidValue;
   if (FlashHeadDim(head_dim)) {  // the tensor cores; other head sizes take the warp-a-row kernel
-    return LaunchFlashSegmentAttention(q, k, v, offsets, segments, rows, heads, head_dim, out, stream);
+    return LaunchFlashSegmentAttention(q, k, v, offsets, segments, rows, heads, head_dim, out, stream, in_stride);
   }
   const int64_t warps = rows * heads;
   const int64_t blocks = (warps * 32 + kThreads - 1) / kThreads;
   if (blocks > 0x7fffffff) return cudaErrorInvalidValue;
   return LaunchKernel(SegmentAttentionKernel, dim3(static_cast<unsigned>(blocks)), dim3(kThreads), 0, stream, q, k, v,
-                      offsets, segments, rows, heads, head_dim, out);
+                      offsets, segments, rows, heads, head_dim, out, in_stride);
 }
 
 cudaError_t LaunchMergeRows(const bf16* x, int64_t rows, int64_t width, int64_t group, bf16* out, cudaStream_t stream) {

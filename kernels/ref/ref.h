@@ -106,10 +106,16 @@ void VisionPosEmbed(const float* x, const float* table, int64_t side, const int3
 // out = x cos + rotate_half(x) sin (rotate_half(x) = [-x2, x1] of the halves).
 void VisionRotary(const float* x, const int32_t* patch_pos, int64_t rows, int64_t heads, int64_t head_dim, float theta,
                   float* out);
+// The same over the first `heads` heads of rows `x_stride` floats apart, into rows `out_stride`
+// apart (out may be x): the q and k heads of a packed [q | k | v] matrix in place.
+void VisionRotaryRows(const float* x, int64_t x_stride, const int32_t* patch_pos, int64_t rows, int64_t heads,
+                      int64_t head_dim, float theta, float* out, int64_t out_stride);
 // Non-causal attention within each segment [offsets[s], offsets[s + 1]) of the
 // rows, per head (q, k and v have the same heads); softmax in fp32, scale 1/sqrt(head_dim).
+// q, k and v rows are `in_stride` floats apart (0: heads x head_dim; 3 heads x head_dim when
+// they are the columns of one packed matrix); out's are heads x head_dim.
 void SegmentAttention(const float* q, const float* k, const float* v, const int32_t* offsets, int64_t segments,
-                      int64_t heads, int64_t head_dim, float* out);
+                      int64_t heads, int64_t head_dim, float* out, int64_t in_stride = 0);
 // out[e, c * group + j] = x[e * group + j, c]: groups of rows side by side, channel-major.
 void MergeRows(const float* x, int64_t rows, int64_t width, int64_t group, float* out);
 

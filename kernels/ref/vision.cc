@@ -77,6 +77,11 @@ void VisionPosEmbed(const float* x, const float* table, int64_t side, const int3
 
 void VisionRotary(const float* x, const int32_t* patch_pos, int64_t rows, int64_t heads, int64_t head_dim, float theta,
                   float* out) {
+  VisionRotaryRows(x, heads * head_dim, patch_pos, rows, heads, head_dim, theta, out, heads * head_dim);
+}
+
+void VisionRotaryRows(const float* x, int64_t x_stride, const int32_t* patch_pos, int64_t rows, int64_t heads,
+                      int64_t head_dim, float theta, float* out, int64_t out_stride) {
   const int64_t quarter = head_dim / 4, half = head_dim / 2;
   std::vector<float> inv_freq(static_cast<size_t>(quarter));
   for (int64_t k = 0; k < quarter; ++k) {
@@ -91,9 +96,9 @@ void VisionRotary(const float* x, const int32_t* patch_pos, int64_t rows, int64_
       sin_a[d] = std::sin(angle);
     }
     for (int64_t h = 0; h < heads; ++h) {
-      const float* xh = x + (r * heads + h) * head_dim;
-      std::copy(xh, xh + head_dim, head.begin());
-      float* oh = out + (r * heads + h) * head_dim;
+      const float* xh = x + r * x_stride + h * head_dim;
+      std::copy(xh, xh + head_dim, head.begin());  // then out may be x
+      float* oh = out + r * out_stride + h * head_dim;
       for (int64_t d = 0; d < head_dim; ++d) {
         const float rotated = d < half ? -head[d + half] : head[d - half];
         oh[d] = head[d] * cos_a[d % half] + rotated * sin_a[d % half];
@@ -103,8 +108,8 @@ void VisionRotary(const float* x, const int32_t* patch_pos, int64_t rows, int64_
 }
 
 void SegmentAttention(const float* q, const float* k, const float* v, const int32_t* offsets, int64_t segments,
-                      int64_t heads, int64_t head_dim, float* out) {
-  const int64_t width = heads * head_dim;
+                      int64_t heads, int64_t head_dim, float* out, int64_t in_stride) {
+  const int64_t width = heads * head_dim, stride = in_stride > 0 ? in_stride : width;
   const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
   std::vector<float> scores;
   for (int64_t s = 0; s < segments; ++s) {
@@ -112,10 +117,10 @@ void SegmentAttention(const float* q, const float* k, const float* v, const int3
     scores.resize(static_cast<size_t>(end - begin));
     for (int64_t i = begin; i < end; ++i) {
       for (int64_t h = 0; h < heads; ++h) {
-        const float* qi = q + i * width + h * head_dim;
+        const float* qi = q + i * stride + h * head_dim;
         float best = -INFINITY;
         for (int64_t j = begin; j < end; ++j) {
-          const float* kj = k + j * width + h * head_dim;
+          const float* kj = k + j * stride + h * head_dim;
           float dot = 0.0f;
           for (int64_t d = 0; d < head_dim; ++d) dot += qi[d] * kj[d];
           scores[j - begin] = dot * scale;
@@ -130,7 +135,7 @@ void SegmentAttention(const float* q, const float* k, const float* v, const int3
         std::fill(oi, oi + head_dim, 0.0f);
         for (int64_t j = begin; j < end; ++j) {
           const float p = scores[j - begin] / total;
-          const float* vj = v + j * width + h * head_dim;
+          const float* vj = v + j * stride + h * head_dim;
           for (int64_t d = 0; d < head_dim; ++d) oi[d] += p * vj[d];
         }
       }

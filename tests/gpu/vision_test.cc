@@ -133,6 +133,35 @@ TEST(GpuVision, WgmmaFlashSegmentAttention) {
   ExpectClose(out.Download(), want, kAtol, kRtol, "wgmma flash segment_attention");
 }
 
+// The vision tower's fused attention (fuse's vision-qkv-attention): a packed [q | k | v] matrix,
+// q's and k's heads rotated in place with row strides, then attention reading the three column
+// blocks with a row stride, on every kernel: the FMA one (40), mma.sync flash (64), wgmma flash (128).
+TEST(GpuVision, PackedQkvRotaryInPlaceAndAttention) {
+  SKIP_WITHOUT_GPU();
+  const std::vector<int32_t> offsets = {0, 48, 88};
+  const int64_t rows = offsets.back(), heads = 3;
+  for (int64_t head_dim : {40, 64, 128}) {
+    const int64_t width = heads * head_dim, packed = 3 * width;
+    const std::vector<int32_t> pos = PatchPositions(rows);
+    DeviceArray<int32_t> dpos(pos), doff(offsets);
+    const std::vector<float> qkv = RandomBf16(rows * packed, 41);
+    Bf16Array dqkv(qkv), out(rows * width);
+    ASSERT_CUDA(cuda::LaunchVisionRotary(dqkv.get(), dpos.get(), rows, 2 * heads, head_dim, 10000.0f, dqkv.get(), nullptr,
+                                         packed, packed));
+    std::vector<float> rotated = qkv;
+    ref::VisionRotaryRows(qkv.data(), packed, pos.data(), rows, 2 * heads, head_dim, 10000.0f, rotated.data(), packed);
+    ExpectClose(dqkv.Download(), rotated, kAtol, kRtol, "packed rotary d=" + std::to_string(head_dim));
+    // Attention from the device's rotated values (rounded to bf16), as the plan runs it.
+    const std::vector<float> device_rotated = dqkv.Download();
+    ASSERT_CUDA(cuda::LaunchSegmentAttention(dqkv.get(), dqkv.get() + width, dqkv.get() + 2 * width, doff.get(), 2,
+                                             rows, heads, head_dim, out.get(), nullptr, packed));
+    std::vector<float> want(rows * width);
+    ref::SegmentAttention(device_rotated.data(), device_rotated.data() + width, device_rotated.data() + 2 * width,
+                          offsets.data(), 2, heads, head_dim, want.data(), packed);
+    ExpectClose(out.Download(), want, kAtol, kRtol, "packed segment_attention d=" + std::to_string(head_dim));
+  }
+}
+
 TEST(GpuVision, MRopeStreamsAndTheTextRope) {
   SKIP_WITHOUT_GPU();
   const int64_t tokens = 19, heads = 4, head_dim = 32, rot = 16;
