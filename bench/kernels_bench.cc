@@ -122,8 +122,8 @@ const Shape kShapes[] = {
 
 // Our linear kernel (GEMV at m = 1, skinny tensor-core kernel to 64, GEMM above: wgmma on Hopper,
 // or the mma.sync GEMM when `mma_sync`) on shape `index`, m rows.
-// kNarrow / kWide: the wgmma GEMM with 128- or 256-wide tiles, whichever the shape would choose.
-enum class LinearMode { kOurs, kMmaSync, kNormApart, kWgmma, kNarrow, kWide };
+// kNarrow / k192 / kWide: the wgmma GEMM with 128-, 192- or 256-wide tiles, whichever the shape would choose.
+enum class LinearMode { kOurs, kMmaSync, kNormApart, kWgmma, kNarrow, k192, kWide };
 
 void LinearBench(benchmark::State& state, LinearMode mode) {
   const bool mma_sync = mode == LinearMode::kMmaSync;
@@ -177,8 +177,9 @@ void LinearBench(benchmark::State& state, LinearMode mode) {
           return ag::cuda::LaunchLinear(q, nullptr);
         }
         if (mode == LinearMode::kWgmma) return ag::cuda::LaunchGemm(p, nullptr);
-        if (mode == LinearMode::kNarrow || mode == LinearMode::kWide) {
-          return ag::cuda::LaunchGemmTileColumns(p, mode == LinearMode::kWide ? 256 : 128, nullptr);
+        if (mode == LinearMode::kNarrow || mode == LinearMode::k192 || mode == LinearMode::kWide) {
+          const int tile_n = mode == LinearMode::kNarrow ? 128 : mode == LinearMode::k192 ? 192 : 256;
+          return ag::cuda::LaunchGemmTileColumns(p, tile_n, nullptr);
         }
         return mma_sync ? ag::cuda::LaunchGemmMmaSync(p, nullptr) : ag::cuda::LaunchLinear(p, nullptr);
       },
@@ -187,6 +188,7 @@ void LinearBench(benchmark::State& state, LinearMode mode) {
                              : mode == LinearMode::kNormApart ? "norm apart "
                              : mode == LinearMode::kWgmma     ? "wgmma GEMM "
                              : mode == LinearMode::kNarrow    ? "128-wide tiles "
+                             : mode == LinearMode::k192       ? "192-wide tiles "
                              : mode == LinearMode::kWide      ? "256-wide tiles "
                                                               : "") +
                  s.name);
@@ -249,9 +251,10 @@ void BM_GemmMmaSync(benchmark::State& state) { LinearBench(state, LinearMode::kM
 void BM_LinearNormApart(benchmark::State& state) { LinearBench(state, LinearMode::kNormApart); }
 // The wgmma GEMM at the skinny kernel's batches (16-64 rows): would it stream the weights faster?
 void BM_GemmSmallM(benchmark::State& state) { LinearBench(state, LinearMode::kWgmma); }
-// The wgmma GEMM's two tile widths side by side (linear_split.h's WgmmaTileColumns predicts which
-// wins per shape: is a 256-wide k-tile 1.6 narrow ones?).
+// The wgmma GEMM's tile widths side by side (linear_split.h's WgmmaTileColumns predicts which wins
+// per shape: are 192- and 256-wide k-tiles 1.3 and 1.6 narrow ones?).
 void BM_GemmNarrowTiles(benchmark::State& state) { LinearBench(state, LinearMode::kNarrow); }
+void BM_Gemm192Tiles(benchmark::State& state) { LinearBench(state, LinearMode::k192); }
 void BM_GemmWideTiles(benchmark::State& state) { LinearBench(state, LinearMode::kWide); }
 
 void LinearArgs(benchmark::internal::Benchmark* b) {
@@ -286,6 +289,7 @@ BENCHMARK(BM_LinearNormApart)
     ->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_GemmMmaSync)->Apply(GemmArgs)->UseManualTime()->Iterations(kIterations)->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_GemmNarrowTiles)->Apply(GemmArgs)->UseManualTime()->Iterations(kIterations)->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_Gemm192Tiles)->Apply(GemmArgs)->UseManualTime()->Iterations(kIterations)->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_GemmWideTiles)->Apply(GemmArgs)->UseManualTime()->Iterations(kIterations)->Unit(benchmark::kMicrosecond);
 
 // Prefill attention on the tensor cores (flash_attention.cuh). Argument 0: GLM-4-9B's decoder

@@ -38,16 +38,18 @@ namespace ag::cuda {
 constexpr int kWgBM = 128, kWgBN = 128, kWgBK = 64;  // a k-tile row is 128 bytes: one swizzle atom wide
 constexpr int kWgThreads = 384;  // producer + two consumer warpgroups
 
-// A tile of kWgBM rows by kBN columns: 128 (the quantized GEMMs share it), or 256, where each
-// wgmma reads 16 rows of x for twice the columns (linear_split.h, WgmmaTileColumns).
+// A tile of kWgBM rows by kBN columns: 128 (the quantized GEMMs share it), 192 or 256, where each
+// wgmma reads 16 rows of x for more columns (linear_split.h, WgmmaTileColumns).
 template <int kBN>
 struct WgTile {
-  static_assert(kBN == 128 || kBN == 256, "wgmma.m64n128 or m64n256");
-  static constexpr int kStages = kBN == 128 ? 5 : 4;
+  static_assert(kBN == 128 || kBN == 192 || kBN == 256, "wgmma.m64n128, m64n192 or m64n256");
+  static constexpr int kStages = kBN == 256 ? 4 : 5;
   static constexpr int kTileLd = kBN + 4;
-  static constexpr int kBoxes = kBN / kWgBM;  // W's TMA boxes a k-tile (a box is 128 rows)
-  static constexpr size_t kBoxBytes = sizeof(bf16) * kWgBM * kWgBK;
-  static constexpr size_t kStageBytes = kBoxBytes * (1 + kBoxes);
+  static constexpr int kWBoxRows = kBN % 128 == 0 ? 128 : 64;  // W's TMA box: 128 rows, or 64 for 192
+  static constexpr int kBoxes = kBN / kWBoxRows;                // W's boxes a k-tile
+  static constexpr size_t kABytes = sizeof(bf16) * kWgBM * kWgBK;       // x's box
+  static constexpr size_t kWBoxBytes = sizeof(bf16) * kWBoxRows * kWgBK;
+  static constexpr size_t kStageBytes = kABytes + kBoxes * kWBoxBytes;
   // Stages, then the barriers; 1 KB of slack to align the stages to the swizzle's 1024-byte period.
   static constexpr size_t kSmemBytes = 1024 + kStages * kStageBytes + 2 * kStages * sizeof(uint64_t);
   static_assert(kStages * kStageBytes >= sizeof(float) * kWgBM * kTileLd, "the epilogue tile reuses the stages");
@@ -78,10 +80,22 @@ __device__ __forceinline__ void Wgmma64x256(float* d, uint64_t desc_a, uint64_t 
       : "l"(desc_a), "l"(desc_b), "r"(1));
 }
 
+// d (64 x 192 fp32, 96 registers a thread) += A (64 x 16) B (16 x 192): the 192-wide tile's instruction.
+__device__ __forceinline__ void Wgmma64x192(float* d, uint64_t desc_a, uint64_t desc_b) {
+  asm volatile(
+      "{\n .reg .pred accumulate;\n setp.ne.b32 accumulate, %98, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n192k16.f32.bf16.bf16 "
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95}, %96, %97, accumulate, 1, 1, 0, 0;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]), "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]), "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]), "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]), "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95])
+      : "l"(desc_a), "l"(desc_b), "r"(1));
+}
+
 template <int kBN>
 __device__ __forceinline__ void Wgmma64xN(float* d, uint64_t desc_a, uint64_t desc_b) {
   if constexpr (kBN == 128) {
     Wgmma64x128(d, desc_a, desc_b);
+  } else if constexpr (kBN == 192) {
+    Wgmma64x192(d, desc_a, desc_b);
   } else {
     Wgmma64x256(d, desc_a, desc_b);
   }
@@ -99,20 +113,23 @@ __device__ __forceinline__ void FenceAccumulators(float* d) {
 // into stage t % kStages at k coordinate k_begin + t * k_tile, once both consumers have freed the
 // stage (`empty`). Whole boxes: out of bounds is zeros, and counts toward the stage's bytes (a
 // wide tile's second box past the weight's last row included).
-template <int kStages, int kBoxes = 1>
+template <int kStages, int kBoxes = 1, int kWBoxRows = kWgBM>
 __device__ __forceinline__ void ProduceTiles(unsigned char* a_stages, unsigned char* b_stages, unsigned box_bytes,
                                              const CUtensorMap* a_map, const CUtensorMap* w_map, int64_t k_begin,
                                              int k_tile, int tiles, int64_t block_m, int64_t block_n, uint64_t* full,
                                              uint64_t* empty) {
+  // x's box is box_bytes; W's boxes kWBoxRows of its 128 rows' bytes each.
+  const unsigned w_box_bytes = box_bytes / kWgBM * kWBoxRows;
   for (int t = 0; t < tiles; ++t) {
     const int s = t % kStages;
     if (t >= kStages) BarrierWait(&empty[s], ((t / kStages) - 1) & 1);
-    BarrierExpectBytes(&full[s], (1 + kBoxes) * box_bytes);
+    BarrierExpectBytes(&full[s], box_bytes + kBoxes * w_box_bytes);
     const int k0 = static_cast<int>(k_begin + static_cast<int64_t>(t) * k_tile);
     TmaLoad2d(a_stages + s * box_bytes, a_map, k0, static_cast<int>(block_m), &full[s]);
 #pragma unroll
     for (int b = 0; b < kBoxes; ++b) {
-      TmaLoad2d(b_stages + (s * kBoxes + b) * box_bytes, w_map, k0, static_cast<int>(block_n + b * kWgBM), &full[s]);
+      TmaLoad2d(b_stages + (s * kBoxes + b) * w_box_bytes, w_map, k0, static_cast<int>(block_n + b * kWBoxRows),
+                &full[s]);
     }
   }
 }
@@ -195,9 +212,10 @@ __global__ void __launch_bounds__(kWgThreads, 1)
   auto tile = reinterpret_cast<float (*)[Tile::kTileLd]>(smem);  // the output tile, over the stages at the end
   if (wg == 0) {
     if (threadIdx.x == 0) {
-      ProduceTiles<kStages, Tile::kBoxes>(reinterpret_cast<unsigned char*>(a_stages),
-                                          reinterpret_cast<unsigned char*>(b_stages), Tile::kBoxBytes, &a_map, &w_map,
-                                          k_begin, kWgBK, tiles, block_m, block_n, full, empty);
+      ProduceTiles<kStages, Tile::kBoxes, Tile::kWBoxRows>(reinterpret_cast<unsigned char*>(a_stages),
+                                                           reinterpret_cast<unsigned char*>(b_stages), Tile::kABytes,
+                                                           &a_map, &w_map, k_begin, kWgBK, tiles, block_m, block_n,
+                                                           full, empty);
     }
   } else {
     float d[kBN / 2] = {};  // only in the consumers: live across another warpgroup's loop it would cost its registers
@@ -212,17 +230,17 @@ __global__ void __launch_bounds__(kWgThreads, 1)
 
 // Host side (gemm_wgmma.cu): whether the wgmma GEMM may take a launch (a Hopper device,
 // AUTOGLM_WGMMA not 0, 16-byte aligned operands, the driver's tensor-map encoder found), and the
-// tensor map of a K-major [rows, k] bf16 matrix in 128 x 64 boxes with the 128-byte swizzle.
+// tensor map of a K-major [rows, k] bf16 matrix in box_rows x 64 boxes with the 128-byte swizzle.
 bool WgmmaGemmUsable(const LinearParams& p, const bf16* a);
-cudaError_t EncodeTileMap(const bf16* matrix, int64_t rows, int64_t k, CUtensorMap* map);
+cudaError_t EncodeTileMap(const bf16* matrix, int64_t rows, int64_t k, CUtensorMap* map, int box_rows = kWgBM);
 
-// `tile_n`: 128 or 256 columns a block (0: WgmmaTileColumns's choice for the shape).
+// `tile_n`: 128, 192 or 256 columns a block (0: WgmmaTileColumns's choice for the shape).
 template <Epilogue kE, int kBN>
 cudaError_t LaunchWgmmaTilesOf(const LinearParams& p, const bf16* a, cudaStream_t stream) {
   constexpr size_t kSmem = WgTile<kBN>::kSmemBytes;
   CUtensorMap a_map, w_map;
   cudaError_t e = EncodeTileMap(a, p.m, p.k, &a_map);
-  if (e == cudaSuccess) e = EncodeTileMap(p.w, p.n, p.k, &w_map);
+  if (e == cudaSuccess) e = EncodeTileMap(p.w, p.n, p.k, &w_map, WgTile<kBN>::kWBoxRows);
   if (e == cudaSuccess) e = AllowLargeSharedMemory<WgmmaGemmKernel<kE, kBN>, kSmem>();
   if (e != cudaSuccess) return e;
   const int sms = MultiprocessorCount();
@@ -242,6 +260,7 @@ cudaError_t LaunchWgmmaTiles(const LinearParams& p, const bf16* a, cudaStream_t 
     tile_n = WgmmaWideEnabled() ? WgmmaTileColumns(p.m, p.n, p.k, sms > 0 ? sms : 132) : kWgBN;
   }
   if (tile_n == 128) return LaunchWgmmaTilesOf<kE, 128>(p, a, stream);
+  if (tile_n == 192) return LaunchWgmmaTilesOf<kE, 192>(p, a, stream);
   if (tile_n == 256) return LaunchWgmmaTilesOf<kE, 256>(p, a, stream);
   return cudaErrorInvalidValue;
 }

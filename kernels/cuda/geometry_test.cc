@@ -406,20 +406,26 @@ TEST(LinearSplit, GlmShapes) {
   EXPECT_EQ(SplitWgmmaK(97, 160, 4104, 132).k_per_rank % 64, 0);
 }
 
-// The wide tile's choice on GLM-4-9B's projections at a 512-token prompt (132 SMs), by WaveCost
-// with a 256-wide k-tile at 1.6 narrow ones: gate/up 428 tiles split in 2 (7 waves of 36 k-tiles:
-// 403 narrow-equivalents against 469), down_proj 64 tiles split in 2 (one wave of 111: 178 against
-// 217), o_proj 64 split in 2 (58 against 67); QKV's 72 wide tiles (one wave of 67, 107) do not beat
-// its split narrow grid (108) by 3 %. At 64 rows or fewer the narrow tile, always.
+// The tile width chosen for GLM-4-9B's projections at a 512-token prompt (132 SMs), by WaveCost
+// with 192- and 256-wide k-tiles at 1.3 and 1.6 narrow ones (in tenths of a narrow k-tile):
+// gate/up 428 wide tiles split in 2 (7 waves of 36 k-tiles: 4,032 against 4,690 narrow), down_proj
+// 64 split in 2 (one wave of 111: 1,776 against 2,170), o_proj 64 split in 2 (576 against 670);
+// QKV's 96 tiles of 192 in one wave (871) against its narrow grid split in 2 (1,080) and 72 wide
+// ones (1,072). At 64 rows or fewer the narrow tile, always.
 TEST(LinearSplit, WideWgmmaTilesWhereThePredictedWavesAreShorter) {
   EXPECT_EQ(WgmmaTileColumns(512, 27392, 4096, 132), 256);
   EXPECT_EQ(SplitWgmmaK(512, 27392, 4096, 132, 256).ranks, 2);
   EXPECT_EQ(WaveCost(428, 64, 2, 132, 3), 252);
   EXPECT_EQ(WaveCost(856, 64, 1, 132, 3), 469);
+  EXPECT_EQ(WgmmaTileCost(512, 27392, 4096, 132, 256), 4032);
+  EXPECT_EQ(WgmmaTileCost(512, 27392, 4096, 132, 128), 4690);
   EXPECT_EQ(WgmmaTileColumns(512, 4096, 13696, 132), 256);
   EXPECT_EQ(WgmmaTileColumns(512, 4096, 4096, 132), 256);
-  EXPECT_EQ(WgmmaTileColumns(512, 4608, 4096, 132), 128);
-  EXPECT_EQ(SplitWgmmaK(512, 4608, 4096, 132, 256).ranks, 1);
+  EXPECT_EQ(WgmmaTileColumns(512, 4608, 4096, 132), 192);
+  EXPECT_EQ(WgmmaTileCost(512, 4608, 4096, 132, 192), 871);
+  EXPECT_EQ(WgmmaTileCost(512, 4608, 4096, 132, 128), 1080);
+  EXPECT_EQ(WgmmaTileCost(512, 4608, 4096, 132, 256), 1072);
+  EXPECT_EQ(SplitWgmmaK(512, 4608, 4096, 132, 192).ranks, 1);
   for (int64_t m : {1, 33, 64}) EXPECT_EQ(WgmmaTileColumns(m, 27392, 4096, 132), 128) << m;
   // The vision tower's 13,416 patches: long grids of either width, the wide tile's price decides.
   EXPECT_EQ(WgmmaTileColumns(13416, 4608, 1536, 132), 256);
@@ -427,15 +433,17 @@ TEST(LinearSplit, WideWgmmaTilesWhereThePredictedWavesAreShorter) {
   EXPECT_EQ(WgmmaTileColumns(512, 128, 4096, 132), 128);
 }
 
-// The wide tile's weight operand is two TMA boxes of 128 rows one after the other in a stage: row
-// 128 b + r of box b sits where one 256-row K-major SW128 operand has row 128 b + r, so a single
-// descriptor for m64n256k16 reads both.
-TEST(MmaLayout, TwoWeightBoxesAreOneWideOperand) {
-  constexpr uint32_t kBoxBytes = 128 * 64 * 2;
-  for (int b = 0; b < 2; ++b) {
-    for (int r = 0; r < 128; ++r) {
-      for (int k = 0; k < 64; k += 8) {
-        EXPECT_EQ(mma::Sw128KMajorOffset(128 * b + r, k), b * kBoxBytes + mma::Sw128KMajorOffset(r, k));
+// A wide tile's weight operand is TMA boxes one after the other in a stage (two of 128 rows for
+// 256 columns, three of 64 for 192): row box_rows b + r of box b sits where one K-major SW128
+// operand of all the rows has it, so a single descriptor for m64n256k16 or m64n192k16 reads them.
+TEST(MmaLayout, WeightBoxesAreOneWideOperand) {
+  for (const auto& [box_rows, boxes] : {std::pair{128, 2}, std::pair{64, 3}}) {
+    const uint32_t box_bytes = static_cast<uint32_t>(box_rows) * 64 * 2;
+    for (int b = 0; b < boxes; ++b) {
+      for (int r = 0; r < box_rows; ++r) {
+        for (int k = 0; k < 64; k += 8) {
+          EXPECT_EQ(mma::Sw128KMajorOffset(box_rows * b + r, k), b * box_bytes + mma::Sw128KMajorOffset(r, k));
+        }
       }
     }
   }

@@ -59,8 +59,15 @@ cudaError_t LaunchGemmMmaSync(const LinearParams& p, cudaStream_t stream) {
   return Dispatch(p, stream, LinearPath::kGemmMmaSync);
 }
 cudaError_t LaunchGemmTileColumns(const LinearParams& p, int tile_n, cudaStream_t stream) {
-  if (tile_n != 128 && tile_n != 256) return cudaErrorInvalidValue;
-  return Dispatch(p, stream, tile_n == 128 ? LinearPath::kGemmNarrow : LinearPath::kGemmWide);
+  switch (tile_n) {
+    case 128:
+      return Dispatch(p, stream, LinearPath::kGemmNarrow);
+    case 192:
+      return Dispatch(p, stream, LinearPath::kGemm192);
+    case 256:
+      return Dispatch(p, stream, LinearPath::kGemmWide);
+  }
+  return cudaErrorInvalidValue;
 }
 
 }  // namespace ag::cuda

@@ -349,7 +349,7 @@ cudaError_t LaunchSkinnyFor(const LinearParams& p, cudaStream_t stream) {
   return LaunchSkinnyTile<8, kE>(q, rows, a, stream);
 }
 
-enum class LinearPath { kGemv, kSkinny, kGemm, kGemmMmaSync, kGemmNarrow, kGemmWide };
+enum class LinearPath { kGemv, kSkinny, kGemm, kGemmMmaSync, kGemmNarrow, kGemm192, kGemmWide };
 
 // The three paths for one epilogue; defined in linear_<epilogue>.cu.
 template <Epilogue kE>
@@ -369,6 +369,8 @@ cudaError_t LaunchLinearFor(const LinearParams& p, cudaStream_t stream, LinearPa
         return LaunchGemmFor<E>(p, stream, true);                                               \
       case LinearPath::kGemmNarrow:                                                             \
         return LaunchGemmFor<E>(p, stream, false, 128);                                         \
+      case LinearPath::kGemm192:                                                                \
+        return LaunchGemmFor<E>(p, stream, false, 192);                                         \
       case LinearPath::kGemmWide:                                                               \
         return LaunchGemmFor<E>(p, stream, false, 256);                                         \
     }                                                                                           \

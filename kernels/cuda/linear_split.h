@@ -105,31 +105,45 @@ inline KSplit SplitWgmmaK(int64_t m, int64_t n, int64_t k, int multiprocessors, 
   return SplitForWaves(((m + 127) / 128) * ((n + tile_n - 1) / tile_n), k, 64, multiprocessors, 4, 4, 3);
 }
 
-// A 256-wide tile's k-tile costs this many tenths of a 128-wide one's (twice the work). Why less
-// than 20: both operands of wgmma come from shared memory, and a 128 x 128 tile asks it for about
-// 160 bytes a clock at full tensor rate (each warpgroup's 64 x 16 slice of x and 16 x 128 of W
-// every 64 clocks, plus the TMA writes of the next stages) against 128 it serves, so the narrow
-// tile tops out near 80 % of peak; a 128 x 256 tile asks for about 128 (x read once for twice the
-// columns), and cuBLAS's 650 TFLOP/s against our 390-510 on the same shapes (bench/RESULTS.md,
-// 2026-12-04) is consistent with that. A prediction until the device measures BM_GemmTileColumns.
-inline constexpr int64_t kWideKTileTenths = 16;
-
-// The wgmma GEMM's tile width for a shape: 256 where WaveCost, with the wide k-tile's price above,
-// predicts it at least 3 % faster than the best split of 128-wide tiles; 128 otherwise, and always
-// at 64 rows or fewer (there the weight stream is the cost, measured with 128-wide tiles).
-inline int64_t WgmmaTileColumns(int64_t m, int64_t n, int64_t k, int multiprocessors) {
-  if (m <= 64) return 128;
-  const int64_t k_tiles = (k + 63) / 64, rows = (m + 127) / 128;
-  const KSplit narrow = SplitWgmmaK(m, n, k, multiprocessors, 128), wide = SplitWgmmaK(m, n, k, multiprocessors, 256);
-  const int64_t narrow_cost = 10 * WaveCost(rows * ((n + 127) / 128), k_tiles, narrow.ranks, multiprocessors, 3);
-  const int64_t wide_cost = kWideKTileTenths * WaveCost(rows * ((n + 255) / 256), k_tiles, wide.ranks, multiprocessors, 3);
-  return wide_cost * 100 < narrow_cost * 97 ? 256 : 128;
-}
-
 // The W8A8 GEMM: the wgmma GEMM's tiles and ending, its k-tiles 128 codes wide (each the bytes
 // and, at twice the rate, the tensor-core time of the bf16 GEMM's 64-wide k-tile).
 inline KSplit SplitW8A8K(int64_t m, int64_t n, int64_t k, int multiprocessors) {
   return SplitForWaves(((m + 127) / 128) * ((n + 127) / 128), k, 128, multiprocessors, 4, 4, 3);
+}
+
+// What a k-tile of a tile `tile_n` columns wide costs, in tenths of a 128-wide one's. Why not in
+// proportion to the columns: both operands of wgmma come from shared memory, which serves 128 bytes
+// a clock a SM. At full tensor rate a 128 x 128 tile asks for about 160 (each consumer warpgroup's
+// 64 x 16 slice of x and the 16 x 128 slice of W every 64 clocks, plus TMA writing the next stages),
+// so it tops out near 80 % of peak; 128 x 192 asks about 137 (~93 %), 128 x 256 about 128 (x read
+// once for more columns). 1.5x the work at 0.93 against 0.8: 12.9 tenths, rounded to 13; 2x at
+// 1.0: 16. cuBLAS's 650 TFLOP/s against our 390-510 on the same shapes (bench/RESULTS.md,
+// 2026-12-04) is consistent with the narrow tile's ceiling. A prediction until the device measures
+// BM_GemmNarrowTiles against BM_GemmWideTiles.
+inline constexpr int64_t WgmmaKTileTenths(int64_t tile_n) { return tile_n == 128 ? 10 : tile_n == 192 ? 13 : 16; }
+
+// The predicted time of the wgmma GEMM in 128 x tile_n tiles at its best split, in tenths of a
+// narrow k-tile.
+inline int64_t WgmmaTileCost(int64_t m, int64_t n, int64_t k, int multiprocessors, int64_t tile_n) {
+  const KSplit split = SplitWgmmaK(m, n, k, multiprocessors, tile_n);
+  const int64_t tiles = ((m + 127) / 128) * ((n + tile_n - 1) / tile_n);
+  return WgmmaKTileTenths(tile_n) * WaveCost(tiles, (k + 63) / 64, split.ranks, multiprocessors, 3);
+}
+
+// The wgmma GEMM's tile width for a shape: of 128, 192 and 256 columns, the one WgmmaTileCost
+// predicts fastest, a wider one only when at least 3 % faster than the narrowest so far; always 128
+// at 64 rows or fewer (there the weight stream is the cost, measured with 128-wide tiles).
+inline int64_t WgmmaTileColumns(int64_t m, int64_t n, int64_t k, int multiprocessors) {
+  if (m <= 64) return 128;
+  int64_t best = 128, best_cost = WgmmaTileCost(m, n, k, multiprocessors, 128);
+  for (int64_t tile_n : {192, 256}) {
+    const int64_t cost = WgmmaTileCost(m, n, k, multiprocessors, tile_n);
+    if (cost * 100 < best_cost * 97) {
+      best = tile_n;
+      best_cost = cost;
+    }
+  }
+  return best;
 }
 
 }  // namespace ag::cuda

@@ -143,9 +143,9 @@ struct LinearCase {
   bool norm;
 };
 
-// kGemm: the wgmma GEMM on Hopper (LaunchGemm), kGemmMmaSync: the mma.sync one; kGemmWide: the
-// wgmma GEMM's 256-wide tiles, whatever the shape would choose.
-enum class Path { kGemv, kSkinny, kGemm, kGemmMmaSync, kGemmWide };
+// kGemm: the wgmma GEMM on Hopper (LaunchGemm), kGemmMmaSync: the mma.sync one; kGemm192 and
+// kGemmWide: the wgmma GEMM's 192- and 256-wide tiles, whatever the shape would choose.
+enum class Path { kGemv, kSkinny, kGemm, kGemmMmaSync, kGemm192, kGemmWide };
 
 void CheckLinear(const LinearCase& c, Path path) {
   SCOPED_TRACE(::testing::Message() << "m=" << c.m << " n=" << c.n << " k=" << c.k << " epilogue="
@@ -196,6 +196,8 @@ void CheckLinear(const LinearCase& c, Path path) {
         return cuda::LaunchGemm(p, nullptr);
       case Path::kGemmMmaSync:
         return cuda::LaunchGemmMmaSync(p, nullptr);
+      case Path::kGemm192:
+        return cuda::LaunchGemmTileColumns(p, 192, nullptr);
       case Path::kGemmWide:
         return cuda::LaunchGemmTileColumns(p, 256, nullptr);
     }
@@ -297,7 +299,10 @@ TEST(GpuKernels, LinearEveryEpilogueEveryPath) {
             if (m <= cuda::kSkinnyMaxRows) CheckLinear({m, n, k, e, norm}, Path::kSkinny);
             CheckLinear({m, n, k, e, norm}, Path::kGemm);
             CheckLinear({m, n, k, e, norm}, Path::kGemmMmaSync);
-            CheckLinear({m, n, k, e, norm}, Path::kGemmWide);
+            if (m == 9 || m == 97) {  // the other tile widths, on fewer shapes (the reference is the cost)
+              CheckLinear({m, n, k, e, norm}, Path::kGemm192);
+              CheckLinear({m, n, k, e, norm}, Path::kGemmWide);
+            }
           }
         }
       }
@@ -317,11 +322,15 @@ TEST(GpuKernels, WgmmaGemmEdges) {
       CheckLinear({m, 160, k, cuda::Epilogue::kSiluMul, k % 2 == 0}, Path::kGemm);
       CheckLinear({m, 80, k, cuda::Epilogue::kQkvRope, true}, Path::kGemm);
       CheckLinear({m, 130, k, cuda::Epilogue::kBias, false}, Path::kGemm);
-      // The wide tiles: N within one (97, 160), past one with the second box out of bounds (257),
-      // and past two (520 for the pairs).
-      for (int64_t n : {97, 257}) CheckLinear({m, n, k, cuda::Epilogue::kResidual, k % 2 == 0}, Path::kGemmWide);
-      CheckLinear({m, 520, k, cuda::Epilogue::kSiluMul, false}, Path::kGemmWide);
-      CheckLinear({m, 520, k, cuda::Epilogue::kQkvRope, true}, Path::kGemmWide);
+    }
+  }
+  // The 192- and 256-wide tiles: N within one tile (97), past one with W's last boxes wholly out of
+  // bounds (257), past two (520 for the pairs); row tiles of 128 and past, K split or not.
+  for (const auto& [m, k] : {std::pair<int64_t, int64_t>{65, 4104}, {129, 64}, {300, 200}}) {
+    for (Path path : {Path::kGemm192, Path::kGemmWide}) {
+      for (int64_t n : {97, 257}) CheckLinear({m, n, k, cuda::Epilogue::kResidual, k % 2 == 0}, path);
+      CheckLinear({m, 520, k, cuda::Epilogue::kSiluMul, false}, path);
+      CheckLinear({m, 520, k, cuda::Epilogue::kQkvRope, true}, path);
     }
   }
 }

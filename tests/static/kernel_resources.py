@@ -21,6 +21,8 @@ KERNELS = [
     (r"SkinnyKernel<8,", 128, 0, 4),              # batches 33..64: within 128 registers, one wave (issue 19)
     # prefill on Hopper, 256-wide tiles: 4 TMA stages of 48 KB (x's box and two of W), 128 accumulators a consumer thread
     (r"WgmmaGemmKernel<\(Epilogue\)\d, 256>", 384, 1024 + 4 * 49152 + 64, 1),
+    # 192-wide tiles: 5 stages of 40 KB (x's box and three 64-row boxes of W), 96 accumulators a consumer thread
+    (r"WgmmaGemmKernel<\(Epilogue\)\d, 192>", 384, 1024 + 5 * 40960 + 80, 1),
     (r"WgmmaGemmKernel<", 384, 1024 + 5 * 32768 + 80, 1),  # prefill on Hopper: 5 TMA stages of 32 KB, one block a SM
     # quantized prefill on Hopper (quant_gemm_layout.h): x, bf16 and codes tiles a stage, three barriers,
     # 6 stages at int4 (36 KB), 5 at 8 bits (40 KB), 6 for bf16 rows (32 KB); one block a SM
