@@ -40,20 +40,22 @@ void FloatParts::Append(const float* data, int64_t n) {
 }
 
 void FloatParts::CopyTo(float* out) const {
-  for (const auto& [data, n] : pieces_) {
-    ParallelFor(n, kMinCopyPerThread, [&](int64_t begin, int64_t end) {
+  for (const std::pair<const float*, int64_t>& piece : pieces_) {
+    const float* data = piece.first;  // not a structured binding: clang 14 cannot capture one
+    ParallelFor(piece.second, kMinCopyPerThread, [&](int64_t begin, int64_t end) {
       std::copy(data + begin, data + end, out + begin);
     });
-    out += n;
+    out += piece.second;
   }
 }
 
 void FloatParts::CopyToBF16(uint16_t* out) const {
-  for (const auto& [data, n] : pieces_) {
-    ParallelFor(n, kMinCopyPerThread, [&](int64_t begin, int64_t end) {
+  for (const std::pair<const float*, int64_t>& piece : pieces_) {
+    const float* data = piece.first;
+    ParallelFor(piece.second, kMinCopyPerThread, [&](int64_t begin, int64_t end) {
       FloatsToBF16(data + begin, end - begin, out + begin);
     });
-    out += n;
+    out += piece.second;
   }
 }
 
