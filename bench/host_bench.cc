@@ -60,9 +60,8 @@ void BM_WidenRows(benchmark::State& state) {
   for (auto _ : state) {
     UninitializedVector<float> out(static_cast<size_t>(elements));
     float* values = out.data();
-    ParallelFor(elements, int64_t{1} << 18, [&](int64_t begin, int64_t end) {
-      for (int64_t i = begin; i < end; ++i) values[i] = BF16ToFloat(bits[static_cast<size_t>(i)]);
-    });
+    ParallelFor(elements, kMinCopyPerThread,
+                [&](int64_t begin, int64_t end) { BF16sToFloats(bits.data() + begin, end - begin, values + begin); });
     benchmark::DoNotOptimize(out.data());
   }
   state.SetBytesProcessed(state.iterations() * elements * 6);

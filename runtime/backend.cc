@@ -22,13 +22,6 @@ absl::StatusOr<RankInfo> CheckRank(const compiler::Plan& plan, const Communicato
   return RankInfo{comm == nullptr ? 0 : comm->rank(), size};
 }
 
-namespace {
-
-// Elements a thread copies at least: a few hundred microseconds of work, next to tens to start it.
-constexpr int64_t kMinCopyPerThread = int64_t{1} << 18;
-
-}  // namespace
-
 void FloatParts::Append(const float* data, int64_t n) {
   if (n <= 0) return;
   if (!pieces_.empty() && pieces_.back().first + pieces_.back().second == data) {

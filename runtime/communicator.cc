@@ -35,7 +35,7 @@ class InProcessCommunicator : public Communicator {
         continue;
       }
       float* w = widened.data() + r * count;
-      for (int64_t i = 0; i < count; ++i) w[i] = BF16ToFloat(static_cast<const uint16_t*>(theirs)[i]);
+      BF16sToFloats(static_cast<const uint16_t*>(theirs), count, w);
       parts[r] = w;
     }
     std::vector<float> sum(static_cast<size_t>(count));
@@ -46,7 +46,7 @@ class InProcessCommunicator : public Communicator {
       std::memcpy(data, sum.data(), sum.size() * sizeof(float));
     } else {
       auto* h = static_cast<uint16_t*>(data);
-      for (int64_t i = 0; i < count; ++i) h[i] = FloatToBF16(sum[i]);
+      FloatsToBF16(sum.data(), count, h);
     }
     return absl::OkStatus();
   }

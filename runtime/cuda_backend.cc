@@ -215,7 +215,7 @@ absl::Status CudaBackend::UploadWeight(const compiler::WeightEntry& entry, const
     RETURN_IF_ERROR(source.Fill(entry, rank_, values.data()));
     host.resize(values.size());
     uint16_t* bits = host.data();
-    ParallelFor(n, int64_t{1} << 18, [&](int64_t begin, int64_t end) {
+    ParallelFor(n, kMinCopyPerThread, [&](int64_t begin, int64_t end) {
       FloatsToBF16(values.data() + begin, end - begin, bits + begin);
     });
     src = host.data();
@@ -735,9 +735,8 @@ absl::Status CudaBackend::RunProgram(absl::string_view name, const StepBatch& ba
   out->resize(static_cast<size_t>(elements));
   const auto* bits = static_cast<const uint16_t*>(vision_staging_.get());
   float* values = out->data();
-  ParallelFor(elements, int64_t{1} << 18, [&](int64_t begin, int64_t end) {
-    for (int64_t i = begin; i < end; ++i) values[i] = BF16ToFloat(bits[i]);
-  });
+  ParallelFor(elements, kMinCopyPerThread,
+              [&](int64_t begin, int64_t end) { BF16sToFloats(bits + begin, end - begin, values + begin); });
   return absl::OkStatus();
 }
 
@@ -803,7 +802,7 @@ absl::Status CudaBackend::ReadLogits(int64_t rows, std::vector<float>* out) {
   std::vector<uint16_t> bits(count);
   RETURN_IF_ERROR(ReadOutput("logits", count * 2, bits.data()));
   out->resize(count);
-  for (size_t i = 0; i < count; ++i) (*out)[i] = BF16ToFloat(bits[i]);
+  BF16sToFloats(bits.data(), static_cast<int64_t>(count), out->data());
   return absl::OkStatus();
 }
 

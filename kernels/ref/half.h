@@ -40,6 +40,11 @@ inline void FloatsToBF16(const float* src, int64_t n, uint16_t* dst) {
   for (int64_t i = whole; i < n; ++i) dst[i] = FloatToBF16(src[i]);
 }
 
+// n bf16 values widened to float (exact).
+inline void BF16sToFloats(const uint16_t* src, int64_t n, float* dst) {
+  for (int64_t i = 0; i < n; ++i) dst[i] = BF16ToFloat(src[i]);
+}
+
 inline float HalfToFloat(uint16_t h) {
   const uint32_t sign = (h >> 15) & 1, exponent = (h >> 10) & 0x1F, mantissa = h & 0x3FF;
   float magnitude;

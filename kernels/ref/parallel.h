@@ -43,6 +43,10 @@ void ParallelParts(int64_t n, int64_t parts, Fn&& fn) {
   for (std::thread& w : workers) w.join();
 }
 
+// Elements a thread copies or converts at least: a few hundred microseconds of work, next to the
+// tens it takes to start the thread.
+inline constexpr int64_t kMinCopyPerThread = int64_t{1} << 18;
+
 // Calls fn(begin, end) over [0, n) split so that each thread has at least `min_items` items.
 template <typename Fn>
 void ParallelFor(int64_t n, int64_t min_items, Fn&& fn) {
