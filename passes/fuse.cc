@@ -327,32 +327,31 @@ absl::StatusOr<bool> VisionQkvAttention(Graph& g, int32_t n, const Users& users)
       return false;
     }
   }
-  for (ValueId single : {attn.operands[0], attn.operands[1], attn.operands[2], qrot->operands[0], krot->operands[0]}) {
-    if (!HasExactlyUsers(g, users, single, 1)) return false;
-  }
-
+  // Placement's checks, as for one fused node standing for the six: the slices and rotaries used
+  // nowhere else, and a place right after qkv, the positions and the offsets.
+  Replacement r;
+  r.op = OpId::k_packed_segment_attention;
+  r.operands = {qkv, pos, offsets};
+  r.layer = attn.layer;
+  r.replaces = {attn.results[0]};
+  r.pattern = {ProducerIndex(g, qrot->operands[0]), ProducerIndex(g, krot->operands[0]),
+               ProducerIndex(g, attn.operands[2]),  ProducerIndex(g, attn.operands[0]),
+               ProducerIndex(g, attn.operands[1]),  n};
+  const int32_t position = Placement(g, users, r);
+  if (position < 0) return false;
   // Copied before the graph changes under the references.
   const ir::Attrs rotary_attrs = {{"heads", qrot->attrs.at("heads")},
                                   {"head_dim", qrot->attrs.at("head_dim")},
                                   {"theta", qrot->attrs.at("theta")}};
-  const ir::Attrs attention_attrs = {{"heads", attn.attrs.at("heads")}, {"head_dim", attn.attrs.at("head_dim")}};
-  const int32_t layer = attn.layer;
-  const ValueId result = attn.results[0];
-  const std::vector<int32_t> pattern = {ProducerIndex(g, qrot->operands[0]), ProducerIndex(g, krot->operands[0]),
-                                        ProducerIndex(g, attn.operands[2]),  ProducerIndex(g, attn.operands[0]),
-                                        ProducerIndex(g, attn.operands[1]),  n};
-  const std::string name = TakeName(g, result);
+  r.attrs = {{"heads", attn.attrs.at("heads")}, {"head_dim", attn.attrs.at("head_dim")}};
+  const std::string name = TakeName(g, r.replaces[0]);
   const std::string rotated_name = g.UniqueName(g.value(qkv).name + "_rot");
-  for (int32_t p : pattern) g.mutable_nodes()[p].dead = true;
-  // Right after qkv (the positions and offsets are program inputs, or defined before it).
-  const int32_t position =
-      std::max({ProducerIndex(g, qkv), ProducerIndex(g, pos), ProducerIndex(g, offsets)}) + 1;
+  for (int32_t p : r.pattern) g.mutable_nodes()[p].dead = true;
   ASSIGN_OR_RETURN(std::vector<ValueId> rotated, g.InsertNode(static_cast<size_t>(position), OpId::k_vision_qkv_rotary,
-                                                              {qkv, pos}, rotary_attrs, layer, {rotated_name}));
-  ASSIGN_OR_RETURN(std::vector<ValueId> out,
-                   g.InsertNode(static_cast<size_t>(position) + 1, OpId::k_packed_segment_attention,
-                                {rotated[0], offsets}, attention_attrs, layer, {name}));
-  g.ReplaceAllUses(result, out[0]);
+                                                              {qkv, pos}, rotary_attrs, r.layer, {rotated_name}));
+  ASSIGN_OR_RETURN(std::vector<ValueId> out, g.InsertNode(static_cast<size_t>(position) + 1, r.op,
+                                                          {rotated[0], offsets}, r.attrs, r.layer, {name}));
+  g.ReplaceAllUses(r.replaces[0], out[0]);
   g.Compact();
   return true;
 }
