@@ -134,17 +134,11 @@ cudaError_t EncodeBoxMap(const bf16* matrix, int64_t rows, int64_t cols, int box
   return r == CUDA_SUCCESS ? cudaSuccess : cudaErrorInvalidValue;
 }
 
+// The GEMMs' k-tiles are EncodeBoxMap's 64-column boxes (k % 8 != 0 fails either way: TMA wants rows
+// a multiple of 16 bytes apart).
 cudaError_t EncodeTileMap(const bf16* matrix, int64_t rows, int64_t k, CUtensorMap* map, int box_rows) {
-  const PFN_cuTensorMapEncodeTiled_v12000 encode = Encoder();
-  if (encode == nullptr || rows <= 0 || k <= 0 || box_rows <= 0 || box_rows > 256) return cudaErrorInvalidValue;
-  const cuuint64_t dims[2] = {static_cast<cuuint64_t>(k), static_cast<cuuint64_t>(rows)};
-  const cuuint64_t strides[1] = {static_cast<cuuint64_t>(k) * sizeof(bf16)};  // bytes between rows
-  const cuuint32_t box[2] = {kWgBK, static_cast<cuuint32_t>(box_rows)};
-  const cuuint32_t element_strides[2] = {1, 1};
-  const CUresult r = encode(map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, const_cast<bf16*>(matrix), dims, strides, box,
-                            element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-                            CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-  return r == CUDA_SUCCESS ? cudaSuccess : cudaErrorInvalidValue;
+  static_assert(kWgBK == 64, "a k-tile is one of EncodeBoxMap's boxes wide");
+  return EncodeBoxMap(matrix, rows, k, box_rows, map);
 }
 
 }  // namespace ag::cuda

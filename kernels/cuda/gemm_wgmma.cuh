@@ -3,14 +3,15 @@
 // Not a public header.
 //
 // Block: 3 warpgroups. Warpgroup 0 is the producer: one thread issues the
-// TMA loads of each k-tile (A: 128 rows x 64 k of x; B: 128 or 256 rows x 64 k
-// of W in boxes of 128 rows, all K-major with the 128-byte swizzle) into a ring
-// of stages (WgTile), each stage guarded by two mbarriers (full: the bytes
-// landed; empty: both consumers are done with it). Warpgroups 1 and 2 each
-// multiply 64 rows of the tile by its 128 or 256 columns with
-// wgmma.m64n128k16 or m64n256k16 (operands straight from shared memory through
-// matrix descriptors, fp32 accumulators in 64 or 128 registers a thread); the
-// width is WgmmaTileColumns's choice for the shape (linear_split.h). The epilogue is the mma.sync GEMM's: the accumulators go to an fp32
+// TMA loads of each k-tile (A: 128 rows x 64 k of x; B: 128, 192 or 256 rows x
+// 64 k of W in boxes of 128 rows, or 64 for 192, all K-major with the 128-byte
+// swizzle) into a ring of stages (WgTile), each stage guarded by two mbarriers
+// (full: the bytes landed; empty: both consumers are done with it). Warpgroups
+// 1 and 2 each multiply 64 rows of the tile by its 128, 192 or 256 columns with
+// wgmma.m64nNk16 (operands straight from shared memory through matrix
+// descriptors, fp32 accumulators in N / 2 registers a thread); the width is
+// WgmmaTileColumns's choice for the shape (linear_split.h). The epilogue is
+// the mma.sync GEMM's: the accumulators go to an fp32
 // tile over the pipeline's buffers, a grid that would leave its waves partly
 // empty splits K over a cluster summed through distributed shared memory
 // (SplitWgmmaK), and StorePair applies the op's epilogue.
@@ -109,16 +110,15 @@ __device__ __forceinline__ void FenceAccumulators(float* d) {
 }
 
 // The producer thread of a TMA pipeline of kStages stages: k-tile t's box of x (rows from
-// block_m) and kBoxes boxes of the weight (rows from block_n, 128 more each), `box_bytes` each,
-// into stage t % kStages at k coordinate k_begin + t * k_tile, once both consumers have freed the
-// stage (`empty`). Whole boxes: out of bounds is zeros, and counts toward the stage's bytes (a
-// wide tile's second box past the weight's last row included).
+// block_m; `box_bytes`) and kBoxes boxes of the weight (rows from block_n, kWBoxRows more each;
+// kWBoxRows / 128 of box_bytes each) into stage t % kStages at k coordinate k_begin + t * k_tile,
+// once both consumers have freed the stage (`empty`). Whole boxes: out of bounds is zeros, and
+// counts toward the stage's bytes (a wide tile's boxes past the weight's last row included).
 template <int kStages, int kBoxes = 1, int kWBoxRows = kWgBM>
 __device__ __forceinline__ void ProduceTiles(unsigned char* a_stages, unsigned char* b_stages, unsigned box_bytes,
                                              const CUtensorMap* a_map, const CUtensorMap* w_map, int64_t k_begin,
                                              int k_tile, int tiles, int64_t block_m, int64_t block_n, uint64_t* full,
                                              uint64_t* empty) {
-  // x's box is box_bytes; W's boxes kWBoxRows of its 128 rows' bytes each.
   const unsigned w_box_bytes = box_bytes / kWgBM * kWBoxRows;
   for (int t = 0; t < tiles; ++t) {
     const int s = t % kStages;
