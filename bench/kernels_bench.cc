@@ -122,8 +122,9 @@ const Shape kShapes[] = {
 
 // Our linear kernel (GEMV at m = 1, skinny tensor-core kernel to 64, GEMM above: wgmma on Hopper,
 // or the mma.sync GEMM when `mma_sync`) on shape `index`, m rows.
-// kNarrow / k192 / kWide: the wgmma GEMM with 128-, 192- or 256-wide tiles, whichever the shape would choose.
-enum class LinearMode { kOurs, kMmaSync, kNormApart, kWgmma, kNarrow, k192, kWide };
+// kNarrow / k192 / kWide: the wgmma GEMM with 128-, 192- or 256-wide tiles, whichever the shape would choose;
+// kSkinnyRegisters: the register-fed skinny kernel where LaunchLinear takes the staged one.
+enum class LinearMode { kOurs, kMmaSync, kNormApart, kWgmma, kNarrow, k192, kWide, kSkinnyRegisters };
 
 void LinearBench(benchmark::State& state, LinearMode mode) {
   const bool mma_sync = mode == LinearMode::kMmaSync;
@@ -177,6 +178,7 @@ void LinearBench(benchmark::State& state, LinearMode mode) {
           return ag::cuda::LaunchLinear(q, nullptr);
         }
         if (mode == LinearMode::kWgmma) return ag::cuda::LaunchGemm(p, nullptr);
+        if (mode == LinearMode::kSkinnyRegisters) return ag::cuda::LaunchSkinnyRegisters(p, nullptr);
         if (mode == LinearMode::kNarrow || mode == LinearMode::k192 || mode == LinearMode::kWide) {
           const int tile_n = mode == LinearMode::kNarrow ? 128 : mode == LinearMode::k192 ? 192 : 256;
           return ag::cuda::LaunchGemmTileColumns(p, tile_n, nullptr);
@@ -190,6 +192,7 @@ void LinearBench(benchmark::State& state, LinearMode mode) {
                              : mode == LinearMode::kNarrow    ? "128-wide tiles "
                              : mode == LinearMode::k192       ? "192-wide tiles "
                              : mode == LinearMode::kWide      ? "256-wide tiles "
+                             : mode == LinearMode::kSkinnyRegisters ? "register-fed skinny "
                                                               : "") +
                  s.name);
   for (void* q : {static_cast<void*>(x), static_cast<void*>(norm), static_cast<void*>(bias), static_cast<void*>(y),
@@ -251,6 +254,9 @@ void BM_GemmMmaSync(benchmark::State& state) { LinearBench(state, LinearMode::kM
 void BM_LinearNormApart(benchmark::State& state) { LinearBench(state, LinearMode::kNormApart); }
 // The wgmma GEMM at the skinny kernel's batches (16-64 rows): would it stream the weights faster?
 void BM_GemmSmallM(benchmark::State& state) { LinearBench(state, LinearMode::kWgmma); }
+// The register-fed skinny kernel at the staged one's batches (2-32 rows): does the pipeline stream
+// the weights faster, as linear_skinny_staged.cuh predicts?
+void BM_SkinnyRegisters(benchmark::State& state) { LinearBench(state, LinearMode::kSkinnyRegisters); }
 // The wgmma GEMM's tile widths side by side (linear_split.h's WgmmaTileColumns predicts which wins
 // per shape: are 192- and 256-wide k-tiles 1.3 and 1.6 narrow ones?).
 void BM_GemmNarrowTiles(benchmark::State& state) { LinearBench(state, LinearMode::kNarrow); }
@@ -281,6 +287,12 @@ void SmallMArgs(benchmark::internal::Benchmark* b) {
     for (int m : {16, 32, 64}) b->Args({shape, m});
   }
 }
+void StagedArgs(benchmark::internal::Benchmark* b) {
+  for (int shape = 0; shape < 5; ++shape) {
+    for (int m : {2, 8, 16, 32}) b->Args({shape, m});
+  }
+}
+BENCHMARK(BM_SkinnyRegisters)->Apply(StagedArgs)->UseManualTime()->Iterations(kIterations)->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_GemmSmallM)->Apply(SmallMArgs)->UseManualTime()->Iterations(kIterations)->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_LinearNormApart)
     ->Apply(NormApartArgs)

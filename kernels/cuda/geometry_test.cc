@@ -406,6 +406,25 @@ TEST(LinearSplit, GlmShapes) {
   EXPECT_EQ(SplitWgmmaK(97, 160, 4104, 132).k_per_rank % 64, 0);
 }
 
+// The staged skinny kernel (2..32 rows) on 132 SMs: 4 blocks a SM at 8 rows (528 slots), 3 past them
+// (396). Gate/up's 428 blocks fit 528 slots unsplit; on 396 a 2-way split (3 waves of 35 k-tiles
+// against 2 of 66). down_proj's 64 blocks split 8 ways on 528 slots (one wave of 36 against 59 at 4
+// ways), 4 on 396 (59 against 2 waves of 36); o_proj likewise; QKV's 72 blocks 4 ways (8 would be
+// 576 blocks: two waves); the LM head's 2,368 not at all.
+TEST(LinearSplit, StagedSkinnyGlmShapes) {
+  EXPECT_EQ(SplitStagedSkinnyK(27392, 4096, 528).ranks, 1);
+  EXPECT_EQ(SplitStagedSkinnyK(27392, 4096, 396).ranks, 2);
+  EXPECT_EQ(WaveCost(428, 64, 2, 396, 2), 105);
+  EXPECT_EQ(WaveCost(428, 64, 1, 396, 2), 132);
+  EXPECT_EQ(SplitStagedSkinnyK(4096, 13696, 528).ranks, 8);
+  EXPECT_EQ(SplitStagedSkinnyK(4096, 13696, 396).ranks, 4);
+  EXPECT_EQ(SplitStagedSkinnyK(4096, 4096, 528).ranks, 8);
+  EXPECT_EQ(SplitStagedSkinnyK(4096, 4096, 396).ranks, 4);
+  EXPECT_EQ(SplitStagedSkinnyK(4608, 4096, 528).ranks, 4);
+  EXPECT_EQ(SplitStagedSkinnyK(151552, 4096, 396).ranks, 1);
+  EXPECT_EQ(SplitStagedSkinnyK(4096, 13696, 396).k_per_rank, 54 * kStagedSkinnyKTile);
+}
+
 // The tile width chosen for GLM-4-9B's projections at a 512-token prompt (132 SMs), by WaveCost
 // with 192- and 256-wide k-tiles at 1.3 and 1.6 narrow ones (in tenths of a narrow k-tile):
 // gate/up 428 wide tiles split in 2 (7 waves of 36 k-tiles: 4,032 against 4,690 narrow), down_proj
@@ -453,6 +472,7 @@ TEST(LinearSplit, EveryShapeIsCoveredWithWorkForEveryRank) {
   for (int64_t n : {1, 2, 63, 64, 97, 160, 4096, 4608, 27392}) {
     for (int64_t k : {8, 24, 32, 40, 64, 200, 4104, 13696}) {
       ExpectCovers(SplitSkinnyK(n, k, 132), k, 32, "skinny");
+      for (int64_t slots : {396, 528}) ExpectCovers(SplitStagedSkinnyK(n, k, slots), k, 64, "staged skinny");
       for (int64_t m : {65, 97, 512, 8192}) {
         ExpectCovers(SplitGemmK(m, n, k, 132), k, 32, "gemm");
         const KSplit w = SplitWgmmaK(m, n, k, 132);

@@ -7,6 +7,12 @@ cudaError_t NormRowsInto(const LinearParams& p, cudaStream_t stream) {
   return LaunchRmsNorm(p.x, p.norm_w, p.m, p.k, p.eps, p.scratch, stream);
 }
 
+// AUTOGLM_SKINNY_STAGED=0 keeps 2..32 rows on the register-fed skinny kernel.
+bool StagedSkinnyEnabled() {
+  static const bool enabled = SwitchedOn("AUTOGLM_SKINNY_STAGED");
+  return enabled;
+}
+
 namespace {
 
 cudaError_t Dispatch(const LinearParams& p, cudaStream_t stream, LinearPath path) {
@@ -53,6 +59,9 @@ cudaError_t LaunchLinear(const LinearParams& p, cudaStream_t stream) {
 cudaError_t LaunchGemv(const LinearParams& p, cudaStream_t stream) { return Dispatch(p, stream, LinearPath::kGemv); }
 cudaError_t LaunchSkinny(const LinearParams& p, cudaStream_t stream) {
   return Dispatch(p, stream, LinearPath::kSkinny);
+}
+cudaError_t LaunchSkinnyRegisters(const LinearParams& p, cudaStream_t stream) {
+  return Dispatch(p, stream, LinearPath::kSkinnyRegisters);
 }
 cudaError_t LaunchGemm(const LinearParams& p, cudaStream_t stream) { return Dispatch(p, stream, LinearPath::kGemm); }
 cudaError_t LaunchGemmMmaSync(const LinearParams& p, cudaStream_t stream) {

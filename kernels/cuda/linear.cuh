@@ -84,12 +84,14 @@ inline LinearParams RowsOf(const LinearParams& p, int64_t m0, int64_t m) {
 cudaError_t LaunchLinear(const LinearParams& p, cudaStream_t stream);
 
 // The paths, for tests and benchmarks that want one of them: the GEMV and the
-// GEMMs take any M (the GEMV loops over the rows), the skinny path M <= 64.
+// GEMMs take any M (the GEMV loops over the rows), the skinny path M <= 64 (the staged kernel to
+// 32 rows, the register-fed one past them; LaunchSkinnyRegisters the latter at any M <= 64).
 // LaunchGemm is the wgmma GEMM where it runs, LaunchGemmMmaSync the mma.sync one;
 // LaunchGemmTileColumns the wgmma GEMM with tiles `tile_n` (128, 192 or 256) columns wide, whatever
 // linear_split.h's WgmmaTileColumns would choose (cudaErrorNotSupported where it cannot run).
 cudaError_t LaunchGemv(const LinearParams& p, cudaStream_t stream);
 cudaError_t LaunchSkinny(const LinearParams& p, cudaStream_t stream);
+cudaError_t LaunchSkinnyRegisters(const LinearParams& p, cudaStream_t stream);
 cudaError_t LaunchGemm(const LinearParams& p, cudaStream_t stream);
 cudaError_t LaunchGemmMmaSync(const LinearParams& p, cudaStream_t stream);
 cudaError_t LaunchGemmTileColumns(const LinearParams& p, int tile_n, cudaStream_t stream);

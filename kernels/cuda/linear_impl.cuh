@@ -70,6 +70,7 @@ __device__ __forceinline__ void StoreClusterTile(const LinearParams& p, const co
 
 #include "kernels/cuda/gemm_wgmma.cuh"     // needs the building blocks above
 #include "kernels/cuda/linear_skinny.cuh"  // needs the building blocks above
+#include "kernels/cuda/linear_skinny_staged.cuh"  // needs linear_skinny.cuh's tile and ending
 
 namespace ag::cuda {
 
@@ -329,27 +330,34 @@ cudaError_t LaunchGemmFor(const LinearParams& p, cudaStream_t stream, bool mma_s
   return LaunchGemmTiles<kE>(p, a, stream);
 }
 
+bool StagedSkinnyEnabled();  // linear.cu: AUTOGLM_SKINNY_STAGED
+
+// 2..64 rows: to 32 the staged skinny kernel (linear_skinny_staged.cuh) unless `registers` or
+// AUTOGLM_SKINNY_STAGED=0 asks for the register-fed one, which takes 33..64 rows too.
 template <Epilogue kE>
-cudaError_t LaunchSkinnyFor(const LinearParams& p, cudaStream_t stream) {
+cudaError_t LaunchSkinnyFor(const LinearParams& p, cudaStream_t stream, bool registers = false) {
   if (p.m > kSkinnyMaxRows) return cudaErrorInvalidValue;
   const Bf16Rows rows{p.w, p.k, 0, p.n};
-  // The kernel applies the norm prologue itself to kSkinnyNormMaxRows rows; past them x is
+  // The kernels apply the norm prologue themselves to kSkinnyNormMaxRows rows; past them x is
   // normalised into the scratch first (measured faster there).
   LinearParams q = p;
-  const bf16* a = p.x;
   if (p.m > kSkinnyNormMaxRows && p.norm_w != nullptr) {
-    const cudaError_t e = TensorCoreInput(p, stream, &a);
+    const cudaError_t e = TensorCoreInput(p, stream, &q.x);
     if (e != cudaSuccess) return e;
-    q.x = a;
     q.norm_w = nullptr;
   }
-  if (p.m <= 8) return LaunchSkinnyTile<1, kE>(q, rows, a, stream);
-  if (p.m <= 16) return LaunchSkinnyTile<2, kE>(q, rows, a, stream);
-  if (p.m <= 32) return LaunchSkinnyTile<4, kE>(q, rows, a, stream);
-  return LaunchSkinnyTile<8, kE>(q, rows, a, stream);
+  if (!registers && p.m <= kStagedSkinnyMaxRows && StagedSkinnyEnabled()) {
+    if (p.m <= 8) return LaunchStagedSkinnyTile<1, kE>(q, stream);
+    if (p.m <= 16) return LaunchStagedSkinnyTile<2, kE>(q, stream);
+    return LaunchStagedSkinnyTile<4, kE>(q, stream);
+  }
+  if (p.m <= 8) return LaunchSkinnyTile<1, kE>(q, rows, q.x, stream);
+  if (p.m <= 16) return LaunchSkinnyTile<2, kE>(q, rows, q.x, stream);
+  if (p.m <= 32) return LaunchSkinnyTile<4, kE>(q, rows, q.x, stream);
+  return LaunchSkinnyTile<8, kE>(q, rows, q.x, stream);
 }
 
-enum class LinearPath { kGemv, kSkinny, kGemm, kGemmMmaSync, kGemmNarrow, kGemm192, kGemmWide };
+enum class LinearPath { kGemv, kSkinny, kSkinnyRegisters, kGemm, kGemmMmaSync, kGemmNarrow, kGemm192, kGemmWide };
 
 // The three paths for one epilogue; defined in linear_<epilogue>.cu.
 template <Epilogue kE>
@@ -363,6 +371,8 @@ cudaError_t LaunchLinearFor(const LinearParams& p, cudaStream_t stream, LinearPa
         return LaunchGemvFor<E>(p, stream);                                                     \
       case LinearPath::kSkinny:                                                                 \
         return LaunchSkinnyFor<E>(p, stream);                                                   \
+      case LinearPath::kSkinnyRegisters:                                                        \
+        return LaunchSkinnyFor<E>(p, stream, true);                                             \
       case LinearPath::kGemm:                                                                   \
         return LaunchGemmFor<E>(p, stream);                                                     \
       case LinearPath::kGemmMmaSync:                                                            \

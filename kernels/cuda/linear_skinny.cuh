@@ -77,6 +77,53 @@ __device__ __forceinline__ float SumOfSquares(const int4& xv) {
   return sum;
 }
 
+// The skinny kernels' accumulators (warp w: features 16 w .. 16 w + 15 by kNT n-tiles of 8 batch
+// rows; C rows are features, columns batch rows) into the block's partial tile [batch row][feature].
+template <int kNT>
+__device__ __forceinline__ void StoreSkinnyAccumulators(float (*tile)[kSkinnyTileLd], const float (&acc)[kNT][4],
+                                                        int warp, int lane) {
+#pragma unroll
+  for (int j = 0; j < kNT; ++j) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const mma::At c = mma::CElement(lane, e);
+      tile[8 * j + c.col][warp * 16 + c.row] = acc[j][e];
+    }
+  }
+}
+
+// A batch row's sum of squares over the block's K range (the norm prologue) in the tile's padding:
+// column kSkinnyFeatures, a zero beside it for the pair sum.
+__device__ __forceinline__ void StoreRowSquares(float (*tile)[kSkinnyTileLd], int row, float squares) {
+  tile[row][kSkinnyFeatures] = squares;
+  tile[row][kSkinnyFeatures + 1] = 0.0f;
+}
+
+// The skinny kernels' ending, once each block's partial tile (and with the norm its rows' sums of
+// squares) is in shared memory: the cluster sums the tiles through distributed shared memory, each
+// block finishing a share of the output pairs, scaled by the row's 1 / rms with the norm, and
+// stores them through the epilogue at columns n_begin + feature0 + f (features below n).
+template <Epilogue kE, bool kCanNorm>
+__device__ __forceinline__ void FinishSkinnyTile(const LinearParams& p, const cooperative_groups::cluster_group& cluster,
+                                                 float* tile, int64_t feature0, int64_t n, int64_t n_begin, bool norm) {
+  const int rank = static_cast<int>(cluster.block_rank()), ranks = static_cast<int>(cluster.num_blocks());
+  cluster.sync();  // every block's tile is complete
+  const int pairs = static_cast<int>(p.m) * (kSkinnyFeatures / 2);
+  for (int i = rank * kSkinnyThreads + static_cast<int>(threadIdx.x); i < pairs; i += ranks * kSkinnyThreads) {
+    const int m = i / (kSkinnyFeatures / 2), f = 2 * (i % (kSkinnyFeatures / 2));
+    const float2 sum = ClusterSum2(cluster, tile, m * kSkinnyTileLd + f);
+    float scale = 1.0f;
+    if constexpr (kCanNorm) {
+      if (norm) {
+        const float squares_sum = ClusterSum2(cluster, tile, m * kSkinnyTileLd + kSkinnyFeatures).x;
+        scale = rsqrtf(squares_sum / static_cast<float>(p.k) + p.eps);
+      }
+    }
+    if (feature0 + f < n) StorePair<kE>(p, m, n_begin + feature0 + f, scale * sum.x, scale * sum.y);
+  }
+  cluster.sync();  // peers may still be reading this block's tile
+}
+
 // kUnroll: 32-wide k chunks of each weight row in flight a warp.
 template <int kNT, Epilogue kE, class Rows, int kUnroll = kSkinnyUnroll>
 __global__ void __launch_bounds__(kSkinnyThreads, 4) SkinnyKernel(LinearParams p, Rows rows, const bf16* x,
@@ -84,7 +131,7 @@ __global__ void __launch_bounds__(kSkinnyThreads, 4) SkinnyKernel(LinearParams p
   __shared__ __align__(16) float tile[8 * kNT][kSkinnyTileLd];  // [batch row][feature]: this block's partial sums
   namespace cg = cooperative_groups;
   const cg::cluster_group cluster = cg::this_cluster();
-  const int rank = static_cast<int>(cluster.block_rank()), ranks = static_cast<int>(cluster.num_blocks());
+  const int rank = static_cast<int>(cluster.block_rank());
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   const int64_t feature0 = static_cast<int64_t>(blockIdx.x) * kSkinnyFeatures;
   const int64_t ra = feature0 + warp * 16 + g, rb = ra + 8;
@@ -147,45 +194,18 @@ __global__ void __launch_bounds__(kSkinnyThreads, 4) SkinnyKernel(LinearParams p
       }
     }
   }
-  // C rows are features, columns batch rows.
-#pragma unroll
-  for (int j = 0; j < kNT; ++j) {
-#pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      const mma::At c = mma::CElement(lane, e);
-      tile[8 * j + c.col][warp * 16 + c.row] = acc[j][e];
-    }
-  }
+  StoreSkinnyAccumulators<kNT>(tile, acc, warp, lane);
   if constexpr (kCanNorm) {
-    if (norm && warp == 0) {  // lanes t = 0..3 of row group g loaded their rows' k in turn; a row's
-                              // block sum lands in the tile's padding (column kSkinnyFeatures, a zero
-                              // beside it for the pair sum)
+    if (norm && warp == 0) {  // lanes t = 0..3 of row group g loaded their rows' k in turn
 #pragma unroll
       for (int j = 0; j < kNT; ++j) {
         squares[j] += __shfl_xor_sync(0xffffffffu, squares[j], 1);
         squares[j] += __shfl_xor_sync(0xffffffffu, squares[j], 2);
-        if (t == 0) {
-          tile[8 * j + g][kSkinnyFeatures] = squares[j];
-          tile[8 * j + g][kSkinnyFeatures + 1] = 0.0f;
-        }
+        if (t == 0) StoreRowSquares(tile, 8 * j + g, squares[j]);
       }
     }
   }
-  cluster.sync();  // every block's tile is complete
-  const int pairs = static_cast<int>(p.m) * (kSkinnyFeatures / 2);
-  for (int i = rank * kSkinnyThreads + static_cast<int>(threadIdx.x); i < pairs; i += ranks * kSkinnyThreads) {
-    const int m = i / (kSkinnyFeatures / 2), f = 2 * (i % (kSkinnyFeatures / 2));
-    const float2 sum = ClusterSum2(cluster, &tile[0][0], m * kSkinnyTileLd + f);
-    float scale = 1.0f;
-    if constexpr (kCanNorm) {
-      if (norm) {
-        const float squares_sum = ClusterSum2(cluster, &tile[0][0], m * kSkinnyTileLd + kSkinnyFeatures).x;
-        scale = rsqrtf(squares_sum / static_cast<float>(p.k) + p.eps);
-      }
-    }
-    if (feature0 + f < rows.n) StorePair<kE>(p, m, rows.n_begin + feature0 + f, scale * sum.x, scale * sum.y);
-  }
-  cluster.sync();  // peers may still be reading this block's tile
+  FinishSkinnyTile<kE, kCanNorm>(p, cluster, &tile[0][0], feature0, rows.n, rows.n_begin, norm);
 }
 
 template <int kNT, Epilogue kE, class Rows = Bf16Rows, int kUnroll = kSkinnyUnroll>

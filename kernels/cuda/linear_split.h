@@ -11,6 +11,9 @@ namespace ag::cuda {
 // Rows of x up to which the GEMV path runs, and the skinny tensor-core path; the GEMM above.
 inline constexpr int64_t kGemvMaxRows = 1;
 inline constexpr int64_t kSkinnyMaxRows = 64;
+// Rows up to which the skinny path takes the staged kernel (linear_skinny_staged.cuh); its 5-stage
+// pipeline's shared memory grows with the rows, and 33..64 go to the wgmma GEMM on Hopper.
+inline constexpr int64_t kStagedSkinnyMaxRows = 32;
 // Rows past which LaunchLinear sends a skinny batch to the wgmma GEMM where Hopper's runs: its
 // 128-row tiles waste rows but stream the weights faster. Measured on the H200 (2026-12-04,
 // BM_GemmSmallM against BM_Linear, GLM-4-9B's projections, norm launches included): at 64 rows
@@ -88,6 +91,17 @@ inline KSplit SplitForWaves(int64_t tiles, int64_t k, int64_t k_tile, int64_t sl
     }
   }
   return {best, (k_tiles + best - 1) / best * k_tile};
+}
+
+// The staged skinny kernel (linear_skinny_staged.cuh: 2..32 rows, bf16 weights): 64 output
+// features a block, 64-wide k-tiles, `slots` blocks resident at once (three or four a
+// multiprocessor: its shared memory decides), clusters of up to 8, at least four k-tiles a rank;
+// an ending worth about two k-tiles. Memory-bound, yet a grid of 428 blocks (gate/up) on 396 slots
+// would leave most of the second wave's slots empty while its last blocks stream their rows: a
+// 2-way split halves those blocks' length.
+inline constexpr int64_t kStagedSkinnyKTile = 64;
+inline KSplit SplitStagedSkinnyK(int64_t n, int64_t k, int64_t slots) {
+  return SplitForWaves((n + 63) / 64, k, kStagedSkinnyKTile, slots, 8, 4, 2);
 }
 
 // The GEMM (M > 64): 128 x 128 tiles, 32-wide k-tiles, two blocks per multiprocessor, clusters

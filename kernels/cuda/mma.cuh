@@ -16,7 +16,13 @@ __device__ __forceinline__ void LdMatrixX4(unsigned* r, const __nv_bfloat16* sme
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
                : "r"(addr));
 }
-// The same, each matrix transposed on the way (a [k][n] tile becomes B fragments).
+// Two 8 x 8 b16 matrices: lanes 0..15 give the addresses as for .x4 (lane 8j + i: row i of matrix
+// j); the other lanes' addresses are not read.
+__device__ __forceinline__ void LdMatrixX2(unsigned* r, const __nv_bfloat16* smem) {
+  const unsigned addr = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0,%1}, [%2];\n" : "=r"(r[0]), "=r"(r[1]) : "r"(addr));
+}
+// ldmatrix.x4 with each matrix transposed on the way (a [k][n] tile becomes B fragments).
 __device__ __forceinline__ void LdMatrixX4Trans(unsigned* r, const __nv_bfloat16* smem) {
   const unsigned addr = static_cast<unsigned>(__cvta_generic_to_shared(smem));
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"

@@ -143,9 +143,10 @@ struct LinearCase {
   bool norm;
 };
 
-// kGemm: the wgmma GEMM on Hopper (LaunchGemm), kGemmMmaSync: the mma.sync one; kGemm192 and
+// kSkinny: LaunchSkinny (the staged kernel to 32 rows), kSkinnyRegisters: the register-fed skinny
+// kernel; kGemm: the wgmma GEMM on Hopper (LaunchGemm), kGemmMmaSync: the mma.sync one; kGemm192 and
 // kGemmWide: the wgmma GEMM's 192- and 256-wide tiles, whatever the shape would choose.
-enum class Path { kGemv, kSkinny, kGemm, kGemmMmaSync, kGemm192, kGemmWide };
+enum class Path { kGemv, kSkinny, kSkinnyRegisters, kGemm, kGemmMmaSync, kGemm192, kGemmWide };
 
 void CheckLinear(const LinearCase& c, Path path) {
   SCOPED_TRACE(::testing::Message() << "m=" << c.m << " n=" << c.n << " k=" << c.k << " epilogue="
@@ -156,13 +157,14 @@ void CheckLinear(const LinearCase& c, Path path) {
                            nw = RandomBf16(c.k, 13), bias = RandomBf16(c.n, 14), res = RandomBf16(c.m * c.n, 15);
   // The input of the matrix product, as the reference sees it.
   std::vector<float> h = x;
-  // Where the kernel applies the norm itself (the GEMV; the skinny kernel to kSkinnyNormMaxRows
+  // Where the kernel applies the norm itself (the GEMV; the skinny kernels to kSkinnyNormMaxRows
   // rows) the normalised rows never exist in bf16; elsewhere a launch of its own writes them in
   // bf16, as transformers' RMSNorm does: round them here too (unrounded, a SiLU gate of 3 on an
   // `up` that cancels to 0.01 amplifies the difference past 1e-2).
   if (c.norm) {
     ref::RmsNorm(x.data(), nw.data(), c.m, c.k, 1e-5f, h.data());
-    const bool in_kernel = path == Path::kGemv || (path == Path::kSkinny && c.m <= cuda::kSkinnyNormMaxRows);
+    const bool skinny = path == Path::kSkinny || path == Path::kSkinnyRegisters;
+    const bool in_kernel = path == Path::kGemv || (skinny && c.m <= cuda::kSkinnyNormMaxRows);
     if (!in_kernel) h = Bf16(h);
   }
   std::vector<float> full(c.m * c.n);
@@ -192,6 +194,8 @@ void CheckLinear(const LinearCase& c, Path path) {
         return cuda::LaunchGemv(p, nullptr);
       case Path::kSkinny:
         return cuda::LaunchSkinny(p, nullptr);
+      case Path::kSkinnyRegisters:
+        return cuda::LaunchSkinnyRegisters(p, nullptr);
       case Path::kGemm:
         return cuda::LaunchGemm(p, nullptr);
       case Path::kGemmMmaSync:
@@ -297,6 +301,7 @@ TEST(GpuKernels, LinearEveryEpilogueEveryPath) {
           for (int64_t n : pairs ? std::vector<int64_t>{80, 160} : std::vector<int64_t>{97, 160}) {
             if (m <= 3) CheckLinear({m, n, k, e, norm}, Path::kGemv);  // any M works; M = 1 is its job
             if (m <= cuda::kSkinnyMaxRows) CheckLinear({m, n, k, e, norm}, Path::kSkinny);
+            if (m <= cuda::kStagedSkinnyMaxRows) CheckLinear({m, n, k, e, norm}, Path::kSkinnyRegisters);
             CheckLinear({m, n, k, e, norm}, Path::kGemm);
             CheckLinear({m, n, k, e, norm}, Path::kGemmMmaSync);
             if (m == 9 || m == 97) {  // the other tile widths, on fewer shapes (the reference is the cost)
@@ -335,16 +340,21 @@ TEST(GpuKernels, WgmmaGemmEdges) {
   }
 }
 
-// The skinny (swap-AB) kernel at every M it takes (one to eight n-tiles, odd M), with odd N and K at
-// the edges of its 32-wide chunks and of the cluster split; and LaunchLinear's choice of path.
+// The skinny (swap-AB) kernels at every M they take (the staged one to 32 rows: one, two and four
+// n-tiles; the register-fed one to 64: one to eight), odd M, odd N and K at the edges of their k
+// chunks (32 wide; the staged kernel's 64-wide k-tiles) and of the cluster split (K = 4104 over N =
+// 4097: 65 k-tiles on 8 ranks, the last rank's two tiles, the second of them 8 wide).
 TEST(GpuKernels, SkinnyEveryBatchSize) {
   SKIP_WITHOUT_GPU();
   for (int64_t m = 1; m <= cuda::kSkinnyMaxRows; ++m) {
-    CheckLinear({m, 97, 200, cuda::Epilogue::kBias, m % 2 == 0}, Path::kSkinny);
-    if (m % 7 == 1) {
-      CheckLinear({m, 4097, 4104, cuda::Epilogue::kResidual, true}, Path::kSkinny);  // an 8-way K split
-      CheckLinear({m, 160, 40, cuda::Epilogue::kSiluMul, false}, Path::kSkinny);     // K: one chunk and a piece
-      CheckLinear({m, 80, 8, cuda::Epilogue::kQkvRope, true}, Path::kSkinny);        // K = 8: one piece
+    for (Path path : {Path::kSkinny, Path::kSkinnyRegisters}) {
+      if (path == Path::kSkinnyRegisters && m > cuda::kStagedSkinnyMaxRows) continue;  // kSkinny is it there
+      CheckLinear({m, 97, 200, cuda::Epilogue::kBias, m % 2 == 0}, path);
+      if (m % 7 == 1 || m == cuda::kStagedSkinnyMaxRows) {
+        CheckLinear({m, 4097, 4104, cuda::Epilogue::kResidual, true}, path);  // an 8-way K split
+        CheckLinear({m, 160, 40, cuda::Epilogue::kSiluMul, false}, path);     // K: one chunk and a piece
+        CheckLinear({m, 80, 8, cuda::Epilogue::kQkvRope, true}, path);        // K = 8: one piece
+      }
     }
   }
 }

@@ -1,0 +1,185 @@
+// The skinny kernel fed through shared memory, for 2..32 rows of x and bf16 weights: included by
+// linear_impl.cuh after linear_skinny.cuh (its tile, its ending). Not a public header.
+//
+// Why a second one: the register-fed SkinnyKernel issues a warp's loads of kUnroll chunks, waits
+// for them, multiplies, and only then issues the next; between the batches nothing of the warp is
+// in flight. Run 3 measured it at 58-47 % of bandwidth (gate/up at 8 / 32 rows: 89 / 99 us where
+// cuBLAS takes 57 and the GEMV at one row 56). Here a cp.async pipeline, as the mma.sync GEMM's,
+// keeps kStagedStages - 1 k-tiles in flight a block while its warps multiply the oldest: 32 KB of
+// weights a block, three or four blocks a multiprocessor.
+//
+// A stage holds the block's 64 weight rows and the batch's 8 kNT rows of x, 64 k wide, in 144-byte
+// rows (the 16 bytes of padding put ldmatrix's eight rows in distinct bank groups), and with the
+// norm prologue norm_w's 64 values as one more row. The warps read their fragments with ldmatrix
+// as the GEMM does (warp w: features 16 w .. 16 w + 15 as A, the x rows as B), so C is the skinny
+// kernel's [feature][batch row] tile and its ending is shared: K split over a cluster summed
+// through distributed shared memory, the norm's row scale applied there.
+//
+// The norm prologue (kNT = 1, up to kSkinnyNormMaxRows rows): after a stage lands, 64 threads
+// take a 16-byte piece of x each, add its squares to their row's sum and write it back multiplied
+// by norm_w's piece, before the warps read the stage.
+#ifndef AUTOGLM_KERNELS_CUDA_LINEAR_SKINNY_STAGED_CUH_
+#define AUTOGLM_KERNELS_CUDA_LINEAR_SKINNY_STAGED_CUH_
+
+#include <cooperative_groups.h>
+
+#include <algorithm>
+
+#include "kernels/cuda/linear_split.h"
+#include "kernels/cuda/mma_layout.h"
+
+namespace ag::cuda {
+
+constexpr int kStagedBK = kStagedSkinnyKTile;  // k a stage
+constexpr int kStagedLd = kStagedBK + 8;       // bf16 a stage row
+constexpr int kStagedStages = 5;
+
+// Rows of a stage: the weights', x's, and norm_w's where the instance can apply the norm.
+template <int kNT>
+constexpr int StagedRows() {
+  return kSkinnyFeatures + 8 * kNT + (8 * kNT <= kSkinnyNormMaxRows ? 1 : 0);
+}
+template <int kNT>
+constexpr size_t StagedSmemBytes() {
+  return std::max(sizeof(bf16) * kStagedStages * StagedRows<kNT>() * kStagedLd,
+                  sizeof(float) * 8 * kNT * kSkinnyTileLd);
+}
+
+template <int kNT, Epilogue kE>
+__global__ void __launch_bounds__(kSkinnyThreads) StagedSkinnyKernel(LinearParams p, int64_t k_per_rank) {
+  extern __shared__ __align__(16) unsigned char staged_smem[];
+  using StageRows = bf16 (*)[kStagedLd];
+  auto stage_at = [](int s) {
+    return reinterpret_cast<StageRows>(staged_smem + sizeof(bf16) * s * StagedRows<kNT>() * kStagedLd);
+  };
+  constexpr int kXRow = kSkinnyFeatures, kNormRow = kSkinnyFeatures + 8 * kNT;
+  namespace cg = cooperative_groups;
+  const cg::cluster_group cluster = cg::this_cluster();
+  const int rank = static_cast<int>(cluster.block_rank());
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+  const int64_t feature0 = static_cast<int64_t>(blockIdx.x) * kSkinnyFeatures;
+  const int64_t k_begin = rank * k_per_rank, k_end = min(p.k, k_begin + k_per_rank);
+  constexpr bool kCanNorm = 8 * kNT <= kSkinnyNormMaxRows;
+  const bool norm = kCanNorm && p.norm_w != nullptr;
+  AllowNextKernel();
+  // The weights do not depend on the previous kernel: the first two k-tiles' lines of the block's
+  // rows go to L2 while it finishes; x is read only after the wait.
+  {
+    const int64_t row = feature0 + tid / 2, k = k_begin + kStagedBK * (tid % 2);
+    if (row < p.n && k < k_end) PrefetchL2(p.w + row * p.k + k);
+  }
+  WaitForPreviousKernel();
+
+  // A stage: 8 pieces of 16 bytes a row. K % 8 == 0 and the ranks' ranges start on a k-tile, so a
+  // piece is wholly in K or out (zero-filled, as are rows past N and past M).
+  auto load_stage = [&](int s, int64_t k0) {
+    const StageRows st = stage_at(s);
+#pragma unroll
+    for (int i = 0; i < kSkinnyFeatures * 8 / kSkinnyThreads; ++i) {
+      const int c = tid + i * kSkinnyThreads, row = c / 8, col = 8 * (c % 8);
+      const int64_t n = feature0 + row, k = k0 + col;
+      const bool valid = n < p.n && k < k_end;
+      CpAsync16(&st[row][col], p.w + (valid ? n * p.k + k : 0), valid);
+    }
+    for (int c = tid; c < 8 * kNT * 8; c += kSkinnyThreads) {
+      const int row = c / 8, col = 8 * (c % 8);
+      const int64_t k = k0 + col;
+      const bool valid = row < p.m && k < k_end;
+      CpAsync16(&st[kXRow + row][col], p.x + (valid ? row * p.k + k : 0), valid);
+    }
+    if constexpr (kCanNorm) {
+      if (norm && tid < 8) {
+        const int64_t k = k0 + 8 * tid;
+        CpAsync16(&st[kNormRow][8 * tid], p.norm_w + (k < k_end ? k : 0), k < k_end);
+      }
+    }
+  };
+
+  const int64_t tiles = k_end > k_begin ? (k_end - k_begin + kStagedBK - 1) / kStagedBK : 0;
+#pragma unroll
+  for (int s = 0; s < kStagedStages - 1; ++s) {
+    if (s < tiles) load_stage(s, k_begin + s * kStagedBK);
+    CpAsyncCommit();  // empty groups too: the wait below counts groups
+  }
+  float acc[kNT][4] = {};
+  float squares = 0.0f;  // with the norm: thread tid < 64's sum of squares of x row tid / 8
+  const mma::At a_at = mma::AFragmentRow(lane), b_at = mma::BPairRow(lane);
+  for (int64_t t = 0; t < tiles; ++t) {
+    CpAsyncWait<kStagedStages - 2>();  // k-tile t has landed
+    __syncthreads();                   // ... for every thread; and k-tile t - 1's stage is no longer read
+    const int64_t next = t + kStagedStages - 1;
+    if (next < tiles) load_stage(static_cast<int>(next % kStagedStages), k_begin + next * kStagedBK);
+    CpAsyncCommit();
+    const StageRows st = stage_at(static_cast<int>(t % kStagedStages));
+    if constexpr (kCanNorm) {
+      if (norm) {  // the same for the whole block
+        if (tid < 64) {
+          const int row = tid / 8, col = 8 * (tid % 8);
+          int4* piece = reinterpret_cast<int4*>(&st[kXRow + row][col]);
+          Bf16x8 norm_w;
+          *reinterpret_cast<int4*>(&norm_w) = *reinterpret_cast<const int4*>(&st[kNormRow][col]);
+          const int4 xv = *piece;
+          squares += SumOfSquares(xv);
+          *piece = NormWeighted(xv, norm_w);
+        }
+        __syncthreads();
+      }
+    }
+#pragma unroll
+    for (int kk = 0; kk < kStagedBK; kk += 16) {
+      unsigned af[4], bfrag[kNT][2];
+      LdMatrixX4(af, &st[warp * 16 + a_at.row][kk + a_at.col]);
+      if constexpr (kNT == 1) {
+        LdMatrixX2(bfrag[0], &st[kXRow + b_at.row % 8][kk + b_at.col]);  // lanes 0..15: n-tile 0's two
+      } else {
+#pragma unroll
+        for (int j = 0; j < kNT; j += 2) {
+          unsigned r[4];
+          LdMatrixX4(r, &st[kXRow + 8 * j + b_at.row][kk + b_at.col]);
+          bfrag[j][0] = r[0];
+          bfrag[j][1] = r[1];
+          bfrag[j + 1][0] = r[2];
+          bfrag[j + 1][1] = r[3];
+        }
+      }
+#pragma unroll
+      for (int j = 0; j < kNT; ++j) Mma16816(acc[j], af, bfrag[j]);
+    }
+  }
+  CpAsyncWait<0>();
+  __syncthreads();  // the pipeline's buffers become the partial tile
+  auto tile = reinterpret_cast<float (*)[kSkinnyTileLd]>(staged_smem);
+  StoreSkinnyAccumulators<kNT>(tile, acc, warp, lane);
+  if constexpr (kCanNorm) {
+    if (norm && warp < 2) {  // threads 0..63: eight consecutive lanes a row
+      squares += __shfl_xor_sync(0xffffffffu, squares, 1);
+      squares += __shfl_xor_sync(0xffffffffu, squares, 2);
+      squares += __shfl_xor_sync(0xffffffffu, squares, 4);
+      if (tid % 8 == 0) StoreRowSquares(tile, tid / 8, squares);
+    }
+  }
+  FinishSkinnyTile<kE, kCanNorm>(p, cluster, &tile[0][0], feature0, p.n, 0, norm);
+}
+
+template <int kNT, Epilogue kE>
+cudaError_t LaunchStagedSkinnyTile(const LinearParams& p, cudaStream_t stream) {
+  static_assert(kNT == 1 || kNT % 2 == 0, "x's fragments come two n-tiles an ldmatrix.x4");
+  if (p.norm_w != nullptr && 8 * kNT > kSkinnyNormMaxRows) return cudaErrorInvalidValue;  // it would skip the norm
+  constexpr auto kKernel = StagedSkinnyKernel<kNT, kE>;
+  constexpr size_t kSmem = StagedSmemBytes<kNT>();
+  cudaError_t e = AllowLargeSharedMemory<kKernel>();
+  if (e != cudaSuccess) return e;
+  int per_sm = 0;
+  e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kKernel, kSkinnyThreads, kSmem);
+  if (e != cudaSuccess) return e;
+  const int sms = MultiprocessorCount();
+  const KSplit split = SplitStagedSkinnyK(p.n, p.k, int64_t{std::max(per_sm, 1)} * (sms > 0 ? sms : 132));
+  const dim3 grid(static_cast<unsigned>((p.n + kSkinnyFeatures - 1) / kSkinnyFeatures),
+                  static_cast<unsigned>(split.ranks));
+  return LaunchKernelInCluster(kKernel, grid, dim3(kSkinnyThreads), kSmem, stream,
+                               dim3(1, static_cast<unsigned>(split.ranks), 1), p, split.k_per_rank);
+}
+
+}  // namespace ag::cuda
+
+#endif  // AUTOGLM_KERNELS_CUDA_LINEAR_SKINNY_STAGED_CUH_
