@@ -123,8 +123,9 @@ const Shape kShapes[] = {
 // Our linear kernel (GEMV at m = 1, skinny tensor-core kernel to 64, GEMM above: wgmma on Hopper,
 // or the mma.sync GEMM when `mma_sync`) on shape `index`, m rows.
 // kNarrow / k192 / kWide: the wgmma GEMM with 128-, 192- or 256-wide tiles, whichever the shape would choose;
-// kSkinnyRegisters: the register-fed skinny kernel where LaunchLinear takes the staged one.
-enum class LinearMode { kOurs, kMmaSync, kNormApart, kWgmma, kNarrow, k192, kWide, kSkinnyRegisters };
+// kSkinnyRegisters: the register-fed skinny kernel where LaunchLinear takes the staged one; kGemv: the
+// GEMV where LaunchLinear takes the staged skinny kernel for one row (N <= kStagedOneRowMaxN).
+enum class LinearMode { kOurs, kMmaSync, kNormApart, kWgmma, kNarrow, k192, kWide, kSkinnyRegisters, kGemv };
 
 void LinearBench(benchmark::State& state, LinearMode mode) {
   const bool mma_sync = mode == LinearMode::kMmaSync;
@@ -179,6 +180,7 @@ void LinearBench(benchmark::State& state, LinearMode mode) {
         }
         if (mode == LinearMode::kWgmma) return ag::cuda::LaunchGemm(p, nullptr);
         if (mode == LinearMode::kSkinnyRegisters) return ag::cuda::LaunchSkinnyRegisters(p, nullptr);
+        if (mode == LinearMode::kGemv) return ag::cuda::LaunchGemv(p, nullptr);
         if (mode == LinearMode::kNarrow || mode == LinearMode::k192 || mode == LinearMode::kWide) {
           const int tile_n = mode == LinearMode::kNarrow ? 128 : mode == LinearMode::k192 ? 192 : 256;
           return ag::cuda::LaunchGemmTileColumns(p, tile_n, nullptr);
@@ -193,6 +195,7 @@ void LinearBench(benchmark::State& state, LinearMode mode) {
                              : mode == LinearMode::k192       ? "192-wide tiles "
                              : mode == LinearMode::kWide      ? "256-wide tiles "
                              : mode == LinearMode::kSkinnyRegisters ? "register-fed skinny "
+                             : mode == LinearMode::kGemv      ? "GEMV "
                                                               : "") +
                  s.name);
   for (void* q : {static_cast<void*>(x), static_cast<void*>(norm), static_cast<void*>(bias), static_cast<void*>(y),
@@ -257,6 +260,8 @@ void BM_GemmSmallM(benchmark::State& state) { LinearBench(state, LinearMode::kWg
 // The register-fed skinny kernel at the staged one's batches (2-32 rows): does the pipeline stream
 // the weights faster, as linear_skinny_staged.cuh predicts?
 void BM_SkinnyRegisters(benchmark::State& state) { LinearBench(state, LinearMode::kSkinnyRegisters); }
+// The GEMV at one row, beside BM_Linear's: is the staged kernel faster for the narrow weights?
+void BM_Gemv(benchmark::State& state) { LinearBench(state, LinearMode::kGemv); }
 // The wgmma GEMM's tile widths side by side (linear_split.h's WgmmaTileColumns predicts which wins
 // per shape: are 192- and 256-wide k-tiles 1.3 and 1.6 narrow ones?).
 void BM_GemmNarrowTiles(benchmark::State& state) { LinearBench(state, LinearMode::kNarrow); }
@@ -292,6 +297,10 @@ void StagedArgs(benchmark::internal::Benchmark* b) {
     for (int m : {2, 8, 16, 32}) b->Args({shape, m});
   }
 }
+void OneRowArgs(benchmark::internal::Benchmark* b) {
+  for (int shape = 0; shape < 5; ++shape) b->Args({shape, 1});
+}
+BENCHMARK(BM_Gemv)->Apply(OneRowArgs)->UseManualTime()->Iterations(kIterations)->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_SkinnyRegisters)->Apply(StagedArgs)->UseManualTime()->Iterations(kIterations)->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_GemmSmallM)->Apply(SmallMArgs)->UseManualTime()->Iterations(kIterations)->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_LinearNormApart)

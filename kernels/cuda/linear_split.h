@@ -11,6 +11,17 @@ namespace ag::cuda {
 // Rows of x up to which the GEMV path runs, and the skinny tensor-core path; the GEMM above.
 inline constexpr int64_t kGemvMaxRows = 1;
 inline constexpr int64_t kSkinnyMaxRows = 64;
+// One row of x over at most this many output features goes to the staged skinny kernel instead of
+// the GEMV (GLM-4-9B's QKV, o_proj and down_proj; not gate/up nor the LM head, where the GEMV
+// measured 89 % and 99 % of bandwidth). Why, from run 3's profile of a batch-1 step: at these N
+// the GEMV's block has one pair group a warp, and its time is a chain of round trips -- the norm's
+// pass over x, x staged into shared memory, then the weights in batches of four 16-byte loads a
+// lane with nothing in flight between batches (4 batches at K = 4096, 14 at 13,696): down_proj
+// 37.5 us a layer against a 25 us floor, QKV 19 against 8.5, o_proj 15 against 7.5. The staged
+// kernel issues its first four k-tiles of weights and x at once, splits K over a cluster (8 ways
+// on 528 slots: 8 to 27 k-tiles a block) and keeps 32 KB a block in flight. A prediction until the
+// device measures BM_Gemv against BM_Linear at one row.
+inline constexpr int64_t kStagedOneRowMaxN = 8192;
 // Rows up to which the skinny path takes the staged kernel (linear_skinny_staged.cuh); its 5-stage
 // pipeline's shared memory grows with the rows, and 33..64 go to the wgmma GEMM on Hopper.
 inline constexpr int64_t kStagedSkinnyMaxRows = 32;
