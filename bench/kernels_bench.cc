@@ -301,7 +301,11 @@ void OneRowArgs(benchmark::internal::Benchmark* b) {
   for (int shape = 0; shape < 5; ++shape) b->Args({shape, 1});
 }
 BENCHMARK(BM_Gemv)->Apply(OneRowArgs)->UseManualTime()->Iterations(kIterations)->Unit(benchmark::kMicrosecond);
-BENCHMARK(BM_SkinnyRegisters)->Apply(StagedArgs)->UseManualTime()->Iterations(kIterations)->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_SkinnyRegisters)
+    ->Apply(StagedArgs)
+    ->UseManualTime()
+    ->Iterations(kIterations)
+    ->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_GemmSmallM)->Apply(SmallMArgs)->UseManualTime()->Iterations(kIterations)->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_LinearNormApart)
     ->Apply(NormApartArgs)

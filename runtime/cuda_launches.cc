@@ -31,7 +31,8 @@ const compiler::WeightEntry* Matrix(const compiler::Plan& plan, const compiler::
 }
 
 // A linear step (RunLinear): bf16 weights take one kernel, which applies a norm prologue itself to
-// kSkinnyNormMaxRows rows (the GEMV, the skinny kernel); more rows take x normalised by a launch first.
+// kLinearNormMaxRows rows (the GEMV, the staged skinny kernel: the default dispatch's); more rows take x
+// normalised by a launch first.
 // Quantized ones: up to kQuantLinearMaxRows rows the codes kernels, one a segment (a piece; a fused
 // gate/up is one), x normalised first at 2-16 rows (and at one with int4); more rows the in-load GEMM of Hopper, one a
 // segment, x normalised first. Not counted: an act-order segment's gather of x (and at one row the
@@ -41,7 +42,7 @@ const compiler::WeightEntry* Matrix(const compiler::Plan& plan, const compiler::
 // kQuantLinearMaxRows rows on Hopper into codes for the 8-bit GEMM, one a segment as the in-load one).
 int64_t LinearLaunches(const compiler::Plan& plan, const compiler::PlanStep& step, int64_t rows, bool norm) {
   const compiler::WeightEntry* w = Matrix(plan, step);
-  if (w == nullptr || !w->quantized()) return 1 + (norm && rows > cuda::kSkinnyNormMaxRows ? 1 : 0);
+  if (w == nullptr || !w->quantized()) return 1 + (norm && rows > cuda::kLinearNormMaxRows ? 1 : 0);
   const int64_t segments = step.kernel == OpId::k_norm_gate_up_silu ? 1 : static_cast<int64_t>(w->pieces.size());
   // A W8A8 weight: one launch rounds x (normalising it first when there is a norm) into the scratch.
   if (w->input_quant() != ir::ActQuant::kNone) {

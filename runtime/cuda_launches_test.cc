@@ -16,8 +16,8 @@ namespace {
 
 // Per layer of tiny-glm's fused plan (head_dim 16: a flash build): decode is one launch a step but
 // for attention's combine step where the context is sliced; the linears apply their norm prologues
-// themselves to kSkinnyNormMaxRows rows, past them a launch normalises x first; a prefill's
-// attention is one flash launch.
+// themselves to kLinearNormMaxRows rows (the GEMV, the staged skinny kernel), past them a launch
+// normalises x first; a prefill's attention is one flash launch.
 TEST(CudaLaunches, FollowTheDispatchRules) {
   const testing::TinyGlm tiny;
   const compiler::Plan& plan = tiny.plan;
@@ -36,12 +36,12 @@ TEST(CudaLaunches, FollowTheDispatchRules) {
   const cuda::AttentionGeometry sliced = cuda::PlanAttention(1, 2, 2, 4096, 132);
   ASSERT_GT(sliced.slices, 1);
   EXPECT_EQ(CudaLaunchesPerLayer(plan, {1, 1, 4096}), steps + 1);
-  // Batches 8, 9, 32 and 64: the skinny kernel normalises x itself to 8 rows.
-  for (int64_t batch : {8, 9, 32, 64}) {
+  // Batches 8, 9, 32, 33 and 64: the staged skinny kernel normalises x itself to 32 rows.
+  for (int64_t batch : {8, 9, 32, 33, 64}) {
     SCOPED_TRACE(batch);
     const cuda::AttentionGeometry geometry = cuda::PlanAttention(batch, 2, 2, 4096, 132);
     EXPECT_EQ(CudaLaunchesPerLayer(plan, {batch, 1, 4096}),
-              steps + (geometry.slices > 1 ? 1 : 0) + (batch > cuda::kSkinnyNormMaxRows ? norm_prologues : 0));
+              steps + (geometry.slices > 1 ? 1 : 0) + (batch > cuda::kLinearNormMaxRows ? norm_prologues : 0));
   }
   // A 512-token prompt: a launch normalises x before each normed GEMM, flash attention is one launch.
   EXPECT_EQ(CudaLaunchesPerLayer(plan, {1, 512, 512}), steps + norm_prologues);

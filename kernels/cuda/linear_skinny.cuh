@@ -104,8 +104,9 @@ __device__ __forceinline__ void StoreRowSquares(float (*tile)[kSkinnyTileLd], in
 // block finishing a share of the output pairs, scaled by the row's 1 / rms with the norm, and
 // stores them through the epilogue at columns n_begin + feature0 + f (features below n).
 template <Epilogue kE, bool kCanNorm>
-__device__ __forceinline__ void FinishSkinnyTile(const LinearParams& p, const cooperative_groups::cluster_group& cluster,
-                                                 float* tile, int64_t feature0, int64_t n, int64_t n_begin, bool norm) {
+__device__ __forceinline__ void FinishSkinnyTile(const LinearParams& p,
+                                                 const cooperative_groups::cluster_group& cluster, float* tile,
+                                                 int64_t feature0, int64_t n, int64_t n_begin, bool norm) {
   const int rank = static_cast<int>(cluster.block_rank()), ranks = static_cast<int>(cluster.num_blocks());
   cluster.sync();  // every block's tile is complete
   const int pairs = static_cast<int>(p.m) * (kSkinnyFeatures / 2);

@@ -3,21 +3,24 @@
 //
 // Why a second one: the register-fed SkinnyKernel issues a warp's loads of kUnroll chunks, waits
 // for them, multiplies, and only then issues the next; between the batches nothing of the warp is
-// in flight. Run 3 measured it at 58-47 % of bandwidth (gate/up at 8 / 32 rows: 89 / 99 us where
+// in flight. Run 3 measured it at 57-51 % of bandwidth (gate/up at 8 / 32 rows: 89 / 99 us where
 // cuBLAS takes 57 and the GEMV at one row 56). Here a cp.async pipeline, as the mma.sync GEMM's,
 // keeps kStagedStages - 1 k-tiles in flight a block while its warps multiply the oldest: 32 KB of
 // weights a block, three or four blocks a multiprocessor.
 //
 // A stage holds the block's 64 weight rows and the batch's 8 kNT rows of x, 64 k wide, in 144-byte
-// rows (the 16 bytes of padding put ldmatrix's eight rows in distinct bank groups), and with the
-// norm prologue norm_w's 64 values as one more row. The warps read their fragments with ldmatrix
-// as the GEMM does (warp w: features 16 w .. 16 w + 15 as A, the x rows as B), so C is the skinny
-// kernel's [feature][batch row] tile and its ending is shared: K split over a cluster summed
-// through distributed shared memory, the norm's row scale applied there.
+// rows (the 16 bytes of padding put ldmatrix's eight rows in distinct bank groups), and norm_w's
+// 64 values as one more row when the op has an RMSNorm prologue. The warps read their fragments
+// with ldmatrix as the GEMM does (warp w: features 16 w .. 16 w + 15 as A, the x rows as B), so C
+// is the skinny kernel's [feature][batch row] tile and its ending is shared: K split over a
+// cluster summed through distributed shared memory, the norm's row scale applied there.
 //
-// The norm prologue (kNT = 1, up to kSkinnyNormMaxRows rows): after a stage lands, 64 threads
-// take a 16-byte piece of x each, add its squares to their row's sum and write it back multiplied
-// by norm_w's piece, before the warps read the stage.
+// The norm prologue, at every instance: after a stage lands, the block's threads take x's 16-byte
+// pieces (8 a row: 64 to 256 pieces, one or two a thread), add their squares to the row's sum and
+// write them back multiplied by norm_w's piece, before the warps read the stage. Unlike the
+// register-fed kernel's (where every warp multiplied every x value again, measured up to 2.6x
+// slower past 8 rows) this is once a value a block, so the norm takes no launch of its own to 32
+// rows (kStagedSkinnyMaxRows).
 #ifndef AUTOGLM_KERNELS_CUDA_LINEAR_SKINNY_STAGED_CUH_
 #define AUTOGLM_KERNELS_CUDA_LINEAR_SKINNY_STAGED_CUH_
 
@@ -34,10 +37,10 @@ constexpr int kStagedBK = kStagedSkinnyKTile;  // k a stage
 constexpr int kStagedLd = kStagedBK + 8;       // bf16 a stage row
 constexpr int kStagedStages = 5;
 
-// Rows of a stage: the weights', x's, and norm_w's where the instance can apply the norm.
+// Rows of a stage: the weights', x's, and norm_w's.
 template <int kNT>
 constexpr int StagedRows() {
-  return kSkinnyFeatures + 8 * kNT + (8 * kNT <= kSkinnyNormMaxRows ? 1 : 0);
+  return kSkinnyFeatures + 8 * kNT + 1;
 }
 template <int kNT>
 constexpr size_t StagedSmemBytes() {
@@ -59,8 +62,9 @@ __global__ void __launch_bounds__(kSkinnyThreads) StagedSkinnyKernel(LinearParam
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   const int64_t feature0 = static_cast<int64_t>(blockIdx.x) * kSkinnyFeatures;
   const int64_t k_begin = rank * k_per_rank, k_end = min(p.k, k_begin + k_per_rank);
-  constexpr bool kCanNorm = 8 * kNT <= kSkinnyNormMaxRows;
-  const bool norm = kCanNorm && p.norm_w != nullptr;
+  const bool norm = p.norm_w != nullptr;
+  // The norm pass's pieces: thread tid takes tid + 128 i while below x's 8 kNT rows x 8 pieces.
+  constexpr int kXPieces = 8 * kNT * 8, kPiecesAThread = (kXPieces + kSkinnyThreads - 1) / kSkinnyThreads;
   AllowNextKernel();
   // The weights do not depend on the previous kernel: the first two k-tiles' lines of the block's
   // rows go to L2 while it finishes; x is read only after the wait.
@@ -87,11 +91,9 @@ __global__ void __launch_bounds__(kSkinnyThreads) StagedSkinnyKernel(LinearParam
       const bool valid = row < p.m && k < k_end;
       CpAsync16(&st[kXRow + row][col], p.x + (valid ? row * p.k + k : 0), valid);
     }
-    if constexpr (kCanNorm) {
-      if (norm && tid < 8) {
-        const int64_t k = k0 + 8 * tid;
-        CpAsync16(&st[kNormRow][8 * tid], p.norm_w + (k < k_end ? k : 0), k < k_end);
-      }
+    if (norm && tid < 8) {
+      const int64_t k = k0 + 8 * tid;
+      CpAsync16(&st[kNormRow][8 * tid], p.norm_w + (k < k_end ? k : 0), k < k_end);
     }
   };
 
@@ -102,7 +104,7 @@ __global__ void __launch_bounds__(kSkinnyThreads) StagedSkinnyKernel(LinearParam
     CpAsyncCommit();  // empty groups too: the wait below counts groups
   }
   float acc[kNT][4] = {};
-  float squares = 0.0f;  // with the norm: thread tid < 64's sum of squares of x row tid / 8
+  float squares[kPiecesAThread] = {};  // with the norm: the sums of squares of x rows (tid + 128 i) / 8
   const mma::At a_at = mma::AFragmentRow(lane), b_at = mma::BPairRow(lane);
   for (int64_t t = 0; t < tiles; ++t) {
     CpAsyncWait<kStagedStages - 2>();  // k-tile t has landed
@@ -111,19 +113,20 @@ __global__ void __launch_bounds__(kSkinnyThreads) StagedSkinnyKernel(LinearParam
     if (next < tiles) load_stage(static_cast<int>(next % kStagedStages), k_begin + next * kStagedBK);
     CpAsyncCommit();
     const StageRows st = stage_at(static_cast<int>(t % kStagedStages));
-    if constexpr (kCanNorm) {
-      if (norm) {  // the same for the whole block
-        if (tid < 64) {
-          const int row = tid / 8, col = 8 * (tid % 8);
+    if (norm) {  // the same for the whole block
+#pragma unroll
+      for (int i = 0; i < kPiecesAThread; ++i) {
+        const int c = tid + i * kSkinnyThreads, row = c / 8, col = 8 * (c % 8);
+        if (kXPieces % kSkinnyThreads == 0 || c < kXPieces) {
           int4* piece = reinterpret_cast<int4*>(&st[kXRow + row][col]);
           Bf16x8 norm_w;
           *reinterpret_cast<int4*>(&norm_w) = *reinterpret_cast<const int4*>(&st[kNormRow][col]);
           const int4 xv = *piece;
-          squares += SumOfSquares(xv);
+          squares[i] += SumOfSquares(xv);
           *piece = NormWeighted(xv, norm_w);
         }
-        __syncthreads();
       }
+      __syncthreads();
     }
 #pragma unroll
     for (int kk = 0; kk < kStagedBK; kk += 16) {
@@ -150,21 +153,23 @@ __global__ void __launch_bounds__(kSkinnyThreads) StagedSkinnyKernel(LinearParam
   __syncthreads();  // the pipeline's buffers become the partial tile
   auto tile = reinterpret_cast<float (*)[kSkinnyTileLd]>(staged_smem);
   StoreSkinnyAccumulators<kNT>(tile, acc, warp, lane);
-  if constexpr (kCanNorm) {
-    if (norm && warp < 2) {  // threads 0..63: eight consecutive lanes a row
-      squares += __shfl_xor_sync(0xffffffffu, squares, 1);
-      squares += __shfl_xor_sync(0xffffffffu, squares, 2);
-      squares += __shfl_xor_sync(0xffffffffu, squares, 4);
-      if (tid % 8 == 0) StoreRowSquares(tile, tid / 8, squares);
+  if (norm) {  // eight consecutive lanes a row; every lane of every warp takes part in the shuffles
+#pragma unroll
+    for (int i = 0; i < kPiecesAThread; ++i) {
+      float sum = squares[i];
+      sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+      sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+      sum += __shfl_xor_sync(0xffffffffu, sum, 4);
+      const int c = tid + i * kSkinnyThreads;
+      if (c < kXPieces && c % 8 == 0) StoreRowSquares(tile, c / 8, sum);
     }
   }
-  FinishSkinnyTile<kE, kCanNorm>(p, cluster, &tile[0][0], feature0, p.n, 0, norm);
+  FinishSkinnyTile<kE, true>(p, cluster, &tile[0][0], feature0, p.n, 0, norm);
 }
 
 template <int kNT, Epilogue kE>
 cudaError_t LaunchStagedSkinnyTile(const LinearParams& p, cudaStream_t stream) {
   static_assert(kNT == 1 || kNT % 2 == 0, "x's fragments come two n-tiles an ldmatrix.x4");
-  if (p.norm_w != nullptr && 8 * kNT > kSkinnyNormMaxRows) return cudaErrorInvalidValue;  // it would skip the norm
   constexpr auto kKernel = StagedSkinnyKernel<kNT, kE>;
   constexpr size_t kSmem = StagedSmemBytes<kNT>();
   cudaError_t e = AllowLargeSharedMemory<kKernel>();

@@ -32,7 +32,12 @@ inline constexpr int64_t kStagedSkinnyMaxRows = 32;
 // against 39.2, the LM head 409 against 576; at 32 rows the skinny kernel wins but for down (gate/up
 // 99.1 against 115.2, the LM head 466 against 562, down 73.4 against 62.9).
 inline constexpr int64_t kSkinnyPreferredMaxRows = 32;
-// Rows of x up to which the skinny kernel applies an RMSNorm prologue itself (linear_skinny.cuh);
+// Rows of x up to which the bf16 linear kernels apply an RMSNorm prologue themselves by default:
+// the GEMV and the staged skinny kernel (linear_skinny_staged.cuh) always; past them the wgmma
+// GEMM takes x normalised by a launch of its own (and with AUTOGLM_SKINNY_STAGED=0 so does the
+// register-fed skinny kernel past kSkinnyNormMaxRows).
+inline constexpr int64_t kLinearNormMaxRows = kStagedSkinnyMaxRows;
+// Rows of x up to which the register-fed skinny kernel applies the norm itself (linear_skinny.cuh);
 // more rows, and the GEMMs, take x normalised into the scratch by a launch of its own. Measured on
 // the H200 (2026-12-04, BM_Linear against BM_LinearNormApart, GLM-4-9B's normed projections): in
 // the kernel is as fast to 8 rows (gate_up 88.8 us against 92.9, qkv 22.5 against 25.1) and slower

@@ -157,14 +157,15 @@ void CheckLinear(const LinearCase& c, Path path) {
                            nw = RandomBf16(c.k, 13), bias = RandomBf16(c.n, 14), res = RandomBf16(c.m * c.n, 15);
   // The input of the matrix product, as the reference sees it.
   std::vector<float> h = x;
-  // Where the kernel applies the norm itself (the GEMV; the skinny kernels to kSkinnyNormMaxRows
-  // rows) the normalised rows never exist in bf16; elsewhere a launch of its own writes them in
-  // bf16, as transformers' RMSNorm does: round them here too (unrounded, a SiLU gate of 3 on an
-  // `up` that cancels to 0.01 amplifies the difference past 1e-2).
+  // Where the kernel applies the norm itself (the GEMV; the staged skinny kernel, LaunchSkinny's to
+  // kStagedSkinnyMaxRows rows; the register-fed one to kSkinnyNormMaxRows) the normalised rows never
+  // exist in bf16; elsewhere a launch of its own writes them in bf16, as transformers' RMSNorm does:
+  // round them here too (unrounded, a SiLU gate of 3 on an `up` that cancels to 0.01 amplifies the
+  // difference past 1e-2).
   if (c.norm) {
     ref::RmsNorm(x.data(), nw.data(), c.m, c.k, 1e-5f, h.data());
-    const bool skinny = path == Path::kSkinny || path == Path::kSkinnyRegisters;
-    const bool in_kernel = path == Path::kGemv || (skinny && c.m <= cuda::kSkinnyNormMaxRows);
+    const bool in_kernel = path == Path::kGemv || (path == Path::kSkinny && c.m <= cuda::kStagedSkinnyMaxRows) ||
+                           (path == Path::kSkinnyRegisters && c.m <= cuda::kSkinnyNormMaxRows);
     if (!in_kernel) h = Bf16(h);
   }
   std::vector<float> full(c.m * c.n);
