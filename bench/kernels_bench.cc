@@ -257,7 +257,7 @@ void BM_GemmMmaSync(benchmark::State& state) { LinearBench(state, LinearMode::kM
 void BM_LinearNormApart(benchmark::State& state) { LinearBench(state, LinearMode::kNormApart); }
 // The wgmma GEMM at the skinny kernel's batches (16-64 rows): would it stream the weights faster?
 void BM_GemmSmallM(benchmark::State& state) { LinearBench(state, LinearMode::kWgmma); }
-// The register-fed skinny kernel at the staged one's batches (2-32 rows): does the pipeline stream
+// The register-fed skinny kernel at the staged one's batches (2-64 rows): does the pipeline stream
 // the weights faster, as linear_skinny_staged.cuh predicts?
 void BM_SkinnyRegisters(benchmark::State& state) { LinearBench(state, LinearMode::kSkinnyRegisters); }
 // The GEMV at one row, beside BM_Linear's: is the staged kernel faster for the narrow weights?
@@ -294,7 +294,7 @@ void SmallMArgs(benchmark::internal::Benchmark* b) {
 }
 void StagedArgs(benchmark::internal::Benchmark* b) {
   for (int shape = 0; shape < 5; ++shape) {
-    for (int m : {2, 8, 16, 32}) b->Args({shape, m});
+    for (int m : {2, 8, 16, 32, 64}) b->Args({shape, m});
   }
 }
 void OneRowArgs(benchmark::internal::Benchmark* b) {

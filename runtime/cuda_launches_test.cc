@@ -36,8 +36,8 @@ TEST(CudaLaunches, FollowTheDispatchRules) {
   const cuda::AttentionGeometry sliced = cuda::PlanAttention(1, 2, 2, 4096, 132);
   ASSERT_GT(sliced.slices, 1);
   EXPECT_EQ(CudaLaunchesPerLayer(plan, {1, 1, 4096}), steps + 1);
-  // Batches 8, 9, 32, 33 and 64: the staged skinny kernel normalises x itself to 32 rows.
-  for (int64_t batch : {8, 9, 32, 33, 64}) {
+  // Batches 8, 9, 32, 33, 64 and 65: the staged skinny kernel normalises x itself to 64 rows.
+  for (int64_t batch : {8, 9, 32, 33, 64, 65}) {
     SCOPED_TRACE(batch);
     const cuda::AttentionGeometry geometry = cuda::PlanAttention(batch, 2, 2, 4096, 132);
     EXPECT_EQ(CudaLaunchesPerLayer(plan, {batch, 1, 4096}),

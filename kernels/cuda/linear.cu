@@ -7,7 +7,8 @@ cudaError_t NormRowsInto(const LinearParams& p, cudaStream_t stream) {
   return LaunchRmsNorm(p.x, p.norm_w, p.m, p.k, p.eps, p.scratch, stream);
 }
 
-// AUTOGLM_SKINNY_STAGED=0 keeps 2..32 rows on the register-fed skinny kernel and one row on the GEMV.
+// AUTOGLM_SKINNY_STAGED=0 keeps one row on the GEMV, 2..32 rows on the register-fed skinny kernel and
+// 33..64 on the wgmma GEMM.
 bool StagedSkinnyEnabled() {
   static const bool enabled = SwitchedOn("AUTOGLM_SKINNY_STAGED");
   return enabled;
@@ -50,9 +51,9 @@ cudaError_t LaunchLinear(const LinearParams& p, cudaStream_t stream) {
                                             : LinearPath::kGemm;
   // One row over a narrow weight: the staged skinny kernel (linear_split.h, kStagedOneRowMaxN).
   if (path == LinearPath::kGemv && p.n <= kStagedOneRowMaxN && StagedSkinnyEnabled()) path = LinearPath::kSkinny;
-  // 33-64 rows: the wgmma GEMM where it runs (linear_split.h's measurements); the mma.sync one is
-  // not measured against the skinny kernel there.
-  if (path == LinearPath::kSkinny && p.m > kSkinnyPreferredMaxRows &&
+  // 33-64 rows without the staged skinny kernel: the wgmma GEMM where it runs (linear_split.h's
+  // measurements); the mma.sync one is not measured against the skinny kernel there.
+  if (path == LinearPath::kSkinny && p.m > kSkinnyPreferredMaxRows && !StagedSkinnyEnabled() &&
       WgmmaGemmUsable(p, p.norm_w != nullptr ? p.scratch : p.x)) {
     path = LinearPath::kGemm;
   }

@@ -332,17 +332,18 @@ cudaError_t LaunchGemmFor(const LinearParams& p, cudaStream_t stream, bool mma_s
 
 bool StagedSkinnyEnabled();  // linear.cu: AUTOGLM_SKINNY_STAGED
 
-// 2..64 rows: to 32 the staged skinny kernel (linear_skinny_staged.cuh), which applies a norm
-// prologue itself, unless `registers` or AUTOGLM_SKINNY_STAGED=0 asks for the register-fed one; that
-// one takes 33..64 rows too, and applies the norm itself to kSkinnyNormMaxRows rows: past them x is
-// normalised into the scratch first (measured faster there).
+// 2..64 rows: the staged skinny kernel (linear_skinny_staged.cuh), which applies a norm prologue
+// itself, unless `registers` or AUTOGLM_SKINNY_STAGED=0 asks for the register-fed one; that one
+// applies the norm itself to kSkinnyNormMaxRows rows: past them x is normalised into the scratch
+// first (measured faster there).
 template <Epilogue kE>
 cudaError_t LaunchSkinnyFor(const LinearParams& p, cudaStream_t stream, bool registers = false) {
   if (p.m > kSkinnyMaxRows) return cudaErrorInvalidValue;
   if (!registers && p.m <= kStagedSkinnyMaxRows && StagedSkinnyEnabled()) {
     if (p.m <= 8) return LaunchStagedSkinnyTile<1, kE>(p, stream);
     if (p.m <= 16) return LaunchStagedSkinnyTile<2, kE>(p, stream);
-    return LaunchStagedSkinnyTile<4, kE>(p, stream);
+    if (p.m <= 32) return LaunchStagedSkinnyTile<4, kE>(p, stream);
+    return LaunchStagedSkinnyTile<8, kE>(p, stream);
   }
   const Bf16Rows rows{p.w, p.k, 0, p.n};
   LinearParams q = p;

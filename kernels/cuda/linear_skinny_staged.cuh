@@ -1,12 +1,13 @@
-// The skinny kernel fed through shared memory, for 2..32 rows of x and bf16 weights: included by
+// The skinny kernel fed through shared memory, for 2..64 rows of x and bf16 weights: included by
 // linear_impl.cuh after linear_skinny.cuh (its tile, its ending). Not a public header.
 //
 // Why a second one: the register-fed SkinnyKernel issues a warp's loads of kUnroll chunks, waits
 // for them, multiplies, and only then issues the next; between the batches nothing of the warp is
 // in flight. Run 3 measured it at 57-51 % of bandwidth (gate/up at 8 / 32 rows: 89 / 99 us where
-// cuBLAS takes 57 and the GEMV at one row 56). Here a cp.async pipeline, as the mma.sync GEMM's,
-// keeps kStagedStages - 1 k-tiles in flight a block while its warps multiply the oldest: 32 KB of
-// weights a block, three or four blocks a multiprocessor.
+// cuBLAS takes 57 and the GEMV at one row 56), and the wgmma GEMM that took 33-64 rows at 27-52 %
+// (its 128-row tiles). Here a cp.async pipeline, as the mma.sync GEMM's, keeps all stages but one
+// in flight a block while its warps multiply the oldest: 32 KB of weights a block (24 KB at 64
+// rows, whose larger x rows leave room for four stages), three or four blocks a multiprocessor.
 //
 // A stage holds the block's 64 weight rows and the batch's 8 kNT rows of x, 64 k wide, in 144-byte
 // rows (the 16 bytes of padding put ldmatrix's eight rows in distinct bank groups), and norm_w's
@@ -16,10 +17,10 @@
 // cluster summed through distributed shared memory, the norm's row scale applied there.
 //
 // The norm prologue, at every instance: after a stage lands, the block's threads take x's 16-byte
-// pieces (8 a row: 64 to 256 pieces, one or two a thread), add their squares to the row's sum and
+// pieces (8 a row: 64 to 512 pieces, one to four a thread), add their squares to the row's sum and
 // write them back multiplied by norm_w's piece, before the warps read the stage. Unlike the
 // register-fed kernel's (where every warp multiplied every x value again, measured up to 2.6x
-// slower past 8 rows) this is once a value a block, so the norm takes no launch of its own to 32
+// slower past 8 rows) this is once a value a block, so the norm takes no launch of its own to 64
 // rows (kStagedSkinnyMaxRows).
 #ifndef AUTOGLM_KERNELS_CUDA_LINEAR_SKINNY_STAGED_CUH_
 #define AUTOGLM_KERNELS_CUDA_LINEAR_SKINNY_STAGED_CUH_
@@ -35,8 +36,11 @@ namespace ag::cuda {
 
 constexpr int kStagedBK = kStagedSkinnyKTile;  // k a stage
 constexpr int kStagedLd = kStagedBK + 8;       // bf16 a stage row
-constexpr int kStagedStages = 5;
-
+// Stages: five, four for 64 rows (three blocks a multiprocessor either way).
+template <int kNT>
+constexpr int StagedStages() {
+  return kNT == 8 ? 4 : 5;
+}
 // Rows of a stage: the weights', x's, and norm_w's.
 template <int kNT>
 constexpr int StagedRows() {
@@ -44,7 +48,7 @@ constexpr int StagedRows() {
 }
 template <int kNT>
 constexpr size_t StagedSmemBytes() {
-  return std::max(sizeof(bf16) * kStagedStages * StagedRows<kNT>() * kStagedLd,
+  return std::max(sizeof(bf16) * StagedStages<kNT>() * StagedRows<kNT>() * kStagedLd,
                   sizeof(float) * 8 * kNT * kSkinnyTileLd);
 }
 
@@ -55,7 +59,7 @@ __global__ void __launch_bounds__(kSkinnyThreads) StagedSkinnyKernel(LinearParam
   auto stage_at = [](int s) {
     return reinterpret_cast<StageRows>(staged_smem + sizeof(bf16) * s * StagedRows<kNT>() * kStagedLd);
   };
-  constexpr int kXRow = kSkinnyFeatures, kNormRow = kSkinnyFeatures + 8 * kNT;
+  constexpr int kXRow = kSkinnyFeatures, kNormRow = kSkinnyFeatures + 8 * kNT, kStages = StagedStages<kNT>();
   namespace cg = cooperative_groups;
   const cg::cluster_group cluster = cg::this_cluster();
   const int rank = static_cast<int>(cluster.block_rank());
@@ -99,7 +103,7 @@ __global__ void __launch_bounds__(kSkinnyThreads) StagedSkinnyKernel(LinearParam
 
   const int64_t tiles = k_end > k_begin ? (k_end - k_begin + kStagedBK - 1) / kStagedBK : 0;
 #pragma unroll
-  for (int s = 0; s < kStagedStages - 1; ++s) {
+  for (int s = 0; s < kStages - 1; ++s) {
     if (s < tiles) load_stage(s, k_begin + s * kStagedBK);
     CpAsyncCommit();  // empty groups too: the wait below counts groups
   }
@@ -107,12 +111,12 @@ __global__ void __launch_bounds__(kSkinnyThreads) StagedSkinnyKernel(LinearParam
   float squares[kPiecesAThread] = {};  // with the norm: the sums of squares of x rows (tid + 128 i) / 8
   const mma::At a_at = mma::AFragmentRow(lane), b_at = mma::BPairRow(lane);
   for (int64_t t = 0; t < tiles; ++t) {
-    CpAsyncWait<kStagedStages - 2>();  // k-tile t has landed
+    CpAsyncWait<kStages - 2>();  // k-tile t has landed
     __syncthreads();                   // ... for every thread; and k-tile t - 1's stage is no longer read
-    const int64_t next = t + kStagedStages - 1;
-    if (next < tiles) load_stage(static_cast<int>(next % kStagedStages), k_begin + next * kStagedBK);
+    const int64_t next = t + kStages - 1;
+    if (next < tiles) load_stage(static_cast<int>(next % kStages), k_begin + next * kStagedBK);
     CpAsyncCommit();
-    const StageRows st = stage_at(static_cast<int>(t % kStagedStages));
+    const StageRows st = stage_at(static_cast<int>(t % kStages));
     if (norm) {  // the same for the whole block
 #pragma unroll
       for (int i = 0; i < kPiecesAThread; ++i) {

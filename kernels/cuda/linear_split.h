@@ -22,11 +22,11 @@ inline constexpr int64_t kSkinnyMaxRows = 64;
 // on 528 slots: 8 to 27 k-tiles a block) and keeps 32 KB a block in flight. A prediction until the
 // device measures BM_Gemv against BM_Linear at one row.
 inline constexpr int64_t kStagedOneRowMaxN = 8192;
-// Rows up to which the skinny path takes the staged kernel (linear_skinny_staged.cuh); its 5-stage
-// pipeline's shared memory grows with the rows, and 33..64 go to the wgmma GEMM on Hopper.
-inline constexpr int64_t kStagedSkinnyMaxRows = 32;
-// Rows past which LaunchLinear sends a skinny batch to the wgmma GEMM where Hopper's runs: its
-// 128-row tiles waste rows but stream the weights faster. Measured on the H200 (2026-12-04,
+// Rows up to which the skinny path takes the staged kernel (linear_skinny_staged.cuh): all of them.
+inline constexpr int64_t kStagedSkinnyMaxRows = kSkinnyMaxRows;
+// Rows past which LaunchLinear sends a skinny batch to the wgmma GEMM where Hopper's runs, when the
+// staged skinny kernel is switched off: its 128-row tiles waste rows but stream the weights faster
+// than the register-fed skinny kernel. Measured on the H200 (2026-12-04,
 // BM_GemmSmallM against BM_Linear, GLM-4-9B's projections, norm launches included): at 64 rows
 // gate/up 97.0 us against 136.6, down 59.9 against 96.0, o_proj 27.6 against 36.2, QKV 30.8
 // against 39.2, the LM head 409 against 576; at 32 rows the skinny kernel wins but for down (gate/up

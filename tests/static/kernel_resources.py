@@ -17,11 +17,12 @@ KERNELS = [
     (r"QuantLinearKernel<\(QuantCode\)\d, 1,", 128, 0, 5),  # quantized decode at batch 1
     (r"QuantLinearKernel<\(QuantCode\)\d, 8,", 128, 0, 3),  # quantized decode, 8 rows of x a block
     (r"GemvKernel<", 128, 4 * 13696, 4),         # decode GEMV at batch 1; x staged as fp32 (down_proj: K = 13696)
-    # decode batches 2..32 fed through shared memory: 5 cp.async stages of 144-byte rows (64 weight
-    # rows, 8 kNT of x, norm_w's); 8 KB of weights a stage in flight needs 3+ blocks
+    # decode batches 2..64 fed through shared memory: 5 cp.async stages of 144-byte rows (64 weight
+    # rows, 8 kNT of x, norm_w's), 4 at 64 rows; 8 KB of weights a stage in flight needs 3+ blocks
     (r"StagedSkinnyKernel<1,", 128, 5 * 73 * 144, 4),
     (r"StagedSkinnyKernel<2,", 128, 5 * 81 * 144, 3),
     (r"StagedSkinnyKernel<4,", 128, 5 * 97 * 144, 3),
+    (r"StagedSkinnyKernel<8,", 128, 4 * 129 * 144, 3),
     (r"SkinnyKernel<[124],", 128, 0, 4),          # decode batches 2..32: weight streaming, tile in static smem
     (r"SkinnyKernel<8,", 128, 0, 4),              # batches 33..64: within 128 registers, one wave (issue 19)
     # prefill on Hopper, 256-wide tiles: 4 TMA stages of 48 KB (x's box and two of W), 128 accumulators a consumer thread
