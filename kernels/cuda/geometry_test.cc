@@ -254,6 +254,121 @@ TEST(MmaLayout, FlashWarpComputesQKTransposeV) {
   }
 }
 
+// One block of the staged skinny kernel (linear_skinny_staged.cuh), emulated through the stage
+// layout it addresses by (StagedPiece, StagedARow, StagedBRow): the loads fill each stage piece by
+// piece, the norm pass multiplies x by norm_w and sums each row's squares by pieces (the ending
+// adds eight consecutive threads' sums a row), the warps' ldmatrix fragments feed the emulated mma
+// and the C fragments land in the [batch row][feature] tile: it must hold W (x norm_w)^T and the
+// rows' sums of squares, for one to eight n-tiles, rows past M and a last k-tile cut short.
+TEST(MmaLayout, StagedSkinnyBlockComputesTheNormedProduct) {
+  constexpr int kThreads = 128, kLd = 72;
+  for (int nt : {1, 2, 4, 8}) {
+    SCOPED_TRACE(nt);
+    const int m = 8 * nt - 3, K = 64 * 2 + 24, x_row0 = 64, norm_row = 64 + 8 * nt, pieces = 64 * nt;
+    const int per_thread = (pieces + kThreads - 1) / kThreads;
+    std::mt19937 rng(static_cast<unsigned>(nt));
+    std::uniform_int_distribution<int> small(-3, 3);
+    std::vector<float> w(64 * K), x(m * K), nw(K);
+    for (std::vector<float>* v : {&w, &x, &nw}) {
+      for (float& e : *v) e = static_cast<float>(small(rng));
+    }
+    std::vector<float> acc(4 * nt * 32 * 4, 0.0f);                 // [warp][n-tile][lane][element]
+    std::vector<float> squares(kThreads * per_thread, 0.0f);       // [thread][piece]
+    for (int k0 = 0; k0 < K; k0 += 64) {
+      Tile st{kLd, std::vector<float>((norm_row + 1) * kLd, 0.0f)};
+      auto fill = [&](int row0, int piece, const std::vector<float>& from, int rows) {
+        const mma::At at = mma::StagedPiece(piece);
+        for (int e = 0; e < 8; ++e) {
+          const int k = k0 + at.col + e;
+          st.v[(row0 + at.row) * kLd + at.col + e] = at.row < rows && k < K ? from[at.row * K + k] : 0.0f;
+        }
+      };
+      for (int c = 0; c < 64 * 8; ++c) fill(0, c, w, 64);
+      for (int c = 0; c < pieces; ++c) fill(x_row0, c, x, m);
+      for (int c = 0; c < 8; ++c) fill(norm_row, c, nw, 1);
+      for (int tid = 0; tid < kThreads; ++tid) {
+        for (int i = 0; i < per_thread; ++i) {
+          const int c = tid + i * kThreads;
+          if (c >= pieces) continue;
+          const mma::At at = mma::StagedPiece(c);
+          for (int e = 0; e < 8; ++e) {
+            float& v = st.v[(x_row0 + at.row) * kLd + at.col + e];
+            squares[tid * per_thread + i] += v * v;
+            v *= st.at(norm_row, at.col + e);
+          }
+        }
+      }
+      for (int warp = 0; warp < 4; ++warp) {
+        for (int kk = 0; kk < 64; kk += 16) {
+          float A[16][16];
+          for (int lane = 0; lane < 32; ++lane) {
+            for (int reg = 0; reg < 4; ++reg) {
+              for (int half = 0; half < 2; ++half) {
+                const mma::At e = mma::AElement(lane, reg, half);
+                A[e.row][e.col] = LdMatrix(st, [&](int l) { return mma::StagedARow(warp, l, kk); }, lane, reg, half, false);
+              }
+            }
+          }
+          for (int j = 0; j < nt; j += 2) {
+            const bool one = nt == 1;
+            float B[2][16][8] = {};
+            for (int lane = 0; lane < 32; ++lane) {
+              for (int reg = 0; reg < (one ? 2 : 4); ++reg) {
+                for (int half = 0; half < 2; ++half) {
+                  const mma::At e = mma::BElement(lane, reg % 2, half);
+                  B[reg / 2][e.row][e.col] =
+                      LdMatrix(st, [&](int l) { return mma::StagedBRow(x_row0, j, l, kk, one); }, lane, reg, half, false);
+                }
+              }
+            }
+            for (int t = 0; t < (one ? 1 : 2); ++t) {
+              for (int lane = 0; lane < 32; ++lane) {
+                for (int e = 0; e < 4; ++e) {
+                  const mma::At c = mma::CElement(lane, e);
+                  float& a = acc[((warp * nt + j + t) * 32 + lane) * 4 + e];
+                  for (int q = 0; q < 16; ++q) a += A[c.row][q] * B[t][q][c.col];
+                }
+              }
+            }
+          }
+        }
+      }
+    }
+    // The ending: C rows are features, columns batch rows (StoreSkinnyAccumulators); a row's squares
+    // are the sum over its eight consecutive threads' pieces.
+    std::vector<float> tile(8 * nt * 64, -1.0f), row_squares(8 * nt, -1.0f);
+    for (int warp = 0; warp < 4; ++warp) {
+      for (int j = 0; j < nt; ++j) {
+        for (int lane = 0; lane < 32; ++lane) {
+          for (int e = 0; e < 4; ++e) {
+            const mma::At c = mma::CElement(lane, e);
+            tile[(8 * j + c.col) * 64 + warp * 16 + c.row] = acc[((warp * nt + j) * 32 + lane) * 4 + e];
+          }
+        }
+      }
+    }
+    for (int tid = 0; tid < kThreads; tid += 8) {
+      for (int i = 0; i < per_thread; ++i) {
+        const int c = tid + i * kThreads;
+        if (c >= pieces) continue;
+        float sum = 0.0f;
+        for (int t = 0; t < 8; ++t) sum += squares[(tid + t) * per_thread + i];
+        row_squares[mma::StagedPiece(c).row] = sum;
+      }
+    }
+    for (int r = 0; r < 8 * nt; ++r) {
+      float want_squares = 0.0f;
+      for (int k = 0; r < m && k < K; ++k) want_squares += x[r * K + k] * x[r * K + k];
+      EXPECT_EQ(row_squares[r], want_squares) << "row " << r;
+      for (int f = 0; f < 64; ++f) {
+        float want = 0.0f;
+        for (int k = 0; r < m && k < K; ++k) want += w[f * K + k] * x[r * K + k] * nw[k];
+        EXPECT_EQ(tile[r * 64 + f], want) << "row " << r << " feature " << f;
+      }
+    }
+  }
+}
+
 // wgmma's descriptor, decoded field by field from the PTX table: a stage at 0x14400 (1024-aligned).
 TEST(MmaLayout, WgmmaDescriptorFields) {
   const uint64_t d = mma::Sw128KMajorDescriptor(0x14400);

@@ -84,16 +84,16 @@ __global__ void __launch_bounds__(kSkinnyThreads) StagedSkinnyKernel(LinearParam
     const StageRows st = stage_at(s);
 #pragma unroll
     for (int i = 0; i < kSkinnyFeatures * 8 / kSkinnyThreads; ++i) {
-      const int c = tid + i * kSkinnyThreads, row = c / 8, col = 8 * (c % 8);
-      const int64_t n = feature0 + row, k = k0 + col;
+      const mma::At at = mma::StagedPiece(tid + i * kSkinnyThreads);
+      const int64_t n = feature0 + at.row, k = k0 + at.col;
       const bool valid = n < p.n && k < k_end;
-      CpAsync16(&st[row][col], p.w + (valid ? n * p.k + k : 0), valid);
+      CpAsync16(&st[at.row][at.col], p.w + (valid ? n * p.k + k : 0), valid);
     }
-    for (int c = tid; c < 8 * kNT * 8; c += kSkinnyThreads) {
-      const int row = c / 8, col = 8 * (c % 8);
-      const int64_t k = k0 + col;
-      const bool valid = row < p.m && k < k_end;
-      CpAsync16(&st[kXRow + row][col], p.x + (valid ? row * p.k + k : 0), valid);
+    for (int c = tid; c < kXPieces; c += kSkinnyThreads) {
+      const mma::At at = mma::StagedPiece(c);
+      const int64_t k = k0 + at.col;
+      const bool valid = at.row < p.m && k < k_end;
+      CpAsync16(&st[kXRow + at.row][at.col], p.x + (valid ? at.row * p.k + k : 0), valid);
     }
     if (norm && tid < 8) {
       const int64_t k = k0 + 8 * tid;
@@ -109,7 +109,6 @@ __global__ void __launch_bounds__(kSkinnyThreads) StagedSkinnyKernel(LinearParam
   }
   float acc[kNT][4] = {};
   float squares[kPiecesAThread] = {};  // with the norm: the sums of squares of x rows (tid + 128 i) / 8
-  const mma::At a_at = mma::AFragmentRow(lane), b_at = mma::BPairRow(lane);
   for (int64_t t = 0; t < tiles; ++t) {
     CpAsyncWait<kStages - 2>();  // k-tile t has landed
     __syncthreads();                   // ... for every thread; and k-tile t - 1's stage is no longer read
@@ -120,11 +119,12 @@ __global__ void __launch_bounds__(kSkinnyThreads) StagedSkinnyKernel(LinearParam
     if (norm) {  // the same for the whole block
 #pragma unroll
       for (int i = 0; i < kPiecesAThread; ++i) {
-        const int c = tid + i * kSkinnyThreads, row = c / 8, col = 8 * (c % 8);
+        const int c = tid + i * kSkinnyThreads;
+        const mma::At at = mma::StagedPiece(c);
         if (kXPieces % kSkinnyThreads == 0 || c < kXPieces) {
-          int4* piece = reinterpret_cast<int4*>(&st[kXRow + row][col]);
+          int4* piece = reinterpret_cast<int4*>(&st[kXRow + at.row][at.col]);
           Bf16x8 norm_w;
-          *reinterpret_cast<int4*>(&norm_w) = *reinterpret_cast<const int4*>(&st[kNormRow][col]);
+          *reinterpret_cast<int4*>(&norm_w) = *reinterpret_cast<const int4*>(&st[kNormRow][at.col]);
           const int4 xv = *piece;
           squares[i] += SumOfSquares(xv);
           *piece = NormWeighted(xv, norm_w);
@@ -135,14 +135,17 @@ __global__ void __launch_bounds__(kSkinnyThreads) StagedSkinnyKernel(LinearParam
 #pragma unroll
     for (int kk = 0; kk < kStagedBK; kk += 16) {
       unsigned af[4], bfrag[kNT][2];
-      LdMatrixX4(af, &st[warp * 16 + a_at.row][kk + a_at.col]);
+      const mma::At a_at = mma::StagedARow(warp, lane, kk);
+      LdMatrixX4(af, &st[a_at.row][a_at.col]);
       if constexpr (kNT == 1) {
-        LdMatrixX2(bfrag[0], &st[kXRow + b_at.row % 8][kk + b_at.col]);  // lanes 0..15: n-tile 0's two
+        const mma::At b_at = mma::StagedBRow(kXRow, 0, lane, kk, true);
+        LdMatrixX2(bfrag[0], &st[b_at.row][b_at.col]);
       } else {
 #pragma unroll
         for (int j = 0; j < kNT; j += 2) {
+          const mma::At b_at = mma::StagedBRow(kXRow, j, lane, kk, false);
           unsigned r[4];
-          LdMatrixX4(r, &st[kXRow + 8 * j + b_at.row][kk + b_at.col]);
+          LdMatrixX4(r, &st[b_at.row][b_at.col]);
           bfrag[j][0] = r[0];
           bfrag[j][1] = r[1];
           bfrag[j + 1][0] = r[2];
@@ -165,7 +168,7 @@ __global__ void __launch_bounds__(kSkinnyThreads) StagedSkinnyKernel(LinearParam
       sum += __shfl_xor_sync(0xffffffffu, sum, 2);
       sum += __shfl_xor_sync(0xffffffffu, sum, 4);
       const int c = tid + i * kSkinnyThreads;
-      if (c < kXPieces && c % 8 == 0) StoreRowSquares(tile, c / 8, sum);
+      if (c < kXPieces && c % 8 == 0) StoreRowSquares(tile, mma::StagedPiece(c).row, sum);
     }
   }
   FinishSkinnyTile<kE, true>(p, cluster, &tile[0][0], feature0, p.n, 0, norm);

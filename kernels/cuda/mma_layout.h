@@ -74,6 +74,23 @@ AG_HOST_DEVICE constexpr At BPairRow(int lane) { return {lane % 8 + 8 * (lane / 
 // registers 0, 1 are n 0..7's, 2, 3 are n 8..15's.
 AG_HOST_DEVICE constexpr At BPairTransRow(int lane) { return {lane % 16, 8 * (lane / 16)}; }
 
+// ---- the staged skinny kernel's stages (linear_skinny_staged.cuh) ----
+//
+// A stage is rows of 64 k: the block's 64 weight rows, x's rows from `x_row0`, norm_w's row. Piece c
+// (16 bytes) of a region is its row c / 8, columns 8 (c % 8) .. + 7: the cp.async loads and the
+// norm pass go by it.
+AG_HOST_DEVICE constexpr At StagedPiece(int c) { return {c / 8, 8 * (c % 8)}; }
+// Where `lane` of warp `warp` points ldmatrix.x4 for its A fragment at k-step column kk: weight rows
+// 16 warp .. 16 warp + 15.
+AG_HOST_DEVICE constexpr At StagedARow(int warp, int lane, int kk) {
+  return {16 * warp + AFragmentRow(lane).row, kk + AFragmentRow(lane).col};
+}
+// Where `lane` points ldmatrix for the B fragments of n-tiles j and j + 1 (x rows 8 j .. 8 j + 15),
+// or with one n-tile (ldmatrix.x2: lanes 0..15 read) n-tile j's alone, the others kept in its rows.
+AG_HOST_DEVICE constexpr At StagedBRow(int x_row0, int j, int lane, int kk, bool one_tile) {
+  return {x_row0 + 8 * j + (one_tile ? BPairRow(lane).row % 8 : BPairRow(lane).row), kk + BPairRow(lane).col};
+}
+
 // The accumulators of n-tiles 2c and 2c + 1 (16 x 8 each) are the A fragment
 // of k-chunk c of the next product (P V in attention): A register r is C
 // element pair 2 (r % 2) of n-tile 2c + r / 2.
