@@ -35,9 +35,11 @@ __device__ __forceinline__ float RowInvRms(const bf16* x, int64_t k, float eps, 
 }
 
 // The float pair at `offset` in `tile`, summed over every block of the cluster
-// (distributed shared memory), in rank order: the sum does not depend on timing.
+// (distributed shared memory), in rank order: the sum does not depend on timing. A block alone
+// (no K split) reads its own shared memory directly, not through the cluster's address window.
 __device__ __forceinline__ float2 ClusterSum2(const cooperative_groups::cluster_group& cluster, float* tile,
                                               int offset) {
+  if (cluster.num_blocks() == 1) return *reinterpret_cast<const float2*>(tile + offset);
   float2 sum = make_float2(0.0f, 0.0f);
   for (unsigned q = 0; q < cluster.num_blocks(); ++q) {
     const float2 v = *reinterpret_cast<const float2*>(cluster.map_shared_rank(tile, q) + offset);
