@@ -88,16 +88,21 @@ struct FlashTile {
   int rows = 0;        // 1..kFlashRows
 };
 
-// Tile `index` in sequence order (offsets [sequences + 1], non-decreasing).
+// Tile `index`: sequences in order (offsets [sequences + 1], non-decreasing), each sequence's tiles
+// from its last. Under the causal mask a sequence's last tile sees the most keys, so the grid's
+// first blocks are its longest and its last blocks the shortest: the final wave drains quickly
+// instead of waiting on a full-length block that started last (a 4096-token prompt: 64 tiles a
+// head, the longest 64 times the first's work).
 AG_HOST_DEVICE inline FlashTile FlashTileOf(const int32_t* offsets, int64_t sequences, int64_t index) {
   FlashTile tile;
   for (int64_t s = 0; s < sequences; ++s) {
     const int64_t n = offsets[s + 1] - offsets[s];
     const int64_t tiles = n > 0 ? (n + kFlashRows - 1) / kFlashRows : 0;
     if (index < tiles) {
-      const int64_t left = n - index * kFlashRows;
+      const int64_t j = tiles - 1 - index;  // the tile's place in its sequence
+      const int64_t left = n - j * kFlashRows;
       tile.seq = static_cast<int>(s);
-      tile.first = offsets[s] + index * kFlashRows;
+      tile.first = offsets[s] + j * kFlashRows;
       tile.rows = static_cast<int>(left < kFlashRows ? left : kFlashRows);
       return tile;
     }

@@ -678,6 +678,16 @@ TEST(AttentionPlan, FlashTilesCoverEveryRowOnce) {
     for (int64_t s = 0; s < seqs; ++s) want += (offsets[s + 1] - offsets[s] + kFlashRows - 1) / kFlashRows;
     EXPECT_EQ(used, want);
     EXPECT_EQ(FlashTileOf(offsets.data(), seqs, FlashGridTiles(rows, seqs)).seq, -1);
+    // Longest first: a sequence's first block takes its last rows, and its first rows come last.
+    int64_t block = 0;
+    for (int64_t s = 0; s < seqs; ++s) {
+      const int64_t n = offsets[s + 1] - offsets[s], tiles = (n + kFlashRows - 1) / kFlashRows;
+      if (tiles == 0) continue;
+      EXPECT_EQ(FlashTileOf(offsets.data(), seqs, block).first + FlashTileOf(offsets.data(), seqs, block).rows,
+                offsets[s + 1]);
+      EXPECT_EQ(FlashTileOf(offsets.data(), seqs, block + tiles - 1).first, offsets[s]);
+      block += tiles;
+    }
   }
 }
 
