@@ -302,7 +302,8 @@ TEST(GpuKernels, LinearEveryEpilogueEveryPath) {
           for (int64_t n : pairs ? std::vector<int64_t>{80, 160} : std::vector<int64_t>{97, 160}) {
             if (m <= 3) CheckLinear({m, n, k, e, norm}, Path::kGemv);  // any M works; M = 1 is its job
             if (m <= cuda::kSkinnyMaxRows) CheckLinear({m, n, k, e, norm}, Path::kSkinny);
-            if (m <= cuda::kStagedSkinnyMaxRows) CheckLinear({m, n, k, e, norm}, Path::kSkinnyRegisters);
+            // The register-fed kernel (measured in run 3 at every epilogue) at two of its tile counts.
+            if (m == 3 || m == 17) CheckLinear({m, n, k, e, norm}, Path::kSkinnyRegisters);
             CheckLinear({m, n, k, e, norm}, Path::kGemm);
             CheckLinear({m, n, k, e, norm}, Path::kGemmMmaSync);
             if (m == 9 || m == 97) {  // the other tile widths, on fewer shapes (the reference is the cost)
@@ -341,23 +342,31 @@ TEST(GpuKernels, WgmmaGemmEdges) {
   }
 }
 
-// The skinny (swap-AB) kernels at every M they take (the staged one to 32 rows: one, two and four
-// n-tiles; the register-fed one to 64: one to eight), odd M, odd N and K at the edges of their k
-// chunks (32 wide; the staged kernel's 64-wide k-tiles) and of the cluster split (K = 4104 over N =
-// 4097: 65 k-tiles on 8 ranks, the last rank's two tiles, the second of them 8 wide).
-TEST(GpuKernels, SkinnyEveryBatchSize) {
-  SKIP_WITHOUT_GPU();
+// The skinny (swap-AB) kernel at every M it takes (the staged one: one, two, four and eight
+// n-tiles), odd M, odd N and K at the edges of its 64-wide k-tiles and of the cluster split (K =
+// 4104 over N = 4097: 65 k-tiles on 8 ranks, the last rank's two tiles, the second 8 wide).
+void CheckSkinnyBatches(Path path, int big_every) {
   for (int64_t m = 1; m <= cuda::kSkinnyMaxRows; ++m) {
-    for (Path path : {Path::kSkinny, Path::kSkinnyRegisters}) {
-      if (path == Path::kSkinnyRegisters && m > cuda::kStagedSkinnyMaxRows) continue;  // kSkinny is it there
-      CheckLinear({m, 97, 200, cuda::Epilogue::kBias, m % 2 == 0}, path);
-      if (m % 7 == 1 || m == cuda::kStagedSkinnyMaxRows) {
-        CheckLinear({m, 4097, 4104, cuda::Epilogue::kResidual, true}, path);  // an 8-way K split
-        CheckLinear({m, 160, 40, cuda::Epilogue::kSiluMul, false}, path);     // K: one chunk and a piece
-        CheckLinear({m, 80, 8, cuda::Epilogue::kQkvRope, true}, path);        // K = 8: one piece
-      }
+    CheckLinear({m, 97, 200, cuda::Epilogue::kBias, m % 2 == 0}, path);
+    if (m % big_every == 1 || m == cuda::kSkinnyMaxRows) {
+      CheckLinear({m, 4097, 4104, cuda::Epilogue::kResidual, true}, path);  // an 8-way K split
+      CheckLinear({m, 160, 40, cuda::Epilogue::kSiluMul, false}, path);     // K: one chunk and a piece
+      CheckLinear({m, 80, 8, cuda::Epilogue::kQkvRope, true}, path);        // K = 8: one piece
     }
   }
+}
+
+TEST(GpuKernels, SkinnyEveryBatchSize) {
+  SKIP_WITHOUT_GPU();
+  CheckSkinnyBatches(Path::kSkinny, 7);
+}
+
+// The register-fed skinny kernel (AUTOGLM_SKINNY_STAGED=0, and the quantized paths' kernel): its
+// 32-wide chunks' edges, fewer of the large cases (a test of its own: a stall limit counts a test's
+// silence).
+TEST(GpuKernels, SkinnyRegistersEveryBatchSize) {
+  SKIP_WITHOUT_GPU();
+  CheckSkinnyBatches(Path::kSkinnyRegisters, 21);
 }
 
 // ---- paged attention: GQA groups that are not powers of two, block sizes 1 and 16,
