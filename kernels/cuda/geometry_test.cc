@@ -305,7 +305,8 @@ TEST(MmaLayout, StagedSkinnyBlockComputesTheNormedProduct) {
             for (int reg = 0; reg < 4; ++reg) {
               for (int half = 0; half < 2; ++half) {
                 const mma::At e = mma::AElement(lane, reg, half);
-                A[e.row][e.col] = LdMatrix(st, [&](int l) { return mma::StagedARow(warp, l, kk); }, lane, reg, half, false);
+                const auto a_row = [&](int l) { return mma::StagedARow(warp, l, kk); };
+                A[e.row][e.col] = LdMatrix(st, a_row, lane, reg, half, false);
               }
             }
           }
@@ -316,8 +317,8 @@ TEST(MmaLayout, StagedSkinnyBlockComputesTheNormedProduct) {
               for (int reg = 0; reg < (one ? 2 : 4); ++reg) {
                 for (int half = 0; half < 2; ++half) {
                   const mma::At e = mma::BElement(lane, reg % 2, half);
-                  B[reg / 2][e.row][e.col] =
-                      LdMatrix(st, [&](int l) { return mma::StagedBRow(x_row0, j, l, kk, one); }, lane, reg, half, false);
+                  const auto b_row = [&](int l) { return mma::StagedBRow(x_row0, j, l, kk, one); };
+                  B[reg / 2][e.row][e.col] = LdMatrix(st, b_row, lane, reg, half, false);
                 }
               }
             }

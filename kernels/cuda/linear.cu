@@ -8,7 +8,7 @@ cudaError_t NormRowsInto(const LinearParams& p, cudaStream_t stream) {
 }
 
 // AUTOGLM_SKINNY_STAGED=0 keeps one row on the GEMV, 2..32 rows on the register-fed skinny kernel and
-// 33..64 on the wgmma GEMM.
+// 33..64 on the wgmma GEMM (on Hopper; elsewhere on the register-fed kernel too).
 bool StagedSkinnyEnabled() {
   static const bool enabled = SwitchedOn("AUTOGLM_SKINNY_STAGED");
   return enabled;
