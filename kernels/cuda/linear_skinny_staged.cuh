@@ -7,7 +7,9 @@
 // cuBLAS takes 57 and the GEMV at one row 56), and the wgmma GEMM that took 33-64 rows at 27-52 %
 // (its 128-row tiles). Here a cp.async pipeline, as the mma.sync GEMM's, keeps all stages but one
 // in flight a block while its warps multiply the oldest: 32 KB of weights a block (24 KB at 64
-// rows, whose larger x rows leave room for four stages), three or four blocks a multiprocessor.
+// rows, whose larger x rows leave room for four stages), three or four blocks a multiprocessor. The
+// first stages' weights are issued before griddepcontrol.wait (they do not depend on the previous
+// kernel), x's after it.
 //
 // A stage holds the block's 64 weight rows and the batch's 8 kNT rows of x, 64 k wide, in 144-byte
 // rows (the 16 bytes of padding put ldmatrix's eight rows in distinct bank groups), and norm_w's
@@ -69,18 +71,9 @@ __global__ void __launch_bounds__(kSkinnyThreads) StagedSkinnyKernel(LinearParam
   const bool norm = p.norm_w != nullptr;
   // The norm pass's pieces: thread tid takes tid + 128 i while below x's 8 kNT rows x 8 pieces.
   constexpr int kXPieces = 8 * kNT * 8, kPiecesAThread = (kXPieces + kSkinnyThreads - 1) / kSkinnyThreads;
-  AllowNextKernel();
-  // The weights do not depend on the previous kernel: the first two k-tiles' lines of the block's
-  // rows go to L2 while it finishes; x is read only after the wait.
-  {
-    const int64_t row = feature0 + tid / 2, k = k_begin + kStagedBK * (tid % 2);
-    if (row < p.n && k < k_end) PrefetchL2(p.w + row * p.k + k);
-  }
-  WaitForPreviousKernel();
-
   // A stage: 8 pieces of 16 bytes a row. K % 8 == 0 and the ranks' ranges start on a k-tile, so a
   // piece is wholly in K or out (zero-filled, as are rows past N and past M).
-  auto load_stage = [&](int s, int64_t k0) {
+  auto load_weights = [&](int s, int64_t k0) {
     const StageRows st = stage_at(s);
 #pragma unroll
     for (int i = 0; i < kSkinnyFeatures * 8 / kSkinnyThreads; ++i) {
@@ -89,6 +82,9 @@ __global__ void __launch_bounds__(kSkinnyThreads) StagedSkinnyKernel(LinearParam
       const bool valid = n < p.n && k < k_end;
       CpAsync16(&st[at.row][at.col], p.w + (valid ? n * p.k + k : 0), valid);
     }
+  };
+  auto load_activations = [&](int s, int64_t k0) {  // x's rows, and norm_w's with the norm
+    const StageRows st = stage_at(s);
     for (int c = tid; c < kXPieces; c += kSkinnyThreads) {
       const mma::At at = mma::StagedPiece(c);
       const int64_t k = k0 + at.col;
@@ -102,9 +98,19 @@ __global__ void __launch_bounds__(kSkinnyThreads) StagedSkinnyKernel(LinearParam
   };
 
   const int64_t tiles = k_end > k_begin ? (k_end - k_begin + kStagedBK - 1) / kStagedBK : 0;
+  AllowNextKernel();
+  // The weights do not depend on the previous kernel: the first stages' weights are on their way
+  // while it finishes (with programmatic dependent launch), x only after the wait. Those copies
+  // join the first commit group, so k-tile 0's wait covers every prologue stage's weights, and
+  // group s holds stage s's x.
 #pragma unroll
   for (int s = 0; s < kStages - 1; ++s) {
-    if (s < tiles) load_stage(s, k_begin + s * kStagedBK);
+    if (s < tiles) load_weights(s, k_begin + s * kStagedBK);
+  }
+  WaitForPreviousKernel();
+#pragma unroll
+  for (int s = 0; s < kStages - 1; ++s) {
+    if (s < tiles) load_activations(s, k_begin + s * kStagedBK);
     CpAsyncCommit();  // empty groups too: the wait below counts groups
   }
   float acc[kNT][4] = {};
@@ -113,7 +119,10 @@ __global__ void __launch_bounds__(kSkinnyThreads) StagedSkinnyKernel(LinearParam
     CpAsyncWait<kStages - 2>();  // k-tile t has landed
     __syncthreads();                   // ... for every thread; and k-tile t - 1's stage is no longer read
     const int64_t next = t + kStages - 1;
-    if (next < tiles) load_stage(static_cast<int>(next % kStages), k_begin + next * kStagedBK);
+    if (next < tiles) {
+      load_weights(static_cast<int>(next % kStages), k_begin + next * kStagedBK);
+      load_activations(static_cast<int>(next % kStages), k_begin + next * kStagedBK);
+    }
     CpAsyncCommit();
     const StageRows st = stage_at(static_cast<int>(t % kStages));
     if (norm) {  // the same for the whole block
