@@ -1,5 +1,8 @@
 // The weight-streaming tensor-core kernel for 2 <= M <= 64 rows of x (decode
-// batches), included by linear_impl.cuh. Not a public header.
+// batches), included by linear_impl.cuh. Not a public header. The register-fed one: bf16 weights
+// now go to the staged kernel (linear_skinny_staged.cuh, which shares this file's partial tile and
+// ending); this one takes the quantized paths' dequantized rows, and bf16 with
+// AUTOGLM_SKINNY_STAGED=0.
 //
 // The swap-AB arrangement: the weights are the mma's A operand (16 output
 // features per warp) and the batch is its N (8 rows per n-tile, kNT tiles), so

@@ -38,7 +38,7 @@ namespace ag::cuda {
 
 constexpr int kStagedBK = kStagedSkinnyKTile;  // k a stage
 constexpr int kStagedLd = kStagedBK + 8;       // bf16 a stage row
-// Stages: five, four for 64 rows (three blocks a multiprocessor either way).
+// Stages: five, four for 64 rows (three or four blocks a multiprocessor either way).
 template <int kNT>
 constexpr int StagedStages() {
   return kNT == 8 ? 4 : 5;
@@ -117,7 +117,7 @@ __global__ void __launch_bounds__(kSkinnyThreads) StagedSkinnyKernel(LinearParam
   float squares[kPiecesAThread] = {};  // with the norm: the sums of squares of x rows (tid + 128 i) / 8
   for (int64_t t = 0; t < tiles; ++t) {
     CpAsyncWait<kStages - 2>();  // k-tile t has landed
-    __syncthreads();                   // ... for every thread; and k-tile t - 1's stage is no longer read
+    __syncthreads();             // ... for every thread; and k-tile t - 1's stage is no longer read
     const int64_t next = t + kStages - 1;
     if (next < tiles) {
       load_weights(static_cast<int>(next % kStages), k_begin + next * kStagedBK);

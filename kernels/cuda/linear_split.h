@@ -109,9 +109,9 @@ inline KSplit SplitForWaves(int64_t tiles, int64_t k, int64_t k_tile, int64_t sl
   return {best, (k_tiles + best - 1) / best * k_tile};
 }
 
-// The staged skinny kernel (linear_skinny_staged.cuh: 2..32 rows, bf16 weights): 64 output
-// features a block, 64-wide k-tiles, `slots` blocks resident at once (three or four a
-// multiprocessor: its shared memory decides), clusters of up to 8, at least four k-tiles a rank;
+// The staged skinny kernel (linear_skinny_staged.cuh: 2..64 rows, and one row over narrow bf16
+// weights): 64 output features a block, 64-wide k-tiles, `slots` blocks resident at once (three or
+// four a multiprocessor: its shared memory decides), clusters of up to 8, at least four k-tiles a rank;
 // an ending worth about two k-tiles. Memory-bound, yet a grid of 428 blocks (gate/up) on 396 slots
 // would leave most of the second wave's slots empty while its last blocks stream their rows: a
 // 2-way split halves those blocks' length.
