@@ -54,6 +54,11 @@ bool WgmmaWideEnabled() {
   return enabled;
 }
 
+int64_t GemmTileGroup() {
+  static const int64_t group = SwitchedOn("AUTOGLM_GEMM_GROUPED") ? kGemmTileGroup : 1;
+  return group;
+}
+
 bool WgmmaGemmUsable(const LinearParams& p, const bf16* a) {
   return Enabled() && p.k % 8 == 0 && Aligned16(a) && Aligned16(p.w) && Encoder() != nullptr && HopperDevice();
 }

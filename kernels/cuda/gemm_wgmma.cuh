@@ -182,7 +182,7 @@ __device__ __forceinline__ void StoreWgmmaAccumulators(const float* d, int half,
 template <Epilogue kE, int kBN>
 __global__ void __launch_bounds__(kWgThreads, 1)
     WgmmaGemmKernel(LinearParams p, const __grid_constant__ CUtensorMap a_map, const __grid_constant__ CUtensorMap w_map,
-                    int64_t k_per_rank) {
+                    int64_t k_per_rank, int64_t m_group) {
   using Tile = WgTile<kBN>;
   constexpr int kStages = Tile::kStages;
   extern __shared__ __align__(16) unsigned char wg_smem_raw[];
@@ -195,7 +195,8 @@ __global__ void __launch_bounds__(kWgThreads, 1)
   const cg::cluster_group cluster = cg::this_cluster();
   const int rank = static_cast<int>(cluster.block_rank());
   const int wg = threadIdx.x / 128, lane = threadIdx.x % 32, warp_in_wg = (threadIdx.x % 128) / 32;
-  const int64_t block_m = static_cast<int64_t>(blockIdx.y) * kWgBM, block_n = static_cast<int64_t>(blockIdx.x) * kBN;
+  const GemmTileAt at = GroupedGemmTile(blockIdx.x + int64_t{gridDim.x} * blockIdx.y, gridDim.x, gridDim.y, m_group);
+  const int64_t block_m = at.m * kWgBM, block_n = at.n * kBN;
   const int64_t k_begin = rank * k_per_rank, k_end = min(p.k, k_begin + k_per_rank);
   const int tiles = k_end > k_begin ? static_cast<int>((k_end - k_begin + kWgBK - 1) / kWgBK) : 0;
   if (threadIdx.x == 0) {
@@ -248,7 +249,8 @@ cudaError_t LaunchWgmmaTilesOf(const LinearParams& p, const bf16* a, cudaStream_
   const dim3 grid(static_cast<unsigned>((p.n + kBN - 1) / kBN), static_cast<unsigned>((p.m + kWgBM - 1) / kWgBM),
                   static_cast<unsigned>(split.ranks));
   return LaunchKernelInCluster(WgmmaGemmKernel<kE, kBN>, grid, dim3(kWgThreads), kSmem, stream,
-                               dim3(1, 1, static_cast<unsigned>(split.ranks)), p, a_map, w_map, split.k_per_rank);
+                               dim3(1, 1, static_cast<unsigned>(split.ranks)), p, a_map, w_map, split.k_per_rank,
+                               GemmTileGroup());
 }
 
 bool WgmmaWideEnabled();  // gemm_wgmma.cu: AUTOGLM_WGMMA_WIDE

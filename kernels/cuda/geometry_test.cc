@@ -601,6 +601,45 @@ TEST(LinearSplit, EveryShapeIsCoveredWithWorkForEveryRank) {
   }
 }
 
+// GroupedGemmTile: every (row tile, column tile) of the grid once; the first group goes down its
+// rows first; a group of 1 is the grid's own order; and GLM-4-9B's gate/up at a 512-token prompt
+// (4 x 214 tiles) has every row tile in its first wave of 132 blocks, each column tile of W in it
+// wanted by all four (the old order put one row tile in that wave: W read four times).
+TEST(LinearSplit, GroupedTilesCoverTheGridAndShareW) {
+  for (int64_t group : {1, 2, 8}) {
+    for (int64_t m_tiles : {1, 3, 4, 8, 9, 17, 105}) {
+      for (int64_t n_tiles : {1, 5, 32, 214}) {
+        std::vector<int> seen(m_tiles * n_tiles, 0);
+        for (int64_t b = 0; b < m_tiles * n_tiles; ++b) {
+          const GemmTileAt at = GroupedGemmTile(b, n_tiles, m_tiles, group);
+          ASSERT_TRUE(at.m >= 0 && at.m < m_tiles && at.n >= 0 && at.n < n_tiles)
+              << "block " << b << " of " << m_tiles << " x " << n_tiles << ", group " << group;
+          ++seen[at.m * n_tiles + at.n];
+          if (group == 1) {
+            EXPECT_TRUE(at.m == b / n_tiles && at.n == b % n_tiles) << b;
+          }
+        }
+        for (int64_t i = 0; i < m_tiles * n_tiles; ++i) ASSERT_EQ(seen[i], 1) << "tile " << i << ", group " << group;
+        if (group > 1 && m_tiles >= group) {  // down the group's rows first, then the next column
+          EXPECT_EQ(GroupedGemmTile(1, n_tiles, m_tiles, group).m, 1);
+          const GemmTileAt next = GroupedGemmTile(group, n_tiles, m_tiles, group);
+          if (n_tiles > 1) {
+            EXPECT_TRUE(next.m == 0 && next.n == 1) << next.m << ", " << next.n;
+          }
+        }
+      }
+    }
+  }
+  std::set<int64_t> rows, columns;
+  for (int64_t b = 0; b < 132; ++b) {
+    const GemmTileAt at = GroupedGemmTile(b, 214, 4, kGemmTileGroup);
+    rows.insert(at.m);
+    columns.insert(at.n);
+  }
+  EXPECT_EQ(rows.size(), 4u);
+  EXPECT_EQ(columns.size(), 33u);  // 132 blocks: 33 column tiles of W, each for all 4 row tiles
+}
+
 TEST(AttentionPlan, GlmDecodeFillsTheGpu) {
   // GLM-4-9B: 2 KV heads, groups of 16. Batch 1 at 512 tokens: one head per warp (4 chunks), 16 slices
   // of one tile: 128 blocks, where whole groups and 32-key slices gave 32.

@@ -16,6 +16,10 @@
 
 namespace ag::cuda {
 
+// Row tiles a GEMM grid's group goes down before its next column tile (GroupedGemmTile):
+// kGemmTileGroup, or 1 (the old order) with AUTOGLM_GEMM_GROUPED=0. Defined in gemm_wgmma.cu.
+int64_t GemmTileGroup();
+
 // Sum of squares of x rows -> 1 / rms, for the norm prologue.
 __device__ __forceinline__ float RowInvRms(const bf16* x, int64_t k, float eps, float* scratch) {
   float sum = 0.0f;
@@ -212,7 +216,8 @@ constexpr size_t kGemmPipelineBytes = sizeof(bf16) * kStages * (kBM + kBN) * kLd
 constexpr size_t kGemmSmemBytes = std::max(kGemmPipelineBytes, sizeof(float) * kBM * kGemmTileLd);
 
 template <Epilogue kE>
-__global__ void __launch_bounds__(kGemmThreads, 2) GemmKernel(LinearParams p, const bf16* a_matrix, int64_t k_per_rank) {
+__global__ void __launch_bounds__(kGemmThreads, 2)
+    GemmKernel(LinearParams p, const bf16* a_matrix, int64_t k_per_rank, int64_t m_group) {
   extern __shared__ __align__(16) unsigned char gemm_smem[];
   auto as = reinterpret_cast<bf16 (*)[kBM][kLd]>(gemm_smem);                     // [kStages][kBM][kLd]
   auto bs = reinterpret_cast<bf16 (*)[kBN][kLd]>(gemm_smem + sizeof(bf16) * kStages * kBM * kLd);
@@ -221,7 +226,8 @@ __global__ void __launch_bounds__(kGemmThreads, 2) GemmKernel(LinearParams p, co
   const int rank = static_cast<int>(cluster.block_rank());
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   const int warp_m = (warp / 4) * 64, warp_n = (warp % 4) * 32;
-  const int64_t block_m = static_cast<int64_t>(blockIdx.y) * kBM, block_n = static_cast<int64_t>(blockIdx.x) * kBN;
+  const GemmTileAt at = GroupedGemmTile(blockIdx.x + int64_t{gridDim.x} * blockIdx.y, gridDim.x, gridDim.y, m_group);
+  const int64_t block_m = at.m * kBM, block_n = at.n * kBN;
   const int64_t k_begin = rank * k_per_rank, k_end = min(p.k, k_begin + k_per_rank);
   AllowNextKernel();
   WaitForPreviousKernel();
@@ -303,7 +309,7 @@ cudaError_t LaunchGemmTiles(const LinearParams& p, const bf16* a, cudaStream_t s
   const dim3 grid(static_cast<unsigned>((p.n + kBN - 1) / kBN), static_cast<unsigned>((p.m + kBM - 1) / kBM),
                   static_cast<unsigned>(split.ranks));
   return LaunchKernelInCluster(GemmKernel<kE>, grid, dim3(kGemmThreads), kGemmSmemBytes, stream,
-                               dim3(1, 1, static_cast<unsigned>(split.ranks)), p, a, split.k_per_rank);
+                               dim3(1, 1, static_cast<unsigned>(split.ranks)), p, a, split.k_per_rank, GemmTileGroup());
 }
 
 cudaError_t NormRowsInto(const LinearParams& p, cudaStream_t stream);  // linear.cu

@@ -86,7 +86,7 @@ __device__ __forceinline__ void DequantizeTiles(const QuantSegment& s, int64_t k
 template <QuantCode kCode, Epilogue kE>
 __global__ void __launch_bounds__(kQuantGemmThreads, 1)
     QuantGemmKernel(LinearParams p, QuantSegment s, const __grid_constant__ CUtensorMap a_map,
-                    const __grid_constant__ CUtensorMap code_map, int64_t k_per_rank) {
+                    const __grid_constant__ CUtensorMap code_map, int64_t k_per_rank, int64_t m_group) {
   constexpr bool kDequantize = kCode != QuantCode::kBf16;
   constexpr int kStages = QuantGemmStages(kCode), kRowBytes = QuantGemmCodeRowBytes(kCode);
   constexpr int kTileBytes = kWgBM * kWgBK * sizeof(bf16);
@@ -102,7 +102,8 @@ __global__ void __launch_bounds__(kQuantGemmThreads, 1)
   const cg::cluster_group cluster = cg::this_cluster();
   const int rank = static_cast<int>(cluster.block_rank());
   const int wg = threadIdx.x / 128, lane = threadIdx.x % 32, warp_in_wg = (threadIdx.x % 128) / 32;
-  const int64_t block_m = static_cast<int64_t>(blockIdx.y) * kWgBM, tile_n = static_cast<int64_t>(blockIdx.x) * kWgBN;
+  const GemmTileAt at = GroupedGemmTile(blockIdx.x + int64_t{gridDim.x} * blockIdx.y, gridDim.x, gridDim.y, m_group);
+  const int64_t block_m = at.m * kWgBM, tile_n = at.n * kWgBN;
   const int64_t k_begin = rank * k_per_rank, k_end = min(p.k, k_begin + k_per_rank);
   const int tiles = k_end > k_begin ? static_cast<int>((k_end - k_begin + kWgBK - 1) / kWgBK) : 0;
   if (threadIdx.x == 0) {
@@ -175,7 +176,7 @@ cudaError_t LaunchQuantGemmTiles(const LinearParams& p, const QuantSegment& s, c
                   static_cast<unsigned>(split.ranks));
   return LaunchKernelInCluster(QuantGemmKernel<kCode, kE>, grid, dim3(kQuantGemmThreads), kSmem, stream,
                                dim3(1, 1, static_cast<unsigned>(split.ranks)), p, s, a_map, code_map,
-                               split.k_per_rank);
+                               split.k_per_rank, GemmTileGroup());
 }
 
 // Every epilogue of one code format; defined in quant_linear_<code>.cu.

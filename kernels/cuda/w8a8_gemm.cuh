@@ -160,7 +160,7 @@ __device__ __forceinline__ void StoreScaledAccumulators(const W8Acc<kFp8>* d, in
 template <bool kFp8, Epilogue kE>
 __global__ void __launch_bounds__(kW8Threads, 1)
     W8A8GemmKernel(LinearParams p, QuantSegment s, W8A8Rows x, const __grid_constant__ CUtensorMap a_map,
-                   const __grid_constant__ CUtensorMap w_map, int64_t k_per_rank) {
+                   const __grid_constant__ CUtensorMap w_map, int64_t k_per_rank, int64_t m_group) {
   extern __shared__ __align__(16) unsigned char w8_smem_raw[];
   unsigned char* smem = w8_smem_raw + ((1024 - SmemAddress(w8_smem_raw) % 1024) % 1024);
   unsigned char* a_stages = smem;                                // [kW8Stages][128][128] codes
@@ -171,7 +171,8 @@ __global__ void __launch_bounds__(kW8Threads, 1)
   const cg::cluster_group cluster = cg::this_cluster();
   const int rank = static_cast<int>(cluster.block_rank());
   const int wg = threadIdx.x / 128, lane = threadIdx.x % 32, warp_in_wg = (threadIdx.x % 128) / 32;
-  const int64_t block_m = static_cast<int64_t>(blockIdx.y) * kW8BM, tile_n = static_cast<int64_t>(blockIdx.x) * kW8BN;
+  const GemmTileAt at = GroupedGemmTile(blockIdx.x + int64_t{gridDim.x} * blockIdx.y, gridDim.x, gridDim.y, m_group);
+  const int64_t block_m = at.m * kW8BM, tile_n = at.n * kW8BN;
   const int64_t k_begin = rank * k_per_rank, k_end = min(p.k, k_begin + k_per_rank);
   const int tiles = k_end > k_begin ? static_cast<int>((k_end - k_begin + kW8BK - 1) / kW8BK) : 0;
   if (threadIdx.x == 0) {
@@ -218,7 +219,7 @@ cudaError_t LaunchW8A8GemmTiles(const LinearParams& p, const QuantSegment& s, co
                   static_cast<unsigned>(split.ranks));
   return LaunchKernelInCluster(W8A8GemmKernel<kFp8, kE>, grid, dim3(kW8Threads), kW8SmemBytes, stream,
                                dim3(1, 1, static_cast<unsigned>(split.ranks)), p, s,
-                               W8A8Rows{codes.scales, codes.sums}, a_map, w_map, split.k_per_rank);
+                               W8A8Rows{codes.scales, codes.sums}, a_map, w_map, split.k_per_rank, GemmTileGroup());
 }
 
 // Every epilogue of one input code; instantiated in w8a8_gemm_<code>.cu.
