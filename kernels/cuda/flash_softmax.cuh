@@ -20,12 +20,14 @@ namespace ag::cuda {
 inline float ScaleLog2(int64_t head_dim) { return 1.4426950408889634f / std::sqrt(static_cast<float>(head_dim)); }
 
 // One tile of kScoreTiles * 8 keys from key0: the scores of the lane's two rows masked (a key past
-// last_key[half] or past `keys` is -inf) and scaled, the running max and sum updated, O rescaled
-// by the change of max, and S turned into the tile's unnormalised probabilities.
-template <int kScoreTiles, int kOutTiles>
-__device__ __forceinline__ void OnlineSoftmaxTile(float* s, float* o, float (&row_max)[2], float (&row_sum)[2],
-                                                  int64_t key0, const int64_t (&last_key)[2], int64_t keys,
-                                                  float scale_log2, int t4) {
+// last_key[half] or past `keys` is -inf) and scaled, the running max and sum updated, and S turned
+// into the tile's unnormalised probabilities; `correction` is what O, accumulated against the old
+// max, must be multiplied by (RescaleOutput) -- apart, so that the wgmma kernel computes it while
+// its previous P V product still runs.
+template <int kScoreTiles>
+__device__ __forceinline__ void SoftmaxScores(float* s, float (&row_max)[2], float (&row_sum)[2],
+                                              float (&correction)[2], int64_t key0, const int64_t (&last_key)[2],
+                                              int64_t keys, float scale_log2, int t4) {
 #pragma unroll
   for (int half = 0; half < 2; ++half) {
     float best = row_max[half];
@@ -41,15 +43,10 @@ __device__ __forceinline__ void OnlineSoftmaxTile(float* s, float* o, float (&ro
     }
     best = fmaxf(best, __shfl_xor_sync(0xffffffffu, best, 1));  // the four lanes of a group hold a row
     best = fmaxf(best, __shfl_xor_sync(0xffffffffu, best, 2));
-    const float base = best == -INFINITY ? 0.0f : best;     // a row that has seen no key yet
-    const float correction = exp2f(row_max[half] - base);  // 0 on a row's first keys
+    const float base = best == -INFINITY ? 0.0f : best;  // a row that has seen no key yet
+    correction[half] = exp2f(row_max[half] - base);      // 0 on a row's first keys
     row_max[half] = best;
-    row_sum[half] *= correction;
-#pragma unroll
-    for (int d = 0; d < kOutTiles; ++d) {
-      o[4 * d + 2 * half] *= correction;
-      o[4 * d + 2 * half + 1] *= correction;
-    }
+    row_sum[half] *= correction[half];
 #pragma unroll
     for (int n = 0; n < kScoreTiles; ++n) {
 #pragma unroll
@@ -60,6 +57,29 @@ __device__ __forceinline__ void OnlineSoftmaxTile(float* s, float* o, float (&ro
       }
     }
   }
+}
+
+// O's two rows of the lane times their correction.
+template <int kOutTiles>
+__device__ __forceinline__ void RescaleOutput(float* o, const float (&correction)[2]) {
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+#pragma unroll
+    for (int d = 0; d < kOutTiles; ++d) {
+      o[4 * d + 2 * half] *= correction[half];
+      o[4 * d + 2 * half + 1] *= correction[half];
+    }
+  }
+}
+
+// Both at once: the mma.sync kernel's step.
+template <int kScoreTiles, int kOutTiles>
+__device__ __forceinline__ void OnlineSoftmaxTile(float* s, float* o, float (&row_max)[2], float (&row_sum)[2],
+                                                  int64_t key0, const int64_t (&last_key)[2], int64_t keys,
+                                                  float scale_log2, int t4) {
+  float correction[2];
+  SoftmaxScores<kScoreTiles>(s, row_max, row_sum, correction, key0, last_key, keys, scale_log2, t4);
+  RescaleOutput<kOutTiles>(o, correction);
 }
 
 // P's A fragment of keys 16c..16c+15 (the next product, O += P V): S's accumulators of score

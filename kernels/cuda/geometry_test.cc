@@ -426,14 +426,36 @@ TEST(MmaLayout, WgmmaFlashWarpgroupComputesQKTransposeV) {
   auto read = [](const std::vector<float>& smem, uint32_t start, uint32_t offset) {
     return smem[SwizzledOffset(start + offset, 128) / 2];  // tiles are 1024-aligned: the offset is the address
   };
-  // S through the descriptors: step kk reads 16 columns of d at box kk / 4, 32 bytes a step.
+  // Q as the kernel's registers hold it (LoadQFragments): step kk's A register r of warp w's lane,
+  // read from where Sw128BoxedOffset says TMA put the pair; every element of Q once.
+  std::vector<float> q_regs(kRows * kD, NAN);
+  for (int w = 0; w < 4; ++w) {
+    for (int lane = 0; lane < 32; ++lane) {
+      for (int kk = 0; kk < kD / 16; ++kk) {
+        for (int r = 0; r < 4; ++r) {
+          const mma::At at = mma::AElement(lane, r, 0);
+          const uint32_t byte = mma::Sw128BoxedOffset(16 * w + at.row, 16 * kk + at.col, kBox);
+          ASSERT_EQ(byte % 4, 0u) << "a register is one aligned 32-bit read";
+          for (int half = 0; half < 2; ++half) {
+            const mma::At e = mma::AElement(lane, r, half);
+            float& slot = q_regs[(16 * w + e.row) * kD + 16 * kk + e.col];
+            ASSERT_TRUE(std::isnan(slot)) << "element read twice";
+            slot = qs[byte / 2 + half];
+          }
+        }
+      }
+    }
+  }
+  ASSERT_EQ(q_regs, q);
+  // S: Q from those registers, K through the descriptors (step kk reads 16 columns of d at box kk / 4,
+  // 32 bytes a step).
   std::vector<float> s_mat(kRows * kKeys, 0.0f);
   for (int kk = 0; kk < kD / 16; ++kk) {
     const uint32_t start = (kk / 4) * kBox + 32 * (kk % 4);
     for (int m = 0; m < kRows; ++m) {
       for (int n = 0; n < kKeys; ++n) {
         for (int kq = 0; kq < 16; ++kq) {
-          s_mat[m * kKeys + n] += read(qs, start, mma::Sw128KMajorOffset(m, kq)) * read(ks, start, mma::Sw128KMajorOffset(n, kq));
+          s_mat[m * kKeys + n] += q_regs[m * kD + 16 * kk + kq] * read(ks, start, mma::Sw128KMajorOffset(n, kq));
         }
       }
     }

@@ -132,6 +132,15 @@ AG_HOST_DEVICE constexpr uint32_t Sw128KMajorOffset(int row, int k) {
   return static_cast<uint32_t>((row / 8) * 1024 + (row % 8) * 128 + k * 2);
 }
 
+// Where TMA put bf16 element (row, col) of a [rows][128] tile it wrote as two boxes 64 columns wide
+// (`box_bytes` each) with the 128-byte swizzle: 16-byte chunk (col % 64) / 8 of a row at chunk
+// ^ (row % 8), so eight rows reading the same chunk hit eight different banks. The wgmma flash
+// kernel reads Q's register fragments from there once.
+AG_HOST_DEVICE constexpr uint32_t Sw128BoxedOffset(int row, int col, uint32_t box_bytes) {
+  const uint32_t linear = static_cast<uint32_t>(row * 128 + (col % 64) * 2);
+  return static_cast<uint32_t>(col / 64) * box_bytes + (linear ^ (((linear >> 7) & 7u) << 4));
+}
+
 }  // namespace ag::cuda::mma
 
 #undef AG_HOST_DEVICE

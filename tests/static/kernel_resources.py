@@ -3,8 +3,10 @@
 output, one file per .cu): prints registers, shared memory, spills and resident
 blocks per SM (sm_90: 64 K registers, 228 KB shared memory, 2048 threads, 32
 blocks) for every kernel, and fails when a kernel spills (beyond the known
-debts listed below, each of which must still be there) or a hot kernel falls
-below the occupancy stated for it.
+debts listed below, each of which must still be there), a hot kernel falls
+below the occupancy stated for it, or ptxas reports a potential performance
+loss (C7514 and kin: it serialised a kernel's wgmma, which keeps the kernel
+correct and makes it several times slower, so nothing else would catch it).
 
 Usage: kernel_resources.py REPORT..."""
 import re
@@ -50,7 +52,7 @@ KERNELS = [
     (r"FlashKernel<128,", 128, 87040, 2),
     (r"FlashKernel<64,", 128, 46080, 2),
     # the vision program's attention on wgmma: Q, two stages of K and V, [64][128] bf16 each (5 x 16 KB)
-    (r"WgmmaFlashSegmentKernel", 128, 1024 + 5 * 16384 + 16, 2),
+    (r"WgmmaFlashSegmentKernel", 128, 1024 + 5 * 16384 + 32, 2),
     (r"CombineKernel\(", 128, 0, 8),
     (r"RmsNormKernel<", 256, 4 * 4096, 4),
     (r"ArgmaxKernel\(", 1024, 0, 1),
@@ -96,6 +98,13 @@ def parse(path):
     return entries
 
 
+def performance_losses(path):
+    """(mangled kernel, what ptxas says) for each 'Potential Performance Loss' advisory."""
+    text = re.sub(r"\s+", " ", open(path).read())
+    return [(m.group(2), m.group(1).strip()) for m in
+            re.finditer(r"Potential Performance Loss: (.*?) in the function '(\S+)'", text)]
+
+
 def blocks_per_sm(regs, threads, smem):
     warps = (threads + 31) // 32
     regs_per_warp = (regs * 32 + 255) // 256 * 256
@@ -124,6 +133,9 @@ def main(reports):
                 failures.append(f"{short} spills {spill} bytes")
         if blocks < stated:
             failures.append(f"{short}: {blocks} blocks per SM, below the stated {stated}")
+    losses = [loss for r in reports for loss in performance_losses(r)]
+    for (_, what), name in zip(losses, demangle([l[0] for l in losses])):
+        failures.append(f"{short_name(name)}: ptxas: {what}")
     for known, limit in KNOWN_SPILLS.items():
         if known not in seen_spills:
             failures.append(f"{known} no longer spills: remove it from KNOWN_SPILLS")
