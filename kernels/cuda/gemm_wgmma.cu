@@ -54,6 +54,11 @@ bool WgmmaWideEnabled() {
   return enabled;
 }
 
+bool WgmmaPersistentEnabled() {
+  static const bool enabled = SwitchedOn("AUTOGLM_GEMM_PERSISTENT");
+  return enabled;
+}
+
 int64_t GemmTileGroup() {
   static const int64_t group = SwitchedOn("AUTOGLM_GEMM_GROUPED") ? kGemmTileGroup : 1;
   return group;

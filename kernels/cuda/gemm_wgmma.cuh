@@ -10,11 +10,14 @@
 // 1 and 2 each multiply 64 rows of the tile by its 128, 192 or 256 columns with
 // wgmma.m64nNk16 (operands straight from shared memory through matrix
 // descriptors, fp32 accumulators in N / 2 registers a thread); the width is
-// WgmmaTileColumns's choice for the shape (linear_split.h). The epilogue is
-// the mma.sync GEMM's: the accumulators go to an fp32
-// tile over the pipeline's buffers, a grid that would leave its waves partly
-// empty splits K over a cluster summed through distributed shared memory
-// (SplitWgmmaK), and StorePair applies the op's epilogue.
+// WgmmaTileColumns's choice for the shape (linear_split.h). The grid is
+// persistent (WgTiles): a block a multiprocessor walks its output tiles in
+// GroupedGemmTile's order, the ring of stages running on from one tile into
+// the next, and each consumer stores its accumulators through StorePair (the
+// op's epilogue) from its registers. A grid that would leave its waves partly
+// empty splits K over a cluster instead (SplitWgmmaK): a block a tile, the
+// accumulators into an fp32 tile over the pipeline's buffers, summed through
+// distributed shared memory (the mma.sync GEMM's ending).
 //
 // A linear with an RMSNorm prologue gets x normalised into the scratch by a launch of its own
 // first: a fourth warpgroup normalising x's tiles in shared memory made the GEMM half as fast
@@ -111,18 +114,20 @@ __device__ __forceinline__ void FenceAccumulators(float* d) {
 
 // The producer thread of a TMA pipeline of kStages stages: k-tile t's box of x (rows from
 // block_m; `box_bytes`) and kBoxes boxes of the weight (rows from block_n, kWBoxRows more each;
-// kWBoxRows / 128 of box_bytes each) into stage t % kStages at k coordinate k_begin + t * k_tile,
-// once both consumers have freed the stage (`empty`). Whole boxes: out of bounds is zeros, and
-// counts toward the stage's bytes (a wide tile's boxes past the weight's last row included).
+// kWBoxRows / 128 of box_bytes each) into stage (first + t) % kStages at k coordinate k_begin + t *
+// k_tile, once both consumers have freed the stage (`empty`). `first`: the k-tiles this block's
+// ring has carried before (a persistent block's earlier output tiles), so stages and barrier
+// phases run on across tiles. Whole boxes: out of bounds is zeros, and counts toward the stage's
+// bytes (a wide tile's boxes past the weight's last row included).
 template <int kStages, int kBoxes = 1, int kWBoxRows = kWgBM>
 __device__ __forceinline__ void ProduceTiles(unsigned char* a_stages, unsigned char* b_stages, unsigned box_bytes,
                                              const CUtensorMap* a_map, const CUtensorMap* w_map, int64_t k_begin,
                                              int k_tile, int tiles, int64_t block_m, int64_t block_n, uint64_t* full,
-                                             uint64_t* empty) {
+                                             uint64_t* empty, int first = 0) {
   const unsigned w_box_bytes = box_bytes / kWgBM * kWBoxRows;
   for (int t = 0; t < tiles; ++t) {
-    const int s = t % kStages;
-    if (t >= kStages) BarrierWait(&empty[s], ((t / kStages) - 1) & 1);
+    const int g = first + t, s = g % kStages;
+    if (g >= kStages) BarrierWait(&empty[s], ((g / kStages) - 1) & 1);
     BarrierExpectBytes(&full[s], box_bytes + kBoxes * w_box_bytes);
     const int k0 = static_cast<int>(k_begin + static_cast<int64_t>(t) * k_tile);
     TmaLoad2d(a_stages + s * box_bytes, a_map, k0, static_cast<int>(block_m), &full[s]);
@@ -140,13 +145,14 @@ __device__ __forceinline__ void ProduceTiles(unsigned char* a_stages, unsigned c
 // One k-tile's wgmma group stays in flight while the next is waited for and issued (waiting for
 // all of them each k-tile left the tensor cores idle through every wait: o_proj at 4096 rows ran
 // at 446 TFLOP/s, cuBLAS 662); a stage is freed once the group after its own has been issued.
+// `first` as ProduceTiles's.
 template <int kStages, int kBN = kWgBN>
 __device__ __forceinline__ void ConsumeTiles(float* d, const bf16* a_stages, const bf16* b_stages, int tiles, int half,
-                                             uint64_t* full, uint64_t* ready, uint64_t* empty) {
+                                             uint64_t* full, uint64_t* ready, uint64_t* empty, int first = 0) {
   for (int t = 0; t < tiles; ++t) {
-    const int s = t % kStages;
-    BarrierWait(&full[s], (t / kStages) & 1);
-    if (ready != nullptr) BarrierWait(&ready[s], (t / kStages) & 1);
+    const int s = (first + t) % kStages, phase = ((first + t) / kStages) & 1;
+    BarrierWait(&full[s], phase);
+    if (ready != nullptr) BarrierWait(&ready[s], phase);
     const uint64_t desc_a = SmemDescriptor(a_stages + s * kWgBM * kWgBK + half * 64 * kWgBK);
     const uint64_t desc_b = SmemDescriptor(b_stages + s * kBN * kWgBK);
     WgmmaFence();
@@ -156,11 +162,11 @@ __device__ __forceinline__ void ConsumeTiles(float* d, const bf16* a_stages, con
     }
     WgmmaCommit();
     WgmmaWait<1>();  // the previous k-tile's group is done: its stage is free
-    if (t > 0) BarrierArrive(&empty[(t - 1) % kStages]);
+    if (t > 0) BarrierArrive(&empty[(first + t - 1) % kStages]);
   }
   WgmmaWaitAll();
   FenceAccumulators<kBN / 2>(d);
-  if (tiles > 0) BarrierArrive(&empty[(tiles - 1) % kStages]);
+  if (tiles > 0) BarrierArrive(&empty[(first + tiles - 1) % kStages]);
 }
 
 // A consumer warpgroup's accumulators (rows 64 half .. 64 half + 63 of the tile) into the fp32
@@ -179,10 +185,44 @@ __device__ __forceinline__ void StoreWgmmaAccumulators(const float* d, int half,
   }
 }
 
+// A consumer warpgroup's accumulators (rows block_m + 64 half .. + 63, columns from block_n)
+// straight into y through the op's epilogue, pair by pair as the fp32 tile's ending would: the
+// persistent grid's ending, which leaves the stages to the producer, already loading the block's
+// next tile.
+template <Epilogue kE, int kBN>
+__device__ __forceinline__ void StoreWgmmaPairs(const LinearParams& p, const float* d, int64_t block_m, int64_t block_n,
+                                                int half, int warp_in_wg, int lane) {
+  const int64_t row0 = block_m + 64 * half + 16 * warp_in_wg + lane / 4, col0 = block_n + 2 * (lane % 4);
+#pragma unroll
+  for (int j = 0; j < kBN / 8; ++j) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int64_t m = row0 + 8 * h, n = col0 + 8 * j;
+      if (m < p.m && n < p.n) StorePair<kE>(p, m, n, d[4 * j + 2 * h], d[4 * j + 2 * h + 1]);
+    }
+  }
+}
+
+// How a wgmma GEMM's blocks walk its output tiles (GroupedGemmTile's order, block i taking tiles
+// i, i + gridDim.x, ...). Persistent (`smem_ending` 0): a block a multiprocessor loops over its
+// tiles, the producer running on into the next tile's stages while the consumers store the last
+// one from their registers -- a grid of a block a tile paid each tile's start (launch, barriers,
+// the pipeline's first loads) and its ending through shared memory with the tensor cores idle,
+// about 8 us a tile by run 3's numbers against 22 of a 4096-deep k loop (bench/RESULTS.md). A
+// grid splitting K over a cluster (and AUTOGLM_GEMM_PERSISTENT=0) keeps a block a tile and the
+// ending through shared memory, where the cluster sums its partial tiles.
+struct WgTiles {
+  int64_t count;    // output tiles
+  int64_t n_tiles;  // column tiles
+  int64_t m_tiles;  // row tiles
+  int64_t m_group;  // GroupedGemmTile's group
+  int smem_ending;  // 1: one tile a block, ended through shared memory (StoreClusterTile)
+};
+
 template <Epilogue kE, int kBN>
 __global__ void __launch_bounds__(kWgThreads, 1)
     WgmmaGemmKernel(LinearParams p, const __grid_constant__ CUtensorMap a_map, const __grid_constant__ CUtensorMap w_map,
-                    int64_t k_per_rank, int64_t m_group) {
+                    int64_t k_per_rank, WgTiles walk) {
   using Tile = WgTile<kBN>;
   constexpr int kStages = Tile::kStages;
   extern __shared__ __align__(16) unsigned char wg_smem_raw[];
@@ -195,8 +235,6 @@ __global__ void __launch_bounds__(kWgThreads, 1)
   const cg::cluster_group cluster = cg::this_cluster();
   const int rank = static_cast<int>(cluster.block_rank());
   const int wg = threadIdx.x / 128, lane = threadIdx.x % 32, warp_in_wg = (threadIdx.x % 128) / 32;
-  const GemmTileAt at = GroupedGemmTile(blockIdx.x + int64_t{gridDim.x} * blockIdx.y, gridDim.x, gridDim.y, m_group);
-  const int64_t block_m = at.m * kWgBM, block_n = at.n * kBN;
   const int64_t k_begin = rank * k_per_rank, k_end = min(p.k, k_begin + k_per_rank);
   const int tiles = k_end > k_begin ? static_cast<int>((k_end - k_begin + kWgBK - 1) / kWgBK) : 0;
   if (threadIdx.x == 0) {
@@ -213,21 +251,38 @@ __global__ void __launch_bounds__(kWgThreads, 1)
   auto tile = reinterpret_cast<float (*)[Tile::kTileLd]>(smem);  // the output tile, over the stages at the end
   if (wg == 0) {
     if (threadIdx.x == 0) {
-      ProduceTiles<kStages, Tile::kBoxes, Tile::kWBoxRows>(reinterpret_cast<unsigned char*>(a_stages),
-                                                           reinterpret_cast<unsigned char*>(b_stages), Tile::kABytes,
-                                                           &a_map, &w_map, k_begin, kWgBK, tiles, block_m, block_n,
-                                                           full, empty);
+      int first = 0;
+      for (int64_t i = blockIdx.x; i < walk.count; i += gridDim.x, first += tiles) {
+        const GemmTileAt at = GroupedGemmTile(i, walk.n_tiles, walk.m_tiles, walk.m_group);
+        ProduceTiles<kStages, Tile::kBoxes, Tile::kWBoxRows>(reinterpret_cast<unsigned char*>(a_stages),
+                                                             reinterpret_cast<unsigned char*>(b_stages), Tile::kABytes,
+                                                             &a_map, &w_map, k_begin, kWgBK, tiles, at.m * kWgBM,
+                                                             at.n * kBN, full, empty, first);
+      }
     }
   } else {
-    float d[kBN / 2] = {};  // only in the consumers: live across another warpgroup's loop it would cost its registers
-    ConsumeTiles<kStages, kBN>(d, a_stages, b_stages, tiles, wg - 1, full, nullptr, empty);
-    // Both consumers past their last wgmma: every stage has been read, so the stages become the tile.
-    asm volatile("bar.sync 1, 256;\n" ::: "memory");
-    StoreWgmmaAccumulators<kBN>(d, wg - 1, warp_in_wg, lane, tile);
+    int first = 0;
+    for (int64_t i = blockIdx.x; i < walk.count; i += gridDim.x, first += tiles) {
+      // Only in the consumers: live across another warpgroup's loop it would cost its registers.
+      float d[kBN / 2] = {};
+      ConsumeTiles<kStages, kBN>(d, a_stages, b_stages, tiles, wg - 1, full, nullptr, empty, first);
+      if (!walk.smem_ending) {
+        const GemmTileAt at = GroupedGemmTile(i, walk.n_tiles, walk.m_tiles, walk.m_group);
+        StoreWgmmaPairs<kE, kBN>(p, d, at.m * kWgBM, at.n * kBN, wg - 1, warp_in_wg, lane);
+        continue;
+      }
+      // Both consumers past their last wgmma: every stage has been read, so the stages become the tile.
+      asm volatile("bar.sync 1, 256;\n" ::: "memory");
+      StoreWgmmaAccumulators<kBN>(d, wg - 1, warp_in_wg, lane, tile);
+    }
   }
-  __syncthreads();
-  StoreClusterTile<kE, kWgBM, kBN, kWgThreads>(p, cluster, &tile[0][0], Tile::kTileLd, block_m, block_n, p.n);
+  if (!walk.smem_ending) return;
+  __syncthreads();  // one tile a block: blockIdx.x's
+  const GemmTileAt at = GroupedGemmTile(blockIdx.x, walk.n_tiles, walk.m_tiles, walk.m_group);
+  StoreClusterTile<kE, kWgBM, kBN, kWgThreads>(p, cluster, &tile[0][0], Tile::kTileLd, at.m * kWgBM, at.n * kBN, p.n);
 }
+
+bool WgmmaPersistentEnabled();  // gemm_wgmma.cu: AUTOGLM_GEMM_PERSISTENT
 
 // Host side (gemm_wgmma.cu): whether the wgmma GEMM may take a launch (a Hopper device,
 // AUTOGLM_WGMMA not 0, 16-byte aligned operands, the driver's tensor-map encoder found), and the
@@ -244,13 +299,16 @@ cudaError_t LaunchWgmmaTilesOf(const LinearParams& p, const bf16* a, cudaStream_
   if (e == cudaSuccess) e = EncodeTileMap(p.w, p.n, p.k, &w_map, WgTile<kBN>::kWBoxRows);
   if (e == cudaSuccess) e = AllowLargeSharedMemory<WgmmaGemmKernel<kE, kBN>, kSmem>();
   if (e != cudaSuccess) return e;
-  const int sms = MultiprocessorCount();
-  const KSplit split = SplitWgmmaK(p.m, p.n, p.k, sms > 0 ? sms : 132, kBN);
-  const dim3 grid(static_cast<unsigned>((p.n + kBN - 1) / kBN), static_cast<unsigned>((p.m + kWgBM - 1) / kWgBM),
-                  static_cast<unsigned>(split.ranks));
+  const int sms = MultiprocessorCount() > 0 ? MultiprocessorCount() : 132;
+  const KSplit split = SplitWgmmaK(p.m, p.n, p.k, sms, kBN);
+  WgTiles walk{0, (p.n + kBN - 1) / kBN, (p.m + kWgBM - 1) / kWgBM, GemmTileGroup(), 1};
+  walk.count = walk.n_tiles * walk.m_tiles;
+  walk.smem_ending = split.ranks > 1 || !WgmmaPersistentEnabled();
+  const int64_t blocks = walk.smem_ending ? walk.count : std::min<int64_t>(walk.count, sms);  // one block a SM
+  if (blocks > 0x7fffffff) return cudaErrorInvalidValue;
+  const dim3 grid(static_cast<unsigned>(blocks), 1, static_cast<unsigned>(split.ranks));
   return LaunchKernelInCluster(WgmmaGemmKernel<kE, kBN>, grid, dim3(kWgThreads), kSmem, stream,
-                               dim3(1, 1, static_cast<unsigned>(split.ranks)), p, a_map, w_map, split.k_per_rank,
-                               GemmTileGroup());
+                               dim3(1, 1, static_cast<unsigned>(split.ranks)), p, a_map, w_map, split.k_per_rank, walk);
 }
 
 bool WgmmaWideEnabled();  // gemm_wgmma.cu: AUTOGLM_WGMMA_WIDE

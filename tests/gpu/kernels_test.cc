@@ -146,7 +146,7 @@ struct LinearCase {
 // kSkinny: LaunchSkinny (the staged kernel to 32 rows), kSkinnyRegisters: the register-fed skinny
 // kernel; kGemm: the wgmma GEMM on Hopper (LaunchGemm), kGemmMmaSync: the mma.sync one; kGemm192 and
 // kGemmWide: the wgmma GEMM's 192- and 256-wide tiles, whatever the shape would choose.
-enum class Path { kGemv, kSkinny, kSkinnyRegisters, kGemm, kGemmMmaSync, kGemm192, kGemmWide };
+enum class Path { kGemv, kSkinny, kSkinnyRegisters, kGemm, kGemmMmaSync, kGemm128, kGemm192, kGemmWide };
 
 void CheckLinear(const LinearCase& c, Path path) {
   SCOPED_TRACE(::testing::Message() << "m=" << c.m << " n=" << c.n << " k=" << c.k << " epilogue="
@@ -201,6 +201,8 @@ void CheckLinear(const LinearCase& c, Path path) {
         return cuda::LaunchGemm(p, nullptr);
       case Path::kGemmMmaSync:
         return cuda::LaunchGemmMmaSync(p, nullptr);
+      case Path::kGemm128:
+        return cuda::LaunchGemmTileColumns(p, 128, nullptr);
       case Path::kGemm192:
         return cuda::LaunchGemmTileColumns(p, 192, nullptr);
       case Path::kGemmWide:
@@ -340,6 +342,25 @@ TEST(GpuKernels, WgmmaGemmEdges) {
       CheckLinear({m, 520, k, cuda::Epilogue::kQkvRope, true}, path);
     }
   }
+}
+
+// The persistent wgmma GEMM (WgTiles): grids of more tiles than multiprocessors, so a block walks
+// two tiles with its ring of stages running on from one into the next -- 9 row tiles (one past a
+// group of GroupedGemmTile's 8) by 17 column tiles, 3 k-tiles each; and 2 by 67, 6 k-tiles each on
+// 5 stages (4 at 256 wide), so the ring wraps within a tile; the last column tile partial. Short K
+// keeps the grid unsplit (SplitWgmmaK wants 4 k-tiles a rank). Every tile width, the pair epilogues.
+TEST(GpuKernels, WgmmaGemmPersistentBlocks) {
+  SKIP_WITHOUT_GPU();
+  const std::pair<Path, int64_t> widths[] = {{Path::kGemm128, 128}, {Path::kGemm192, 192}, {Path::kGemmWide, 256}};
+  for (const auto& [path, width] : widths) {
+    // Column counts a multiple of 20 (kQkvRope: five heads of an even head_dim with an even rot).
+    const int64_t tall = 17 * width / 20 * 20, wide = 67 * width / 20 * 20;
+    CheckLinear({1100, tall, 136, cuda::Epilogue::kResidual, true}, path);
+    CheckLinear({200, wide, 328, cuda::Epilogue::kQkvRope, true}, path);
+    CheckLinear({200, wide, 328, cuda::Epilogue::kSiluMul, false}, path);
+  }
+  CheckLinear({200, 67 * 128 - 3, 328, cuda::Epilogue::kBias, false}, Path::kGemm128);
+  CheckLinear({1100, 17 * 128 - 5, 136, cuda::Epilogue::kNone, false}, Path::kGemm128);
 }
 
 // The skinny (swap-AB) kernel at every M it takes (the staged one: one, two, four and eight
