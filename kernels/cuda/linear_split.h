@@ -5,6 +5,7 @@
 #define AUTOGLM_KERNELS_CUDA_LINEAR_SPLIT_H_
 
 #include <cstdint>
+#include <initializer_list>
 
 #ifdef __CUDACC__
 #define AG_HOST_DEVICE __host__ __device__
