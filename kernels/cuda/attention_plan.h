@@ -76,7 +76,10 @@ inline bool FlashHeadDim(int64_t head_dim) {
   return head_dim == 16 || head_dim == 32 || head_dim == 64 || head_dim == 128;
 }
 
-inline int64_t FlashGridTiles(int64_t rows, int64_t sequences) { return rows / kFlashRows + sequences; }
+// `tile_rows`: the wgmma kernel's blocks take 128 rows (two warpgroups of 64 sharing K and V).
+inline int64_t FlashGridTiles(int64_t rows, int64_t sequences, int64_t tile_rows = kFlashRows) {
+  return rows / tile_rows + sequences;
+}
 
 inline bool UseFlashAttention(int64_t rows, int64_t sequences) {
   return sequences > 0 && rows >= kFlashMinRowsPerSequence * sequences;
@@ -85,25 +88,26 @@ inline bool UseFlashAttention(int64_t rows, int64_t sequences) {
 struct FlashTile {
   int seq = -1;        // -1: past the last tile
   int64_t first = 0;   // its first query row
-  int rows = 0;        // 1..kFlashRows
+  int rows = 0;        // 1..tile_rows
 };
 
 // Tile `index`: sequences in order (offsets [sequences + 1], non-decreasing), each sequence's tiles
 // from its last. Under the causal mask a sequence's last tile sees the most keys, so the grid's
 // first blocks are its longest and its last blocks the shortest: the final wave drains quickly
 // instead of waiting on a full-length block that started last (a 4096-token prompt: 64 tiles a
-// head, the longest 64 times the first's work).
-AG_HOST_DEVICE inline FlashTile FlashTileOf(const int32_t* offsets, int64_t sequences, int64_t index) {
+// head, the longest 64 times the first's work). Tiles of `tile_rows` rows (FlashGridTiles's).
+AG_HOST_DEVICE inline FlashTile FlashTileOf(const int32_t* offsets, int64_t sequences, int64_t index,
+                                            int64_t tile_rows = kFlashRows) {
   FlashTile tile;
   for (int64_t s = 0; s < sequences; ++s) {
     const int64_t n = offsets[s + 1] - offsets[s];
-    const int64_t tiles = n > 0 ? (n + kFlashRows - 1) / kFlashRows : 0;
+    const int64_t tiles = n > 0 ? (n + tile_rows - 1) / tile_rows : 0;
     if (index < tiles) {
       const int64_t j = tiles - 1 - index;  // the tile's place in its sequence
-      const int64_t left = n - j * kFlashRows;
+      const int64_t left = n - j * tile_rows;
       tile.seq = static_cast<int>(s);
-      tile.first = offsets[s] + j * kFlashRows;
-      tile.rows = static_cast<int>(left < kFlashRows ? left : kFlashRows);
+      tile.first = offsets[s] + j * tile_rows;
+      tile.rows = static_cast<int>(left < tile_rows ? left : tile_rows);
       return tile;
     }
     index -= tiles;

@@ -1,15 +1,18 @@
 // The vision program's attention on Hopper: flash attention within segments
 // of rows (non-causal, K and V beside Q), head_dim 128, on wgmma.
 //
-// Block: one warpgroup, 64 query rows of one segment and one head (the mma.sync
-// kernel's tiles: FlashTileOf), two blocks a multiprocessor. TMA brings Q once
-// and the segment's keys in 64-key tiles of K and V, each [64][128] bf16 tile as
-// two 64-wide boxes with the 128-byte swizzle, K and V in rings of two stages
-// with barriers of their own (K is wanted an iteration before V). Per tile:
+// Block: 128 query rows of one segment and one head (FlashTileOf's 128-row
+// tiles), one block a multiprocessor, nine warps: two consumer warpgroups of 64
+// rows each and a producer warp. The producer's one thread issues the TMA
+// loads: Q once, then the segment's keys in 64-key tiles of K and V, each
+// [64][128] bf16 tile as two 64-wide boxes with the 128-byte swizzle, into
+// rings of four stages, a barrier a stage for its bytes (full) and one for both
+// warpgroups being done with it (empty). Both warpgroups read every K and V
+// tile: a tile crosses from L2 once for 128 rows (with a block of 64 rows the
+// kernel asked ~6.6 TB/s of L2 at its measured 412 TFLOP/s, about what L2
+// serves). Per tile, each warpgroup:
 //   S = Q K^T   wgmma.m64n64k16 x 8, Q from registers (read once from its
-//   tile: wgmma then reads only K from shared memory, 2 KB a k16 step instead
-//   of 4 -- with both operands there, S's products alone asked for all of
-//   shared memory's 128 bytes a clock), K K-major in shared memory;
+//   tile: wgmma then reads only K from shared memory), K K-major;
 //   the online softmax on S's accumulators (a thread holds rows g and g + 8 of
 //   its warp's 16, as mma.sync's C fragment);
 //   O += P V    wgmma.m64n128k16 x 4 with P from registers (S's accumulators
@@ -17,9 +20,9 @@
 //   kernel) and V as an MN-major operand (imm-trans-b; mma_layout.h).
 // FA3's overlap within the warpgroup: the next tile's S = Q K^T is issued
 // before this tile's P V, and the next tile's softmax (masking, max, exps,
-// sums) runs while P V does; only O's rescaling waits for it. The other block
-// on the multiprocessor fills the rest (no warp-specialised producer: thread 0
-// issues the loads once a stage is free).
+// sums) runs while P V does; only O's rescaling waits for it. The two
+// warpgroups run free of each other (the rings let them drift three tiles
+// apart), so one's softmax fills the other's tensor-core time as well.
 //
 // LaunchFlashSegmentAttention takes it where it can (WgmmaFlashUsable);
 // AUTOGLM_WGMMA_FLASH=0 keeps the mma.sync kernel.
@@ -39,11 +42,15 @@ namespace ag::cuda {
 namespace {
 
 constexpr int kD = 128;
-constexpr int kThreads = 128;
+constexpr int kTileRows = 128;                  // a block's query rows: 64 a consumer warpgroup
+constexpr int kConsumerThreads = 256;           // two warpgroups
+constexpr int kThreads = kConsumerThreads + 128;  // and the producer warpgroup
+constexpr int kStages = 4;                      // K's and V's rings
 constexpr uint32_t kBoxBytes = 64 * 128;        // 64 rows x 64 bf16: one TMA box
 constexpr uint32_t kTileBytes = 2 * kBoxBytes;  // a [64][128] tile: d 0..63, then d 64..127
-constexpr size_t kSmemBytes = 1024 + 5 * size_t{kTileBytes} + 4 * sizeof(uint64_t);  // Q, two K and two V stages
-static_assert(kFlashRows == 64 && kFlashKeys == 64, "the tiles of FlashTileOf and of the mask");
+// Q's two tiles, the stages, then the barriers (Q's; full and empty for each stage of K and of V).
+constexpr size_t kSmemBytes = 1024 + (2 + 2 * kStages) * size_t{kTileBytes} + (1 + 4 * kStages) * sizeof(uint64_t);
+static_assert(kFlashKeys == 64, "the key tiles of the mask");
 
 struct WgParams {
   const int32_t* offsets;  // [segments + 1]
@@ -136,28 +143,34 @@ __device__ __forceinline__ void IssueScores(float* s, const unsigned (&qa)[kD / 
   for (int kk = 0; kk < kD / 16; ++kk) WgmmaQK(s, qa[kk], KMajorAt(k_tile, kk), kk > 0);
 }
 
-__global__ void __launch_bounds__(kThreads, 2)
+__global__ void __launch_bounds__(kThreads, 1)
     WgmmaFlashSegmentKernel(WgParams p, const __grid_constant__ CUtensorMap q_map,
                             const __grid_constant__ CUtensorMap k_map, const __grid_constant__ CUtensorMap v_map) {
   extern __shared__ __align__(16) unsigned char wf_smem_raw[];
   unsigned char* smem = wf_smem_raw + ((1024 - SmemAddress(wf_smem_raw) % 1024) % 1024);
-  unsigned char* qs = smem;                     // [64][128]
-  unsigned char* ks = qs + kTileBytes;          // [2][64][128]
-  unsigned char* vs = ks + 2 * kTileBytes;      // [2][64][128]
-  uint64_t* k_full = reinterpret_cast<uint64_t*>(vs + 2 * kTileBytes);  // [2]: K's stages (the first with Q)
-  uint64_t* v_full = k_full + 2;                                        // [2]: V's stages
+  unsigned char* qs = smem;                       // [2][64][128]: a tile a warpgroup
+  unsigned char* ks = qs + 2 * kTileBytes;        // [kStages][64][128]
+  unsigned char* vs = ks + kStages * kTileBytes;  // [kStages][64][128]
+  uint64_t* q_full = reinterpret_cast<uint64_t*>(vs + kStages * kTileBytes);
+  uint64_t* k_full = q_full + 1;  // [kStages] each
+  uint64_t* k_empty = k_full + kStages;
+  uint64_t* v_full = k_empty + kStages;
+  uint64_t* v_empty = v_full + kStages;
   __shared__ FlashTile shared_tile;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, t4 = lane % 4;
   if (threadIdx.x == 0) {
-    for (int i = 0; i < 2; ++i) {  // the expect-bytes arrival of thread 0
+    BarrierInit(q_full, 1);  // the producer's expect-bytes arrival
+    for (int i = 0; i < kStages; ++i) {
       BarrierInit(&k_full[i], 1);
       BarrierInit(&v_full[i], 1);
+      BarrierInit(&k_empty[i], kConsumerThreads);  // every consumer thread, once its wgmma have read the stage
+      BarrierInit(&v_empty[i], kConsumerThreads);
     }
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
   }
   AllowNextKernel();
   WaitForPreviousKernel();  // Q, K, V and the offsets are earlier kernels' outputs
-  if (threadIdx.x == 0) shared_tile = FlashTileOf(p.offsets, p.segments, blockIdx.x);
+  if (threadIdx.x == 0) shared_tile = FlashTileOf(p.offsets, p.segments, blockIdx.x, kTileRows);
   __syncthreads();
   const FlashTile tile = shared_tile;
   if (tile.seq < 0) return;  // past the last tile: the whole block leaves
@@ -165,43 +178,50 @@ __global__ void __launch_bounds__(kThreads, 2)
   const int h = blockIdx.y, col = h * kD;
   const int64_t seg_first = p.offsets[tile.seq], keys = p.offsets[tile.seq + 1] - seg_first;
   const int64_t tiles = (keys + kFlashKeys - 1) / kFlashKeys;  // >= 1: the tile has rows
-  // Tile j of the segment's keys: K in K-stage j % 2, V in V-stage j % 2, each barrier's phase (j / 2) % 2.
-  // Whole boxes: rows past the matrix arrive as zeros (and are masked).
-  auto load_k = [&](int64_t j) {
-    BarrierExpectBytes(&k_full[j % 2], kTileBytes);
-    LoadTile(ks + (j % 2) * kTileBytes, &k_map, col, seg_first + j * kFlashKeys, &k_full[j % 2]);
-  };
-  auto load_v = [&](int64_t j) {
-    BarrierExpectBytes(&v_full[j % 2], kTileBytes);
-    LoadTile(vs + (j % 2) * kTileBytes, &v_map, col, seg_first + j * kFlashKeys, &v_full[j % 2]);
-  };
-  if (threadIdx.x == 0) {
-    BarrierExpectBytes(&k_full[0], 2 * kTileBytes);  // Q joins tile 0's K (one arrival a phase)
-    LoadTile(qs, &q_map, col, tile.first, &k_full[0]);
-    LoadTile(ks, &k_map, col, seg_first, &k_full[0]);
-    load_v(0);
-    if (tiles > 1) {
-      load_k(1);
-      load_v(1);
+  if (threadIdx.x >= kConsumerThreads) {  // the producer warpgroup: one thread's loads
+    // Registers to the consumers: ptxas gives a 384-thread block 168 a thread, and a consumer's O,
+    // S, P and Q fragments alone are 144 (40 + 2 x 232 of 128 threads fit the 64 K).
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n" ::: "memory");
+    if (threadIdx.x != kConsumerThreads) return;
+    // Whole boxes: rows past the matrix arrive as zeros (and are masked, or not stored).
+    BarrierExpectBytes(q_full, 2 * kTileBytes);
+    LoadTile(qs, &q_map, col, tile.first, q_full);
+    LoadTile(qs + kTileBytes, &q_map, col, tile.first + 64, q_full);
+    for (int64_t j = 0; j < tiles; ++j) {  // tile j into stage j % kStages once both warpgroups freed it
+      const int st = static_cast<int>(j % kStages);
+      const unsigned freed = static_cast<unsigned>((j / kStages - 1) & 1);
+      const int64_t key0 = seg_first + j * kFlashKeys;
+      if (j >= kStages) BarrierWait(&k_empty[st], freed);
+      BarrierExpectBytes(&k_full[st], kTileBytes);
+      LoadTile(ks + st * kTileBytes, &k_map, col, key0, &k_full[st]);
+      if (j >= kStages) BarrierWait(&v_empty[st], freed);
+      BarrierExpectBytes(&v_full[st], kTileBytes);
+      LoadTile(vs + st * kTileBytes, &v_map, col, key0, &v_full[st]);
     }
+    return;
   }
 
-  // Q's fragments and tile 0's scores, turned into probabilities (O is still zero: no correction).
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n" ::: "memory");
+  // A consumer warpgroup: rows 64 wg .. 64 wg + 63 of the tile. Tile j's stage is j % kStages, its
+  // barriers' phase (j / kStages) % 2.
+  const int wg = threadIdx.x / 128, warp_in_wg = warp % 4;
+  auto phase = [](int64_t j) { return static_cast<unsigned>((j / kStages) & 1); };
   unsigned qa[kD / 16][4];
-  BarrierWait(&k_full[0], 0);
-  LoadQFragments(qs, warp, lane, qa);
+  BarrierWait(q_full, 0);
+  LoadQFragments(qs + wg * kTileBytes, warp_in_wg, lane, qa);
   float o[64] = {};  // O: rows g, g + 8 of the warp's 16; d = 8j + 2 t4 + {0, 1} at o[4j + 2 half + {0, 1}]
   float s[32];       // S the same way over the tile's 64 keys
+  BarrierWait(&k_full[0], 0);
   WgmmaFence();
   IssueScores(s, qa, ks);
   WgmmaCommit();
   WgmmaWaitAll();
   FenceRegisters<32>(s);
+  BarrierArrive(&k_empty[0]);
+  // Tile 0's probabilities (O is still zero: no correction).
   float row_max[2] = {-INFINITY, -INFINITY}, row_sum[2] = {0.0f, 0.0f}, correction[2];
   const int64_t last_key[2] = {keys - 1, keys - 1};
   SoftmaxScores<kFlashKeys / 8>(s, row_max, row_sum, correction, 0, last_key, keys, p.scale_log2, t4);
-  __syncthreads();  // every warp has read tile 0's K
-  if (threadIdx.x == 0 && tiles > 2) load_k(2);
 
   // Every tile but the last: P of tile kt taken from s (bf16 A fragments), tile kt + 1's S issued
   // into s first (groups finish in order) and P V after it; tile kt + 1's softmax runs while P V does.
@@ -209,37 +229,38 @@ __global__ void __launch_bounds__(kThreads, 2)
   // retires (it then serialises every wgmma: C7514).
   unsigned pa[kFlashKeys / 16][4];
   for (int64_t kt = 0; kt + 1 < tiles; ++kt) {
+    const int next_stage = static_cast<int>((kt + 1) % kStages), stage = static_cast<int>(kt % kStages);
     ProbabilityFragments(s, pa);
-    BarrierWait(&k_full[(kt + 1) % 2], static_cast<unsigned>(((kt + 1) / 2) & 1));
-    BarrierWait(&v_full[kt % 2], static_cast<unsigned>((kt / 2) & 1));
+    BarrierWait(&k_full[next_stage], phase(kt + 1));
+    BarrierWait(&v_full[stage], phase(kt));
     WgmmaFence();
-    IssueScores(s, qa, ks + ((kt + 1) % 2) * kTileBytes);
+    IssueScores(s, qa, ks + next_stage * kTileBytes);
     WgmmaCommit();
-    IssueOutput(o, pa, vs + (kt % 2) * kTileBytes);
+    IssueOutput(o, pa, vs + stage * kTileBytes);
     WgmmaCommit();
     WgmmaWait<1>();  // tile kt + 1's S is done; P V may still run
     FenceRegisters<32>(s);
-    __syncthreads();  // every warp has read tile kt + 1's K: its stage takes tile kt + 3
-    if (threadIdx.x == 0 && kt + 3 < tiles) load_k(kt + 3);
+    BarrierArrive(&k_empty[next_stage]);
     SoftmaxScores<kFlashKeys / 8>(s, row_max, row_sum, correction, (kt + 1) * kFlashKeys, last_key, keys,
                                   p.scale_log2, t4);
     WgmmaWaitAll();
     FenceRegisters<64>(o);
+    BarrierArrive(&v_empty[stage]);
     RescaleOutput<kD / 8>(o, correction);
-    __syncthreads();  // every warp has read tile kt's V: its stage takes tile kt + 2
-    if (threadIdx.x == 0 && kt + 2 < tiles) load_v(kt + 2);
   }
   const int64_t last = tiles - 1;
   ProbabilityFragments(s, pa);
-  BarrierWait(&v_full[last % 2], static_cast<unsigned>((last / 2) & 1));
+  BarrierWait(&v_full[last % kStages], phase(last));
   WgmmaFence();
-  IssueOutput(o, pa, vs + (last % 2) * kTileBytes);
+  IssueOutput(o, pa, vs + (last % kStages) * kTileBytes);
   WgmmaCommit();
   WgmmaWaitAll();
   FenceRegisters<64>(o);
 
-  const int64_t q_stride = static_cast<int64_t>(p.heads) * kD;
-  StoreFlashRows<kD / 8>(o, row_sum, 16 * warp, tile.rows, lane / 4, t4, p.out + tile.first * q_stride + col, q_stride);
+  if (tile.rows <= 64 * wg) return;  // a segment's last tile of 64 rows or fewer: the second warpgroup's are past it
+  const int64_t q_stride = static_cast<int64_t>(p.heads) * kD, first = tile.first + 64 * wg;
+  StoreFlashRows<kD / 8>(o, row_sum, 16 * warp_in_wg, tile.rows - 64 * wg, lane / 4, t4,
+                         p.out + first * q_stride + col, q_stride);
 }
 
 }  // namespace
@@ -249,7 +270,7 @@ cudaError_t LaunchWgmmaFlashSegment(const bf16* q, const bf16* k, const bf16* v,
                                     cudaStream_t stream, int64_t in_stride) {
   if (!WgmmaFlashUsable(q, k, v, rows, heads, head_dim)) return cudaErrorNotSupported;
   if (rows == 0) return cudaSuccess;
-  const int64_t blocks = FlashGridTiles(rows, segments);
+  const int64_t blocks = FlashGridTiles(rows, segments, kTileRows);
   if (blocks > 0x7fffffff || heads > kMaxGridYZ || rows > 0x7fffffff) return cudaErrorInvalidValue;
   CUtensorMap q_map, k_map, v_map;
   // Within rows in_stride apart (q, k and v as the columns of one packed matrix, or each its own).

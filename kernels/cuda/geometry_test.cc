@@ -718,37 +718,41 @@ TEST(AttentionPlan, RowChunksCoverEveryRowWithinTheGridLimit) {
 
 // Flash attention's grid depends on the row and sequence counts only; its blocks find the tiles
 // of every sequence (empty ones too) and leave past the last one.
+// Both tilings: the mma.sync kernel's 64 rows and the wgmma kernel's 128.
 TEST(AttentionPlan, FlashTilesCoverEveryRowOnce) {
   const std::vector<std::vector<int32_t>> cases = {
       {0, 1}, {0, 64}, {0, 65}, {0, 512}, {0, 5, 5, 200, 201, 263}, {0, 0, 0, 1000}, {0, 63, 127, 191, 13416}};
-  for (const std::vector<int32_t>& offsets : cases) {
-    const int64_t seqs = static_cast<int64_t>(offsets.size()) - 1, rows = offsets.back();
-    std::vector<int> covered(rows, 0);
-    int64_t used = 0;
-    for (int64_t block = 0; block < FlashGridTiles(rows, seqs); ++block) {
-      const FlashTile t = FlashTileOf(offsets.data(), seqs, block);
-      if (t.seq < 0) continue;
-      ++used;
-      EXPECT_GE(t.rows, 1);
-      EXPECT_LE(t.rows, kFlashRows);
-      EXPECT_GE(t.first, offsets[t.seq]);
-      EXPECT_LE(t.first + t.rows, offsets[t.seq + 1]);
-      for (int r = 0; r < t.rows; ++r) ++covered[t.first + r];
-    }
-    for (int64_t r = 0; r < rows; ++r) EXPECT_EQ(covered[r], 1) << "row " << r;
-    int64_t want = 0;
-    for (int64_t s = 0; s < seqs; ++s) want += (offsets[s + 1] - offsets[s] + kFlashRows - 1) / kFlashRows;
-    EXPECT_EQ(used, want);
-    EXPECT_EQ(FlashTileOf(offsets.data(), seqs, FlashGridTiles(rows, seqs)).seq, -1);
-    // Longest first: a sequence's first block takes its last rows, and its first rows come last.
-    int64_t block = 0;
-    for (int64_t s = 0; s < seqs; ++s) {
-      const int64_t n = offsets[s + 1] - offsets[s], tiles = (n + kFlashRows - 1) / kFlashRows;
-      if (tiles == 0) continue;
-      EXPECT_EQ(FlashTileOf(offsets.data(), seqs, block).first + FlashTileOf(offsets.data(), seqs, block).rows,
-                offsets[s + 1]);
-      EXPECT_EQ(FlashTileOf(offsets.data(), seqs, block + tiles - 1).first, offsets[s]);
-      block += tiles;
+  for (int64_t tile_rows : {int64_t{kFlashRows}, int64_t{128}}) {
+    for (const std::vector<int32_t>& offsets : cases) {
+      SCOPED_TRACE(::testing::Message() << tile_rows << "-row tiles over " << offsets.back() << " rows");
+      const int64_t seqs = static_cast<int64_t>(offsets.size()) - 1, rows = offsets.back();
+      std::vector<int> covered(rows, 0);
+      int64_t used = 0;
+      for (int64_t block = 0; block < FlashGridTiles(rows, seqs, tile_rows); ++block) {
+        const FlashTile t = FlashTileOf(offsets.data(), seqs, block, tile_rows);
+        if (t.seq < 0) continue;
+        ++used;
+        EXPECT_GE(t.rows, 1);
+        EXPECT_LE(t.rows, tile_rows);
+        EXPECT_GE(t.first, offsets[t.seq]);
+        EXPECT_LE(t.first + t.rows, offsets[t.seq + 1]);
+        for (int r = 0; r < t.rows; ++r) ++covered[t.first + r];
+      }
+      for (int64_t r = 0; r < rows; ++r) EXPECT_EQ(covered[r], 1) << "row " << r;
+      int64_t want = 0;
+      for (int64_t s = 0; s < seqs; ++s) want += (offsets[s + 1] - offsets[s] + tile_rows - 1) / tile_rows;
+      EXPECT_EQ(used, want);
+      EXPECT_EQ(FlashTileOf(offsets.data(), seqs, FlashGridTiles(rows, seqs, tile_rows), tile_rows).seq, -1);
+      // Longest first: a sequence's first block takes its last rows, and its first rows come last.
+      int64_t block = 0;
+      for (int64_t s = 0; s < seqs; ++s) {
+        const int64_t n = offsets[s + 1] - offsets[s], tiles = (n + tile_rows - 1) / tile_rows;
+        if (tiles == 0) continue;
+        const FlashTile first = FlashTileOf(offsets.data(), seqs, block, tile_rows);
+        EXPECT_EQ(first.first + first.rows, offsets[s + 1]);
+        EXPECT_EQ(FlashTileOf(offsets.data(), seqs, block + tiles - 1, tile_rows).first, offsets[s]);
+        block += tiles;
+      }
     }
   }
 }

@@ -112,13 +112,15 @@ TEST(GpuVision, FlashSegmentAttention) {
   }
 }
 
-// The wgmma flash kernel itself (on Hopper; LaunchSegmentAttention takes it there): a segment of
-// 1,000 rows (16 key tiles: both stages refilled, the barriers' phases turning), one of a single
-// row, a short one, three heads.
+// The wgmma flash kernel itself (on Hopper; LaunchSegmentAttention takes it there), in 128-row
+// blocks of two warpgroups: a segment of 1,000 rows (16 key tiles: the rings of four stages refilled
+// four times, the barriers' phases turning; its last block 104 rows, the second warpgroup's 40), one
+// of a single row, of 129 (a block of one row), 170, 64 (the second warpgroup stores nothing) and
+// 65; three heads.
 TEST(GpuVision, WgmmaFlashSegmentAttention) {
   SKIP_WITHOUT_GPU();
-  const std::vector<int32_t> offsets = {0, 1000, 1001, 1130, 1300};
-  const int64_t rows = offsets.back(), segments = 4, heads = 3, head_dim = 128, width = heads * head_dim;
+  const std::vector<int32_t> offsets = {0, 1000, 1001, 1130, 1300, 1364, 1429};
+  const int64_t rows = offsets.back(), segments = 6, heads = 3, head_dim = 128, width = heads * head_dim;
   const std::vector<float> q = RandomBf16(rows * width, 31), k = RandomBf16(rows * width, 32),
                            v = RandomBf16(rows * width, 33);
   Bf16Array dq(q), dk(k), dv(v), out(rows * width);

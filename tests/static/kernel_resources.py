@@ -51,8 +51,9 @@ KERNELS = [
     # prefill attention on tensor cores: Q, then two stages of K and V, (64 + 4 x 64) x (128 + 8) bf16
     (r"FlashKernel<128,", 128, 87040, 2),
     (r"FlashKernel<64,", 128, 46080, 2),
-    # the vision program's attention on wgmma: Q, two stages of K and V, [64][128] bf16 each (5 x 16 KB)
-    (r"WgmmaFlashSegmentKernel", 128, 1024 + 5 * 16384 + 32, 2),
+    # the vision program's attention on wgmma: two consumer warpgroups and a producer one (setmaxnreg:
+    # 168 registers a thread at launch); Q's two tiles and four stages of K and of V, [64][128] bf16 each
+    (r"WgmmaFlashSegmentKernel", 384, 1024 + 10 * 16384 + 136, 1),
     (r"CombineKernel\(", 128, 0, 8),
     (r"RmsNormKernel<", 256, 4 * 4096, 4),
     (r"ArgmaxKernel\(", 1024, 0, 1),
