@@ -20,6 +20,11 @@ namespace ag::cuda {
 // kGemmTileGroup, or 1 (the old order) with AUTOGLM_GEMM_GROUPED=0. Defined in gemm_wgmma.cu.
 int64_t GemmTileGroup();
 
+// This block's output tile of a grid of (column tiles, row tiles[, K ranks]), in GroupedGemmTile's order.
+__device__ __forceinline__ GemmTileAt GroupedTileOfBlock(int64_t m_group) {
+  return GroupedGemmTile(blockIdx.x + int64_t{gridDim.x} * blockIdx.y, gridDim.x, gridDim.y, m_group);
+}
+
 // Sum of squares of x rows -> 1 / rms, for the norm prologue.
 __device__ __forceinline__ float RowInvRms(const bf16* x, int64_t k, float eps, float* scratch) {
   float sum = 0.0f;
@@ -226,7 +231,7 @@ __global__ void __launch_bounds__(kGemmThreads, 2)
   const int rank = static_cast<int>(cluster.block_rank());
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   const int warp_m = (warp / 4) * 64, warp_n = (warp % 4) * 32;
-  const GemmTileAt at = GroupedGemmTile(blockIdx.x + int64_t{gridDim.x} * blockIdx.y, gridDim.x, gridDim.y, m_group);
+  const GemmTileAt at = GroupedTileOfBlock(m_group);
   const int64_t block_m = at.m * kBM, block_n = at.n * kBN;
   const int64_t k_begin = rank * k_per_rank, k_end = min(p.k, k_begin + k_per_rank);
   AllowNextKernel();

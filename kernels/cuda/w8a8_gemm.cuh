@@ -171,7 +171,7 @@ __global__ void __launch_bounds__(kW8Threads, 1)
   const cg::cluster_group cluster = cg::this_cluster();
   const int rank = static_cast<int>(cluster.block_rank());
   const int wg = threadIdx.x / 128, lane = threadIdx.x % 32, warp_in_wg = (threadIdx.x % 128) / 32;
-  const GemmTileAt at = GroupedGemmTile(blockIdx.x + int64_t{gridDim.x} * blockIdx.y, gridDim.x, gridDim.y, m_group);
+  const GemmTileAt at = GroupedTileOfBlock(m_group);
   const int64_t block_m = at.m * kW8BM, tile_n = at.n * kW8BN;
   const int64_t k_begin = rank * k_per_rank, k_end = min(p.k, k_begin + k_per_rank);
   const int tiles = k_end > k_begin ? static_cast<int>((k_end - k_begin + kW8BK - 1) / kW8BK) : 0;
