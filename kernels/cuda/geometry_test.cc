@@ -644,8 +644,8 @@ TEST(LinearSplit, GroupedTilesCoverTheGridAndShareW) {
         for (int64_t i = 0; i < m_tiles * n_tiles; ++i) ASSERT_EQ(seen[i], 1) << "tile " << i << ", group " << group;
         if (group > 1 && m_tiles >= group) {  // down the group's rows first, then the next column
           EXPECT_EQ(GroupedGemmTile(1, n_tiles, m_tiles, group).m, 1);
-          const GemmTileAt next = GroupedGemmTile(group, n_tiles, m_tiles, group);
-          if (n_tiles > 1) {
+          if (n_tiles > 1) {  // block `group` is past a one-column grid of `group` row tiles
+            const GemmTileAt next = GroupedGemmTile(group, n_tiles, m_tiles, group);
             EXPECT_TRUE(next.m == 0 && next.n == 1) << next.m << ", " << next.n;
           }
         }
