@@ -2,9 +2,10 @@
 // of rows (non-causal, K and V beside Q), head_dim 128, on wgmma.
 //
 // Block: 128 query rows of one segment and one head (FlashTileOf's 128-row
-// tiles), one block a multiprocessor, nine warps: two consumer warpgroups of 64
-// rows each and a producer warp. The producer's one thread issues the TMA
-// loads: Q once, then the segment's keys in 64-key tiles of K and V, each
+// tiles), one block a multiprocessor, three warpgroups: two consumers of 64
+// rows each and a producer (setmaxnreg moves its registers to the consumers),
+// whose one thread issues the TMA loads: Q once, then the segment's keys in
+// 64-key tiles of K and V, each
 // [64][128] bf16 tile as two 64-wide boxes with the 128-byte swizzle, into
 // rings of four stages, a barrier a stage for its bytes (full) and one for both
 // warpgroups being done with it (empty). Both warpgroups read every K and V

@@ -212,11 +212,10 @@ __device__ __forceinline__ void StoreWgmmaPairs(const LinearParams& p, const flo
 // grid splitting K over a cluster (and AUTOGLM_GEMM_PERSISTENT=0) keeps a block a tile and the
 // ending through shared memory, where the cluster sums its partial tiles.
 struct WgTiles {
-  int64_t count;    // output tiles
   int64_t n_tiles;  // column tiles
   int64_t m_tiles;  // row tiles
   int64_t m_group;  // GroupedGemmTile's group
-  int smem_ending;  // 1: one tile a block, ended through shared memory (StoreClusterTile)
+  bool smem_ending;  // one tile a block, ended through shared memory (StoreClusterTile)
 };
 
 template <Epilogue kE, int kBN>
@@ -237,6 +236,7 @@ __global__ void __launch_bounds__(kWgThreads, 1)
   const int wg = threadIdx.x / 128, lane = threadIdx.x % 32, warp_in_wg = (threadIdx.x % 128) / 32;
   const int64_t k_begin = rank * k_per_rank, k_end = min(p.k, k_begin + k_per_rank);
   const int tiles = k_end > k_begin ? static_cast<int>((k_end - k_begin + kWgBK - 1) / kWgBK) : 0;
+  const int64_t count = walk.n_tiles * walk.m_tiles;  // output tiles
   if (threadIdx.x == 0) {
     for (int s = 0; s < kStages; ++s) {
       BarrierInit(&full[s], 1);         // the producer's expect-bytes arrival
@@ -252,7 +252,7 @@ __global__ void __launch_bounds__(kWgThreads, 1)
   if (wg == 0) {
     if (threadIdx.x == 0) {
       int first = 0;
-      for (int64_t i = blockIdx.x; i < walk.count; i += gridDim.x, first += tiles) {
+      for (int64_t i = blockIdx.x; i < count; i += gridDim.x, first += tiles) {
         const GemmTileAt at = GroupedGemmTile(i, walk.n_tiles, walk.m_tiles, walk.m_group);
         ProduceTiles<kStages, Tile::kBoxes, Tile::kWBoxRows>(reinterpret_cast<unsigned char*>(a_stages),
                                                              reinterpret_cast<unsigned char*>(b_stages), Tile::kABytes,
@@ -262,7 +262,7 @@ __global__ void __launch_bounds__(kWgThreads, 1)
     }
   } else {
     int first = 0;
-    for (int64_t i = blockIdx.x; i < walk.count; i += gridDim.x, first += tiles) {
+    for (int64_t i = blockIdx.x; i < count; i += gridDim.x, first += tiles) {
       // Only in the consumers: live across another warpgroup's loop it would cost its registers.
       float d[kBN / 2] = {};
       ConsumeTiles<kStages, kBN>(d, a_stages, b_stages, tiles, wg - 1, full, nullptr, empty, first);
@@ -299,12 +299,12 @@ cudaError_t LaunchWgmmaTilesOf(const LinearParams& p, const bf16* a, cudaStream_
   if (e == cudaSuccess) e = EncodeTileMap(p.w, p.n, p.k, &w_map, WgTile<kBN>::kWBoxRows);
   if (e == cudaSuccess) e = AllowLargeSharedMemory<WgmmaGemmKernel<kE, kBN>, kSmem>();
   if (e != cudaSuccess) return e;
-  const int sms = MultiprocessorCount() > 0 ? MultiprocessorCount() : 132;
+  const int counted = MultiprocessorCount(), sms = counted > 0 ? counted : 132;
   const KSplit split = SplitWgmmaK(p.m, p.n, p.k, sms, kBN);
-  WgTiles walk{0, (p.n + kBN - 1) / kBN, (p.m + kWgBM - 1) / kWgBM, GemmTileGroup(), 1};
-  walk.count = walk.n_tiles * walk.m_tiles;
-  walk.smem_ending = split.ranks > 1 || !WgmmaPersistentEnabled();
-  const int64_t blocks = walk.smem_ending ? walk.count : std::min<int64_t>(walk.count, sms);  // one block a SM
+  const WgTiles walk{(p.n + kBN - 1) / kBN, (p.m + kWgBM - 1) / kWgBM, GemmTileGroup(),
+                     split.ranks > 1 || !WgmmaPersistentEnabled()};
+  const int64_t tiles = walk.n_tiles * walk.m_tiles;
+  const int64_t blocks = walk.smem_ending ? tiles : std::min<int64_t>(tiles, sms);  // one block a SM
   if (blocks > 0x7fffffff) return cudaErrorInvalidValue;
   const dim3 grid(static_cast<unsigned>(blocks), 1, static_cast<unsigned>(split.ranks));
   return LaunchKernelInCluster(WgmmaGemmKernel<kE, kBN>, grid, dim3(kWgThreads), kSmem, stream,

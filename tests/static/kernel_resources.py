@@ -86,8 +86,7 @@ def short_name(name):
     return name
 
 
-def parse(path):
-    text = open(path).read()
+def parse(text):
     entries = []
     for block in re.split(r"ptxas info\s+: Compiling entry function ", text)[1:]:
         name = re.match(r"'(\S+)'", block).group(1)
@@ -99,9 +98,9 @@ def parse(path):
     return entries
 
 
-def performance_losses(path):
+def performance_losses(text):
     """(mangled kernel, what ptxas says) for each 'Potential Performance Loss' advisory."""
-    text = re.sub(r"\s+", " ", open(path).read())
+    text = re.sub(r"\s+", " ", text)
     return [(m.group(2), m.group(1).strip()) for m in
             re.finditer(r"Potential Performance Loss: (.*?) in the function '(\S+)'", text)]
 
@@ -115,7 +114,8 @@ def blocks_per_sm(regs, threads, smem):
 
 
 def main(reports):
-    entries = [e for r in reports for e in parse(r)]
+    texts = [open(r).read() for r in reports]
+    entries = [e for t in texts for e in parse(t)]
     if not entries:
         print("no kernels in the ptxas reports")
         return 1
@@ -134,7 +134,7 @@ def main(reports):
                 failures.append(f"{short} spills {spill} bytes")
         if blocks < stated:
             failures.append(f"{short}: {blocks} blocks per SM, below the stated {stated}")
-    losses = [loss for r in reports for loss in performance_losses(r)]
+    losses = [loss for t in texts for loss in performance_losses(t)]
     for (_, what), name in zip(losses, demangle([l[0] for l in losses])):
         failures.append(f"{short_name(name)}: ptxas: {what}")
     for known, limit in KNOWN_SPILLS.items():
