@@ -164,7 +164,8 @@ void LinearBench(benchmark::State& state, LinearMode mode) {
   p.scratch = scratch;
   if (s.epilogue == ag::cuda::Epilogue::kQkvRope) {
     p.bias = bias;
-    p.qkv = {{pos, m}, slots, {kc, vc, 16, 2, 128}, 32, 2, 128, 64, 10000.0f};
+    p.qkv = {{pos, m}, slots, {kc, vc, 16, 2, 128}, 32, 2, 128,
+             ag::cuda::RopeFrequencies::Of(64, 10000.0f)};
   }
   TimeLaunches(
       state,

@@ -294,8 +294,7 @@ absl::Status NormQkvRopeKvWrite(const A& a) {
   r.heads = static_cast<int>(a.Int("heads"));
   r.kv_heads = static_cast<int>(a.Int("kv_heads"));
   r.head_dim = static_cast<int>(a.Int("head_dim"));
-  r.rot = static_cast<int>(a.Int("rot"));
-  r.theta = a.Float("theta");
+  r.rope = cuda::RopeFrequencies::Of(static_cast<int>(a.Int("rot")), a.Float("theta"));
   if (a.kv.code == cuda::KvCode::kBF16) return RunLinear(a, p);
   // An 8-bit cache: the epilogue leaves K and V in fp32, then each head's row is quantized with its scale.
   r.kv_staging = a.kv_staging;

@@ -49,7 +49,7 @@ __global__ void GatherKernel(const bf16* x, const int32_t* rows, int64_t num_row
 
 // One thread per channel pair of the rotated part; the rest is copied when not in place.
 __global__ void RotaryKernel(const bf16* x, RopePositions positions, int64_t tokens, int64_t heads, int64_t head_dim,
-                             int64_t rot, float theta, bf16* out) {
+                             RopeFrequencies freqs, bf16* out) {
   AllowNextKernel();
   WaitForPreviousKernel();
   const int64_t pairs = head_dim / 2;
@@ -58,9 +58,8 @@ __global__ void RotaryKernel(const bf16* x, RopePositions positions, int64_t tok
     const int64_t t = i / (heads * pairs), p = i % pairs;
     const int64_t base = i / pairs * head_dim + 2 * p;  // (t, h) row offset + channel 2p
     float x0 = __bfloat162float(x[base]), x1 = __bfloat162float(x[base + 1]);
-    if (2 * p < rot) {
-      RotatePair(x0, x1, static_cast<int>(p), static_cast<int>(rot), RopePosition(positions, t, static_cast<int>(p)),
-                 theta);
+    if (2 * p < freqs.rot) {
+      RotatePair(x0, x1, InvFreqOf(freqs, static_cast<int>(p)), RopePosition(positions, t, static_cast<int>(p)));
     }
     out[base] = __float2bfloat16(x0);
     out[base + 1] = __float2bfloat16(x1);
@@ -115,7 +114,7 @@ cudaError_t LaunchRotary(const bf16* x, const RopePositions& positions, int64_t 
   if (tokens == 0) return cudaSuccess;
   if (head_dim % 2 != 0 || rot % 2 != 0 || rot > head_dim) return cudaErrorInvalidValue;
   return LaunchKernel(RotaryKernel, dim3(GridFor(tokens * heads * head_dim / 2)), dim3(kThreads), 0, stream, x, positions,
-                      tokens, heads, head_dim, rot, theta, out);
+                      tokens, heads, head_dim, RopeFrequencies::Of(static_cast<int>(rot), theta), out);
 }
 
 cudaError_t LaunchKvCacheWrite(const bf16* k, const bf16* v, const int32_t* slots, int64_t tokens,

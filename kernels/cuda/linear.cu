@@ -21,13 +21,7 @@ cudaError_t Dispatch(const LinearParams& p, cudaStream_t stream, LinearPath path
   if (p.k % 8 != 0) return cudaErrorInvalidValue;
   const bool pairs = p.epilogue == Epilogue::kSiluMul || p.epilogue == Epilogue::kQkvRope;
   if (pairs && p.n % 2 != 0) return cudaErrorInvalidValue;
-  if (p.epilogue == Epilogue::kQkvRope) {
-    const QkvRope& r = p.qkv;
-    if (r.head_dim % 2 != 0 || r.rot % 2 != 0 || r.rot > r.head_dim ||
-        p.n != static_cast<int64_t>(r.heads + 2 * r.kv_heads) * r.head_dim) {
-      return cudaErrorInvalidValue;
-    }
-  }
+  if (p.epilogue == Epilogue::kQkvRope && !QkvRopeValid(p)) return cudaErrorInvalidValue;
   switch (p.epilogue) {
     case Epilogue::kNone:
       return LaunchLinearFor<Epilogue::kNone>(p, stream, path);

@@ -40,8 +40,8 @@ struct QkvRope {
   RopePositions positions;             // [m], or [3, m] for M-RoPE
   const int32_t* slots = nullptr;      // [m], < 0: do not write the cache
   PagedKv cache;
-  int heads = 0, kv_heads = 0, head_dim = 0, rot = 0;
-  float theta = 10000.0f;
+  int heads = 0, kv_heads = 0, head_dim = 0;
+  RopeFrequencies rope;  // RopeFrequencies::Of(rot, theta)
   // An 8-bit cache: k and v go here in fp32 ([m, 2 kv_heads head_dim], k then v), and the caller
   // quantizes them into the cache (LaunchKvQuantize), since a head's scale needs its whole row.
   float* kv_staging = nullptr;
@@ -60,6 +60,14 @@ struct LinearParams {
   QkvRope qkv;
   __nv_bfloat16* scratch = nullptr;  // [m, k]: the normalised x on the tensor-core paths (m > 1)
 };
+
+// The kQkvRope shape every linear path requires: whole even heads, an even rot within them, and
+// columns that fit the epilogue's 32-bit channel math.
+inline bool QkvRopeValid(const LinearParams& p) {
+  const QkvRope& r = p.qkv;
+  return r.head_dim > 0 && r.head_dim % 2 == 0 && r.rope.rot >= 0 && r.rope.rot % 2 == 0 && r.rope.rot <= r.head_dim &&
+         p.n < (int64_t{1} << 31) && p.n == static_cast<int64_t>(r.heads + 2 * r.kv_heads) * r.head_dim;
+}
 
 // Rows [m0, m0 + m) of p as a linear of their own: every row-indexed pointer (x, y, residual, the
 // rotary positions, cache slots and 8-bit staging rows) moved by m0 rows. M-RoPE's three position

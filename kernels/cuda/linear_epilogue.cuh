@@ -38,10 +38,12 @@ __device__ __forceinline__ void StorePair(const LinearParams& p, int64_t m, int6
     const int64_t q_width = static_cast<int64_t>(r.heads) * r.head_dim;
     const int64_t kv_width = static_cast<int64_t>(r.kv_heads) * r.head_dim;
     if (n0 < q_width + kv_width) {  // q or k: rotate the pair
-      const int64_t channel = (n0 < q_width ? n0 : n0 - q_width) % r.head_dim;
-      if (channel < r.rot) {
-        const int pair = static_cast<int>(channel / 2);
-        RotatePair(a0, a1, pair, r.rot, RopePosition(r.positions, m, pair), r.theta);
+      // q_width is whole heads, so n0 % head_dim is the channel in q and in k; 32-bit, since the
+      // launchers hold n below 2^31 (a 64-bit remainder is a called routine).
+      const int channel = static_cast<int>(static_cast<uint32_t>(n0) % static_cast<uint32_t>(r.head_dim));
+      if (channel < r.rope.rot) {
+        const int pair = channel / 2;
+        RotatePair(a0, a1, InvFreqOf(r.rope, pair), RopePosition(r.positions, m, pair));
       }
     }
     const __nv_bfloat162 pair = __floats2bfloat162_rn(a0, a1);

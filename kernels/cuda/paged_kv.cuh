@@ -10,6 +10,7 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include <cmath>
 #include <cstdint>
 
 #ifdef __CUDACC__
@@ -66,6 +67,29 @@ struct RopePositions {
   int section0 = 0, section1 = 0;
 };
 
+// The rotary frequencies a kernel applies, inv_freq[i] = 1 / theta^(2i / rot) in fp32, computed on
+// the host exactly as kernels/ref computes them (`Of`) and carried in the kernel's parameters: a
+// rotated pair then costs an indexed constant load where powf and an IEEE divide took ~150 of the
+// fused QKV epilogue's ~220 instructions a pair (the 512-token prefill's QKV GEMM ran 2.4x o_proj's
+// time at the same size). Pairs past the table (rot > 128: no GLM checkpoint) are computed on the
+// device as before.
+struct RopeFrequencies {
+  static constexpr int kTablePairs = 64;
+  int rot = 0;
+  float theta = 10000.0f;
+  float inv_freq[kTablePairs] = {};
+
+  static RopeFrequencies Of(int rot, float theta) {
+    RopeFrequencies f;
+    f.rot = rot;
+    f.theta = theta;
+    for (int i = 0; i < rot / 2 && i < kTablePairs; ++i) {
+      f.inv_freq[i] = 1.0f / std::pow(theta, static_cast<float>(2 * i) / static_cast<float>(rot));
+    }
+    return f;
+  }
+};
+
 #ifdef __CUDACC__  // device helpers; host code only needs the types above
 
 // Two codes of an 8-bit cache (the low byte first), unscaled.
@@ -104,9 +128,17 @@ __device__ __forceinline__ float InvFreq(int i, int rot, float theta) {
   return 1.0f / powf(theta, static_cast<float>(2 * i) / static_cast<float>(rot));
 }
 
-// Rotates the pair (x0, x1) = channels (2i, 2i+1) of a head at `position`.
-__device__ __forceinline__ void RotatePair(float& x0, float& x1, int i, int rot, int position, float theta) {
-  const float angle = static_cast<float>(position) * InvFreq(i, rot, theta);
+// Out of line: the epilogues inline a rotation at every accumulator pair, and this path (pairs past
+// the table) would otherwise put a powf into each of them that GLM's shapes never run.
+inline __device__ __noinline__ float InvFreqPastTable(int i, int rot, float theta) { return InvFreq(i, rot, theta); }
+
+__device__ __forceinline__ float InvFreqOf(const RopeFrequencies& f, int i) {
+  return i < RopeFrequencies::kTablePairs ? f.inv_freq[i] : InvFreqPastTable(i, f.rot, f.theta);
+}
+
+// Rotates the pair (x0, x1) = channels (2i, 2i+1) of a head at `position` by position * inv_freq[i].
+__device__ __forceinline__ void RotatePair(float& x0, float& x1, float inv_freq, int position) {
+  const float angle = static_cast<float>(position) * inv_freq;
   float s, c;
   sincosf(angle, &s, &c);
   const float a = x0 * c - x1 * s;

@@ -86,13 +86,7 @@ bool SegmentLinearFits(const LinearParams& p, const QuantSegment& s) {
   if (pairs && (s.n % 2 != 0 || s.n_begin % 2 != 0)) return false;
   // The kernels store column pairs: an odd segment's last pair would overwrite the next segment's first column.
   if (s.n % 2 != 0 && s.n_begin + s.n != p.n) return false;
-  if (p.epilogue == Epilogue::kQkvRope) {
-    const QkvRope& r = p.qkv;
-    if (r.head_dim % 2 != 0 || r.rot % 2 != 0 || r.rot > r.head_dim ||
-        p.n != static_cast<int64_t>(r.heads + 2 * r.kv_heads) * r.head_dim) {
-      return false;
-    }
-  }
+  if (p.epilogue == Epilogue::kQkvRope && !QkvRopeValid(p)) return false;
   return true;
 }
 

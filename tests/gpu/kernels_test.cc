@@ -264,7 +264,7 @@ void CheckLinear(const LinearCase& c, Path path) {
       p.y = q.get();
       p.bias = db.get();
       p.qkv = {{dpos.get(), c.m}, dslots.get(), {kc.get(), vc.get(), block, kv_heads, head_dim}, heads, kv_heads, head_dim,
-               rot, 10000.0f};
+               cuda::RopeFrequencies::Of(rot, 10000.0f)};
       ASSERT_CUDA(launch());
       std::vector<float> wq(q_width * c.k), wk(kv_width * c.k), wv(kv_width * c.k);
       std::vector<float> want_q(c.m * q_width), k(c.m * kv_width), v(c.m * kv_width);

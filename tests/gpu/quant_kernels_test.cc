@@ -551,7 +551,7 @@ TEST(GpuKernels, QuantGemmEqualsTheDequantizedScratchPath) {
           }
           if (e == cuda::Epilogue::kQkvRope) {
             p.qkv = {{dpos.get(), m}, dslots.get(), {kc.get(), vc.get(), 1, kv_heads, head_dim}, heads, kv_heads,
-                     head_dim, head_dim / 2, 10000.0f};
+                     head_dim, cuda::RopeFrequencies::Of(head_dim / 2, 10000.0f)};
           }
           cudaError_t err;
           if (in_load) {
