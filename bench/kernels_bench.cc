@@ -322,25 +322,34 @@ BENCHMARK(BM_GemmWideTiles)->Apply(GemmArgs)->UseManualTime()->Iterations(kItera
 // (32 heads over 2 KV heads, causal over the paged cache) for a prompt of `rows` tokens; 1:
 // GLM-4.1V's vision tower (12 heads, one image of `rows` patches, no mask). FLOPs: 4 rows keys d
 // per head, halved when causal.
+// Prefill attention at GLM-4-9B's and the GLM-4.1V vision tower's geometry. range(0): 0 a
+// decoder prompt (causal over the paged cache), 1 the vision tower's segment (non-causal), 2 the
+// phone agent's step: `rows` new tokens after 2,000 cached ones. AUTOGLM_WGMMA_FLASH=0 measures the
+// mma.sync kernel instead of the wgmma one.
 void BM_PrefillAttention(benchmark::State& state) {
   if (!HaveGpu()) return state.SkipWithError("no GPU");
   const bool vision = state.range(0) == 1;
-  const int64_t rows = state.range(1), d = 128, heads = vision ? 12 : 32, kv_heads = vision ? 12 : 2, block = 16;
-  const int64_t blocks = (rows + block - 1) / block, width = heads * d, kv_width = kv_heads * d;
+  const int64_t rows = state.range(1), cached = state.range(0) == 2 ? 2000 : 0, context = rows + cached;
+  const int64_t d = 128, heads = vision ? 12 : 32, kv_heads = vision ? 12 : 2, block = 16;
+  const int64_t blocks = (context + block - 1) / block, width = heads * d, kv_width = kv_heads * d;
   const int64_t kv_rows = vision ? rows : blocks * block;
   bf16* q = RandomDevice(rows * width, 1, 1.0f);
   bf16* k = RandomDevice(kv_rows * kv_width, 2, 1.0f);
   bf16* v = RandomDevice(kv_rows * kv_width, 3, 1.0f);
   bf16* out = RandomDevice(rows * width, 4, 1.0f);
-  std::vector<int32_t> offsets = {0, static_cast<int32_t>(rows)}, lens = {static_cast<int32_t>(rows)}, tables(blocks);
+  std::vector<int32_t> offsets = {0, static_cast<int32_t>(rows)}, lens = {static_cast<int32_t>(context)},
+                       tables(blocks);
   for (int64_t i = 0; i < blocks; ++i) tables[i] = static_cast<int32_t>((i * 7919) % blocks);
   int32_t* doff = DeviceInts(offsets);
   int32_t* dlen = DeviceInts(lens);
   int32_t* dtab = DeviceInts(tables);
-  const ag::cuda::PagedKv cache{k, v, block, kv_heads, d};
+  ag::cuda::PagedKv cache{k, v, block, kv_heads, d};
+  cache.slots = kv_rows;
   const ag::cuda::SeqBatch batch{doff, dlen, dtab, 1, blocks};
-  const ag::cuda::AttentionShape shape{rows, heads, rows};
-  const double flops = 4.0 * rows * rows * d * heads * (vision ? 1.0 : 0.5);
+  const ag::cuda::AttentionShape shape{rows, heads, context};
+  // Causal: row i sees cached + i + 1 keys.
+  const double pairs = vision ? 1.0 * rows * rows : 1.0 * rows * cached + 0.5 * rows * (rows + 1);
+  const double flops = 4.0 * pairs * d * heads;
   TimeLaunches(
       state,
       [&](int) {
@@ -348,7 +357,8 @@ void BM_PrefillAttention(benchmark::State& state) {
                       : ag::cuda::LaunchPagedAttention(q, shape, cache, batch, nullptr, out, nullptr);
       },
       static_cast<double>((2 * rows * width + 2 * kv_rows * kv_width) * 2), flops);
-  state.SetLabel(vision ? "vision segment, 12 heads" : "decoder causal, 32/2 heads");
+  state.SetLabel(vision ? "vision segment, 12 heads" : cached > 0 ? "decoder causal after 2000 cached, 32/2 heads"
+                                                                   : "decoder causal, 32/2 heads");
   for (void* p : {static_cast<void*>(q), static_cast<void*>(k), static_cast<void*>(v), static_cast<void*>(out),
                   static_cast<void*>(doff), static_cast<void*>(dlen), static_cast<void*>(dtab)}) {
     cudaFree(p);
@@ -357,6 +367,7 @@ void BM_PrefillAttention(benchmark::State& state) {
 BENCHMARK(BM_PrefillAttention)
     ->Args({0, 512})
     ->Args({0, 4096})
+    ->Args({2, 3655})
     ->Args({1, 13416})
     ->UseManualTime()
     ->Iterations(kIterations)

@@ -336,6 +336,7 @@ int64_t KvLayerBytes(const compiler::KvGeometry& kv, int64_t blocks) {
 cuda::PagedKv KvOfLayer(const compiler::KvGeometry& kv, int64_t blocks, char* layer) {
   const int64_t values = blocks * kv.block_size * kv.kv_heads * kv.head_dim * cuda::KvCodeBytes(KvCodeOf(kv.dtype));
   cuda::PagedKv out{layer, layer + values, kv.block_size, kv.kv_heads, kv.head_dim, KvCodeOf(kv.dtype)};
+  out.slots = blocks * kv.block_size;
   if (kv.quantized()) {
     out.k_scale = reinterpret_cast<float*>(layer + 2 * values);
     out.v_scale = out.k_scale + blocks * kv.block_size * kv.kv_heads;

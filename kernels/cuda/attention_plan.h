@@ -115,6 +115,28 @@ AG_HOST_DEVICE inline FlashTile FlashTileOf(const int32_t* offsets, int64_t sequ
   return tile;
 }
 
+// ---- the wgmma flash kernel over the paged cache: key tiles as TMA boxes ----
+//
+// A 64-key tile is loaded as boxes of PagedBoxRows rows: a whole page when pages are 8, 16 or 32
+// rows, 64 rows of one page when pages are a multiple of 64, so that no box crosses a page. Boxes
+// of whole 8-row swizzle atoms land 1,024-byte aligned, where the 128-byte swizzle lays them out
+// as one 64-row box would.
+AG_HOST_DEVICE inline bool PagedBoxesFit(int64_t block_size) {
+  return block_size >= 8 && block_size % 8 == 0 && (kFlashKeys % block_size == 0 || block_size % kFlashKeys == 0);
+}
+AG_HOST_DEVICE inline int PagedBoxRows(int64_t block_size) {
+  return static_cast<int>(block_size < kFlashKeys ? block_size : kFlashKeys);
+}
+// The cache row where the box of keys key .. key + box rows - 1 starts (key a multiple of the box's
+// rows; table: the sequence's pages), or `past`, a row beyond the cache (TMA writes zeros), for a box
+// wholly past the keys the tile sees: its pages may not exist. Rows of a box past `keys` within a
+// real page are the page's (finite: the cache starts zeroed) and masked.
+AG_HOST_DEVICE inline int64_t PagedBoxRow(const int32_t* table, int64_t block_size, int64_t key, int64_t keys,
+                                          int64_t past) {
+  if (key >= keys) return past;
+  return static_cast<int64_t>(table[key / block_size]) * block_size + key % block_size;
+}
+
 }  // namespace ag::cuda
 
 #undef AG_HOST_DEVICE

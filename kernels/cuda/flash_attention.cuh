@@ -12,7 +12,8 @@
 //   segment non-causal within each segment of rows, K and V beside Q (the
 //           vision program: each image attends within itself).
 // LaunchPagedAttention and LaunchSegmentAttention take it where it applies
-// (attention_plan.h: UseFlashAttention, FlashHeadDim).
+// (attention_plan.h: UseFlashAttention, FlashHeadDim); on Hopper, at head_dim
+// 128, both try the wgmma kernel first (flash_wgmma.cu).
 #ifndef AUTOGLM_KERNELS_CUDA_FLASH_ATTENTION_CUH_
 #define AUTOGLM_KERNELS_CUDA_FLASH_ATTENTION_CUH_
 
@@ -46,6 +47,14 @@ bool WgmmaFlashUsable(const __nv_bfloat16* q, const __nv_bfloat16* k, const __nv
 cudaError_t LaunchWgmmaFlashSegment(const __nv_bfloat16* q, const __nv_bfloat16* k, const __nv_bfloat16* v,
                                     const int32_t* offsets, int64_t segments, int64_t rows, int64_t heads,
                                     int64_t head_dim, __nv_bfloat16* out, cudaStream_t stream, int64_t in_stride = 0);
+
+// The causal kernel on wgmma, which LaunchFlashPagedAttention tries first: WgmmaFlashPagedUsable
+// says whether it can run here (a Hopper device, AUTOGLM_WGMMA and AUTOGLM_WGMMA_FLASH not 0,
+// head_dim 128, a bf16 cache whose `slots` are given, pages PagedBoxesFit, 16-byte aligned q, k and
+// v); otherwise it returns cudaErrorNotSupported.
+bool WgmmaFlashPagedUsable(const __nv_bfloat16* q, int64_t heads, const PagedKv& cache);
+cudaError_t LaunchWgmmaFlashPaged(const __nv_bfloat16* q, int64_t tokens, int64_t heads, const PagedKv& cache,
+                                  const SeqBatch& seqs, __nv_bfloat16* out, cudaStream_t stream);
 
 }  // namespace ag::cuda
 

@@ -11,6 +11,12 @@ cudaError_t LaunchFlashPagedAttention(const bf16* q, int64_t tokens, int64_t hea
       cache.block_size <= 0 || (codes && (cache.k_scale == nullptr || cache.v_scale == nullptr))) {
     return cudaErrorInvalidValue;
   }
+  if (!codes) {
+    if (const cudaError_t e = LaunchWgmmaFlashPaged(q, tokens, heads, cache, seqs, out, stream);
+        e != cudaErrorNotSupported) {
+      return e;
+    }
+  }
   flash_detail::Params p{};
   p.q = q;
   p.out = out;

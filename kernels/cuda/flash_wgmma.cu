@@ -1,12 +1,18 @@
-// The vision program's attention on Hopper: flash attention within segments
-// of rows (non-causal, K and V beside Q), head_dim 128, on wgmma.
+// Flash attention on Hopper's wgmma, head_dim 128, two masks (one kernel, a
+// template parameter):
+//   segment non-causal within segments of rows, K and V beside Q (the vision
+//           program: 13,416 patches of a screenshot);
+//   paged   causal over the decoder's paged bf16 cache, chunked prefill
+//           included (a row at position p sees keys 0..p of its sequence),
+//           query heads in groups over a KV head.
 //
-// Block: 128 query rows of one segment and one head (FlashTileOf's 128-row
-// tiles), one block a multiprocessor, three warpgroups: two consumers of 64
-// rows each and a producer (setmaxnreg moves its registers to the consumers),
-// whose one thread issues the TMA loads: Q once, then the segment's keys in
-// 64-key tiles of K and V, each
-// [64][128] bf16 tile as two 64-wide boxes with the 128-byte swizzle, into
+// Block: 128 query rows of one segment (sequence) and one head (FlashTileOf's
+// 128-row tiles, each sequence's longest first), one block a multiprocessor,
+// three warpgroups: two consumers of 64 rows each and a producer (setmaxnreg
+// moves its registers to the consumers), whose one thread issues the TMA
+// loads: Q once, then the keys in 64-key tiles of K and V, each [64][128]
+// bf16 tile as two 64-wide boxes with the 128-byte swizzle (over the paged
+// cache, boxes of a page or of 64 rows of one: PagedBoxRow), into
 // rings of four stages, a barrier a stage for its bytes (full) and one for both
 // warpgroups being done with it (empty). Both warpgroups read every K and V
 // tile: a tile crosses from L2 once for 128 rows (with a block of 64 rows the
@@ -25,8 +31,9 @@
 // warpgroups run free of each other (the rings let them drift three tiles
 // apart), so one's softmax fills the other's tensor-core time as well.
 //
-// LaunchFlashSegmentAttention takes it where it can (WgmmaFlashUsable);
-// AUTOGLM_WGMMA_FLASH=0 keeps the mma.sync kernel.
+// LaunchFlashSegmentAttention and LaunchFlashPagedAttention take it where it
+// can (WgmmaFlashUsable, WgmmaFlashPagedUsable); AUTOGLM_WGMMA_FLASH=0 keeps
+// the mma.sync kernel for both.
 #include <cuda.h>
 
 #include <cmath>
@@ -54,11 +61,20 @@ constexpr size_t kSmemBytes = 1024 + (2 + 2 * kStages) * size_t{kTileBytes} + (1
 static_assert(kFlashKeys == 64, "the key tiles of the mask");
 
 struct WgParams {
-  const int32_t* offsets;  // [segments + 1]
+  const int32_t* offsets;  // [segments + 1]: each segment's (sequence's) query rows
   int64_t segments;
   int heads;
   float scale_log2;
   bf16* out;
+  // Paged: query heads a KV head; the sequences' contexts and pages; the cache's rows a page, a TMA
+  // box's rows (PagedBoxRows) and a row past the cache (PagedBoxRow's `past`).
+  int group = 1;
+  const int32_t* context_lens = nullptr;
+  const int32_t* block_tables = nullptr;
+  int64_t max_blocks = 0;
+  int64_t block_size = 0;
+  int box_rows = 0;
+  int64_t past_row = 0;
 };
 
 // S (64 x 64 fp32) (+)= Q (64 x 16, bf16 in registers: mma.sync's A fragment) K^T (16 x 64), K
@@ -144,9 +160,20 @@ __device__ __forceinline__ void IssueScores(float* s, const unsigned (&qa)[kD / 
   for (int kk = 0; kk < kD / 16; ++kk) WgmmaQK(s, qa[kk], KMajorAt(k_tile, kk), kk > 0);
 }
 
+// Tile j's K (or V) over the paged cache: box by box, d 0..63 then d 64..127 of each.
+__device__ __forceinline__ void LoadPagedTile(unsigned char* dst, const CUtensorMap* map, int col, const WgParams& p,
+                                              const int32_t* table, int64_t key0, int64_t keys, uint64_t* bar) {
+  for (int r = 0; r < kFlashKeys; r += p.box_rows) {
+    const int row = static_cast<int>(PagedBoxRow(table, p.block_size, key0 + r, keys, p.past_row));
+    TmaLoad2d(dst + r * 128, map, col, row, bar);
+    TmaLoad2d(dst + kBoxBytes + r * 128, map, col + 64, row, bar);
+  }
+}
+
+template <bool kPaged>
 __global__ void __launch_bounds__(kThreads, 1)
-    WgmmaFlashSegmentKernel(WgParams p, const __grid_constant__ CUtensorMap q_map,
-                            const __grid_constant__ CUtensorMap k_map, const __grid_constant__ CUtensorMap v_map) {
+    WgmmaFlashKernel(WgParams p, const __grid_constant__ CUtensorMap q_map, const __grid_constant__ CUtensorMap k_map,
+                     const __grid_constant__ CUtensorMap v_map) {
   extern __shared__ __align__(16) unsigned char wf_smem_raw[];
   unsigned char* smem = wf_smem_raw + ((1024 - SmemAddress(wf_smem_raw) % 1024) % 1024);
   unsigned char* qs = smem;                       // [2][64][128]: a tile a warpgroup
@@ -176,8 +203,18 @@ __global__ void __launch_bounds__(kThreads, 1)
   const FlashTile tile = shared_tile;
   if (tile.seq < 0) return;  // past the last tile: the whole block leaves
 
-  const int h = blockIdx.y, col = h * kD;
-  const int64_t seg_first = p.offsets[tile.seq], keys = p.offsets[tile.seq + 1] - seg_first;
+  const int h = blockIdx.y, col = h * kD, kv_col = (kPaged ? h / p.group : h) * kD;
+  const int64_t seg_first = p.offsets[tile.seq], count = p.offsets[tile.seq + 1] - seg_first;
+  // The keys the tile's rows see: a segment's all; causal, 0 .. first_pos + row, where first_pos is
+  // the tile's first row's position (the sequence's earlier chunks are in the cache).
+  int64_t keys = count, first_pos = 0;
+  const int32_t* table = nullptr;
+  if constexpr (kPaged) {
+    first_pos = p.context_lens[tile.seq] - count + (tile.first - seg_first);
+    keys = first_pos + tile.rows;
+    table = p.block_tables + tile.seq * p.max_blocks;
+    if (first_pos < 0) return;  // a context shorter than its new rows (not a step the runtime makes): no keys
+  }
   const int64_t tiles = (keys + kFlashKeys - 1) / kFlashKeys;  // >= 1: the tile has rows
   if (threadIdx.x >= kConsumerThreads) {  // the producer warpgroup: one thread's loads
     // Registers to the consumers: ptxas gives a 384-thread block 168 a thread, and a consumer's O,
@@ -191,13 +228,20 @@ __global__ void __launch_bounds__(kThreads, 1)
     for (int64_t j = 0; j < tiles; ++j) {  // tile j into stage j % kStages once both warpgroups freed it
       const int st = static_cast<int>(j % kStages);
       const unsigned freed = static_cast<unsigned>((j / kStages - 1) & 1);
-      const int64_t key0 = seg_first + j * kFlashKeys;
       if (j >= kStages) BarrierWait(&k_empty[st], freed);
       BarrierExpectBytes(&k_full[st], kTileBytes);
-      LoadTile(ks + st * kTileBytes, &k_map, col, key0, &k_full[st]);
+      if constexpr (kPaged) {
+        LoadPagedTile(ks + st * kTileBytes, &k_map, kv_col, p, table, j * kFlashKeys, keys, &k_full[st]);
+      } else {
+        LoadTile(ks + st * kTileBytes, &k_map, kv_col, seg_first + j * kFlashKeys, &k_full[st]);
+      }
       if (j >= kStages) BarrierWait(&v_empty[st], freed);
       BarrierExpectBytes(&v_full[st], kTileBytes);
-      LoadTile(vs + st * kTileBytes, &v_map, col, key0, &v_full[st]);
+      if constexpr (kPaged) {
+        LoadPagedTile(vs + st * kTileBytes, &v_map, kv_col, p, table, j * kFlashKeys, keys, &v_full[st]);
+      } else {
+        LoadTile(vs + st * kTileBytes, &v_map, kv_col, seg_first + j * kFlashKeys, &v_full[st]);
+      }
     }
     return;
   }
@@ -221,7 +265,9 @@ __global__ void __launch_bounds__(kThreads, 1)
   BarrierArrive(&k_empty[0]);
   // Tile 0's probabilities (O is still zero: no correction).
   float row_max[2] = {-INFINITY, -INFINITY}, row_sum[2] = {0.0f, 0.0f}, correction[2];
-  const int64_t last_key[2] = {keys - 1, keys - 1};
+  // Each row's last key: causal, its own position (rows g and g + 8 of the warp's 16).
+  const int64_t row_pos = first_pos + 64 * wg + 16 * warp_in_wg + lane / 4;
+  const int64_t last_key[2] = {kPaged ? row_pos : keys - 1, kPaged ? row_pos + 8 : keys - 1};
   SoftmaxScores<kFlashKeys / 8>(s, row_max, row_sum, correction, 0, last_key, keys, p.scale_log2, t4);
 
   // Every tile but the last: P of tile kt taken from s (bf16 A fragments), tile kt + 1's S issued
@@ -278,10 +324,38 @@ cudaError_t LaunchWgmmaFlashSegment(const bf16* q, const bf16* k, const bf16* v,
   cudaError_t e = EncodeBoxMap(q, rows, heads * kD, 64, &q_map, in_stride);
   if (e == cudaSuccess) e = EncodeBoxMap(k, rows, heads * kD, 64, &k_map, in_stride);
   if (e == cudaSuccess) e = EncodeBoxMap(v, rows, heads * kD, 64, &v_map, in_stride);
-  if (e == cudaSuccess) e = AllowLargeSharedMemory<WgmmaFlashSegmentKernel, kSmemBytes>();
+  if (e == cudaSuccess) e = AllowLargeSharedMemory<WgmmaFlashKernel<false>, kSmemBytes>();
   if (e != cudaSuccess) return e;
   const WgParams p{offsets, segments, static_cast<int>(heads), ScaleLog2(kD), out};
-  return LaunchKernel(WgmmaFlashSegmentKernel, dim3(static_cast<unsigned>(blocks), static_cast<unsigned>(heads)),
+  return LaunchKernel(WgmmaFlashKernel<false>, dim3(static_cast<unsigned>(blocks), static_cast<unsigned>(heads)),
+                      dim3(kThreads), kSmemBytes, stream, p, q_map, k_map, v_map);
+}
+
+cudaError_t LaunchWgmmaFlashPaged(const bf16* q, int64_t tokens, int64_t heads, const PagedKv& cache,
+                                  const SeqBatch& seqs, bf16* out, cudaStream_t stream) {
+  if (!WgmmaFlashPagedUsable(q, heads, cache)) return cudaErrorNotSupported;
+  if (tokens == 0) return cudaSuccess;
+  const int64_t blocks = FlashGridTiles(tokens, seqs.num_seqs, kTileRows);
+  if (seqs.num_seqs <= 0 || blocks > 0x7fffffff || heads > kMaxGridYZ || tokens > 0x7fffffff) {
+    return cudaErrorInvalidValue;
+  }
+  const int box_rows = PagedBoxRows(cache.block_size);
+  const int64_t width = cache.kv_heads * kD;
+  CUtensorMap q_map, k_map, v_map;
+  cudaError_t e = EncodeBoxMap(q, tokens, heads * kD, 64, &q_map);
+  if (e == cudaSuccess) e = EncodeBoxMap(static_cast<const bf16*>(cache.k), cache.slots, width, box_rows, &k_map);
+  if (e == cudaSuccess) e = EncodeBoxMap(static_cast<const bf16*>(cache.v), cache.slots, width, box_rows, &v_map);
+  if (e == cudaSuccess) e = AllowLargeSharedMemory<WgmmaFlashKernel<true>, kSmemBytes>();
+  if (e != cudaSuccess) return e;
+  WgParams p{seqs.seq_offsets, seqs.num_seqs, static_cast<int>(heads), ScaleLog2(kD), out};
+  p.group = static_cast<int>(heads / cache.kv_heads);
+  p.context_lens = seqs.context_lens;
+  p.block_tables = seqs.block_tables;
+  p.max_blocks = seqs.max_blocks;
+  p.block_size = cache.block_size;
+  p.box_rows = box_rows;
+  p.past_row = cache.slots;  // WgmmaFlashPagedUsable: below 2^31 - 64, so that the box's rows fit TMA's int32
+  return LaunchKernel(WgmmaFlashKernel<true>, dim3(static_cast<unsigned>(blocks), static_cast<unsigned>(heads)),
                       dim3(kThreads), kSmemBytes, stream, p, q_map, k_map, v_map);
 }
 

@@ -126,6 +126,13 @@ bool WgmmaFlashUsable(const bf16* q, const bf16* k, const bf16* v, int64_t rows,
          Aligned16(k) && Aligned16(v) && Encoder() != nullptr && HopperDevice();
 }
 
+bool WgmmaFlashPagedUsable(const bf16* q, int64_t heads, const PagedKv& cache) {
+  return Enabled() && WgmmaFlashEnabled() && cache.head_dim == 128 && cache.code == KvCode::kBF16 &&
+         cache.kv_heads > 0 && heads > 0 && heads % cache.kv_heads == 0 && PagedBoxesFit(cache.block_size) &&
+         cache.slots > 0 && cache.slots <= 0x7fffffff - kFlashKeys && Aligned16(q) && Aligned16(cache.k) &&
+         Aligned16(cache.v) && Encoder() != nullptr && HopperDevice();
+}
+
 cudaError_t EncodeBoxMap(const bf16* matrix, int64_t rows, int64_t cols, int box_rows, CUtensorMap* map,
                          int64_t row_stride) {
   const PFN_cuTensorMapEncodeTiled_v12000 encode = Encoder();

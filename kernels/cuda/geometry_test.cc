@@ -10,8 +10,10 @@
 // its input.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <numeric>
 #include <random>
 #include <set>
 #include <utility>
@@ -714,6 +716,43 @@ TEST(AttentionPlan, RowChunksCoverEveryRowWithinTheGridLimit) {
     EXPECT_EQ(covered, rows);
   }
   EXPECT_EQ(RowChunks(int64_t{1} << 20), 17);
+}
+
+// The wgmma causal kernel loads a key tile over the paged cache box by box (PagedBoxRow): every key
+// the tile sees lands on its own slot (no box crosses a page), boxes wholly past those keys go past
+// the cache (zeros) without reading the table there. The table is exactly as long as the keys'
+// pages, so an index past it is caught by the sanitizer build.
+TEST(AttentionPlan, PagedBoxesTileTheKeysPageByPage) {
+  for (int64_t bs : {8, 16, 32, 64, 128, 192, 256}) EXPECT_TRUE(PagedBoxesFit(bs)) << bs;
+  for (int64_t bs : {0, 1, 4, 12, 24, 48, 96, 100}) EXPECT_FALSE(PagedBoxesFit(bs)) << bs;
+  std::mt19937 rng(7);
+  for (int64_t bs : {8, 16, 32, 64, 128, 192}) {
+    const int box = PagedBoxRows(bs);
+    EXPECT_EQ(kFlashKeys % box, 0);
+    EXPECT_EQ(bs % box, 0);
+    for (int64_t keys : {1, 63, 64, 65, 200, 700, 1000}) {
+      SCOPED_TRACE(::testing::Message() << "pages of " << bs << ", " << keys << " keys");
+      std::vector<int32_t> table((keys + bs - 1) / bs);
+      std::iota(table.begin(), table.end(), 3);
+      std::shuffle(table.begin(), table.end(), rng);
+      const int64_t past = 1 << 20, tiles = (keys + kFlashKeys - 1) / kFlashKeys;
+      int64_t seen = 0;
+      for (int64_t key0 = 0; key0 < tiles * kFlashKeys; key0 += kFlashKeys) {
+        for (int r = 0; r < kFlashKeys; r += box) {
+          const int64_t row = PagedBoxRow(table.data(), bs, key0 + r, keys, past);
+          if (key0 + r >= keys) {
+            EXPECT_EQ(row, past);
+            continue;
+          }
+          for (int i = 0; i < box && key0 + r + i < keys; ++i, ++seen) {
+            const int64_t key = key0 + r + i;
+            ASSERT_EQ(row + i, table[key / bs] * bs + key % bs) << "key " << key;
+          }
+        }
+      }
+      EXPECT_EQ(seen, keys);
+    }
+  }
 }
 
 // Flash attention's grid depends on the row and sequence counts only; its blocks find the tiles

@@ -36,6 +36,9 @@ struct PagedKv {
   // A checkpoint's static scales, [2]: K's and V's for every token written (still stored per token,
   // so that attention reads one format); null: each row's own, amax / 448 or amax / 127.
   const float* static_scales = nullptr;
+  // Rows of k and v (blocks x block_size): the bound of the wgmma prefill kernel's TMA maps; 0: not
+  // given (that kernel does not run).
+  int64_t slots = 0;
 };
 
 // Writes `tokens` rows of K and V (row t: kv_heads * head_dim values at k + t * ld, v + t * ld;

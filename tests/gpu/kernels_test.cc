@@ -14,6 +14,7 @@
 #include "kernels/cuda/attention.cuh"
 #include "kernels/cuda/elementwise.cuh"
 #include "kernels/cuda/embedding.cuh"
+#include "kernels/cuda/flash_attention.cuh"
 #include "kernels/cuda/linear.cuh"
 #include "kernels/cuda/norm.cuh"
 #include "kernels/cuda/vocab.cuh"
@@ -405,8 +406,10 @@ const AttentionBatch kDecodeBatch = {{5, 1, 3}, {5, 37, 20}};
 // row tiles, the last of 2 rows), a 64-row chunk after 136 cached tokens, a decode row, a 77-token prompt.
 const AttentionBatch kPrefillBatch = {{130, 64, 1, 77}, {130, 200, 70, 77}};
 
+// wgmma: LaunchWgmmaFlashPaged itself rather than the dispatcher (which falls back when it cannot run).
 void CheckAttention(int64_t heads, int64_t kv_heads, int64_t head_dim, int64_t block,
-                    cuda::KvCode code = cuda::KvCode::kBF16, const AttentionBatch& shape = kDecodeBatch) {
+                    cuda::KvCode code = cuda::KvCode::kBF16, const AttentionBatch& shape = kDecodeBatch,
+                    bool wgmma = false) {
   SCOPED_TRACE(::testing::Message() << "heads=" << heads << " kv=" << kv_heads << " d=" << head_dim
                                     << " block=" << block << " code=" << static_cast<int>(code)
                                     << " seqs=" << shape.context.size());
@@ -437,6 +440,7 @@ void CheckAttention(int64_t heads, int64_t kv_heads, int64_t head_dim, int64_t b
   DeviceArray<uint8_t> k_codes(slots * width), v_codes(slots * width);
   DeviceArray<float> k_scales(slots * kv_heads), v_scales(slots * kv_heads);
   std::vector<float> k_ref = kc, v_ref = vc;  // what the cache gives back
+  cache.slots = slots;  // the wgmma prefill kernel's bound (the runtime's KvOfLayer gives it)
   if (code != cuda::KvCode::kBF16) {
     cache = {k_codes.get(), v_codes.get(), block, kv_heads, head_dim, code, k_scales.get(), v_scales.get()};
     std::vector<int32_t> all(slots);
@@ -449,7 +453,14 @@ void CheckAttention(int64_t heads, int64_t kv_heads, int64_t head_dim, int64_t b
   for (int64_t bound : {longest, int64_t{4096}}) {  // one slice, and many slices (most of them empty)
     const cuda::AttentionShape shape{tokens, heads, bound};
     DeviceArray<float> workspace(static_cast<size_t>(cuda::PagedAttentionWorkspace(shape, kv_heads, head_dim)));
-    ASSERT_CUDA(cuda::LaunchPagedAttention(dq.get(), shape, cache, batch, workspace.get(), out.get(), nullptr));
+    if (wgmma) {
+      if (!cuda::WgmmaFlashPagedUsable(dq.get(), heads, cache)) {
+        GTEST_SKIP() << "not a Hopper device (or AUTOGLM_WGMMA_FLASH=0)";
+      }
+      ASSERT_CUDA(cuda::LaunchWgmmaFlashPaged(dq.get(), tokens, heads, cache, batch, out.get(), nullptr));
+    } else {
+      ASSERT_CUDA(cuda::LaunchPagedAttention(dq.get(), shape, cache, batch, workspace.get(), out.get(), nullptr));
+    }
     std::vector<float> want(out.size());
     std::vector<float> k_copy = k_ref, v_copy = v_ref;
     ref::PagedAttention(q.data(), heads, {k_copy.data(), v_copy.data(), pool_blocks, block, kv_heads, head_dim},
@@ -483,6 +494,23 @@ TEST(GpuKernels, FlashPagedAttention) {
   }
   CheckAttention(32, 2, 128, 16, cuda::KvCode::kFp8, kPrefillBatch);
   CheckAttention(6, 2, 16, 1, cuda::KvCode::kInt8, kPrefillBatch);
+}
+
+// The causal kernel on wgmma (on Hopper, head_dim 128, a bf16 cache: LaunchPagedAttention takes it
+// there) at every page size it takes: pages of 8, 16 and 32 rows (a key tile's boxes a page each),
+// of 64, 128 and 192 (64-row boxes within a page); GLM-4-9B's groups of 16 query heads and no
+// grouping; the prefill batch (a 130-token prompt: a block of 128 rows and one of 2; a chunk after
+// cached keys; a decode row alone in its block) and a long chunk whose keys wrap the rings of four
+// stages several times (600 rows after 300 cached: 15 key tiles).
+TEST(GpuKernels, WgmmaFlashPagedAttention) {
+  SKIP_WITHOUT_GPU();
+  const AttentionBatch long_chunk = {{600, 1, 40}, {900, 33, 40}};
+  for (int64_t block : {8, 16, 32, 64, 128, 192}) {
+    CheckAttention(32, 2, 128, block, cuda::KvCode::kBF16, kPrefillBatch, true);
+    if (IsSkipped()) return;
+    CheckAttention(4, 4, 128, block, cuda::KvCode::kBF16, kPrefillBatch, true);
+    CheckAttention(32, 2, 128, block, cuda::KvCode::kBF16, long_chunk, true);
+  }
 }
 
 // The 8-bit KV cache: rows written (by the unfused write and the quantizer the fused QKV step
