@@ -115,6 +115,15 @@ AG_HOST_DEVICE inline FlashTile FlashTileOf(const int32_t* offsets, int64_t sequ
   return tile;
 }
 
+// The flash kernels' mask for one row of a score tile (keys key0 .. key0 + tile_keys - 1): the
+// row sees key key0 + c when c <= LastVisibleColumn, i.e. when the key is at most last_key and
+// below `keys`. Clamped to [-1, tile_keys - 1], so that each score costs one 32-bit compare rather
+// than a 64-bit add and two 64-bit compares (a third of the softmax's instructions before).
+AG_HOST_DEVICE inline int LastVisibleColumn(int64_t key0, int64_t last_key, int64_t keys, int tile_keys) {
+  const int64_t last = (last_key < keys - 1 ? last_key : keys - 1) - key0;
+  return static_cast<int>(last < -1 ? -1 : last >= tile_keys ? tile_keys - 1 : last);
+}
+
 // ---- the wgmma flash kernel over the paged cache: key tiles as TMA boxes ----
 //
 // A 64-key tile is loaded as boxes of PagedBoxRows rows: a whole page when pages are 8, 16 or 32

@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstdint>
 
+#include "kernels/cuda/attention_plan.h"
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/mma.cuh"
 #include "kernels/cuda/mma_layout.h"
@@ -19,40 +20,53 @@ namespace ag::cuda {
 // log2(e) / sqrt(head_dim): the kernels take the softmax in base 2.
 inline float ScaleLog2(int64_t head_dim) { return 1.4426950408889634f / std::sqrt(static_cast<float>(head_dim)); }
 
+// 2^x on the special function unit (ex2.approx.ftz: ~2 ulp; results below 2^-126 flush to 0, -inf
+// gives 0). exp2f wraps the same instruction in a range check and two multiplies: five
+// instructions a score where the whole softmax should take about five.
+__device__ __forceinline__ float FastExp2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+
 // One tile of kScoreTiles * 8 keys from key0: the scores of the lane's two rows masked (a key past
-// last_key[half] or past `keys` is -inf) and scaled, the running max and sum updated, and S turned
-// into the tile's unnormalised probabilities; `correction` is what O, accumulated against the old
-// max, must be multiplied by (RescaleOutput) -- apart, so that the wgmma kernel computes it while
-// its previous P V product still runs.
-template <int kScoreTiles>
+// last_key[half] or past `keys` is -inf; kMasked false: the caller knows every key of the tile is
+// visible to both rows) and scaled, the running max (in base-2 units) and sum updated, and S turned
+// into the tile's unnormalised probabilities, exp2(score * scale_log2 - max) as one FFMA and one
+// ex2; `correction` is what O, accumulated against the old max, must be multiplied by
+// (RescaleOutput) -- apart, so that the wgmma kernel computes it while its previous P V product
+// still runs.
+template <int kScoreTiles, bool kMasked = true>
 __device__ __forceinline__ void SoftmaxScores(float* s, float (&row_max)[2], float (&row_sum)[2],
                                               float (&correction)[2], int64_t key0, const int64_t (&last_key)[2],
                                               int64_t keys, float scale_log2, int t4) {
 #pragma unroll
   for (int half = 0; half < 2; ++half) {
-    float best = row_max[half];
+    float best = -INFINITY;  // the tile's largest raw score in the row
+    const int last = kMasked ? LastVisibleColumn(key0, last_key[half], keys, 8 * kScoreTiles) - 2 * t4 : 0;
 #pragma unroll
     for (int n = 0; n < kScoreTiles; ++n) {
 #pragma unroll
       for (int e = 0; e < 2; ++e) {
-        const int64_t key = key0 + 8 * n + 2 * t4 + e;
         float& x = s[4 * n + 2 * half + e];
-        x = key <= last_key[half] && key < keys ? x * scale_log2 : -INFINITY;
+        if (kMasked && 8 * n + e > last) x = -INFINITY;  // the key key0 + 8 n + 2 t4 + e
         best = fmaxf(best, x);
       }
     }
     best = fmaxf(best, __shfl_xor_sync(0xffffffffu, best, 1));  // the four lanes of a group hold a row
     best = fmaxf(best, __shfl_xor_sync(0xffffffffu, best, 2));
-    const float base = best == -INFINITY ? 0.0f : best;  // a row that has seen no key yet
-    correction[half] = exp2f(row_max[half] - base);      // 0 on a row's first keys
-    row_max[half] = best;
+    // scale_log2 > 0: the scaled maximum is the maximum of the scaled scores (-inf stays -inf).
+    const float new_max = fmaxf(row_max[half], best * scale_log2);
+    const float base = new_max == -INFINITY ? 0.0f : new_max;  // a row that has seen no key yet
+    correction[half] = FastExp2(row_max[half] - base);          // 0 on a row's first keys
+    row_max[half] = new_max;
     row_sum[half] *= correction[half];
 #pragma unroll
     for (int n = 0; n < kScoreTiles; ++n) {
 #pragma unroll
       for (int e = 0; e < 2; ++e) {
         float& x = s[4 * n + 2 * half + e];
-        x = exp2f(x - base);
+        x = FastExp2(fmaf(x, scale_log2, -base));
         row_sum[half] += x;
       }
     }

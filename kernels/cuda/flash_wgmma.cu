@@ -37,6 +37,7 @@
 #include <cuda.h>
 
 #include <cmath>
+#include <type_traits>
 
 #include "kernels/cuda/attention_plan.h"
 #include "kernels/cuda/common.cuh"
@@ -273,9 +274,11 @@ __global__ void __launch_bounds__(kThreads, 1)
   // Every tile but the last: P of tile kt taken from s (bf16 A fragments), tile kt + 1's S issued
   // into s first (groups finish in order) and P V after it; tile kt + 1's softmax runs while P V does.
   // The last tile apart, so that no branch within the loop leaves ptxas unsure which group a wait
-  // retires (it then serialises every wgmma: C7514).
+  // retires (it then serialises every wgmma: C7514). Two loops for the same reason: tiles every row
+  // of the warpgroup sees whole skip the mask (a compare and a select a score, a quarter of the
+  // softmax's instructions), the rest -- a segment's last tile, a causal block's diagonal -- apply it.
   unsigned pa[kFlashKeys / 16][4];
-  for (int64_t kt = 0; kt + 1 < tiles; ++kt) {
+  auto overlapped_tile = [&](int64_t kt, auto masked) {
     const int next_stage = static_cast<int>((kt + 1) % kStages), stage = static_cast<int>(kt % kStages);
     ProbabilityFragments(s, pa);
     BarrierWait(&k_full[next_stage], phase(kt + 1));
@@ -288,13 +291,21 @@ __global__ void __launch_bounds__(kThreads, 1)
     WgmmaWait<1>();  // tile kt + 1's S is done; P V may still run
     FenceRegisters<32>(s);
     BarrierArrive(&k_empty[next_stage]);
-    SoftmaxScores<kFlashKeys / 8>(s, row_max, row_sum, correction, (kt + 1) * kFlashKeys, last_key, keys,
-                                  p.scale_log2, t4);
+    SoftmaxScores<kFlashKeys / 8, decltype(masked)::value>(s, row_max, row_sum, correction, (kt + 1) * kFlashKeys,
+                                                           last_key, keys, p.scale_log2, t4);
     WgmmaWaitAll();
     FenceRegisters<64>(o);
     BarrierArrive(&v_empty[stage]);
     RescaleOutput<kD / 8>(o, correction);
-  }
+  };
+  // Keys 0 .. whole * 64 - 1 are visible to every row of the warpgroup: at most its first row's last
+  // key (causal) and below `keys`.
+  const int64_t least_last = kPaged ? first_pos + 64 * wg : keys - 1;
+  const int64_t whole = ((least_last < keys - 1 ? least_last : keys - 1) + 1) / kFlashKeys;
+  const int64_t unmasked_end = (whole < tiles ? whole : tiles) - 1;  // iterations kt whose tile kt + 1 is whole
+  int64_t kt = 0;
+  for (; kt < unmasked_end; ++kt) overlapped_tile(kt, std::false_type{});
+  for (; kt + 1 < tiles; ++kt) overlapped_tile(kt, std::true_type{});
   const int64_t last = tiles - 1;
   ProbabilityFragments(s, pa);
   BarrierWait(&v_full[last % kStages], phase(last));

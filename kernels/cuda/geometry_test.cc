@@ -718,6 +718,27 @@ TEST(AttentionPlan, RowChunksCoverEveryRowWithinTheGridLimit) {
   EXPECT_EQ(RowChunks(int64_t{1} << 20), 17);
 }
 
+// The flash kernels' mask as one 32-bit limit a row: a column is visible exactly when its key is at
+// most the row's last key and below `keys`, at every offset of the tile against both bounds (and
+// at 64-bit key positions the kernels' int64 math allows).
+TEST(AttentionPlan, LastVisibleColumnIsTheMask) {
+  const int64_t big = int64_t{1} << 40;
+  for (int64_t key0 : {int64_t{0}, int64_t{64}, int64_t{4096}, big}) {
+    for (int64_t d_last = -70; d_last <= 70; d_last += 3) {
+      for (int64_t d_keys = -70; d_keys <= 70; d_keys += 5) {
+        const int64_t last_key = key0 + d_last, keys = key0 + d_keys;
+        const int last = LastVisibleColumn(key0, last_key, keys, 64);
+        EXPECT_GE(last, -1);
+        EXPECT_LE(last, 63);
+        for (int c = 0; c < 64; ++c) {
+          const int64_t key = key0 + c;
+          ASSERT_EQ(c <= last, key <= last_key && key < keys) << key0 << " " << d_last << " " << d_keys << " " << c;
+        }
+      }
+    }
+  }
+}
+
 // The wgmma causal kernel loads a key tile over the paged cache box by box (PagedBoxRow): every key
 // the tile sees lands on its own slot (no box crosses a page), boxes wholly past those keys go past
 // the cache (zeros) without reading the table there. The table is exactly as long as the keys'
