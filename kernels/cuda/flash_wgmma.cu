@@ -250,7 +250,10 @@ __global__ void __launch_bounds__(kThreads, 1)
   asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n" ::: "memory");
   // A consumer warpgroup: rows 64 wg .. 64 wg + 63 of the tile. Tile j's stage is j % kStages, its
   // barriers' phase (j / kStages) % 2.
-  const int wg = threadIdx.x / 128, warp_in_wg = warp % 4;
+  // The warpgroup index from lane 0, as CUTLASS takes it: the compiler then knows it is the same
+  // across the warp, and the loop bounds that depend on it (the causal kernel's unmasked tiles)
+  // stay in uniform registers with the descriptors, rather than converted into them every tile.
+  const int wg = __shfl_sync(0xffffffffu, static_cast<int>(threadIdx.x / 128), 0), warp_in_wg = warp % 4;
   auto phase = [](int64_t j) { return static_cast<unsigned>((j / kStages) & 1); };
   unsigned qa[kD / 16][4];
   BarrierWait(q_full, 0);
