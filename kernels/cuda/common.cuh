@@ -54,6 +54,28 @@ __device__ __forceinline__ Bf16x8 FromFloat8(const float* f) {
   return v;
 }
 
+// 2^x and 1/x on the special function unit (ex2.approx.ftz, rcp.approx.ftz: ~1-2 ulp, results
+// below 2^-126 flush to 0; 2^-inf is 0, 1/inf is 0). exp2f and an IEEE divide wrap the same
+// instructions in range checks, predicated multiplies and a called slow path: 5 and ~11
+// instructions where these are one, in loops where they are most of the work (the flash
+// softmax, the gate/up GEMM's epilogue).
+__device__ __forceinline__ float FastExp2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+__device__ __forceinline__ float FastRcp(float x) {
+  float y;
+  asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+
+// silu(g) = g / (1 + e^-g): for g below about -88, e^-g is inf and the result -0, the IEEE form's
+// limit.
+__device__ __forceinline__ float FastSilu(float g) {
+  return g * FastRcp(1.0f + FastExp2(g * -1.4426950408889634f));
+}
+
 __device__ __forceinline__ float WarpSum(float v) {
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);

@@ -23,7 +23,7 @@ __global__ void SiluKernel(const bf16* x, int64_t n, bf16* out) {
   WaitForPreviousKernel();
   for (int64_t i = blockIdx.x * int64_t{kThreads} + threadIdx.x; i < n; i += int64_t{gridDim.x} * kThreads) {
     const float v = __bfloat162float(x[i]);
-    out[i] = __float2bfloat16(v / (1.0f + __expf(-v)));
+    out[i] = __float2bfloat16(FastSilu(v));
   }
 }
 

@@ -20,15 +20,6 @@ namespace ag::cuda {
 // log2(e) / sqrt(head_dim): the kernels take the softmax in base 2.
 inline float ScaleLog2(int64_t head_dim) { return 1.4426950408889634f / std::sqrt(static_cast<float>(head_dim)); }
 
-// 2^x on the special function unit (ex2.approx.ftz: ~2 ulp; results below 2^-126 flush to 0, -inf
-// gives 0). exp2f wraps the same instruction in a range check and two multiplies: five
-// instructions a score where the whole softmax should take about five.
-__device__ __forceinline__ float FastExp2(float x) {
-  float y;
-  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
-  return y;
-}
-
 // One tile of kScoreTiles * 8 keys from key0: the scores of the lane's two rows masked (a key past
 // last_key[half] or past `keys` is -inf; kMasked false: the caller knows every key of the tile is
 // visible to both rows) and scaled, the running max (in base-2 units) and sum updated, and S turned

@@ -27,8 +27,7 @@ __device__ __forceinline__ void StorePair(const LinearParams& p, int64_t m, int6
     if (has1) p.y[m * p.n + n0 + 1] = __float2bfloat16(a1);
   } else if constexpr (kE == Epilogue::kSiluMul) {
     // a0 is gate j, a1 is up j (rows interleaved).
-    const float silu = a0 / (1.0f + __expf(-a0));
-    p.y[m * (p.n / 2) + n0 / 2] = __float2bfloat16(silu * a1);
+    p.y[m * (p.n / 2) + n0 / 2] = __float2bfloat16(FastSilu(a0) * a1);
   } else {  // kQkvRope
     const QkvRope& r = p.qkv;
     if (p.bias != nullptr) {
