@@ -124,6 +124,14 @@ AG_HOST_DEVICE inline int LastVisibleColumn(int64_t key0, int64_t last_key, int6
   return static_cast<int>(last < -1 ? -1 : last >= tile_keys ? tile_keys - 1 : last);
 }
 
+// The key tiles (of kFlashKeys) that every row of a group of query rows sees whole, so that the
+// wgmma flash kernel skips their mask: tiles 0 .. WholeKeyTiles - 1. `least_last_key` is the least
+// of the rows' last keys (causal: the group's first row's position; a segment: keys - 1).
+AG_HOST_DEVICE inline int64_t WholeKeyTiles(int64_t least_last_key, int64_t keys) {
+  const int64_t last = least_last_key < keys - 1 ? least_last_key : keys - 1;
+  return last < 0 ? 0 : (last + 1) / kFlashKeys;
+}
+
 // ---- the wgmma flash kernel over the paged cache: key tiles as TMA boxes ----
 //
 // A 64-key tile is loaded as boxes of PagedBoxRows rows: a whole page when pages are 8, 16 or 32

@@ -303,8 +303,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   };
   // Keys 0 .. whole * 64 - 1 are visible to every row of the warpgroup: at most its first row's last
   // key (causal) and below `keys`.
-  const int64_t least_last = kPaged ? first_pos + 64 * wg : keys - 1;
-  const int64_t whole = ((least_last < keys - 1 ? least_last : keys - 1) + 1) / kFlashKeys;
+  const int64_t whole = WholeKeyTiles(kPaged ? first_pos + 64 * wg : keys - 1, keys);
   const int64_t unmasked_end = (whole < tiles ? whole : tiles) - 1;  // iterations kt whose tile kt + 1 is whole
   int64_t kt = 0;
   for (; kt < unmasked_end; ++kt) overlapped_tile(kt, std::false_type{});

@@ -739,6 +739,36 @@ TEST(AttentionPlan, LastVisibleColumnIsTheMask) {
   }
 }
 
+// The wgmma flash kernel's unmasked tiles: every row of a warpgroup (64 rows from first_pos,
+// causal, or a segment's rows) sees every key of a tile below WholeKeyTiles, and the next tile, if
+// the rows see any of it, is not whole for some row -- at tile edges, inside tiles, past `keys`.
+TEST(AttentionPlan, WholeKeyTilesNeedNoMask) {
+  for (int64_t first_pos : {0, 1, 63, 64, 65, 100, 127, 128, 500}) {
+    for (int64_t rows : {1, 2, 64}) {
+      const int64_t keys = first_pos + rows;  // the causal tile's bound: its last row's keys
+      for (const bool causal : {true, false}) {
+        const int64_t least_last = causal ? first_pos : keys - 1;
+        const int64_t whole = WholeKeyTiles(least_last, keys);
+        auto sees = [&](int64_t row, int64_t key) { return key <= (causal ? first_pos + row : keys - 1) && key < keys; };
+        for (int64_t t = 0; t < whole; ++t) {
+          for (int64_t row = 0; row < 64; ++row) {
+            for (int64_t c = 0; c < kFlashKeys; ++c) {
+              ASSERT_TRUE(sees(row, t * kFlashKeys + c)) << first_pos << " " << rows << " " << causal << " " << t;
+            }
+          }
+        }
+        bool all = true;  // tile `whole` is not seen whole by every row
+        for (int64_t row = 0; row < 64; ++row) {
+          for (int64_t c = 0; c < kFlashKeys; ++c) all = all && sees(row, whole * kFlashKeys + c);
+        }
+        EXPECT_FALSE(all) << first_pos << " " << rows << " " << causal;
+      }
+    }
+  }
+  EXPECT_EQ(WholeKeyTiles(-1, 10), 0);
+  EXPECT_EQ(WholeKeyTiles(5, 0), 0);
+}
+
 // The wgmma causal kernel loads a key tile over the paged cache box by box (PagedBoxRow): every key
 // the tile sees lands on its own slot (no box crosses a page), boxes wholly past those keys go past
 // the cache (zeros) without reading the table there. The table is exactly as long as the keys'
