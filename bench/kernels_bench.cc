@@ -373,6 +373,48 @@ BENCHMARK(BM_PrefillAttention)
     ->Iterations(kIterations)
     ->Unit(benchmark::kMicrosecond);
 
+// A mixed step at GLM-4-9B's geometry: 31 decode rows at context 4,096 scheduled first, then a
+// 512-token prompt. range(0) 1: the decode rows on the decode kernels (AttentionShape::decode_seqs,
+// as the runtime passes it), 0: every sequence on flash (a 128-row block a decode row and head).
+void BM_MixedAttention(benchmark::State& state) {
+  if (!HaveGpu()) return state.SkipWithError("no GPU");
+  const int64_t decode = 31, context = 4096, prompt = 512, d = 128, heads = 32, kv_heads = 2, block = 16;
+  const int64_t rows = decode + prompt, seqs = decode + 1, max_blocks = context / block;
+  const int64_t pool = decode * max_blocks + prompt / block, width = heads * d, kv_width = kv_heads * d;
+  bf16* q = RandomDevice(rows * width, 1, 1.0f);
+  bf16* k = RandomDevice(pool * block * kv_width, 2, 1.0f);
+  bf16* v = RandomDevice(pool * block * kv_width, 3, 1.0f);
+  bf16* out = RandomDevice(rows * width, 4, 1.0f);
+  std::vector<int32_t> offsets(seqs + 1), lens(seqs), tables(seqs * max_blocks, 0);
+  for (int64_t s = 0; s <= decode; ++s) offsets[s] = static_cast<int32_t>(s);
+  offsets[seqs] = static_cast<int32_t>(rows);
+  for (int64_t s = 0; s < seqs; ++s) {
+    lens[s] = static_cast<int32_t>(s < decode ? context : prompt);
+    for (int64_t b = 0; b < (lens[s] + block - 1) / block; ++b) {
+      tables[s * max_blocks + b] = static_cast<int32_t>((s * max_blocks + b) * 7919 % pool);
+    }
+  }
+  int32_t* doff = DeviceInts(offsets);
+  int32_t* dlen = DeviceInts(lens);
+  int32_t* dtab = DeviceInts(tables);
+  ag::cuda::PagedKv cache{k, v, block, kv_heads, d};
+  cache.slots = pool * block;
+  const ag::cuda::SeqBatch batch{doff, dlen, dtab, seqs, max_blocks};
+  const ag::cuda::AttentionShape shape{rows, heads, context, state.range(0) == 1 ? decode : 0};
+  float* workspace = nullptr;
+  cudaMalloc(&workspace, ag::cuda::PagedAttentionWorkspace(shape, kv_heads, d) * 4);
+  TimeLaunches(
+      state, [&](int) { return ag::cuda::LaunchPagedAttention(q, shape, cache, batch, workspace, out, nullptr); },
+      static_cast<double>((decode * context + prompt) * kv_width * 2 * 2));
+  state.SetLabel(state.range(0) == 1 ? "decode rows on the decode kernels" : "every row on flash");
+  for (void* p : {static_cast<void*>(q), static_cast<void*>(k), static_cast<void*>(v), static_cast<void*>(out),
+                  static_cast<void*>(doff), static_cast<void*>(dlen), static_cast<void*>(dtab),
+                  static_cast<void*>(workspace)}) {
+    cudaFree(p);
+  }
+}
+BENCHMARK(BM_MixedAttention)->Arg(0)->Arg(1)->UseManualTime()->Iterations(kIterations)->Unit(benchmark::kMicrosecond);
+
 // Decode attention at GLM-4-9B's geometry: one token per sequence against `context` cached tokens.
 void BM_DecodeAttention(benchmark::State& state) {
   if (!HaveGpu()) return state.SkipWithError("no GPU");

@@ -52,6 +52,14 @@ void FloatParts::CopyToBF16(uint16_t* out) const {
   }
 }
 
+int64_t StepBatch::LeadingDecodeSeqs() const {
+  int64_t n = 0;
+  while (n < num_seqs && n + 1 < static_cast<int64_t>(seq_offsets.size()) && seq_offsets[n + 1] - seq_offsets[n] == 1) {
+    ++n;
+  }
+  return n;
+}
+
 std::vector<int32_t> StepBatch::RowSequences() const {
   std::vector<int32_t> rows(static_cast<size_t>(std::max<int64_t>(num_tokens, 0)), 0);
   for (size_t s = 0; s + 1 < seq_offsets.size(); ++s) {

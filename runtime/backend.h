@@ -78,6 +78,9 @@ struct StepBatch {
   // Each token row's sequence, from seq_offsets ([T]; rows past the last offset get none): the
   // CUDA attention kernels read it instead of searching seq_offsets in every block.
   std::vector<int32_t> RowSequences() const;
+  // Sequences of one new row each before the first of more (the engine schedules decode rows
+  // first): the CUDA attention keeps them on its decode kernels when the rest take flash.
+  int64_t LeadingDecodeSeqs() const;
   ir::SymbolBindings Bindings(int64_t num_kv_blocks) const;
 };
 

@@ -56,5 +56,22 @@ TEST(FloatParts, CopiesEveryPieceInOrder) {
   for (size_t i = 0; i < want.size(); ++i) ASSERT_EQ(halves[i], FloatToBF16(want[i])) << "value " << i;
 }
 
+// The decode rows a mixed step leads with (the engine schedules them first): one-row sequences up
+// to the first longer one; a one-row sequence after a prompt is not counted (the attention's flash
+// launch takes the sequences after the count, in order).
+TEST(StepBatch, LeadingDecodeSeqsCountsOneRowSequencesFirst) {
+  StepBatch b;
+  b.num_seqs = 5;
+  b.seq_offsets = {0, 1, 2, 3, 133, 134};  // three decode rows, a 130-token prompt, one more row
+  EXPECT_EQ(b.LeadingDecodeSeqs(), 3);
+  b.seq_offsets = {0, 5, 6, 7, 8, 9};
+  EXPECT_EQ(b.LeadingDecodeSeqs(), 0);
+  b.seq_offsets = {0, 1, 2, 3, 4, 5};  // a decode step: every sequence
+  EXPECT_EQ(b.LeadingDecodeSeqs(), 5);
+  b.num_seqs = 0;
+  b.seq_offsets = {0};
+  EXPECT_EQ(b.LeadingDecodeSeqs(), 0);
+}
+
 }  // namespace
 }  // namespace ag::runtime

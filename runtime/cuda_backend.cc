@@ -107,7 +107,9 @@ class CudaBackend : public Backend {
 
  private:
   // tokens, seqs, logit rows, context bucket, block-table width: everything a captured step bakes in.
-  using GraphKey = std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t>;
+  // (tokens, sequences, logit rows, context bucket, block-table width, leading decode sequences):
+  // what the captured launches depend on.
+  using GraphKey = std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, int64_t>;
 
   absl::Status UploadWeight(const compiler::WeightEntry& entry, const WeightSource& source, bool interleave,
                             void* dst);
@@ -614,6 +616,7 @@ absl::Status CudaBackend::LaunchProgram(const compiler::Program& program, void* 
   };
   const cuda::SeqBatch seqs{input("seq_offsets"), input("context_lens"), input("block_tables"), batch.num_seqs,
                             batch.max_blocks, input(kRowSequences)};
+  const int64_t decode_seqs = batch.LeadingDecodeSeqs();
   for (size_t i = 0; i < program.steps.size(); ++i) {
     const compiler::PlanStep& step = program.steps[i];
     if (events != nullptr) CUDA_RETURN_IF_ERROR(cudaEventRecord((*events)[i], stream_));
@@ -622,6 +625,7 @@ absl::Status CudaBackend::LaunchProgram(const compiler::Program& program, void* 
     args.seqs = seqs;
     args.slot_mapping = input("slot_mapping");
     args.max_context = context_bucket;
+    args.decode_seqs = decode_seqs;
     args.attention_workspace = static_cast<float*>(attention_workspace_.get());
     args.linear_scratch = linear_scratch_.get();
     args.gather_scratch = gather_scratch_.get();
@@ -757,7 +761,8 @@ absl::Status CudaBackend::Execute(const StepBatch& batch) {
   ASSIGN_OR_RETURN(const int64_t bucket, PrepareStep(batch));
   const bool graph = options_.use_graphs && batch.num_tokens <= kGraphMaxTokens;
   if (!graph) return LaunchSteps(batch, bucket, /*nvtx=*/true);
-  const GraphKey key{batch.num_tokens, batch.num_seqs, batch.num_logit_rows, bucket, batch.max_blocks};
+  const GraphKey key{batch.num_tokens, batch.num_seqs, batch.num_logit_rows, bucket, batch.max_blocks,
+                     batch.LeadingDecodeSeqs()};
   auto it = graphs_.find(key);
   if (it == graphs_.end()) {
     // The first run of a shape is eager (kernel attributes get set outside capture); the second captures it.

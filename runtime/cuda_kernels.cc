@@ -158,7 +158,7 @@ absl::Status RunLinear(const A& a, cuda::LinearParams p) {
 }
 
 cuda::AttentionShape Shape(const A& a, int64_t tokens) {
-  return {tokens, a.Int("heads"), a.max_context};
+  return {tokens, a.Int("heads"), a.max_context, a.decode_seqs};
 }
 
 absl::Status Embedding(const A& a) {

@@ -37,6 +37,7 @@ struct CudaStepArgs {
   cuda::SeqBatch seqs;        // device pointers of the step's sequences
   const int32_t* slot_mapping = nullptr;
   int64_t max_context = 0;    // bound on the batch's context lengths (attention slicing)
+  int64_t decode_seqs = 0;    // StepBatch::LeadingDecodeSeqs (attention: decode rows beside prefill)
   float* attention_workspace = nullptr;
   void* linear_scratch = nullptr;  // [T, max k] bf16, for the GEMM path's norm prologue
   void* gather_scratch = nullptr;  // [R, gathered width] bf16: all_gather's rank-major landing place

@@ -66,21 +66,15 @@ cudaError_t LaunchForCache(const Params& p, int heads_per_warp, dim3 grid, size_
 
 }  // namespace
 
-cudaError_t LaunchPagedAttention(const bf16* q, const AttentionShape& shape, const PagedKv& cache,
-                                 const SeqBatch& seqs, float* workspace, bf16* out, cudaStream_t stream) {
-  if (shape.tokens == 0) return cudaSuccess;
+namespace {
+
+// The decode kernels (the grouped-query one on the tensor cores, or the slice kernel) over rows
+// 0 .. rows - 1, then the combine step where the context is sliced.
+cudaError_t LaunchDecodeRows(const bf16* q, int64_t rows, const AttentionShape& shape, const PagedKv& cache,
+                             const SeqBatch& seqs, float* workspace, bf16* out, cudaStream_t stream) {
   const int64_t D = cache.head_dim;
-  const bool codes = cache.code != KvCode::kBF16;
-  if (D % (codes ? 16 : 8) != 0 || D > 64 * kMaxPairs || cache.kv_heads <= 0 || shape.heads % cache.kv_heads != 0 ||
-      seqs.num_seqs <= 0 || (codes && (cache.k_scale == nullptr || cache.v_scale == nullptr))) {
-    return cudaErrorInvalidValue;
-  }
-  // Prefill (sequences of many new rows) on the tensor cores, over any cache format; decode below.
-  if (FlashHeadDim(D) && UseFlashAttention(shape.tokens, seqs.num_seqs)) {
-    return LaunchFlashPagedAttention(q, shape.tokens, shape.heads, cache, seqs, out, stream);
-  }
   const int64_t group = shape.heads / cache.kv_heads;
-  const AttentionGeometry geo = PlanAttention(shape.tokens, cache.kv_heads, group, shape.max_context, MultiprocessorCount());
+  const AttentionGeometry geo = PlanAttention(rows, cache.kv_heads, group, shape.max_context, MultiprocessorCount());
   const bool gqa = GqaDecodeTakes(D, group, cache.code);
   Params p;
   p.q = q;
@@ -94,28 +88,63 @@ cudaError_t LaunchPagedAttention(const bf16* q, const AttentionShape& shape, con
   p.slice_keys = geo.slice_keys;
   p.scale = 1.0f / sqrtf(static_cast<float>(D));
   p.partial_acc = workspace;
-  p.partial_ml = workspace + shape.tokens * shape.heads * geo.slices * D;
+  p.partial_ml = workspace + rows * shape.heads * geo.slices * D;
   p.out = out;
   const size_t smem = SliceSmemBytes(static_cast<int>(D), cache.code, geo.heads_per_warp);
   // Query rows go on grid z (and y for the combine step): at most kMaxGridYZ a launch.
-  for (int64_t chunk = 0; chunk < RowChunks(shape.tokens); ++chunk) {
+  for (int64_t chunk = 0; chunk < RowChunks(rows); ++chunk) {
     p.row_base = chunk * kMaxGridYZ;
-    const unsigned rows = static_cast<unsigned>(RowChunkSize(shape.tokens, chunk));
+    const unsigned chunk_rows = static_cast<unsigned>(RowChunkSize(rows, chunk));
     cudaError_t e;
     if (gqa) {  // one block a (slice, KV head, row): every query head of the group
-      e = LaunchGqaDecode(p, dim3(static_cast<unsigned>(geo.slices), static_cast<unsigned>(cache.kv_heads), rows),
+      e = LaunchGqaDecode(p, dim3(static_cast<unsigned>(geo.slices), static_cast<unsigned>(cache.kv_heads), chunk_rows),
                           stream);
     } else {
-      const dim3 grid(static_cast<unsigned>(geo.slices), static_cast<unsigned>(cache.kv_heads * geo.head_chunks), rows);
+      const dim3 grid(static_cast<unsigned>(geo.slices), static_cast<unsigned>(cache.kv_heads * geo.head_chunks),
+                      chunk_rows);
       e = LaunchForCache(p, geo.heads_per_warp, grid, smem, stream);
     }
     if (e != cudaSuccess) return e;
     if (geo.slices == 1) continue;  // one slice: the slice kernel wrote out, no combine step
-    e = LaunchKernel(CombineKernel, dim3(static_cast<unsigned>(shape.heads), rows), dim3(kThreads), 0, stream,
+    e = LaunchKernel(CombineKernel, dim3(static_cast<unsigned>(shape.heads), chunk_rows), dim3(kThreads), 0, stream,
                      p.partial_acc, p.partial_ml, p.heads, geo.slices, p.head_dim, p.row_base, out);
     if (e != cudaSuccess) return e;
   }
   return cudaSuccess;
+}
+
+}  // namespace
+
+cudaError_t LaunchPagedAttention(const bf16* q, const AttentionShape& shape, const PagedKv& cache,
+                                 const SeqBatch& seqs, float* workspace, bf16* out, cudaStream_t stream) {
+  if (shape.tokens == 0) return cudaSuccess;
+  const int64_t D = cache.head_dim;
+  const bool codes = cache.code != KvCode::kBF16;
+  if (D % (codes ? 16 : 8) != 0 || D > 64 * kMaxPairs || cache.kv_heads <= 0 || shape.heads % cache.kv_heads != 0 ||
+      seqs.num_seqs <= 0 || (codes && (cache.k_scale == nullptr || cache.v_scale == nullptr)) ||
+      shape.decode_seqs < 0 || shape.decode_seqs > seqs.num_seqs || shape.decode_seqs > shape.tokens) {
+    return cudaErrorInvalidValue;
+  }
+  // Prefill (sequences of many new rows) on the tensor cores, over any cache format; the decode rows
+  // leading a mixed step, and decode steps, below. The flash launch sees the sequences after the
+  // decode rows (their offsets still index q's rows from its first).
+  const int64_t decode = shape.decode_seqs;  // one row each: rows 0 .. decode - 1
+  if (FlashHeadDim(D) && UseFlashAttention(shape.tokens - decode, seqs.num_seqs - decode)) {
+    if (decode > 0) {
+      if (const cudaError_t e = LaunchDecodeRows(q, decode, shape, cache, seqs, workspace, out, stream);
+          e != cudaSuccess) {
+        return e;
+      }
+    }
+    SeqBatch rest = seqs;
+    rest.seq_offsets += decode;
+    rest.context_lens += decode;
+    rest.block_tables += decode * seqs.max_blocks;
+    rest.num_seqs -= decode;
+    rest.row_seqs = nullptr;
+    return LaunchFlashPagedAttention(q, shape.tokens, shape.heads, cache, rest, out, stream);
+  }
+  return LaunchDecodeRows(q, shape.tokens, shape, cache, seqs, workspace, out, stream);
 }
 
 }  // namespace ag::cuda

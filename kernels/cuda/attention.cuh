@@ -8,7 +8,9 @@
 // the slices (with one slice the slice kernel writes the answer itself).
 // Causal: the query at position p sees keys 0..p of its own sequence.
 // Steps whose sequences bring many new rows (prefill) go to the tensor-core
-// flash kernel instead (flash_attention.cuh), whatever the cache's format.
+// flash kernel instead (flash_attention.cuh), whatever the cache's format;
+// in a step that mixes them, the decode rows the engine schedules first
+// (shape.decode_seqs) stay on the decode kernels.
 #ifndef AUTOGLM_KERNELS_CUDA_ATTENTION_CUH_
 #define AUTOGLM_KERNELS_CUDA_ATTENTION_CUH_
 
@@ -25,6 +27,10 @@ struct AttentionShape {
   int64_t tokens = 0;      // query rows
   int64_t heads = 0;       // query heads; heads % kv_heads == 0
   int64_t max_context = 0; // bound on every sequence's context length in this batch: sizes the slices
+  // Leading sequences of one new row each (the engine schedules decode rows first). When the
+  // sequences after them take the flash kernel, these rows take the decode kernels: a flash block
+  // walks its sequence's whole context a query head for 128 rows, one of them real.
+  int64_t decode_seqs = 0;
 };
 
 // Floats of workspace LaunchPagedAttention needs for up to shape.tokens rows.

@@ -405,6 +405,9 @@ const AttentionBatch kDecodeBatch = {{5, 1, 3}, {5, 37, 20}};
 // Many rows a sequence (attention_plan.h: UseFlashAttention): the flash kernel. A 130-token prompt (three
 // row tiles, the last of 2 rows), a 64-row chunk after 136 cached tokens, a decode row, a 77-token prompt.
 const AttentionBatch kPrefillBatch = {{130, 64, 1, 77}, {130, 200, 70, 77}};
+// A mixed step as the engine orders it: three decode rows first (contexts 40, 600, 33), then prompts
+// and a chunk. The decode rows take the decode kernels (AttentionShape::decode_seqs), the rest flash.
+const AttentionBatch kMixedBatch = {{1, 1, 1, 130, 64, 77}, {40, 600, 33, 130, 200, 77}};
 
 // wgmma: LaunchWgmmaFlashPaged itself rather than the dispatcher (which falls back when it cannot run).
 void CheckAttention(int64_t heads, int64_t kv_heads, int64_t head_dim, int64_t block,
@@ -450,8 +453,11 @@ void CheckAttention(int64_t heads, int64_t kv_heads, int64_t head_dim, int64_t b
     ref::RoundTripKvRows(k_ref.data(), slots * kv_heads, head_dim, code == cuda::KvCode::kFp8);
     ref::RoundTripKvRows(v_ref.data(), slots * kv_heads, head_dim, code == cuda::KvCode::kFp8);
   }
+  // The leading one-row sequences, as the runtime passes them (StepBatch::LeadingDecodeSeqs).
+  int64_t decode_seqs = 0;
+  while (decode_seqs < seqs && new_tokens[decode_seqs] == 1) ++decode_seqs;
   for (int64_t bound : {longest, int64_t{4096}}) {  // one slice, and many slices (most of them empty)
-    const cuda::AttentionShape shape{tokens, heads, bound};
+    const cuda::AttentionShape shape{tokens, heads, bound, decode_seqs};
     DeviceArray<float> workspace(static_cast<size_t>(cuda::PagedAttentionWorkspace(shape, kv_heads, head_dim)));
     if (wgmma) {
       if (!cuda::WgmmaFlashPagedUsable(dq.get(), heads, cache)) {
@@ -494,6 +500,19 @@ TEST(GpuKernels, FlashPagedAttention) {
   }
   CheckAttention(32, 2, 128, 16, cuda::KvCode::kFp8, kPrefillBatch);
   CheckAttention(6, 2, 16, 1, cuda::KvCode::kInt8, kPrefillBatch);
+}
+
+// A mixed step: its leading decode rows on the decode kernels (the grouped-query one at GLM's
+// geometry, the slice kernel otherwise, an 8-bit cache's too), the prompts after them on flash
+// (wgmma on Hopper at head_dim 128 with pages of 16).
+TEST(GpuKernels, MixedStepAttention) {
+  SKIP_WITHOUT_GPU();
+  for (int64_t block : {1, 16}) {
+    CheckAttention(32, 2, 128, block, cuda::KvCode::kBF16, kMixedBatch);
+    CheckAttention(6, 2, 16, block, cuda::KvCode::kBF16, kMixedBatch);
+    CheckAttention(5, 5, 64, block, cuda::KvCode::kBF16, kMixedBatch);
+  }
+  CheckAttention(32, 2, 128, 16, cuda::KvCode::kFp8, kMixedBatch);
 }
 
 // The causal kernel on wgmma (on Hopper, head_dim 128, a bf16 cache: LaunchPagedAttention takes it
