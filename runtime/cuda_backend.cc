@@ -106,9 +106,8 @@ class CudaBackend : public Backend {
   absl::StatusOr<std::vector<double>> ProfileExecute(const StepBatch& batch) override;
 
  private:
-  // tokens, seqs, logit rows, context bucket, block-table width: everything a captured step bakes in.
-  // (tokens, sequences, logit rows, context bucket, block-table width, leading decode sequences):
-  // what the captured launches depend on.
+  // Tokens, sequences, logit rows, context bucket, block-table width, leading decode sequences
+  // (StepBatch::LeadingDecodeSeqs: the attention's split): everything a captured step bakes in.
   using GraphKey = std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, int64_t>;
 
   absl::Status UploadWeight(const compiler::WeightEntry& entry, const WeightSource& source, bool interleave,
