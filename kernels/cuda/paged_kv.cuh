@@ -126,14 +126,12 @@ __device__ __forceinline__ int RopePosition(const RopePositions& p, int64_t toke
   return p.data[stream * p.tokens + token];
 }
 
-// inv_freq[i] = 1 / theta^(2i / rot) in fp32, for every checkpoint dtype: as kernels/ref computes it.
-__device__ __forceinline__ float InvFreq(int i, int rot, float theta) {
+// inv_freq[i] = 1 / theta^(2i / rot) in fp32, as kernels/ref computes it, for pairs past the table.
+// Out of line: the epilogues inline a rotation at every accumulator pair, and this path would
+// otherwise put a powf into each of them that GLM's shapes never run.
+inline __device__ __noinline__ float InvFreqPastTable(int i, int rot, float theta) {
   return 1.0f / powf(theta, static_cast<float>(2 * i) / static_cast<float>(rot));
 }
-
-// Out of line: the epilogues inline a rotation at every accumulator pair, and this path (pairs past
-// the table) would otherwise put a powf into each of them that GLM's shapes never run.
-inline __device__ __noinline__ float InvFreqPastTable(int i, int rot, float theta) { return InvFreq(i, rot, theta); }
 
 __device__ __forceinline__ float InvFreqOf(const RopeFrequencies& f, int i) {
   return i < RopeFrequencies::kTablePairs ? f.inv_freq[i] : InvFreqPastTable(i, f.rot, f.theta);
