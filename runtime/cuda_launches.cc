@@ -59,7 +59,7 @@ int64_t LinearLaunches(const compiler::Plan& plan, const compiler::PlanStep& ste
   return (norm ? 1 : 0) + segments;
 }
 
-int64_t AttentionLaunches(const compiler::PlanStep& step, const LaunchShape& shape) {
+int64_t AttentionLaunches(const compiler::Plan& plan, const compiler::PlanStep& step, const LaunchShape& shape) {
   const int64_t rows = shape.seqs * shape.rows_per_seq;
   const int64_t heads = Attr(step, "heads"), kv_heads = std::max<int64_t>(Attr(step, "kv_heads"), 1);
   const int64_t head_dim = Attr(step, "head_dim");
@@ -67,8 +67,12 @@ int64_t AttentionLaunches(const compiler::PlanStep& step, const LaunchShape& sha
   // The backend sizes slices by its context bucket: the longest context's power of two, at least 256.
   int64_t bucket = 1;
   while (bucket < std::max<int64_t>(shape.context, 256)) bucket *= 2;
-  const cuda::AttentionGeometry geo =
-      cuda::PlanAttention(rows, kv_heads, std::max<int64_t>(heads / kv_heads, 1), bucket, shape.multiprocessors);
+  const int64_t group = std::max<int64_t>(heads / kv_heads, 1);
+  if (!plan.kv.quantized() && cuda::GqaDecodeShape(head_dim, group)) {  // the grouped-query kernel
+    const cuda::GqaGeometry geo = cuda::PlanGqaDecode(rows, kv_heads, bucket, shape.multiprocessors);
+    return cuda::RowChunks(rows) * (geo.slices > 1 && !geo.fold ? 2 : 1);
+  }
+  const cuda::AttentionGeometry geo = cuda::PlanAttention(rows, kv_heads, group, bucket, shape.multiprocessors);
   return cuda::RowChunks(rows) * (geo.slices > 1 ? 2 : 1);
 }
 
@@ -88,9 +92,9 @@ int64_t CudaStepLaunches(const compiler::Plan& plan, const compiler::PlanStep& s
     case OpId::k_norm_qkv_rope_kv_write:  // an 8-bit cache: K and V quantized from the staging rows after
       return LinearLaunches(plan, step, rows, true) + (plan.kv.quantized() ? 1 : 0);
     case OpId::k_attention:  // the cache write, then attention
-      return 1 + AttentionLaunches(step, shape);
+      return 1 + AttentionLaunches(plan, step, shape);
     case OpId::k_paged_attention:
-      return AttentionLaunches(step, shape);
+      return AttentionLaunches(plan, step, shape);
     case OpId::k_all_reduce:  // NCCL in place (a copy first when the result has its own buffer: counted)
       return plan.tp > 1 ? 2 : 1;
     case OpId::k_all_reduce_residual:

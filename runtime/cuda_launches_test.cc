@@ -47,6 +47,30 @@ TEST(CudaLaunches, FollowTheDispatchRules) {
   EXPECT_EQ(CudaLaunchesPerLayer(plan, {1, 512, 512}), steps + norm_prologues);
 }
 
+// GLM-4-9B's geometry (head_dim 128, groups of 16, a bf16 cache) takes the grouped-query decode
+// kernel, whose cluster merges its slices at context 512 (no combine launch at batches 1-64); batch
+// 1 at 4096 keys keeps the combine step. An 8-bit cache takes the slice kernel and its combine (and
+// its QKV step quantizes K and V in a launch of its own).
+TEST(CudaLaunches, GroupedQueryDecodeMergesSlicesInACluster) {
+  const char* text = R"({"model_type":"glm","hidden_size":4096,"intermediate_size":13696,"num_hidden_layers":2,
+    "num_attention_heads":32,"num_key_value_heads":2,"head_dim":128,"vocab_size":1024,"attention_bias":true,
+    "max_position_embeddings":131072,"partial_rotary_factor":0.5,"tie_word_embeddings":false,"dtype":"bfloat16"})";
+  const glm::ModelConfig config = *glm::ParseModelConfig(text, "config.json");
+  compiler::CompileOptions options;
+  options.build.dtype = ir::DType::kBF16;
+  const compiler::Plan plan = compiler::Compile(config, options)->plan;
+  int64_t steps = 0;
+  for (const compiler::PlanStep& step : plan.decoder().steps) steps += step.layer == 0;
+  for (int64_t batch : {1, 8, 32, 64}) {
+    SCOPED_TRACE(batch);
+    EXPECT_EQ(CudaLaunchesPerLayer(plan, {batch, 1, 512}), steps);
+  }
+  EXPECT_EQ(CudaLaunchesPerLayer(plan, {1, 1, 4096}), steps + 1);
+  options.build.kv_dtype = ir::DType::kF8E4M3;
+  const compiler::Plan fp8 = compiler::Compile(config, options)->plan;
+  EXPECT_EQ(CudaLaunchesPerLayer(fp8, {1, 1, 512}) - CudaLaunchesPerLayer(plan, {1, 1, 512}), 2);
+}
+
 // Layer 0's quantized linears and the segments they launch the codes kernels over (a piece each; a
 // fused gate/up is one).
 std::pair<int64_t, int64_t> QuantizedLinears(const compiler::Plan& plan) {

@@ -40,12 +40,15 @@ __global__ void __launch_bounds__(kThreads) CombineKernel(const float* partial_a
 }  // namespace
 
 int64_t PagedAttentionWorkspace(const AttentionShape& shape, int64_t kv_heads, int64_t head_dim) {
-  // The most any row count up to shape.tokens needs: fewer rows may use more slices.
+  // The most any row count up to shape.tokens needs (fewer rows may use more slices), on either
+  // decode kernel.
   const int sms = MultiprocessorCount();
   const int64_t group = kv_heads > 0 ? std::max<int64_t>(shape.heads / kv_heads, 1) : 1;
   int64_t most = 0;
   for (int64_t t = 1; t <= shape.tokens; ++t) {
-    most = std::max<int64_t>(most, t * PlanAttention(t, kv_heads, group, shape.max_context, sms).slices);
+    const int slices = std::max(PlanAttention(t, kv_heads, group, shape.max_context, sms).slices,
+                                PlanGqaDecode(t, kv_heads, shape.max_context, sms).slices);
+    most = std::max<int64_t>(most, t * slices);
   }
   return most * shape.heads * (head_dim + 2);
 }
@@ -69,13 +72,22 @@ cudaError_t LaunchForCache(const Params& p, int heads_per_warp, dim3 grid, size_
 namespace {
 
 // The decode kernels (the grouped-query one on the tensor cores, or the slice kernel) over rows
-// 0 .. rows - 1, then the combine step where the context is sliced.
+// 0 .. rows - 1, then the combine step where the context is sliced (and the grouped-query kernel's
+// cluster has not merged the slices).
 cudaError_t LaunchDecodeRows(const bf16* q, int64_t rows, const AttentionShape& shape, const PagedKv& cache,
                              const SeqBatch& seqs, float* workspace, bf16* out, cudaStream_t stream) {
   const int64_t D = cache.head_dim;
   const int64_t group = shape.heads / cache.kv_heads;
-  const AttentionGeometry geo = PlanAttention(rows, cache.kv_heads, group, shape.max_context, MultiprocessorCount());
   const bool gqa = GqaDecodeTakes(D, group, cache.code);
+  AttentionGeometry geo = PlanAttention(rows, cache.kv_heads, group, shape.max_context, MultiprocessorCount());
+  bool folded = false;
+  if (gqa) {
+    const GqaGeometry g = PlanGqaDecode(rows, cache.kv_heads, shape.max_context, MultiprocessorCount());
+    geo.slices = g.slices;
+    geo.slice_keys = g.slice_keys;
+    static const bool fold_on = SwitchedOn("AUTOGLM_GQA_FOLD");  // 0: partials and the combine step
+    folded = g.fold && fold_on;
+  }
   Params p;
   p.q = q;
   p.cache = cache;
@@ -98,14 +110,14 @@ cudaError_t LaunchDecodeRows(const bf16* q, int64_t rows, const AttentionShape& 
     cudaError_t e;
     if (gqa) {  // one block a (slice, KV head, row): every query head of the group
       e = LaunchGqaDecode(p, dim3(static_cast<unsigned>(geo.slices), static_cast<unsigned>(cache.kv_heads), chunk_rows),
-                          stream);
+                          folded, stream);
     } else {
       const dim3 grid(static_cast<unsigned>(geo.slices), static_cast<unsigned>(cache.kv_heads * geo.head_chunks),
                       chunk_rows);
       e = LaunchForCache(p, geo.heads_per_warp, grid, smem, stream);
     }
     if (e != cudaSuccess) return e;
-    if (geo.slices == 1) continue;  // one slice: the slice kernel wrote out, no combine step
+    if (geo.slices == 1 || folded) continue;  // the decode kernel wrote out: no combine step
     e = LaunchKernel(CombineKernel, dim3(static_cast<unsigned>(shape.heads), chunk_rows), dim3(kThreads), 0, stream,
                      p.partial_acc, p.partial_ml, p.heads, geo.slices, p.head_dim, p.row_base, out);
     if (e != cudaSuccess) return e;

@@ -7,11 +7,15 @@
 // products run on FMA units (ncu, batch 1 at 4096 keys: 28 us, 3% of the
 // bandwidth). Here a group's query heads are the 16 rows of mma.m16n8k16's A
 // (rows past the group are zeros): one block takes a query row, a KV head and a
-// slice of the context (PlanAttention's slices, so the combine step and its
-// workspace are the slice kernel's), streams the slice's keys in 64-key tiles
-// through shared memory (cp.async, two stages), and warp w takes keys 16w..16w+15
-// of each tile with the flash kernel's arithmetic (flash_softmax.cuh). The four
-// warps' running maxima, sums and O then merge through shared memory.
+// slice of the context (PlanGqaDecode: slices of whole 64-key tiles), streams the
+// slice's keys in 64-key tiles through shared memory (cp.async, two stages), and
+// warp w takes keys 16w..16w+15 of each tile with the flash kernel's arithmetic
+// (flash_softmax.cuh). The four warps' running maxima, sums and O then merge
+// through shared memory; the slices of a row merge the same way across the
+// blocks of a cluster (up to 8 slices), or else through the slice kernel's
+// partials and combine step.
+#include <cooperative_groups.h>
+
 #include <algorithm>
 #include <cfloat>
 
@@ -26,23 +30,62 @@
 namespace ag::cuda::attention_detail {
 namespace {
 
-// Fewer query heads a KV head leave most of the 16 mma rows empty: the slice kernel takes them.
-constexpr int64_t kGqaMinGroup = 4;
 constexpr int kGqaThreads = 128;  // 4 warps, 16 keys of each tile apiece
-constexpr int kKeys = 64;      // keys a tile
+constexpr int kKeys = kGqaKeys;  // keys a tile
 constexpr int kRows = 16;      // mma rows: the group's query heads, zeros past them
 constexpr int kPad = 8;        // bf16 of padding a shared row: ldmatrix's rows in distinct banks
 
 template <int kD>
 constexpr size_t GqaSmemBytes() {
   // Q [16][kD + kPad], two stages of K and V [64][kD + kPad]; the merge reuses the stages:
-  // O [4 warps][16][kD] fp32, then each warp's row maxima and sums [4][16][2].
+  // O [4 warps][16][kD] fp32, each warp's row maxima and sums [4][16][2], then the block's
+  // slice [16][kD] and its maxima and sums [16][2] (which the cluster's blocks read).
   constexpr size_t tiles = sizeof(bf16) * (kRows + 4 * kKeys) * (kD + kPad);
-  constexpr size_t merge = sizeof(bf16) * kRows * (kD + kPad) + sizeof(float) * (4 * kRows * kD + 4 * kRows * 2);
+  constexpr size_t merge = sizeof(bf16) * kRows * (kD + kPad) +
+                           sizeof(float) * (4 * kRows * kD + 4 * kRows * 2 + kRows * kD + kRows * 2);
   return std::max(tiles, merge);
 }
 
+// The slices of one row and KV head, one a block of a cluster, merged: each block leaves its answer
+// (O relative to its maximum m, in log2 units, and its sum l) in `slice` [kRows][kD + 2], then
+// block r of the cluster's S finishes the group's rows r, r + S, ... from every block's shared
+// memory. Every thread of every block arrives at both cluster barriers; the second keeps each
+// block's shared memory alive while the others read it. Slice 0 holds key 0: the total sum is > 0.
 template <int kD>
+__device__ __forceinline__ void FoldClusterSlices(float* slice, const float (&acc)[kD / 8], float m, float l,
+                                                  int row, int col0, int group, bf16* out) {
+  namespace cg = cooperative_groups;
+  const cg::cluster_group cluster = cg::this_cluster();
+  float* slice_o = slice;                    // [kRows][kD]
+  float* slice_ml = slice + kRows * kD;      // [kRows][2]
+#pragma unroll
+  for (int c = 0; c < kD / 8; c += 2) {
+    *reinterpret_cast<float2*>(&slice_o[row * kD + col0 + c]) = make_float2(acc[c], acc[c + 1]);
+  }
+  if (col0 == 0) *reinterpret_cast<float2*>(&slice_ml[row * 2]) = make_float2(m, l);
+  cluster.sync();
+  const int rank = static_cast<int>(cluster.block_rank()), slices = static_cast<int>(cluster.num_blocks());
+  const int mine = (group - rank + slices - 1) / slices;  // rows rank, rank + slices, ... below group
+  for (int e = threadIdx.x; e < mine * kD; e += kGqaThreads) {
+    const int r = rank + slices * (e / kD), col = e % kD;
+    float most = -INFINITY;
+    for (int s = 0; s < slices; ++s) most = fmaxf(most, cluster.map_shared_rank(slice_ml, s)[r * 2]);
+    float sum = 0.0f, o = 0.0f;
+    for (int s = 0; s < slices; ++s) {  // a slice past the row's keys has max -inf and sum 0
+      const float* theirs = cluster.map_shared_rank(slice, s);
+      const float ms = theirs[kRows * kD + r * 2];
+      const float w = ms == -INFINITY ? 0.0f : exp2f(ms - most);
+      sum += w * theirs[kRows * kD + r * 2 + 1];
+      o += w * theirs[r * kD + col];
+    }
+    out[r * kD + col] = __float2bfloat16(__fdividef(o, sum));  // sum >= 1: the largest slice weighs 1
+  }
+  cluster.sync();
+}
+
+// kFold: the grid's x is one cluster of p.slices blocks (2 .. kGqaFoldMaxSlices), which merge their
+// slices in shared memory; otherwise more than one slice writes partials for the combine step.
+template <int kD, bool kFold>
 __global__ void __launch_bounds__(kGqaThreads) GqaDecodeKernel(Params p) {
   constexpr int kLd = kD + kPad, kPieces = kD / 8, kOutTiles = kD / 8;
   extern __shared__ __align__(16) unsigned char gqa_smem[];
@@ -77,7 +120,7 @@ __global__ void __launch_bounds__(kGqaThreads) GqaDecodeKernel(Params p) {
       const int j = i / kPieces, c = (i % kPieces) * 8;
       const int64_t key = base + j;
       const bool valid = key < key_end;
-      const int64_t at = valid ? ((static_cast<int64_t>(table[key / bs]) * bs + key % bs) * kv_heads + kv_head) * kD + c : 0;
+      const int64_t at = valid ? (PagedSlot(table, bs, key) * kv_heads + kv_head) * kD + c : 0;
       CpAsync16(kt + j * kLd + c, k_cache + at, valid);
       CpAsync16(vt + j * kLd + c, v_cache + at, valid);
     }
@@ -148,8 +191,8 @@ __global__ void __launch_bounds__(kGqaThreads) GqaDecodeKernel(Params p) {
     }
   }
   __syncthreads();
+  // Thread i: row i / 8 (a query head of the group, or a zero row past it), columns (i % 8) kD / 8 ...
   const int row = threadIdx.x / 8, col0 = (threadIdx.x % 8) * (kD / 8);
-  if (row >= p.group) return;
   float m = -INFINITY;
 #pragma unroll
   for (int w = 0; w < 4; ++w) m = fmaxf(m, merged_ml[(w * kRows + row) * 2]);
@@ -160,7 +203,7 @@ __global__ void __launch_bounds__(kGqaThreads) GqaDecodeKernel(Params p) {
     weight[w] = mw == -INFINITY ? 0.0f : exp2f(mw - m);
     l += weight[w] * merged_ml[(w * kRows + row) * 2 + 1];
   }
-  const int64_t head_row = t * p.heads + head0 + row;
+  const int64_t group_row = t * p.heads + head0;  // the group's first head row of q and out
   float acc[kD / 8];
 #pragma unroll
   for (int c = 0; c < kD / 8; ++c) {
@@ -168,6 +211,12 @@ __global__ void __launch_bounds__(kGqaThreads) GqaDecodeKernel(Params p) {
 #pragma unroll
     for (int w = 0; w < 4; ++w) acc[c] += weight[w] * merged_o[(w * kRows + row) * kD + col0 + c];
   }
+  if constexpr (kFold) {
+    FoldClusterSlices<kD>(merged_ml + 4 * kRows * 2, acc, m, l, row, col0, p.group, p.out + group_row * kD);
+    return;
+  }
+  if (row >= p.group) return;
+  const int64_t head_row = group_row + row;
   if (p.slices == 1) {  // key 0 is always visible: l > 0
     const float inv = 1.0f / l;
 #pragma unroll
@@ -189,26 +238,31 @@ __global__ void __launch_bounds__(kGqaThreads) GqaDecodeKernel(Params p) {
   }
 }
 
-template <int kD>
+template <int kD, bool kFold>
 cudaError_t LaunchGqa(const Params& p, dim3 grid, cudaStream_t stream) {
   constexpr size_t kSmem = GqaSmemBytes<kD>();
   if constexpr (kSmem > 48 * 1024) {
-    const cudaError_t e = AllowLargeSharedMemory<GqaDecodeKernel<kD>>();
+    const cudaError_t e = AllowLargeSharedMemory<GqaDecodeKernel<kD, kFold>>();
     if (e != cudaSuccess) return e;
   }
-  return LaunchKernel(GqaDecodeKernel<kD>, grid, dim3(kGqaThreads), kSmem, stream, p);
+  const dim3 cluster(kFold ? grid.x : 1, 1, 1);
+  return LaunchKernelInCluster(GqaDecodeKernel<kD, kFold>, grid, dim3(kGqaThreads), kSmem, stream, cluster, p);
 }
 
 }  // namespace
 
 bool GqaDecodeTakes(int64_t head_dim, int64_t group, KvCode code) {
   static const bool enabled = SwitchedOn("AUTOGLM_GQA_DECODE");
-  return enabled && code == KvCode::kBF16 && (head_dim == 64 || head_dim == 128) && group >= kGqaMinGroup &&
-         group <= kRows;
+  static_assert(kRows == 16, "GqaDecodeShape's largest group is the mma's rows");
+  return enabled && code == KvCode::kBF16 && GqaDecodeShape(head_dim, group);
 }
 
-cudaError_t LaunchGqaDecode(const Params& p, dim3 grid, cudaStream_t stream) {
-  return p.head_dim == 128 ? LaunchGqa<128>(p, grid, stream) : LaunchGqa<64>(p, grid, stream);
+cudaError_t LaunchGqaDecode(const Params& p, dim3 grid, bool fold, cudaStream_t stream) {
+  if (fold && (p.slices < 2 || p.slices > kGqaFoldMaxSlices || grid.x != static_cast<unsigned>(p.slices))) {
+    return cudaErrorInvalidValue;
+  }
+  if (p.head_dim == 128) return fold ? LaunchGqa<128, true>(p, grid, stream) : LaunchGqa<128, false>(p, grid, stream);
+  return fold ? LaunchGqa<64, true>(p, grid, stream) : LaunchGqa<64, false>(p, grid, stream);
 }
 
 }  // namespace ag::cuda::attention_detail

@@ -121,7 +121,7 @@ __global__ void __launch_bounds__(kThreads, kHPW <= 4 ? 4 : 2) AttentionSliceKer
       const int64_t key = base + j;
       const bool valid = key < key_end;
       const int64_t at =
-          valid ? ((static_cast<int64_t>(table[key / bs]) * bs + key % bs) * kv_heads + g) * D + d : 0;
+          valid ? (PagedSlot(table, bs, key) * kv_heads + g) * D + d : 0;
       CpAsync16(ks + j * ld + d * kBytes, k_cache + at * kBytes, valid);  // invalid keys: zeros
       CpAsync16(vs + j * ld + d * kBytes, v_cache + at * kBytes, valid);
     }
@@ -131,7 +131,7 @@ __global__ void __launch_bounds__(kThreads, kHPW <= 4 ? 4 : 2) AttentionSliceKer
         const int64_t key = base + j;
         const float* scales = threadIdx.x < kTile ? p.cache.k_scale : p.cache.v_scale;
         reinterpret_cast<float*>(vs + kTile * ld)[threadIdx.x] =
-            key < key_end ? scales[(static_cast<int64_t>(table[key / bs]) * bs + key % bs) * kv_heads + g] : 0.0f;
+            key < key_end ? scales[PagedSlot(table, bs, key) * kv_heads + g] : 0.0f;
       }
     }
   };
@@ -254,12 +254,13 @@ cudaError_t LaunchSlices(const Params& p, dim3 grid, size_t smem, cudaStream_t s
 }
 
 // Decode attention on the tensor cores for grouped-query heads (attention_gqa.cu): the group's
-// query heads as the rows of one mma, K and V read once a group; the slice kernel's slices,
+// query heads as the rows of one mma, K and V read once a group; PlanGqaDecode's slices, merged in
+// a cluster (`fold`: grid x is p.slices, 2 .. kGqaFoldMaxSlices) or through the slice kernel's
 // partials and combine step. Whether it takes a launch (a bf16 cache, head_dim 64 or 128, 4-16
 // query heads a KV head; AUTOGLM_GQA_DECODE=0 switches it off), and the launch over grid
 // (slices, kv_heads, rows of this launch).
 bool GqaDecodeTakes(int64_t head_dim, int64_t group, KvCode code);
-cudaError_t LaunchGqaDecode(const Params& p, dim3 grid, cudaStream_t stream);
+cudaError_t LaunchGqaDecode(const Params& p, dim3 grid, bool fold, cudaStream_t stream);
 
 // The slice kernels of one cache format, by heads per warp; defined in attention[_<code>].cu.
 template <KvCode kCode>

@@ -59,6 +59,41 @@ inline AttentionGeometry PlanAttention(int64_t rows_of_queries, int64_t kv_heads
   return {hpw, static_cast<int>(chunks(hpw)), static_cast<int>((ctx + keys - 1) / keys), static_cast<int>(keys)};
 }
 
+// ---- the grouped-query decode kernel (attention_gqa.cu) ----
+//
+// A block takes a query row, a KV head (all of its group's query heads) and a slice of the context
+// in tiles of kGqaKeys, so its slices are whole tiles. Up to kGqaFoldMaxSlices slices a row are one
+// thread-block cluster that merges its slices' answers through distributed shared memory: no
+// partials in global memory and no combine launch (one launch a layer fewer at every decode batch
+// of GLM-4-9B at context 512). More slices (long contexts at small batches) keep the combine step.
+inline constexpr int kGqaKeys = 64;
+inline constexpr int kGqaFoldMaxSlices = 8;  // a portable cluster's most blocks
+
+// The heads it is built for (a bf16 cache besides): head_dim 64 or 128, 4-16 query heads a KV head
+// (fewer leave most of the mma's 16 rows empty: the slice kernel takes them).
+inline bool GqaDecodeShape(int64_t head_dim, int64_t group) {
+  return (head_dim == 64 || head_dim == 128) && group >= 4 && group <= 16;
+}
+
+struct GqaGeometry {
+  int slices = 1;
+  int slice_keys = kGqaKeys;  // a multiple of kGqaKeys
+  bool fold = false;          // slices merged in a cluster (2 .. kGqaFoldMaxSlices slices)
+};
+
+// Fills the GPU (two blocks a multiprocessor) with rows x kv_heads x slices blocks.
+inline GqaGeometry PlanGqaDecode(int64_t rows_of_queries, int64_t kv_heads, int64_t max_context, int multiprocessors) {
+  const int64_t target = 2 * static_cast<int64_t>(multiprocessors > 0 ? multiprocessors : 132);
+  const int64_t ctx = std::max<int64_t>(max_context, 1);
+  const int64_t blocks_per_slice = std::max<int64_t>(rows_of_queries * kv_heads, 1);
+  const int64_t most_slices = std::min<int64_t>(kAttentionMaxSlices, (ctx + kGqaKeys - 1) / kGqaKeys);
+  const int64_t wanted = std::clamp<int64_t>((target + blocks_per_slice - 1) / blocks_per_slice, 1, most_slices);
+  int64_t keys = (ctx + wanted - 1) / wanted;
+  keys = (keys + kGqaKeys - 1) / kGqaKeys * kGqaKeys;
+  const int slices = static_cast<int>((ctx + keys - 1) / keys);
+  return {slices, static_cast<int>(keys), slices > 1 && slices <= kGqaFoldMaxSlices};
+}
+
 // ---- flash attention (prefill) ----
 //
 // A block takes 64 query rows of one sequence (segment) and one query head,

@@ -53,6 +53,41 @@ TEST(AttentionPlan, ChunksCoverTheGroupAndSlicesTheContext) {
   }
 }
 
+// The grouped-query decode kernel at GLM-4-9B's geometry (2 KV heads): at context 512 every decode
+// batch the issue measures merges its slices in a cluster (no combine launch); batch 1 at 4096 keys
+// keeps 64 slices and the combine step.
+TEST(AttentionPlan, GlmGqaDecodeFoldsItsSlicesAtContext512) {
+  for (int64_t batch : {1, 8, 32, 64}) {
+    const GqaGeometry g = PlanGqaDecode(batch, 2, 512, 132);
+    SCOPED_TRACE(batch);
+    EXPECT_TRUE(g.fold);
+    EXPECT_GE(g.slices, 2);
+  }
+  EXPECT_EQ(PlanGqaDecode(1, 2, 512, 132).slices, 8);   // a 64-key tile a block: 16 blocks
+  EXPECT_EQ(PlanGqaDecode(32, 2, 512, 132).slices, 4);  // 128-key slices: 256 blocks
+  const GqaGeometry long_context = PlanGqaDecode(1, 2, 4096, 132);
+  EXPECT_EQ(long_context.slices, 64);
+  EXPECT_FALSE(long_context.fold);
+  EXPECT_FALSE(PlanGqaDecode(200, 2, 512, 132).fold);  // 400 blocks in one slice: nothing to merge
+  EXPECT_EQ(PlanGqaDecode(200, 2, 512, 132).slices, 1);
+}
+
+TEST(AttentionPlan, GqaSlicesAreWholeTilesCoveringTheContext) {
+  for (int64_t rows : {1, 2, 7, 64, 512}) {
+    for (int64_t kv_heads : {1, 2, 8}) {
+      for (int64_t ctx : {1, 63, 64, 65, 300, 512, 4096, 131072}) {
+        const GqaGeometry g = PlanGqaDecode(rows, kv_heads, ctx, 132);
+        SCOPED_TRACE(::testing::Message() << rows << " rows, " << kv_heads << " KV heads, context " << ctx);
+        EXPECT_EQ(g.slice_keys % kGqaKeys, 0);
+        EXPECT_GE(int64_t{g.slices} * g.slice_keys, ctx);
+        EXPECT_LT(int64_t{g.slices - 1} * g.slice_keys, ctx);
+        EXPECT_LE(g.slices, kAttentionMaxSlices);
+        EXPECT_EQ(g.fold, g.slices >= 2 && g.slices <= kGqaFoldMaxSlices);
+      }
+    }
+  }
+}
+
 // Query rows go on grid y/z, at most 65,535 a launch: the chunks cover a plan's 2^20 rows once each.
 TEST(AttentionPlan, RowChunksCoverEveryRowWithinTheGridLimit) {
   for (int64_t rows : {int64_t{1}, int64_t{65535}, int64_t{65536}, int64_t{200000}, int64_t{1} << 20}) {

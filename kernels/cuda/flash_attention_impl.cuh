@@ -102,7 +102,7 @@ __global__ void __launch_bounds__(kThreads, 2) FlashKernel(Params p) {
   auto key_row = [&](int64_t key) -> int64_t {  // where key's K (and V) row of this head starts
     if constexpr (kMask == Mask::kCausalPaged) {
       const int64_t bs = p.cache.block_size;
-      return ((static_cast<int64_t>(table[key / bs]) * bs + key % bs) * p.cache.kv_heads + kv_head) * kD;
+      return (PagedSlot(table, bs, key) * p.cache.kv_heads + kv_head) * kD;
     } else {
       return (seq_first + key) * in_stride + static_cast<int64_t>(kv_head) * kD;
     }
@@ -121,7 +121,7 @@ __global__ void __launch_bounds__(kThreads, 2) FlashKernel(Params p) {
         *reinterpret_cast<int4*>(&vv) = make_int4(0, 0, 0, 0);
         if (key < keys) {
           const int64_t bs = p.cache.block_size;
-          const int64_t head_row = (static_cast<int64_t>(table[key / bs]) * bs + key % bs) * p.cache.kv_heads + kv_head;
+          const int64_t head_row = PagedSlot(table, bs, key) * p.cache.kv_heads + kv_head;
           kv = DequantizeKv8<kCode>(k_codes + head_row * kD + c, p.cache.k_scale[head_row]);
           vv = DequantizeKv8<kCode>(v_codes + head_row * kD + c, p.cache.v_scale[head_row]);
         }

@@ -402,6 +402,9 @@ struct AttentionBatch {
 // Sequence 0: a 5-token prompt (prefill). 1: one decode token at context 37. 2: a 3-token chunk at context 20.
 // Few rows a sequence: the slice kernel.
 const AttentionBatch kDecodeBatch = {{5, 1, 3}, {5, 37, 20}};
+// Decode rows over longer contexts: with a bound of 512 the grouped-query kernel's 8 slices of 64 keys
+// merge in a cluster, most of them holding keys (PlanGqaDecode), a context of 64 ends on a slice's edge.
+const AttentionBatch kLongDecodeBatch = {{1, 1, 1, 1}, {500, 129, 64, 300}};
 // Many rows a sequence (attention_plan.h: UseFlashAttention): the flash kernel. A 130-token prompt (three
 // row tiles, the last of 2 rows), a 64-row chunk after 136 cached tokens, a decode row, a 77-token prompt.
 const AttentionBatch kPrefillBatch = {{130, 64, 1, 77}, {130, 200, 70, 77}};
@@ -456,7 +459,9 @@ void CheckAttention(int64_t heads, int64_t kv_heads, int64_t head_dim, int64_t b
   // The leading one-row sequences, as the runtime passes them (StepBatch::LeadingDecodeSeqs).
   int64_t decode_seqs = 0;
   while (decode_seqs < seqs && new_tokens[decode_seqs] == 1) ++decode_seqs;
-  for (int64_t bound : {longest, int64_t{4096}}) {  // one slice, and many slices (most of them empty)
+  // Few slices (the grouped-query kernel merges up to 8 in a cluster), and many (most of them empty:
+  // partials and the combine step).
+  for (int64_t bound : {longest, int64_t{512}, int64_t{4096}}) {
     const cuda::AttentionShape shape{tokens, heads, bound, decode_seqs};
     DeviceArray<float> workspace(static_cast<size_t>(cuda::PagedAttentionWorkspace(shape, kv_heads, head_dim)));
     if (wgmma) {
@@ -483,6 +488,9 @@ TEST(GpuKernels, PagedAttention) {
     CheckAttention(32, 2, 128, block);  // GLM-4-9B's geometry: the grouped-query kernel (attention_gqa.cu)
     CheckAttention(16, 4, 64, block);   // groups of 4 at head_dim 64: the grouped-query kernel, 12 rows empty
     CheckAttention(5, 5, 64, block);    // no grouping
+    CheckAttention(32, 2, 128, block, cuda::KvCode::kBF16, kLongDecodeBatch);
+    CheckAttention(16, 4, 64, block, cuda::KvCode::kBF16, kLongDecodeBatch);  // 4 rows: half the cluster idle
+    CheckAttention(6, 2, 16, block, cuda::KvCode::kBF16, kLongDecodeBatch);
   }
 }
 
