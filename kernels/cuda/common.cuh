@@ -108,6 +108,11 @@ __device__ __forceinline__ void CpAsync16(void* smem, const void* global, bool v
   const int bytes = valid ? 16 : 0;  // 0: fill with zeros
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(global), "r"(bytes) : "memory");
 }
+// The same into a shared-memory address (a kernel that computes its destinations once).
+__device__ __forceinline__ void CpAsync16(unsigned smem, const void* global, bool valid) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem), "l"(global), "r"(valid ? 16 : 0)
+               : "memory");
+}
 __device__ __forceinline__ void CpAsyncCommit() { asm volatile("cp.async.commit_group;\n" ::); }
 template <int kPending>
 __device__ __forceinline__ void CpAsyncWait() {

@@ -72,29 +72,40 @@ __global__ void __launch_bounds__(kSkinnyThreads) StagedSkinnyKernel(LinearParam
   // The norm pass's pieces: thread tid takes tid + 128 i while below x's 8 kNT rows x 8 pieces.
   constexpr int kXPieces = 8 * kNT * 8, kPiecesAThread = (kXPieces + kSkinnyThreads - 1) / kSkinnyThreads;
   // A stage: 8 pieces of 16 bytes a row. K % 8 == 0 and the ranks' ranges start on a k-tile, so a
-  // piece is wholly in K or out (zero-filled, as are rows past N and past M).
+  // piece is wholly in K or out (zero-filled, as are rows past N and past M). Thread tid copies the
+  // pieces tid + 128 i (StagedPiece): rows tid / 8 + 16 i, all at column col. Their sources and
+  // destinations are fixed but for k0 and the stage, so they are computed here once: recomputed a
+  // piece a stage in 64-bit arithmetic they were ~70 % of the loop's instructions, enough to make
+  // the kernel issue-bound rather than memory-bound at one row.
+  constexpr int kWPieces = kSkinnyFeatures * 8 / kSkinnyThreads;
+  constexpr unsigned kStageBytes = sizeof(bf16) * StagedRows<kNT>() * kStagedLd;
+  constexpr unsigned kPieceRowsBytes = sizeof(bf16) * 16 * kStagedLd;  // 16 rows: from piece i to i + 1
+  const int col = mma::StagedPiece(tid).col, row0 = mma::StagedPiece(tid).row;
+  const unsigned smem0 = static_cast<unsigned>(__cvta_generic_to_shared(staged_smem));
+  const unsigned w_dst = smem0 + sizeof(bf16) * (row0 * kStagedLd + col);
+  const unsigned x_dst = w_dst + sizeof(bf16) * kXRow * kStagedLd;
+  const unsigned norm_dst = smem0 + sizeof(bf16) * (kNormRow * kStagedLd + col);
+  const int64_t w_stride = 16 * p.k;
+  const bf16* w_src = p.w + (feature0 + row0 < p.n ? (feature0 + row0) * p.k : 0) + col;
+  const bf16* x_src = p.x + (row0 < p.m ? row0 * p.k : 0) + col;
   auto load_weights = [&](int s, int64_t k0) {
-    const StageRows st = stage_at(s);
+    const bool k_in = col < k_end - k0;
 #pragma unroll
-    for (int i = 0; i < kSkinnyFeatures * 8 / kSkinnyThreads; ++i) {
-      const mma::At at = mma::StagedPiece(tid + i * kSkinnyThreads);
-      const int64_t n = feature0 + at.row, k = k0 + at.col;
-      const bool valid = n < p.n && k < k_end;
-      CpAsync16(&st[at.row][at.col], p.w + (valid ? n * p.k + k : 0), valid);
+    for (int i = 0; i < kWPieces; ++i) {
+      const bool valid = k_in && feature0 + row0 + 16 * i < p.n;
+      CpAsync16(w_dst + s * kStageBytes + i * kPieceRowsBytes, valid ? w_src + i * w_stride + k0 : p.w, valid);
     }
   };
   auto load_activations = [&](int s, int64_t k0) {  // x's rows, and norm_w's with the norm
-    const StageRows st = stage_at(s);
-    for (int c = tid; c < kXPieces; c += kSkinnyThreads) {
-      const mma::At at = mma::StagedPiece(c);
-      const int64_t k = k0 + at.col;
-      const bool valid = at.row < p.m && k < k_end;
-      CpAsync16(&st[kXRow + at.row][at.col], p.x + (valid ? at.row * p.k + k : 0), valid);
+    const bool k_in = col < k_end - k0;
+#pragma unroll
+    for (int i = 0; i < kPiecesAThread; ++i) {
+      if (kXPieces % kSkinnyThreads == 0 || tid + i * kSkinnyThreads < kXPieces) {
+        const bool valid = k_in && row0 + 16 * i < p.m;
+        CpAsync16(x_dst + s * kStageBytes + i * kPieceRowsBytes, valid ? x_src + i * w_stride + k0 : p.x, valid);
+      }
     }
-    if (norm && tid < 8) {
-      const int64_t k = k0 + 8 * tid;
-      CpAsync16(&st[kNormRow][8 * tid], p.norm_w + (k < k_end ? k : 0), k < k_end);
-    }
+    if (norm && tid < 8) CpAsync16(norm_dst + s * kStageBytes, p.norm_w + (k_in ? k0 + col : 0), k_in);
   };
 
   const int64_t tiles = k_end > k_begin ? (k_end - k_begin + kStagedBK - 1) / kStagedBK : 0;
@@ -115,16 +126,18 @@ __global__ void __launch_bounds__(kSkinnyThreads) StagedSkinnyKernel(LinearParam
   }
   float acc[kNT][4] = {};
   float squares[kPiecesAThread] = {};  // with the norm: the sums of squares of x rows (tid + 128 i) / 8
-  for (int64_t t = 0; t < tiles; ++t) {
+  // k-tile t sits in stage t % kStages, k-tile t + kStages - 1 goes to the stage before it.
+  for (int64_t t = 0, stage = 0; t < tiles; ++t, stage = stage + 1 == kStages ? 0 : stage + 1) {
     CpAsyncWait<kStages - 2>();  // k-tile t has landed
     __syncthreads();             // ... for every thread; and k-tile t - 1's stage is no longer read
     const int64_t next = t + kStages - 1;
     if (next < tiles) {
-      load_weights(static_cast<int>(next % kStages), k_begin + next * kStagedBK);
-      load_activations(static_cast<int>(next % kStages), k_begin + next * kStagedBK);
+      const int next_stage = static_cast<int>(stage == 0 ? kStages - 1 : stage - 1);
+      load_weights(next_stage, k_begin + next * kStagedBK);
+      load_activations(next_stage, k_begin + next * kStagedBK);
     }
     CpAsyncCommit();
-    const StageRows st = stage_at(static_cast<int>(t % kStages));
+    const StageRows st = stage_at(static_cast<int>(stage));
     if (norm) {  // the same for the whole block
 #pragma unroll
       for (int i = 0; i < kPiecesAThread; ++i) {
