@@ -203,6 +203,39 @@ __device__ __forceinline__ void StoreWgmmaPairs(const LinearParams& p, const flo
   }
 }
 
+// StoreWgmmaPairs for kQkvRope: a thread's two rows' positions and cache slots loaded once (not
+// again at each of its kBN / 4 pairs after every store), each column's bias once for both rows,
+// and the channel within the head stepped along the columns rather than divided out at each pair.
+// The same fp32 operations as StorePair's, so the same bits.
+template <int kBN>
+__device__ __forceinline__ void StoreWgmmaQkvPairs(const LinearParams& p, const float* d, int64_t block_m,
+                                                   int64_t block_n, int half, int warp_in_wg, int lane) {
+  const int64_t row0 = block_m + 64 * half + 16 * warp_in_wg + lane / 4;
+  const int col0 = static_cast<int>(block_n) + 2 * (lane % 4), n = static_cast<int>(p.n);
+  const int head_dim = p.qkv.head_dim;
+  const bool in[2] = {row0 < p.m, row0 + 8 < p.m};
+  QkvRowValues rows[2];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    if (in[h]) rows[h] = QkvRowOf(p.qkv, row0 + 8 * h);
+  }
+  int channel = static_cast<int>(static_cast<uint32_t>(col0) % static_cast<uint32_t>(head_dim));
+#pragma unroll
+  for (int j = 0; j < kBN / 8; ++j) {
+    const int n0 = col0 + 8 * j;
+    if (n0 < n) {
+      const float b0 = p.bias != nullptr ? __bfloat162float(p.bias[n0]) : 0.0f;
+      const float b1 = p.bias != nullptr ? __bfloat162float(p.bias[n0 + 1]) : 0.0f;
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        if (in[h]) StoreQkvPair(p, row0 + 8 * h, rows[h], n0, channel, d[4 * j + 2 * h], d[4 * j + 2 * h + 1], b0, b1);
+      }
+    }
+    channel += 8;  // the next column's channel (heads of fewer than 8 channels: the remainder)
+    if (channel >= head_dim) channel = head_dim >= 8 ? channel - head_dim : channel % head_dim;
+  }
+}
+
 // How a wgmma GEMM's blocks walk its output tiles (GroupedGemmTile's order, block i taking tiles
 // i, i + gridDim.x, ...). Persistent (`smem_ending` 0): a block a multiprocessor loops over its
 // tiles, the producer running on into the next tile's stages while the consumers store the last
@@ -268,7 +301,11 @@ __global__ void __launch_bounds__(kWgThreads, 1)
       ConsumeTiles<kStages, kBN>(d, a_stages, b_stages, tiles, wg - 1, full, nullptr, empty, first);
       if (!walk.smem_ending) {
         const GemmTileAt at = GroupedGemmTile(i, walk.n_tiles, walk.m_tiles, walk.m_group);
-        StoreWgmmaPairs<kE, kBN>(p, d, at.m * kWgBM, at.n * kBN, wg - 1, warp_in_wg, lane);
+        if constexpr (kE == Epilogue::kQkvRope) {
+          StoreWgmmaQkvPairs<kBN>(p, d, at.m * kWgBM, at.n * kBN, wg - 1, warp_in_wg, lane);
+        } else {
+          StoreWgmmaPairs<kE, kBN>(p, d, at.m * kWgBM, at.n * kBN, wg - 1, warp_in_wg, lane);
+        }
         continue;
       }
       // Both consumers past their last wgmma: every stage has been read, so the stages become the tile.

@@ -131,10 +131,12 @@ __device__ __forceinline__ void KvCodes8(const unsigned char* codes, float* f) {
   }
 }
 
+// The position stream rotary pair `pair` takes (0 but under M-RoPE).
+__device__ __forceinline__ int RopeStream(const RopePositions& p, int pair) {
+  return !p.mrope ? 0 : pair < p.section0 ? 0 : pair < p.section1 ? 1 : 2;
+}
 __device__ __forceinline__ int RopePosition(const RopePositions& p, int64_t token, int pair) {
-  if (!p.mrope) return p.data[token];
-  const int stream = pair < p.section0 ? 0 : pair < p.section1 ? 1 : 2;
-  return p.data[stream * p.tokens + token];
+  return p.data[RopeStream(p, pair) * p.tokens + token];
 }
 
 // inv_freq[i] = 1 / theta^(2i / rot) in fp32, as kernels/ref computes it, for pairs past the table.

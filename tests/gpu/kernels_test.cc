@@ -248,47 +248,54 @@ void CheckLinear(const LinearCase& c, Path path) {
       ExpectClose(y.Download(), want, kAtol, kRtol, "gate_up_silu");
       break;
     }
-    case cuda::Epilogue::kQkvRope: {
-      const int heads = 3, kv_heads = 1, head_dim = static_cast<int>(c.n / 5), rot = head_dim / 2;
-      // A slot a row (t * 7 modulo a power of two: a permutation), so no two rows race for one.
-      const int64_t block = 4, blocks = std::max<int64_t>(64, std::bit_ceil(static_cast<uint64_t>(c.m)) / block);
-      const int64_t q_width = heads * head_dim, kv_width = kv_heads * head_dim;
-      std::vector<int32_t> pos(c.m), slots(c.m);
-      for (int64_t t = 0; t < c.m; ++t) {
-        pos[t] = static_cast<int32_t>(3 * t + 1);
-        slots[t] = t == 1 ? -1 : static_cast<int32_t>((t * 7) % (blocks * block));
+    case cuda::Epilogue::kQkvRope:
+      // One position stream, and M-RoPE's three (GLM-4.1V's decoder), the pairs in three sections.
+      for (const bool mrope : {false, true}) {
+        SCOPED_TRACE(mrope ? "M-RoPE" : "one position stream");
+        const int heads = 3, kv_heads = 1, head_dim = static_cast<int>(c.n / 5), rot = head_dim / 2;
+        // A slot a row (t * 7 modulo a power of two: a permutation), so no two rows race for one.
+        const int64_t block = 4, blocks = std::max<int64_t>(64, std::bit_ceil(static_cast<uint64_t>(c.m)) / block);
+        const int64_t q_width = heads * head_dim, kv_width = kv_heads * head_dim;
+        std::vector<int32_t> pos(3 * c.m), slots(c.m);
+        for (int64_t t = 0; t < c.m; ++t) {
+          pos[t] = static_cast<int32_t>(3 * t + 1);
+          pos[c.m + t] = static_cast<int32_t>(2 * t + 5);
+          pos[2 * c.m + t] = static_cast<int32_t>(t + 7);
+          slots[t] = t == 1 ? -1 : static_cast<int32_t>((t * 7) % (blocks * block));
+        }
+        DeviceArray<int32_t> dpos(pos), dslots(slots);
+        const int section0 = rot / 8, section1 = rot / 4;  // of rot / 2 pairs
+        const ref::RotaryPositions positions{pos.data(), c.m, mrope, section0, section1};
+        Bf16Array q(c.m * q_width), kc(blocks * block * kv_width), vc(blocks * block * kv_width);
+        cudaMemset(kc.get(), 0, kc.size() * 2);
+        cudaMemset(vc.get(), 0, vc.size() * 2);
+        p.y = q.get();
+        p.bias = db.get();
+        p.qkv = {{dpos.get(), c.m, mrope, section0, section1}, dslots.get(), {kc.get(), vc.get(), block, kv_heads, head_dim},
+                 heads, kv_heads, head_dim, cuda::RopeFrequencies::Of(rot, 10000.0f)};
+        ASSERT_CUDA(launch());
+        std::vector<float> wq(q_width * c.k), wk(kv_width * c.k), wv(kv_width * c.k);
+        std::vector<float> want_q(c.m * q_width), k(c.m * kv_width), v(c.m * kv_width);
+        std::vector<float> want_kc(kc.size(), 0.0f), want_vc(vc.size(), 0.0f);
+        if (c.norm) {
+          ref::NormQkvRope(x.data(), nw.data(), w.data(), bias.data(), positions, c.m, c.k, 1e-5f, heads, kv_heads,
+                           head_dim, rot, 10000.0f, want_q.data(), k.data(), v.data());
+        } else {
+          std::vector<float> qkv(c.m * c.n);
+          ref::Linear(x.data(), w.data(), bias.data(), c.m, c.k, c.n, qkv.data());
+          ref::SliceColumns(qkv.data(), c.m, c.n, 0, q_width, want_q.data());
+          ref::SliceColumns(qkv.data(), c.m, c.n, q_width, kv_width, k.data());
+          ref::SliceColumns(qkv.data(), c.m, c.n, q_width + kv_width, kv_width, v.data());
+          ref::Rotary(want_q.data(), positions, c.m, heads, head_dim, rot, 10000.0f, want_q.data());
+          ref::Rotary(k.data(), positions, c.m, kv_heads, head_dim, rot, 10000.0f, k.data());
+        }
+        ref::KvCacheWrite(k.data(), v.data(), slots.data(), c.m,
+                          {want_kc.data(), want_vc.data(), blocks, block, kv_heads, head_dim});
+        ExpectClose(q.Download(), want_q, kAtol, kRtol, "qkv q");
+        ExpectClose(kc.Download(), want_kc, kAtol, kRtol, "qkv k cache");
+        ExpectClose(vc.Download(), want_vc, kAtol, kRtol, "qkv v cache");
       }
-      DeviceArray<int32_t> dpos(pos), dslots(slots);
-      Bf16Array q(c.m * q_width), kc(blocks * block * kv_width), vc(blocks * block * kv_width);
-      cudaMemset(kc.get(), 0, kc.size() * 2);
-      cudaMemset(vc.get(), 0, vc.size() * 2);
-      p.y = q.get();
-      p.bias = db.get();
-      p.qkv = {{dpos.get(), c.m}, dslots.get(), {kc.get(), vc.get(), block, kv_heads, head_dim}, heads, kv_heads, head_dim,
-               cuda::RopeFrequencies::Of(rot, 10000.0f)};
-      ASSERT_CUDA(launch());
-      std::vector<float> wq(q_width * c.k), wk(kv_width * c.k), wv(kv_width * c.k);
-      std::vector<float> want_q(c.m * q_width), k(c.m * kv_width), v(c.m * kv_width);
-      std::vector<float> want_kc(kc.size(), 0.0f), want_vc(vc.size(), 0.0f);
-      if (c.norm) {
-        ref::NormQkvRope(x.data(), nw.data(), w.data(), bias.data(), {pos.data(), c.m}, c.m, c.k, 1e-5f, heads, kv_heads,
-                         head_dim, rot, 10000.0f, want_q.data(), k.data(), v.data());
-      } else {
-        std::vector<float> qkv(c.m * c.n);
-        ref::Linear(x.data(), w.data(), bias.data(), c.m, c.k, c.n, qkv.data());
-        ref::SliceColumns(qkv.data(), c.m, c.n, 0, q_width, want_q.data());
-        ref::SliceColumns(qkv.data(), c.m, c.n, q_width, kv_width, k.data());
-        ref::SliceColumns(qkv.data(), c.m, c.n, q_width + kv_width, kv_width, v.data());
-        ref::Rotary(want_q.data(), {pos.data(), c.m}, c.m, heads, head_dim, rot, 10000.0f, want_q.data());
-        ref::Rotary(k.data(), {pos.data(), c.m}, c.m, kv_heads, head_dim, rot, 10000.0f, k.data());
-      }
-      ref::KvCacheWrite(k.data(), v.data(), slots.data(), c.m,
-                        {want_kc.data(), want_vc.data(), blocks, block, kv_heads, head_dim});
-      ExpectClose(q.Download(), want_q, kAtol, kRtol, "qkv q");
-      ExpectClose(kc.Download(), want_kc, kAtol, kRtol, "qkv k cache");
-      ExpectClose(vc.Download(), want_vc, kAtol, kRtol, "qkv v cache");
       break;
-    }
   }
 }
 
