@@ -469,8 +469,8 @@ void CheckAttention(int64_t heads, int64_t kv_heads, int64_t head_dim, int64_t b
   int64_t decode_seqs = 0;
   while (decode_seqs < seqs && new_tokens[decode_seqs] == 1) ++decode_seqs;
   // Few slices (the grouped-query kernel merges up to 8 in a cluster), and many (most of them empty:
-  // partials and the combine step).
-  for (int64_t bound : {longest, int64_t{512}, int64_t{4096}}) {
+  // partials and the combine step). A bound holds every context (the backend's context bucket).
+  for (int64_t bound : {longest, std::max<int64_t>(longest, 512), std::max<int64_t>(longest, 4096)}) {
     const cuda::AttentionShape shape{tokens, heads, bound, decode_seqs};
     DeviceArray<float> workspace(static_cast<size_t>(cuda::PagedAttentionWorkspace(shape, kv_heads, head_dim)));
     if (wgmma) {
