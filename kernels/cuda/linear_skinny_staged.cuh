@@ -85,7 +85,7 @@ __global__ void __launch_bounds__(kSkinnyThreads) StagedSkinnyKernel(LinearParam
   const unsigned w_dst = smem0 + sizeof(bf16) * (row0 * kStagedLd + col);
   const unsigned x_dst = w_dst + sizeof(bf16) * kXRow * kStagedLd;
   const unsigned norm_dst = smem0 + sizeof(bf16) * (kNormRow * kStagedLd + col);
-  const int64_t w_stride = 16 * p.k;
+  const int64_t piece_stride = 16 * p.k;  // from piece i to i + 1 in W and in x: 16 rows
   const bf16* w_src = p.w + (feature0 + row0 < p.n ? (feature0 + row0) * p.k : 0) + col;
   const bf16* x_src = p.x + (row0 < p.m ? row0 * p.k : 0) + col;
   auto load_weights = [&](int s, int64_t k0) {
@@ -93,7 +93,7 @@ __global__ void __launch_bounds__(kSkinnyThreads) StagedSkinnyKernel(LinearParam
 #pragma unroll
     for (int i = 0; i < kWPieces; ++i) {
       const bool valid = k_in && feature0 + row0 + 16 * i < p.n;
-      CpAsync16(w_dst + s * kStageBytes + i * kPieceRowsBytes, valid ? w_src + i * w_stride + k0 : p.w, valid);
+      CpAsync16(w_dst + s * kStageBytes + i * kPieceRowsBytes, valid ? w_src + i * piece_stride + k0 : p.w, valid);
     }
   };
   auto load_activations = [&](int s, int64_t k0) {  // x's rows, and norm_w's with the norm
@@ -102,7 +102,7 @@ __global__ void __launch_bounds__(kSkinnyThreads) StagedSkinnyKernel(LinearParam
     for (int i = 0; i < kPiecesAThread; ++i) {
       if (kXPieces % kSkinnyThreads == 0 || tid + i * kSkinnyThreads < kXPieces) {
         const bool valid = k_in && row0 + 16 * i < p.m;
-        CpAsync16(x_dst + s * kStageBytes + i * kPieceRowsBytes, valid ? x_src + i * w_stride + k0 : p.x, valid);
+        CpAsync16(x_dst + s * kStageBytes + i * kPieceRowsBytes, valid ? x_src + i * piece_stride + k0 : p.x, valid);
       }
     }
     if (norm && tid < 8) CpAsync16(norm_dst + s * kStageBytes, p.norm_w + (k_in ? k0 + col : 0), k_in);
