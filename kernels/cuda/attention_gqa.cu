@@ -65,7 +65,7 @@ __device__ __forceinline__ void FoldClusterSlices(float* slice, const float (&ac
   if (col0 == 0) *reinterpret_cast<float2*>(&slice_ml[row * 2]) = make_float2(m, l);
   cluster.sync();
   const int rank = static_cast<int>(cluster.block_rank()), slices = static_cast<int>(cluster.num_blocks());
-  const int mine = (group - rank + slices - 1) / slices;  // rows rank, rank + slices, ... below group
+  const int mine = GqaFoldRows(group, rank, slices);  // rows rank, rank + slices, ... below group
   for (int e = threadIdx.x; e < mine * kD; e += kGqaThreads) {
     const int r = rank + slices * (e / kD), col = e % kD;
     float most = -INFINITY;

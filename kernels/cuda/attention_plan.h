@@ -81,6 +81,12 @@ struct GqaGeometry {
   bool fold = false;          // slices merged in a cluster (2 .. kGqaFoldMaxSlices slices)
 };
 
+// The query heads block `rank` of a folding cluster of `slices` finishes: group rows rank,
+// rank + slices, ... below `group`, this many.
+AG_HOST_DEVICE inline int GqaFoldRows(int group, int rank, int slices) {
+  return rank < group ? (group - rank + slices - 1) / slices : 0;
+}
+
 // Fills the GPU (two blocks a multiprocessor) with rows x kv_heads x slices blocks.
 inline GqaGeometry PlanGqaDecode(int64_t rows_of_queries, int64_t kv_heads, int64_t max_context, int multiprocessors) {
   const int64_t target = 2 * static_cast<int64_t>(multiprocessors > 0 ? multiprocessors : 132);

@@ -88,6 +88,23 @@ TEST(AttentionPlan, GqaSlicesAreWholeTilesCoveringTheContext) {
   }
 }
 
+// A folding cluster's blocks finish every query head of the group once between them.
+TEST(AttentionPlan, GqaFoldRowsCoverTheGroupOnce) {
+  for (int slices = 2; slices <= kGqaFoldMaxSlices; ++slices) {
+    for (int group = 4; group <= 16; ++group) {
+      std::vector<int> finished(group, 0);
+      for (int rank = 0; rank < slices; ++rank) {
+        for (int i = 0; i < GqaFoldRows(group, rank, slices); ++i) {
+          const int row = rank + slices * i;
+          ASSERT_LT(row, group) << slices << " slices, group " << group << ", rank " << rank;
+          ++finished[row];
+        }
+      }
+      for (int row = 0; row < group; ++row) EXPECT_EQ(finished[row], 1) << slices << " slices, group " << group;
+    }
+  }
+}
+
 // Query rows go on grid y/z, at most 65,535 a launch: the chunks cover a plan's 2^20 rows once each.
 TEST(AttentionPlan, RowChunksCoverEveryRowWithinTheGridLimit) {
   for (int64_t rows : {int64_t{1}, int64_t{65535}, int64_t{65536}, int64_t{200000}, int64_t{1} << 20}) {

@@ -370,6 +370,27 @@ TEST(MmaLayout, StagedSkinnyBlockComputesTheNormedProduct) {
 }
 
 // wgmma's descriptor, decoded field by field from the PTX table: a stage at 0x14400 (1024-aligned).
+// The staged skinny kernel copies with addresses computed once (linear_skinny_staged.cuh): thread
+// tid's pieces tid + 128 i are rows StagedPiece(tid).row + 16 i at StagedPiece(tid).col, and the
+// threads' pieces cover a stage's 64 weight rows (and 8 nt rows of x) once.
+TEST(MmaLayout, StagedCopiesStepSixteenRowsAPiece) {
+  constexpr int kThreads = 128, kPieceRows = kThreads / 8;
+  for (int rows : {8, 16, 32, 64}) {  // x's at one to eight n-tiles; W's 64
+    std::set<std::pair<int, int>> seen;
+    for (int tid = 0; tid < kThreads; ++tid) {
+      const mma::At first = mma::StagedPiece(tid);
+      for (int i = 0; tid + i * kThreads < rows * 8; ++i) {
+        const mma::At at = mma::StagedPiece(tid + i * kThreads);
+        EXPECT_EQ(at.row, first.row + kPieceRows * i);
+        EXPECT_EQ(at.col, first.col);
+        EXPECT_TRUE(seen.insert({at.row, at.col}).second);
+      }
+    }
+    EXPECT_EQ(seen.size(), static_cast<size_t>(rows * 8));
+    EXPECT_EQ(seen.rbegin()->first, rows - 1);
+  }
+}
+
 TEST(MmaLayout, WgmmaDescriptorFields) {
   const uint64_t d = mma::Sw128KMajorDescriptor(0x14400);
   EXPECT_EQ(d & 0x3FFF, 0x14400u >> 4);            // start address

@@ -73,26 +73,28 @@ __global__ void __launch_bounds__(kSkinnyThreads) StagedSkinnyKernel(LinearParam
   constexpr int kXPieces = 8 * kNT * 8, kPiecesAThread = (kXPieces + kSkinnyThreads - 1) / kSkinnyThreads;
   // A stage: 8 pieces of 16 bytes a row. K % 8 == 0 and the ranks' ranges start on a k-tile, so a
   // piece is wholly in K or out (zero-filled, as are rows past N and past M). Thread tid copies the
-  // pieces tid + 128 i (StagedPiece): rows tid / 8 + 16 i, all at column col. Their sources and
+  // pieces tid + 128 i (StagedPiece): rows tid / 8 + kPieceRows i, all at column col. Their sources and
   // destinations are fixed but for k0 and the stage, so they are computed here once: recomputed a
   // piece a stage in 64-bit arithmetic they were ~70 % of the loop's instructions, enough to make
   // the kernel issue-bound rather than memory-bound at one row.
   constexpr int kWPieces = kSkinnyFeatures * 8 / kSkinnyThreads;
+  constexpr int kPieceRows = kSkinnyThreads / 8;  // rows from a thread's piece i to i + 1 (geometry_test)
+  static_assert(kSkinnyThreads % 8 == 0, "a thread's pieces share their column");
   constexpr unsigned kStageBytes = sizeof(bf16) * StagedRows<kNT>() * kStagedLd;
-  constexpr unsigned kPieceRowsBytes = sizeof(bf16) * 16 * kStagedLd;  // 16 rows: from piece i to i + 1
+  constexpr unsigned kPieceRowsBytes = sizeof(bf16) * kPieceRows * kStagedLd;
   const int col = mma::StagedPiece(tid).col, row0 = mma::StagedPiece(tid).row;
   const unsigned smem0 = static_cast<unsigned>(__cvta_generic_to_shared(staged_smem));
   const unsigned w_dst = smem0 + sizeof(bf16) * (row0 * kStagedLd + col);
   const unsigned x_dst = w_dst + sizeof(bf16) * kXRow * kStagedLd;
   const unsigned norm_dst = smem0 + sizeof(bf16) * (kNormRow * kStagedLd + col);
-  const int64_t piece_stride = 16 * p.k;  // from piece i to i + 1 in W and in x: 16 rows
+  const int64_t piece_stride = kPieceRows * p.k;  // from piece i to i + 1, in W and in x
   const bf16* w_src = p.w + (feature0 + row0 < p.n ? (feature0 + row0) * p.k : 0) + col;
   const bf16* x_src = p.x + (row0 < p.m ? row0 * p.k : 0) + col;
   auto load_weights = [&](int s, int64_t k0) {
     const bool k_in = col < k_end - k0;
 #pragma unroll
     for (int i = 0; i < kWPieces; ++i) {
-      const bool valid = k_in && feature0 + row0 + 16 * i < p.n;
+      const bool valid = k_in && feature0 + row0 + kPieceRows * i < p.n;
       CpAsync16(w_dst + s * kStageBytes + i * kPieceRowsBytes, valid ? w_src + i * piece_stride + k0 : p.w, valid);
     }
   };
@@ -101,7 +103,7 @@ __global__ void __launch_bounds__(kSkinnyThreads) StagedSkinnyKernel(LinearParam
 #pragma unroll
     for (int i = 0; i < kPiecesAThread; ++i) {
       if (kXPieces % kSkinnyThreads == 0 || tid + i * kSkinnyThreads < kXPieces) {
-        const bool valid = k_in && row0 + 16 * i < p.m;
+        const bool valid = k_in && row0 + kPieceRows * i < p.m;
         CpAsync16(x_dst + s * kStageBytes + i * kPieceRowsBytes, valid ? x_src + i * piece_stride + k0 : p.x, valid);
       }
     }
