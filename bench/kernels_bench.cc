@@ -446,6 +446,7 @@ void BM_DecodeAttention(benchmark::State& state) {
 }
 BENCHMARK(BM_DecodeAttention)
     ->Args({1, 512})
+    ->Args({1, 1024})
     ->Args({1, 4096})
     ->Args({1, 32768})
     ->Args({8, 4096})

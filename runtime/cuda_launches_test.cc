@@ -65,6 +65,7 @@ TEST(CudaLaunches, GroupedQueryDecodeMergesSlicesInACluster) {
     SCOPED_TRACE(batch);
     EXPECT_EQ(CudaLaunchesPerLayer(plan, {batch, 1, 512}), steps);
   }
+  EXPECT_EQ(CudaLaunchesPerLayer(plan, {1, 1, 1000}), steps);  // a bucket of 1,024: 8 slices of two tiles
   EXPECT_EQ(CudaLaunchesPerLayer(plan, {1, 1, 4096}), steps + 1);
   options.build.kv_dtype = ir::DType::kF8E4M3;
   const compiler::Plan fp8 = compiler::Compile(config, options)->plan;

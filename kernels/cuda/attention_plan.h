@@ -87,13 +87,17 @@ AG_HOST_DEVICE inline int GqaFoldRows(int group, int rank, int slices) {
   return rank < group ? (group - rank + slices - 1) / slices : 0;
 }
 
-// Fills the GPU (two blocks a multiprocessor) with rows x kv_heads x slices blocks.
+// Fills the GPU (two blocks a multiprocessor) with rows x kv_heads x slices blocks; but a context of
+// at most kGqaFoldMaxSlices slices of two tiles takes that many and folds (at batch 1 and 1,024 keys:
+// a second tile a block rather than a combine launch and twice the blocks).
+inline constexpr int64_t kGqaFoldMaxContext = int64_t{kGqaFoldMaxSlices} * 2 * kGqaKeys;
 inline GqaGeometry PlanGqaDecode(int64_t rows_of_queries, int64_t kv_heads, int64_t max_context, int multiprocessors) {
   const int64_t target = 2 * static_cast<int64_t>(multiprocessors > 0 ? multiprocessors : 132);
   const int64_t ctx = std::max<int64_t>(max_context, 1);
   const int64_t blocks_per_slice = std::max<int64_t>(rows_of_queries * kv_heads, 1);
   const int64_t most_slices = std::min<int64_t>(kAttentionMaxSlices, (ctx + kGqaKeys - 1) / kGqaKeys);
-  const int64_t wanted = std::clamp<int64_t>((target + blocks_per_slice - 1) / blocks_per_slice, 1, most_slices);
+  int64_t wanted = std::clamp<int64_t>((target + blocks_per_slice - 1) / blocks_per_slice, 1, most_slices);
+  if (ctx <= kGqaFoldMaxContext) wanted = std::min<int64_t>(wanted, kGqaFoldMaxSlices);
   int64_t keys = (ctx + wanted - 1) / wanted;
   keys = (keys + kGqaKeys - 1) / kGqaKeys * kGqaKeys;
   const int slices = static_cast<int>((ctx + keys - 1) / keys);

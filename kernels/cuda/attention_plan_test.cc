@@ -65,6 +65,14 @@ TEST(AttentionPlan, GlmGqaDecodeFoldsItsSlicesAtContext512) {
   }
   EXPECT_EQ(PlanGqaDecode(1, 2, 512, 132).slices, 8);   // a 64-key tile a block: 16 blocks
   EXPECT_EQ(PlanGqaDecode(32, 2, 512, 132).slices, 4);  // 128-key slices: 256 blocks
+  // Context buckets of 1,024 fold too (8 slices of two tiles); 2,048 keeps 32 slices and the combine.
+  for (int64_t batch : {1, 8}) {
+    const GqaGeometry g = PlanGqaDecode(batch, 2, 1024, 132);
+    EXPECT_TRUE(g.fold);
+    EXPECT_EQ(g.slices, 8);
+    EXPECT_EQ(g.slice_keys, 128);
+    EXPECT_FALSE(PlanGqaDecode(batch, 2, 2048, 132).fold);
+  }
   const GqaGeometry long_context = PlanGqaDecode(1, 2, 4096, 132);
   EXPECT_EQ(long_context.slices, 64);
   EXPECT_FALSE(long_context.fold);
