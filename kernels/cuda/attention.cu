@@ -79,10 +79,11 @@ cudaError_t LaunchDecodeRows(const bf16* q, int64_t rows, const AttentionShape& 
   const int64_t D = cache.head_dim;
   const int64_t group = shape.heads / cache.kv_heads;
   const bool gqa = GqaDecodeTakes(D, group, cache.code);
-  AttentionGeometry geo = PlanAttention(rows, cache.kv_heads, group, shape.max_context, MultiprocessorCount());
+  const int sms = MultiprocessorCount();
+  AttentionGeometry geo = PlanAttention(rows, cache.kv_heads, group, shape.max_context, sms);
   bool folded = false;
-  if (gqa) {
-    const GqaGeometry g = PlanGqaDecode(rows, cache.kv_heads, shape.max_context, MultiprocessorCount());
+  if (gqa) {  // its own slices (whole tiles); the slice kernel's heads per warp and chunks do not apply
+    const GqaGeometry g = PlanGqaDecode(rows, cache.kv_heads, shape.max_context, sms);
     geo.slices = g.slices;
     geo.slice_keys = g.slice_keys;
     static const bool fold_on = SwitchedOn("AUTOGLM_GQA_FOLD");  // 0: partials and the combine step

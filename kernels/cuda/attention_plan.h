@@ -26,6 +26,23 @@ inline constexpr int64_t kMaxGridYZ = 65535;
 // Launches cover `rows` query rows in chunks of at most kMaxGridYZ (the
 // attention kernels put rows on grid y or z): chunk i starts at row
 // i * kMaxGridYZ. A plan allows 2^20 rows a step.
+// The cache row (slot) holding key `key` of a sequence whose pages are `table`. Keys are positions
+// below a context length (int32) and pages hold fewer than 2^31 rows, so the page and the offset come
+// from a 32-bit division (a 64-bit one is a called routine of ~70 instructions on the GPU, paid per
+// key copy in the paged kernels).
+AG_HOST_DEVICE inline int64_t PagedSlot(const int32_t* table, int64_t block_size, int64_t key) {
+  const uint32_t k = static_cast<uint32_t>(key), bs = static_cast<uint32_t>(block_size);
+  const uint32_t page = k / bs;
+  return static_cast<int64_t>(table[page]) * block_size + (k - page * bs);
+}
+
+// Keys a slice when `ctx` keys are cut into about `slices` slices of whole `tile`-key tiles (the
+// decode kernels' split); ceil(ctx / that) slices then cover the context.
+inline int64_t SliceKeys(int64_t ctx, int64_t slices, int64_t tile) {
+  const int64_t keys = (ctx + slices - 1) / slices;
+  return (keys + tile - 1) / tile * tile;
+}
+
 inline int64_t RowChunks(int64_t rows) { return (std::max<int64_t>(rows, 0) + kMaxGridYZ - 1) / kMaxGridYZ; }
 inline int64_t RowChunkSize(int64_t rows, int64_t chunk) {
   return std::min(kMaxGridYZ, rows - chunk * kMaxGridYZ);
@@ -54,8 +71,7 @@ inline AttentionGeometry PlanAttention(int64_t rows_of_queries, int64_t kv_heads
   while (hpw > 1 && rows * chunks(hpw) * most_slices < target) hpw /= 2;
   const int64_t blocks_per_slice = rows * chunks(hpw);
   const int64_t wanted = std::clamp<int64_t>((target + blocks_per_slice - 1) / blocks_per_slice, 1, most_slices);
-  int64_t keys = (ctx + wanted - 1) / wanted;
-  keys = (keys + kAttentionTile - 1) / kAttentionTile * kAttentionTile;
+  const int64_t keys = SliceKeys(ctx, wanted, kAttentionTile);
   return {hpw, static_cast<int>(chunks(hpw)), static_cast<int>((ctx + keys - 1) / keys), static_cast<int>(keys)};
 }
 
@@ -98,8 +114,7 @@ inline GqaGeometry PlanGqaDecode(int64_t rows_of_queries, int64_t kv_heads, int6
   const int64_t most_slices = std::min<int64_t>(kAttentionMaxSlices, (ctx + kGqaKeys - 1) / kGqaKeys);
   int64_t wanted = std::clamp<int64_t>((target + blocks_per_slice - 1) / blocks_per_slice, 1, most_slices);
   if (ctx <= kGqaFoldMaxContext) wanted = std::min<int64_t>(wanted, kGqaFoldMaxSlices);
-  int64_t keys = (ctx + wanted - 1) / wanted;
-  keys = (keys + kGqaKeys - 1) / kGqaKeys * kGqaKeys;
+  const int64_t keys = SliceKeys(ctx, wanted, kGqaKeys);
   const int slices = static_cast<int>((ctx + keys - 1) / keys);
   return {slices, static_cast<int>(keys), slices > 1 && slices <= kGqaFoldMaxSlices};
 }
@@ -195,8 +210,7 @@ AG_HOST_DEVICE inline int PagedBoxRows(int64_t block_size) {
 // real page are the page's (finite: the cache starts zeroed) and masked.
 AG_HOST_DEVICE inline int64_t PagedBoxRow(const int32_t* table, int64_t block_size, int64_t key, int64_t keys,
                                           int64_t past) {
-  if (key >= keys) return past;
-  return static_cast<int64_t>(table[key / block_size]) * block_size + key % block_size;
+  return key >= keys ? past : PagedSlot(table, block_size, key);
 }
 
 }  // namespace ag::cuda

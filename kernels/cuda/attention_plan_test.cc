@@ -5,6 +5,7 @@
 // over the paged cache are boxes of one page each.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <numeric>
 #include <random>
@@ -178,6 +179,24 @@ TEST(AttentionPlan, WholeKeyTilesNeedNoMask) {
   }
   EXPECT_EQ(WholeKeyTiles(-1, 10), 0);
   EXPECT_EQ(WholeKeyTiles(5, 0), 0);
+}
+
+// PagedSlot's 32-bit page and offset are the 64-bit division's, for page sizes from 1 row to past
+// 2^16 and keys up to the largest int32 position.
+TEST(AttentionPlan, PagedSlotIsTheSixtyFourBitDivision) {
+  const int64_t most_key = (int64_t{1} << 31) - 1;
+  for (int64_t bs : {int64_t{1}, int64_t{16}, int64_t{192}, int64_t{65537}}) {
+    const int64_t pages = most_key / bs + 1;
+    std::vector<int32_t> table(static_cast<size_t>(std::min<int64_t>(pages, 1 << 22)));
+    for (size_t i = 0; i < table.size(); ++i) table[i] = static_cast<int32_t>((i * 7919) % table.size());
+    for (int64_t key : {int64_t{0}, bs - 1, bs, 5 * bs + 3, most_key}) {
+      if (key / bs >= static_cast<int64_t>(table.size())) continue;  // (a table that long is not allocated)
+      SCOPED_TRACE(::testing::Message() << "block " << bs << ", key " << key);
+      EXPECT_EQ(PagedSlot(table.data(), bs, key), int64_t{table[key / bs]} * bs + key % bs);
+    }
+    const int64_t last = static_cast<int64_t>(table.size()) * bs - 1;  // the last key the table holds
+    EXPECT_EQ(PagedSlot(table.data(), bs, last), int64_t{table.back()} * bs + bs - 1);
+  }
 }
 
 // The wgmma causal kernel loads a key tile over the paged cache box by box (PagedBoxRow): every key

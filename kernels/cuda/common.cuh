@@ -103,15 +103,13 @@ __device__ __forceinline__ float BlockSum(float v, float* scratch) {
 
 // ---- cp.async: global -> shared copies that do not pass through registers ----
 
-__device__ __forceinline__ void CpAsync16(void* smem, const void* global, bool valid) {
-  const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(smem));
-  const int bytes = valid ? 16 : 0;  // 0: fill with zeros
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(global), "r"(bytes) : "memory");
-}
-// The same into a shared-memory address (a kernel that computes its destinations once).
+// Into a shared-memory address (a kernel may compute its destinations once), or a generic pointer.
 __device__ __forceinline__ void CpAsync16(unsigned smem, const void* global, bool valid) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem), "l"(global), "r"(valid ? 16 : 0)
-               : "memory");
+  const int bytes = valid ? 16 : 0;  // 0: fill with zeros
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem), "l"(global), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void CpAsync16(void* smem, const void* global, bool valid) {
+  CpAsync16(static_cast<unsigned>(__cvta_generic_to_shared(smem)), global, valid);
 }
 __device__ __forceinline__ void CpAsyncCommit() { asm volatile("cp.async.commit_group;\n" ::); }
 template <int kPending>

@@ -60,17 +60,6 @@ struct SeqBatch {
   const int32_t* row_seqs = nullptr;      // [tokens]: each query row's sequence; null: searched in seq_offsets
 };
 
-#ifdef __CUDACC__
-// The cache row (slot) holding key `key` of a sequence whose pages are `table`. Keys are positions
-// below a context length (int32) and pages hold fewer than 2^31 rows, so the page and the offset come
-// from a 32-bit division (a 64-bit one is a called routine of ~70 instructions, paid per key copy).
-__device__ __forceinline__ int64_t PagedSlot(const int32_t* table, int64_t block_size, int64_t key) {
-  const uint32_t k = static_cast<uint32_t>(key), bs = static_cast<uint32_t>(block_size);
-  const uint32_t page = k / bs;
-  return static_cast<int64_t>(table[page]) * block_size + (k - page * bs);
-}
-#endif
-
 // The positions of a rotary step: one stream [tokens], or M-RoPE's three
 // [3, tokens] where rotary pair p takes stream 0 below section0, stream 1
 // below section1, stream 2 from there (see kernels/ref RotaryPositions).
