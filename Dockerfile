@@ -9,7 +9,8 @@
 FROM nvidia/cuda:13.0.0-devel-ubuntu24.04 AS build
 RUN apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
       meson ninja-build g++ pkg-config libabsl-dev libgtest-dev libgmock-dev libbenchmark-dev libboost-dev \
-      nlohmann-json3-dev libpcre2-dev libpng-dev libjpeg-turbo8-dev libwebp-dev libssl-dev && rm -rf /var/lib/apt/lists/*
+      nlohmann-json3-dev libpcre2-dev libpng-dev libjpeg-turbo8-dev libwebp-dev libdeflate-dev libssl-dev \
+      && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 COPY . .
 RUN meson setup build --buildtype=release && ninja -C build tools/autoglm-serve
