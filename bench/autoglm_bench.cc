@@ -25,6 +25,7 @@
 #include "absl/flags/usage.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_format.h"
+#include "bench/glm4_9b.h"
 #include "bench/glm4v_bench.h"
 #include "compiler/driver.h"
 #include "compiler/summary.h"
@@ -65,10 +66,6 @@ namespace {
 constexpr double kBandwidth = 4.45e12;  // bytes/s read, measured on the H200
 constexpr double kTensorRate = 790e12;  // bf16 FLOP/s, measured
 
-constexpr char kGlm4_9B[] = R"({"model_type":"glm","hidden_size":4096,"intermediate_size":13696,
-  "num_hidden_layers":40,"num_attention_heads":32,"num_key_value_heads":2,"head_dim":128,"vocab_size":151552,
-  "rms_norm_eps":1.5625e-07,"attention_bias":true,"max_position_embeddings":131072,"partial_rotary_factor":0.5,
-  "rope_theta":10000.0,"tie_word_embeddings":false,"eos_token_id":[151329,151336,151338],"dtype":"bfloat16"})";
 
 double Median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
@@ -166,7 +163,7 @@ absl::Status Run() {
                          absl::GetFlag(FLAGS_seed), absl::GetFlag(FLAGS_json));
   }
   if (config_file.empty()) {
-    ASSIGN_OR_RETURN(config, glm::ParseModelConfig(kGlm4_9B, "GLM-4-9B (built in)"));
+    ASSIGN_OR_RETURN(config, glm::ParseModelConfig(bench::kGlm4_9BConfig, "GLM-4-9B (built in)"));
   } else {
     ASSIGN_OR_RETURN(config, glm::LoadModelConfig(config_file));
   }

@@ -89,6 +89,17 @@ std::optional<HostInput> StepBatch::Input(absl::string_view name) const {
   return std::nullopt;
 }
 
+void StepBatch::Clear() {
+  num_tokens = num_seqs = num_logit_rows = max_blocks = num_mm_rows = 0;
+  num_patches = num_images = num_merged_rows = 0;
+  for (std::vector<int32_t>* v : {&tokens, &slot_mapping, &positions, &logit_rows, &seq_offsets, &context_lens,
+                                  &block_tables, &mm_rows, &patch_pos, &image_offsets}) {
+    v->clear();
+  }
+  mm_embeds.Clear();
+  pixels.Clear();
+}
+
 ir::SymbolBindings StepBatch::Bindings(int64_t num_kv_blocks) const {
   return {{"T", num_tokens},     {"S", num_seqs},        {"R", num_logit_rows}, {"MB", max_blocks},
           {"NB", num_kv_blocks}, {"M", num_mm_rows},     {"P", num_patches},    {"I", num_images},

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <span>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -33,6 +34,10 @@ class FloatParts {
   int64_t size() const { return size_; }
   bool empty() const { return size_ == 0; }
   int64_t pieces() const { return static_cast<int64_t>(pieces_.size()); }
+  void Clear() {
+    pieces_.clear();
+    size_ = 0;
+  }
   // All the values in order, as they are or rounded to bf16 (a big copy is split over the cores).
   void CopyTo(float* out) const;
   void CopyToBF16(uint16_t* out) const;
@@ -73,6 +78,9 @@ struct StepBatch {
   std::vector<int32_t> patch_pos;             // [P, 4]: (h, w, grid_h, grid_w)
   std::vector<int32_t> image_offsets;         // [I+1]: each image's first patch row
 
+  // Every field emptied, the vectors keeping their capacity: the engine refills one batch a step
+  // (a fresh one reallocated, and first touched, every vector every step).
+  void Clear();
   // The data behind a program input name (see compiler::kRuntimeInputNames), or nothing.
   std::optional<HostInput> Input(absl::string_view name) const;
   // Each token row's sequence, from seq_offsets ([T]; rows past the last offset get none): the
@@ -111,7 +119,7 @@ class WeightSource {
 struct RowSampling {
   int64_t row = 0;
   ref::SampleParams params;
-  std::vector<ref::Penalty> penalties;  // applied to the row first (ref::ApplyPenalties)
+  std::span<const ref::Penalty> penalties;  // applied to the row first (ref::ApplyPenalties); the caller's
 };
 
 // The log-probability of the token chosen from a logits row of the last step, and the `top` most likely.

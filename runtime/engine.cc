@@ -1,6 +1,7 @@
 #include "runtime/engine.h"
 
 #include <algorithm>
+#include <bit>
 #include <chrono>
 #include <limits>
 
@@ -299,11 +300,20 @@ int64_t Engine::CutAtEncoderBudget(const Sequence& seq, int64_t n, int64_t& patc
 }
 
 // Decode tokens first (latency), then prefill chunks in arrival order, as PlanStep sized them.
+int64_t Engine::BlockTableWidth(const std::vector<int64_t>& tokens) const {
+  size_t longest = 0;
+  for (size_t i = 0; i < running_.size(); ++i) {
+    if (tokens[i] > 0) longest = std::max(longest, running_[i]->table.blocks().size());
+  }
+  const int64_t width = static_cast<int64_t>(std::bit_ceil(std::max<size_t>(longest, kMinBlockTableWidth)));
+  return std::min(width, max_blocks_per_seq_);
+}
+
 std::vector<Engine::Slice> Engine::Schedule(const std::vector<int64_t>& tokens, StepStats& stats) {
   std::vector<Slice> slices;
   StepBatch& b = batch_;
-  b = StepBatch{};
-  b.max_blocks = max_blocks_per_seq_;
+  b.Clear();
+  b.max_blocks = BlockTableWidth(tokens);
   std::vector<int32_t> streams[3];  // M-RoPE's positions, stream by stream
   const int64_t hidden = plan_.model.hidden_size;
   b.seq_offsets.push_back(0);
@@ -339,9 +349,9 @@ std::vector<Engine::Slice> Engine::Schedule(const std::vector<int64_t>& tokens, 
       b.num_tokens += n;
       b.seq_offsets.push_back(static_cast<int32_t>(b.num_tokens));
       b.context_lens.push_back(static_cast<int32_t>(seq->cached + n));
-      std::vector<int32_t> row = seq->table.blocks();
-      row.resize(static_cast<size_t>(max_blocks_per_seq_), 0);
-      b.block_tables.insert(b.block_tables.end(), row.begin(), row.end());
+      const std::vector<int32_t>& blocks = seq->table.blocks();
+      b.block_tables.insert(b.block_tables.end(), blocks.begin(), blocks.end());
+      b.block_tables.resize(b.block_tables.size() + static_cast<size_t>(b.max_blocks) - blocks.size(), 0);
       b.num_logit_rows += static_cast<int64_t>(s.logit_positions.size());
       ++b.num_seqs;
       (n > 1 || seq->cached < seq->prompt_size() ? stats.prefill_tokens : stats.decode_tokens) += n;
@@ -413,10 +423,9 @@ std::optional<TokenEvent> Engine::Advance(const Slice& s, int32_t chosen) {
   if (chosen >= 0) {
     token = chosen;
   } else if (seq.sampler.has_value()) {
-    std::vector<ref::Penalty> penalties;
-    if (seq.penalties.has_value()) seq.penalties->Entries(&penalties);
     std::vector<float> scratch = row(last);
-    token = seq.sampler->Sample(scratch, penalties);
+    token = seq.sampler->Sample(scratch, seq.penalties.has_value() ? seq.penalties->entries()
+                                                                   : std::span<const ref::Penalty>());
   } else {
     token = next_buffer_[s.last_logit_row()];
   }
@@ -470,8 +479,8 @@ absl::StatusOr<std::vector<TokenEvent>> Engine::Step() {
     RowSampling r;
     r.row = s.last_logit_row();
     r.params = {p.temperature, p.top_k, p.top_p, p.vocab_limit, s.seq->sampler->NextUniform()};
-    // The sequence's penalties go down with the row: one entry per id that has any.
-    if (s.seq->penalties.has_value()) s.seq->penalties->Entries(&r.penalties);
+    // The sequence's penalties go down with the row: one entry per id that has any (the tracker's own).
+    if (s.seq->penalties.has_value()) r.penalties = s.seq->penalties->entries();
     rows.push_back(r);
     row_slice.push_back(i);
   }

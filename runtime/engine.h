@@ -179,6 +179,13 @@ class Engine {
   // encoder cache, or from one vision run over all that are missing.
   absl::Status StepImages(const std::vector<int64_t>& tokens, StepStats& stats);
   std::vector<Slice> Schedule(const std::vector<int64_t>& tokens, StepStats& stats);  // fills batch_
+  // The step's block-table width (StepBatch::max_blocks): its longest table rounded up to a power of
+  // two, at least kMinBlockTableWidth, at most max_blocks_per_seq_. Not the model's whole context:
+  // 8,192 columns at GLM-4's 131,072 tokens made each step copy, and upload, 32 KB a sequence (2 MB
+  // at 64, and most of a batch-64 step's host time: engine_bench); a power of two keeps the widths,
+  // and the CUDA graphs keyed by them, few.
+  int64_t BlockTableWidth(const std::vector<int64_t>& tokens) const;
+  static constexpr size_t kMinBlockTableWidth = 16;
   // The encoder budget: `n` prefill tokens of `seq`, or fewer, so that the
   // images this step must encode fit one run of the vision program (`patches`
   // left, the images in `encoding`); an image that does not fit waits, and the tokens from it.

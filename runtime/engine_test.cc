@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <bit>
 #include <map>
 #include <random>
 #include <set>
@@ -361,6 +362,60 @@ TEST_F(EngineTest, RandomTrafficKeepsEveryAnswerAndEveryBlock) {
     }
     EXPECT_GT(engine->prefix_cache_hits(), 0) << cache;
   }
+}
+
+// A CPU backend that records each step's block-table width beside the step's longest table.
+class WidthRecordingBackend : public CpuBackend {
+ public:
+  absl::Status Execute(const StepBatch& batch) override {
+    int64_t longest = 0;
+    for (int64_t s = 0; s < batch.num_seqs; ++s) longest = std::max<int64_t>(longest, batch.context_lens[s]);
+    widths.push_back({batch.max_blocks, longest, static_cast<int64_t>(batch.block_tables.size())});
+    return CpuBackend::Execute(batch);
+  }
+  struct Width {
+    int64_t max_blocks, longest_context, table_ints;
+  };
+  std::vector<Width> widths;
+};
+
+TEST_F(EngineTest, BlockTablesAreAsWideAsTheLongestTableRoundedUp) {
+  // Prompts of 2, 25 and 50 four-token blocks decoding together (tiny-glm: 256 positions, 64 blocks a
+  // sequence at most), the longest finishing first: the width follows the longest table, a power of
+  // two from 16, up to 64.
+  std::vector<Request> requests(3);
+  for (size_t i = 0; i < requests.size(); ++i) {
+    for (int t = 0; t < (i == 0 ? 7 : i == 1 ? 99 : 199); ++t) {
+      requests[i].prompt.push_back(10 + (t * 37 + static_cast<int>(i)) % 250);
+    }
+    requests[i].max_new_tokens = 12 - 5 * static_cast<int64_t>(i);  // the longest ends first: the width narrows
+  }
+  std::vector<std::vector<int32_t>> solo;
+  for (const Request& r : requests) {
+    std::unique_ptr<Engine> engine = MakeEngine();
+    absl::StatusOr<int> id = engine->Submit(r);
+    ASSERT_TRUE(id.ok()) << id.status();
+    Drain(*engine);
+    solo.push_back(engine->new_tokens(*id));
+  }
+  WidthRecordingBackend recording;
+  absl::StatusOr<std::unique_ptr<Engine>> engine = Engine::Create(plan_, recording, *tiny_.weights, {});
+  ASSERT_TRUE(engine.ok()) << engine.status();
+  std::vector<int> ids;
+  for (const Request& r : requests) ids.push_back(*(*engine)->Submit(r));
+  Drain(**engine);
+  for (size_t i = 0; i < ids.size(); ++i) EXPECT_EQ((*engine)->new_tokens(ids[i]), solo[i]) << i;
+  const int64_t block = plan_.kv.block_size;
+  std::set<int64_t> seen;
+  for (const WidthRecordingBackend::Width& w : recording.widths) {
+    const int64_t longest_table = (w.longest_context + block - 1) / block;
+    const uint64_t at_least = static_cast<uint64_t>(std::max<int64_t>(longest_table, 16));
+    const int64_t want = std::min<int64_t>(static_cast<int64_t>(std::bit_ceil(at_least)), 64);
+    EXPECT_EQ(w.max_blocks, want) << "longest context " << w.longest_context;
+    EXPECT_EQ(w.table_ints % w.max_blocks, 0);
+    seen.insert(w.max_blocks);
+  }
+  EXPECT_EQ(seen, (std::set<int64_t>{16, 32, 64}));
 }
 
 TEST_F(EngineTest, SamplingIsReproducible) {

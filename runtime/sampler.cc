@@ -29,37 +29,35 @@ absl::Status SamplingParams::Validate() const {
 }
 
 PenaltyTracker::PenaltyTracker(const SamplingParams& params, absl::Span<const int32_t> prompt)
-    : repetition_(params.repetition_penalty), frequency_(params.frequency_penalty), presence_(params.presence_penalty) {
-  if (repetition_ != 1.0f) {
-    for (const int32_t id : prompt) seen_[id].in_prompt = true;
+    : repetition_(params.repetition_penalty),
+      frequency_(params.frequency_penalty),
+      presence_(params.presence_penalty),
+      any_(repetition_ != 1.0f || frequency_ != 0.0f || presence_ != 0.0f) {
+  if (repetition_ == 1.0f) return;  // the prompt's ids matter only to the repetition penalty
+  for (const int32_t id : prompt) {
+    const auto [it, added] = seen_.try_emplace(id, Seen{0, static_cast<int32_t>(entries_.size())});
+    if (added) entries_.push_back({id, 0.0f, repetition_});
   }
 }
 
 void PenaltyTracker::Add(int32_t generated_token) {
-  if (repetition_ != 1.0f || frequency_ != 0.0f || presence_ != 0.0f) ++seen_[generated_token].generated;
-}
-
-void PenaltyTracker::Entries(std::vector<ref::Penalty>* out) const {
-  out->clear();
-  for (const auto& [id, seen] : seen_) {
-    ref::Penalty p;
-    p.id = id;
-    p.scale = repetition_;  // every id here is in the prompt or was generated
-    if (seen.generated > 0) p.delta = frequency_ * static_cast<float>(seen.generated) + presence_;
-    if (p.scale != 1.0f || p.delta != 0.0f) out->push_back(p);
-  }
+  if (!any_) return;
+  const auto [it, added] = seen_.try_emplace(generated_token, Seen{0, static_cast<int32_t>(entries_.size())});
+  if (added) entries_.push_back({generated_token, 0.0f, repetition_});  // every id here is in the prompt or generated
+  Seen& seen = it->second;
+  ++seen.generated;
+  // An entry whose penalties cancel (delta 0, scale 1) stays: ApplyPenalties leaves its logit as it was.
+  entries_[static_cast<size_t>(seen.entry)].delta = frequency_ * static_cast<float>(seen.generated) + presence_;
 }
 
 int32_t Sampler::Sample(std::vector<float>& logits, const std::vector<int32_t>& history, size_t prompt_size) {
   prompt_size = std::min(prompt_size, history.size());
   PenaltyTracker tracker(params_, absl::MakeConstSpan(history).first(prompt_size));
   for (size_t i = prompt_size; i < history.size(); ++i) tracker.Add(history[i]);
-  std::vector<ref::Penalty> penalties;
-  tracker.Entries(&penalties);
-  return Sample(logits, penalties);
+  return Sample(logits, tracker.entries());
 }
 
-int32_t Sampler::Sample(std::vector<float>& logits, const std::vector<ref::Penalty>& penalties) {
+int32_t Sampler::Sample(std::vector<float>& logits, std::span<const ref::Penalty> penalties) {
   if (params_.vocab_limit > 0 && params_.vocab_limit < static_cast<int32_t>(logits.size())) {
     logits.resize(static_cast<size_t>(params_.vocab_limit));
   }

@@ -215,8 +215,7 @@ TEST(Sampler, TrackedPenaltiesEqualTheirDefinition) {
     }
     PenaltyTracker tracker(p, prompt);
     for (const int32_t t : answer) tracker.Add(t);
-    std::vector<ref::Penalty> entries;
-    tracker.Entries(&entries);
+    const std::span<const ref::Penalty> entries = tracker.entries();
     ref::ApplyPenalties(got.data(), 16, entries);
     EXPECT_EQ(got, want) << trial;
     std::vector<int32_t> ids;

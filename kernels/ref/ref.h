@@ -7,6 +7,7 @@
 #define AUTOGLM_KERNELS_REF_REF_H_
 
 #include <cstdint>
+#include <span>
 #include <vector>
 
 #include "kernels/ref/quant.h"
@@ -155,7 +156,7 @@ struct Penalty {
   float scale = 1.0f;  // 1: no repetition penalty on this id
 };
 // Each entry with an id in [0, vocab), in that order; the ids are distinct.
-void ApplyPenalties(float* logits, int64_t vocab, const std::vector<Penalty>& penalties);
+void ApplyPenalties(float* logits, int64_t vocab, std::span<const Penalty> penalties);
 
 // Log-probability of `token` under softmax(logits[0, n)), with n = vocab_limit
 // (0: vocab), and the `k` most likely ids with theirs (largest first, lower id

@@ -9,7 +9,7 @@
 
 namespace ag::ref {
 
-void ApplyPenalties(float* logits, int64_t vocab, const std::vector<Penalty>& penalties) {
+void ApplyPenalties(float* logits, int64_t vocab, std::span<const Penalty> penalties) {
   for (const Penalty& p : penalties) {
     if (p.id < 0 || p.id >= vocab) continue;
     float& l = logits[p.id];

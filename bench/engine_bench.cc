@@ -1,0 +1,148 @@
+// The engine's own time a decode step: Engine::Step with a backend that does no work, so what is
+// timed is the host's share of every step -- admission, block accounting, the step's batch
+// (positions, slots, block tables), sampling requests with their penalties, advancing each
+// sequence -- which the GPU's step waits on (the engine steps synchronously).
+//   BM_EngineDecodeStep/B/C/P: B sequences decoding at context C from a GLM-4-9B plan (max
+//   batch 64); P = 1 with the phone agent's sampling (temperature 0, frequency_penalty 0.2: every
+//   row sampled where the logits are, with its penalty entries), 0 plain greedy (the argmax's ids).
+// Run: build/bench/engine_bench. Not the backend's own host work (input uploads, graph launch).
+#include <benchmark/benchmark.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "bench/glm4_9b.h"
+#include "compiler/driver.h"
+#include "models/glm/config.h"
+#include "runtime/backend.h"
+#include "runtime/engine.h"
+
+namespace ag::bench {
+namespace {
+
+// Runs nothing; answers every token read with an id that depends on the row and the call, never an
+// end-of-sequence id (so that sequences keep decoding and penalties keep growing).
+class NullBackend : public runtime::Backend {
+ public:
+  absl::string_view name() const override { return "null"; }
+  absl::Status Load(const compiler::Plan&, const runtime::WeightSource&, int64_t) override {
+    return absl::OkStatus();
+  }
+  absl::Status Execute(const runtime::StepBatch&) override {
+    ++calls_;
+    return absl::OkStatus();
+  }
+  absl::Status RunProgram(absl::string_view, const runtime::StepBatch&, absl::string_view,
+                          UninitializedVector<float>*) override {
+    return absl::UnimplementedError("no vision program here");
+  }
+  absl::Status ReadLogits(int64_t, std::vector<float>*) override {
+    return absl::UnimplementedError("no logits here");
+  }
+  absl::Status ReadNextTokens(int64_t rows, std::vector<int32_t>* out) override {
+    out->resize(static_cast<size_t>(rows));
+    for (int64_t r = 0; r < rows; ++r) (*out)[static_cast<size_t>(r)] = Token(r);
+    return absl::OkStatus();
+  }
+  absl::Status SampleRows(const std::vector<runtime::RowSampling>& rows, std::vector<int32_t>* out) override {
+    out->resize(rows.size());
+    for (size_t i = 0; i < rows.size(); ++i) (*out)[i] = Token(rows[i].row);
+    return absl::OkStatus();
+  }
+  bool SamplesWhereLogitsAre() const override { return true; }
+  absl::Status RowLogprobs(const std::vector<runtime::LogprobRequest>&, std::vector<runtime::TokenLogprobs>*) override {
+    return absl::UnimplementedError("no logprobs here");
+  }
+  absl::StatusOr<std::vector<double>> TimeExecute(const runtime::StepBatch&, int, int) override {
+    return absl::UnimplementedError("nothing to time");
+  }
+  absl::StatusOr<std::vector<double>> ProfileExecute(const runtime::StepBatch&) override {
+    return absl::UnimplementedError("nothing to profile");
+  }
+
+ private:
+  // Ids 1000-5999: a few thousand distinct ids over a long decode, as text has.
+  int32_t Token(int64_t row) const { return static_cast<int32_t>(1000 + (row * 7919 + calls_ * 104729) % 5000); }
+  int64_t calls_ = 0;
+};
+
+class NoWeights : public runtime::WeightSource {
+ public:
+  absl::Status Fill(const compiler::WeightEntry&, runtime::RankInfo, float*) const override {
+    return absl::OkStatus();
+  }
+};
+
+constexpr int64_t kSteps = 2000;  // decode steps timed, at most (each run's iterations)
+
+void BM_EngineDecodeStep(benchmark::State& state) {
+  const int64_t batch = state.range(0), context = state.range(1);
+  const bool agent_sampling = state.range(2) == 1;
+  absl::StatusOr<glm::ModelConfig> config = glm::ParseModelConfig(kGlm4_9BConfig, "GLM-4-9B");
+  compiler::CompileOptions options;
+  options.build.dtype = ir::DType::kBF16;
+  options.build.max_batch_tokens = 512;
+  options.build.max_seqs = 64;
+  absl::StatusOr<compiler::CompileResult> compiled =
+      config.ok() ? compiler::Compile(*config, options) : absl::StatusOr<compiler::CompileResult>(config.status());
+  if (!compiled.ok()) {
+    state.SkipWithError(compiled.status().ToString().c_str());
+    return;
+  }
+  NullBackend backend;
+  NoWeights weights;
+  runtime::EngineOptions engine_options;
+  engine_options.kv_cache_tokens = batch * (context + 2 * kSteps + 64);
+  absl::StatusOr<std::unique_ptr<runtime::Engine>> engine =
+      runtime::Engine::Create(compiled->plan, backend, weights, engine_options);
+  if (!engine.ok()) {
+    state.SkipWithError(engine.status().ToString().c_str());
+    return;
+  }
+  for (int64_t s = 0; s < batch; ++s) {
+    runtime::Request r;
+    r.prompt.resize(static_cast<size_t>(context));
+    for (int64_t i = 0; i < context; ++i) {
+      r.prompt[static_cast<size_t>(i)] = static_cast<int32_t>(100 + (s * 31 + i) % 90000);
+    }
+    r.max_new_tokens = 2 * kSteps;  // past the timed steps, however staggered the prefills left the sequences
+    if (agent_sampling) r.sampling.frequency_penalty = 0.2f;
+    if (absl::StatusOr<int> id = (*engine)->Submit(std::move(r)); !id.ok()) {
+      state.SkipWithError(id.status().ToString().c_str());
+      return;
+    }
+  }
+  // The prompts' prefill (its steps are not timed), then one decode step a sequence each iteration.
+  while ((*engine)->last_step().decode_tokens < batch) {
+    if (absl::StatusOr<std::vector<runtime::TokenEvent>> e = (*engine)->Step(); !e.ok()) {
+      state.SkipWithError(e.status().ToString().c_str());
+      return;
+    }
+  }
+  for (auto _ : state) {
+    absl::StatusOr<std::vector<runtime::TokenEvent>> events = (*engine)->Step();
+    if (!events.ok() || static_cast<int64_t>(events->size()) != batch) {
+      const std::string why =
+          events.ok() ? absl::StrCat("a decode step gave ", events->size(), " tokens for ", batch, " sequences (",
+                                     (*engine)->num_running(), " running, ", (*engine)->num_waiting(), " waiting, ",
+                                     (*engine)->preemptions(), " preemptions)")
+                      : events.status().ToString();
+      state.SkipWithError(why.c_str());
+      return;
+    }
+    benchmark::DoNotOptimize(events);
+  }
+  state.SetItemsProcessed(state.iterations() * batch);
+}
+BENCHMARK(BM_EngineDecodeStep)
+    ->ArgsProduct({{1, 8, 64}, {512, 4096}, {0, 1}})
+    ->Iterations(kSteps)
+    ->Unit(benchmark::kMicrosecond);
+
+}  // namespace
+}  // namespace ag::bench
+
+BENCHMARK_MAIN();
