@@ -119,7 +119,8 @@ class WeightSource {
 struct RowSampling {
   int64_t row = 0;
   ref::SampleParams params;
-  std::span<const ref::Penalty> penalties;  // applied to the row first (ref::ApplyPenalties); the caller's
+  // Applied to the row first (ref::ApplyPenalties); the caller's entries, kept alive through SampleRows.
+  std::span<const ref::Penalty> penalties;
 };
 
 // The log-probability of the token chosen from a logits row of the last step, and the `top` most likely.

@@ -299,7 +299,6 @@ int64_t Engine::CutAtEncoderBudget(const Sequence& seq, int64_t n, int64_t& patc
   return n;
 }
 
-// Decode tokens first (latency), then prefill chunks in arrival order, as PlanStep sized them.
 int64_t Engine::BlockTableWidth(const std::vector<int64_t>& tokens) const {
   size_t longest = 0;
   for (size_t i = 0; i < running_.size(); ++i) {
@@ -309,6 +308,7 @@ int64_t Engine::BlockTableWidth(const std::vector<int64_t>& tokens) const {
   return std::min(width, max_blocks_per_seq_);
 }
 
+// Decode tokens first (latency), then prefill chunks in arrival order, as PlanStep sized them.
 std::vector<Engine::Slice> Engine::Schedule(const std::vector<int64_t>& tokens, StepStats& stats) {
   std::vector<Slice> slices;
   StepBatch& b = batch_;
