@@ -10,8 +10,6 @@
 // Run: build/bench/host_bench (it uses every core, as the server does).
 #include <benchmark/benchmark.h>
 
-#include <png.h>
-
 #include <cstdint>
 #include <cstdlib>
 #include <fstream>
@@ -19,58 +17,33 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "bench/screenshot.h"
 #include "image/png_fast.h"
 #include "image/preprocess.h"
 #include "kernels/ref/half.h"
 #include "kernels/ref/parallel.h"
 #include "runtime/backend.h"
-#include "absl/strings/str_cat.h"
 
 namespace ag::bench {
 namespace {
 
 image::ProcessorConfig Glm4vProcessor() { return image::ProcessorConfig{}; }  // GLM-4.1V's defaults
 
-void AppendBytes(png_structp png, png_bytep data, png_size_t n) {
-  static_cast<std::string*>(png_get_io_ptr(png))->append(reinterpret_cast<const char*>(data), n);
-}
-void NoFlush(png_structp) {}
-
-// The screenshot as the phone sends it: RGBA (opaque), PNG at zlib's default level, libpng's
-// adaptive filters. Or the file AUTOGLM_BENCH_PNG names.
-std::string ScreenshotPng() {
+// The screenshot as the phone sends it (bench::ScreenshotPng), or the file AUTOGLM_BENCH_PNG names.
+std::string ScreenshotPngOrFile() {
   if (const char* path = std::getenv("AUTOGLM_BENCH_PNG"); path != nullptr && *path != '\0') {
     std::ifstream in(path, std::ios::binary);
     std::stringstream s;
     s << in.rdbuf();
     return s.str();
   }
-  const image::RgbImage rgb = Screenshot(1080, 2400, 1);
-  std::vector<uint8_t> rgba(static_cast<size_t>(rgb.width) * rgb.height * 4, 255);
-  for (size_t i = 0; i < static_cast<size_t>(rgb.width) * rgb.height; ++i) {
-    for (int c = 0; c < 3; ++c) rgba[i * 4 + c] = rgb.rgb[i * 3 + c];
-  }
-  std::string out;
-  png_structp png = png_create_write_struct(PNG_LIBPNG_VER_STRING, nullptr, nullptr, nullptr);
-  png_infop info = png_create_info_struct(png);
-  if (setjmp(png_jmpbuf(png))) {
-    png_destroy_write_struct(&png, &info);
-    return "";
-  }
-  png_set_write_fn(png, &out, AppendBytes, NoFlush);
-  png_set_IHDR(png, info, rgb.width, rgb.height, 8, PNG_COLOR_TYPE_RGBA, PNG_INTERLACE_NONE,
-               PNG_COMPRESSION_TYPE_DEFAULT, PNG_FILTER_TYPE_DEFAULT);
-  png_write_info(png, info);
-  for (int y = 0; y < rgb.height; ++y) png_write_row(png, rgba.data() + static_cast<size_t>(y) * rgb.width * 4);
-  png_write_end(png, nullptr);
-  png_destroy_write_struct(&png, &info);
-  return out;
+  return ScreenshotPng(1080, 2400, 1);
 }
 
 // range(0): 1 the decoder the engine uses (the fast path where it takes the file), 0 libpng alone.
 void BM_DecodePng(benchmark::State& state) {
-  const std::string png = ScreenshotPng();
+  const std::string png = ScreenshotPngOrFile();
   for (auto _ : state) {
     absl::StatusOr<image::RgbImage> rgb =
         state.range(0) == 1 ? image::Decode(png, "screenshot") : image::DecodePngLibpng(png, "screenshot", {});
