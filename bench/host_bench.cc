@@ -1,4 +1,8 @@
 // The host's share of a phone-agent step with a screenshot, which the GPU waits on:
+//   ParseRequest    the phone agent's request body (its system prompt, a text turn and the screenshot
+//                   as a base64 data URL) parsed as JSON: the server's fast parser (serve/json_fast.h)
+//                   and, for comparison, nlohmann's; then the whole chat request read from it, and the
+//                   data URL's base64 decoded (DataUrl);
 //   DecodePng       the request's PNG decoded to RGB: the fast path (image/png_fast.h) and, for
 //                   comparison, libpng alone; a 1080x2400 RGBA screenshot-like image encoded by libpng
 //                   (every filter, level 6), or the file AUTOGLM_BENCH_PNG names (a real screenshot);
@@ -17,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "bench/screenshot.h"
 #include "image/png_fast.h"
@@ -24,6 +29,9 @@
 #include "kernels/ref/half.h"
 #include "kernels/ref/parallel.h"
 #include "runtime/backend.h"
+#include "serve/json_fast.h"
+#include "serve/media.h"
+#include "serve/openai.h"
 
 namespace ag::bench {
 namespace {
@@ -40,6 +48,59 @@ std::string ScreenshotPngOrFile() {
   }
   return ScreenshotPng(1080, 2400, 1);
 }
+
+// The body Open-AutoGLM's client sends for a step (its shape: scripts/sample_messages_en.json of
+// zai-org/Open-AutoGLM): a system prompt, the task, the screen as a data URL.
+std::string AgentRequestBody() {
+  nlohmann::json body = {
+      {"model", "autoglm-phone-9b"},
+      {"max_tokens", 3000},
+      {"temperature", 0.0},
+      {"top_p", 0.85},
+      {"frequency_penalty", 0.2},
+      {"stream", true},
+      {"messages",
+       {{{"role", "system"}, {"content", std::string(2400, 'r')}},
+        {{"role", "user"},
+         {"content",
+          {{{"type", "text"}, {"text", "Open the settings.\n\n** Screen Info **\n\n{\"current_app\": \"System Home\"}"}},
+           {{"type", "image_url"},
+            {"image_url", {{"url", "data:image/png;base64," + absl::Base64Escape(ScreenshotPngOrFile())}}}}}}}}}};
+  return body.dump();
+}
+
+// range(0): 1 the server's parser (the fast path where it takes the body), 0 nlohmann's.
+void BM_ParseRequest(benchmark::State& state) {
+  const std::string body = AgentRequestBody();
+  for (auto _ : state) {
+    nlohmann::json j = state.range(0) == 1 ? *serve::ParseJsonFast(body, serve::kMaxJsonDepth)
+                                           : nlohmann::json::parse(body.begin(), body.end(), nullptr, false);
+    benchmark::DoNotOptimize(j);
+  }
+  state.SetLabel(absl::StrCat(body.size(), " bytes"));
+}
+BENCHMARK(BM_ParseRequest)->Arg(1)->Arg(0)->Unit(benchmark::kMillisecond)->UseRealTime();
+
+void BM_ParseChatRequest(benchmark::State& state) {
+  const std::string body = AgentRequestBody();
+  for (auto _ : state) {
+    serve::ChatResult request = serve::ParseChatRequest(body);
+    if (std::holds_alternative<serve::ApiError>(request)) state.SkipWithError("the body was refused");
+    benchmark::DoNotOptimize(request);
+  }
+}
+BENCHMARK(BM_ParseChatRequest)->Unit(benchmark::kMillisecond)->UseRealTime();
+
+void BM_DataUrl(benchmark::State& state) {
+  const std::string url = "data:image/png;base64," + absl::Base64Escape(ScreenshotPngOrFile());
+  for (auto _ : state) {
+    absl::StatusOr<std::string> bytes = serve::FetchImageBytes(url, {}, "image_url");
+    if (!bytes.ok()) state.SkipWithError(bytes.status().ToString().c_str());
+    benchmark::DoNotOptimize(bytes);
+  }
+  state.SetLabel(absl::StrCat(url.size(), " bytes"));
+}
+BENCHMARK(BM_DataUrl)->Unit(benchmark::kMillisecond)->UseRealTime();
 
 // range(0): 1 the decoder the engine uses (the fast path where it takes the file), 0 libpng alone.
 void BM_DecodePng(benchmark::State& state) {

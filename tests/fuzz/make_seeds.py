@@ -70,10 +70,12 @@ def main(out, compile_tool):
                                           {"role": "user", "content": "hello <|user|> \u4f60\u597d"},
                                           {"role": "assistant", "content": "hi"}]))
     put(out, "chat", "text", "the <|user|> thing\n\n  123 \xff")
-    put(out, "openai", "chat", json.dumps({"model": "glm", "messages": [{"role": "user", "content": "hi"}],
-                                           "stream": True, "stream_options": {"include_usage": True},
-                                           "max_tokens": 8, "temperature": 0.7, "top_p": 0.9, "n": 2,
-                                           "stop": ["\n"], "logprobs": True, "top_logprobs": 2, "seed": 1}))
+    chat = json.dumps({"model": "glm", "messages": [{"role": "user", "content": "hi"}],
+                       "stream": True, "stream_options": {"include_usage": True},
+                       "max_tokens": 8, "temperature": 0.7, "top_p": 0.9, "n": 2,
+                       "stop": ["\n"], "logprobs": True, "top_logprobs": 2, "seed": 1})
+    put(out, "openai", "chat", chat)
+    put(out, "json", "chat", chat)
     images = os.path.join(DATA, "tiny-glm4v", "images")
     for name in sorted(os.listdir(images)):
         put(out, "image", name, open(os.path.join(images, name), "rb").read())
