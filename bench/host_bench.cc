@@ -29,6 +29,7 @@
 #include "kernels/ref/half.h"
 #include "kernels/ref/parallel.h"
 #include "runtime/backend.h"
+#include "serve/base64_fast.h"
 #include "serve/json_fast.h"
 #include "serve/media.h"
 #include "serve/openai.h"
@@ -101,6 +102,19 @@ void BM_DataUrl(benchmark::State& state) {
   state.SetLabel(absl::StrCat(url.size(), " bytes"));
 }
 BENCHMARK(BM_DataUrl)->Unit(benchmark::kMillisecond)->UseRealTime();
+
+// The screenshot's base64 alone: range(0) 1 the server's decoder (serve/base64_fast.h), 0 absl's.
+void BM_Base64(benchmark::State& state) {
+  const std::string text = absl::Base64Escape(ScreenshotPngOrFile());
+  std::string bytes;
+  for (auto _ : state) {
+    const bool ok = state.range(0) == 1 ? serve::DecodeBase64Fast(text, &bytes) : absl::Base64Unescape(text, &bytes);
+    if (!ok) state.SkipWithError("not base64");
+    benchmark::DoNotOptimize(bytes.data());
+  }
+  state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * text.size()));
+}
+BENCHMARK(BM_Base64)->Arg(1)->Arg(0)->Unit(benchmark::kMicrosecond)->UseRealTime();
 
 // range(0): 1 the decoder the engine uses (the fast path where it takes the file), 0 libpng alone.
 void BM_DecodePng(benchmark::State& state) {

@@ -1,12 +1,14 @@
-// Tokenizer speed: loading the GLM-4 vocabulary, and encoding several MB of
-// mixed English and Chinese text on one core. Targets: load < 100 ms,
-// encode >= 5 MB/s. Reads ../shared/tokenizers/glm4 (set AUTOGLM_GLM4_TOKENIZER).
+// Tokenizer speed: loading the GLM-4 vocabulary, encoding several MB of
+// mixed English and Chinese text on one core, and encoding a phone agent's
+// chat step after step. Targets: load < 100 ms, encode >= 5 MB/s. Reads
+// ../shared/tokenizers/glm4 (set AUTOGLM_GLM4_TOKENIZER).
 #include <benchmark/benchmark.h>
 
 #include <cstdlib>
 #include <random>
 #include <string>
 
+#include "models/glm/chat.h"
 #include "models/glm/tokenizer.h"
 
 namespace {
@@ -76,6 +78,66 @@ void BM_EncodeMixedText(benchmark::State& state) {
   state.counters["bytes_per_token"] = static_cast<double>(text.size()) / static_cast<double>(tokens);
 }
 BENCHMARK(BM_EncodeMixedText)->Arg(4)->Unit(benchmark::kMillisecond);
+
+// A phone agent's request at step `steps`, as Open-AutoGLM's client builds it: a 7.9 KB system
+// prompt (its Chinese one's size), then a user turn and an answer a step -- older user turns lose
+// their screenshot, the newest keeps it -- all encoded again every step (GLM-4.1V's template).
+// Arg 0: runs not remembered (every step encodes the whole history); 1: remembered (the
+// tokenizer's default), so a step encodes its newest turn. Each iteration's newest turn is new text.
+void BM_EncodeAgentChat(benchmark::State& state) {
+  absl::StatusOr<std::unique_ptr<ag::glm::Tokenizer>> t = ag::glm::Tokenizer::Load(TokenizerDir());
+  if (!t.ok()) {
+    state.SkipWithError(std::string(t.status().message()).c_str());
+    return;
+  }
+  if (state.range(0) == 0) (*t)->KeepEncodedRuns(0);
+  const int steps = static_cast<int>(state.range(1));
+  const std::string history = MixedText(size_t{1} << 20);
+  size_t at = 0;
+  auto next_text = [&](size_t bytes) {  // consecutive slices of the mixed text, cut at a character
+    size_t end = at + bytes;
+    while ((static_cast<unsigned char>(history[end]) & 0xC0) == 0x80) ++end;
+    std::string s = history.substr(at, end - at);
+    at = end;
+    return s;
+  };
+  using ag::glm::ChatMessage;
+  using ag::glm::ContentPart;
+  auto user = [&](bool image) {
+    ChatMessage m{"user", "", {}, true};
+    if (image) m.parts.push_back({ContentPart::Type::kImage, ""});
+    m.parts.push_back({ContentPart::Type::kText, next_text(120) + "\n\n** Screen Info **\n\n{\"current_app\": \"WeChat\"}"});
+    return m;
+  };
+  std::vector<ChatMessage> chat = {{"system", next_text(7900), {}, false}};
+  for (int s = 0; s + 1 < steps; ++s) {
+    chat.push_back(user(false));
+    chat.push_back({"assistant", "<think>" + next_text(300) + "</think><answer>do(action=\"Tap\", element=[512,873])</answer>", {}, false});
+  }
+  chat.push_back(user(true));
+  ag::glm::ChatOptions options;
+  options.chat_template = ag::glm::ChatTemplate::kGlm4v;
+  options.content_format = ag::glm::ContentFormat::kOpenai;
+  if (!ag::glm::EncodeChat(**t, chat, options).ok()) {  // the history seen once, as the previous steps did
+    state.SkipWithError("the chat does not encode");
+    return;
+  }
+  size_t bytes = 0, tokens = 0;
+  for (const ChatMessage& m : chat) bytes += m.content.size() + (m.parts.empty() ? 0 : m.parts.back().text.size());
+  for (auto _ : state) {
+    chat.back().parts.back().text = next_text(120);  // this step's new screen description
+    if (at > history.size() - 8192) at = 0;
+    const absl::StatusOr<std::vector<int32_t>> ids = ag::glm::EncodeChat(**t, chat, options);
+    tokens = ids->size();
+    benchmark::DoNotOptimize(ids->data());
+  }
+  state.counters["text_bytes"] = static_cast<double>(bytes);
+  state.counters["tokens"] = static_cast<double>(tokens);
+}
+BENCHMARK(BM_EncodeAgentChat)
+    ->ArgsProduct({{0, 1}, {1, 10, 30}})
+    ->ArgNames({"remembered", "step"})
+    ->Unit(benchmark::kMicrosecond);
 
 }  // namespace
 

@@ -238,6 +238,7 @@ absl::Status Tokenizer::Finish(const std::string& source) {
   std::sort(specials_longest_first_.begin(), specials_longest_first_.end(),
             [](const std::string& a, const std::string& b) { return a.size() > b.size() || (a.size() == b.size() && a < b); });
   ASSIGN_OR_RETURN(pretokenizer_, Pretokenizer::Create());
+  KeepEncodedRuns(kEncodedRunsBytes);
   return absl::OkStatus();
 }
 
@@ -283,7 +284,15 @@ void Tokenizer::EncodePiece(absl::string_view piece, std::vector<int32_t>* out) 
 }
 
 void Tokenizer::EncodeOrdinary(absl::string_view text, std::vector<int32_t>* out) const {
+  const bool keep = runs_ != nullptr && runs_->Keeps(text);
+  if (keep && runs_->Find(text, out)) return;
+  const size_t start = out->size();
   pretokenizer_->Split(text, [&](absl::string_view piece) { EncodePiece(piece, out); });
+  if (keep) runs_->Remember(text, absl::MakeConstSpan(*out).subspan(start));
+}
+
+void Tokenizer::KeepEncodedRuns(size_t budget_bytes) {
+  runs_ = budget_bytes > 0 ? std::make_unique<EncodedRuns>(budget_bytes) : nullptr;
 }
 
 std::vector<int32_t> Tokenizer::Encode(absl::string_view text, bool allow_special) const {

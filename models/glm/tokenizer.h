@@ -18,6 +18,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "models/glm/encoded_runs.h"
 #include "models/glm/pretokenizer.h"
 
 namespace ag::glm {
@@ -47,6 +48,12 @@ class Tokenizer {
   // are, unless tokenizer.json marks them "special": false -- GLM-4.1V's <think>, </think>,
   // <answer> and </answer>, which the phone agent reads in the answer.
   bool HiddenInOutput(int32_t id) const { return IsSpecial(id) && !shown_in_output_.contains(id); }
+  // Remember encoded runs of ordinary text within `budget_bytes` (EncodedRuns; 0: none). Loading
+  // sets kEncodedRunsBytes; call before the tokenizer is shared between threads.
+  void KeepEncodedRuns(size_t budget_bytes);
+  static constexpr size_t kEncodedRunsBytes = size_t{32} << 20;
+  const EncodedRuns* encoded_runs() const { return runs_.get(); }
+
   // One past the largest id.
   int32_t vocab_size() const { return vocab_size_; }
   int32_t num_ordinary() const { return static_cast<int32_t>(offsets_.size()) - 1; }
@@ -67,6 +74,7 @@ class Tokenizer {
   int32_t Rank(absl::string_view bytes) const;
 
   std::unique_ptr<Pretokenizer> pretokenizer_;
+  std::unique_ptr<EncodedRuns> runs_;  // thread-safe; null keeps none
   // The ordinary tokens' bytes, back to back: token i is bytes_[offsets_[i], offsets_[i+1]).
   std::string bytes_;
   std::vector<uint32_t> offsets_ = {0};
