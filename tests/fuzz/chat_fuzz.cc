@@ -1,6 +1,7 @@
 // Fuzz target: chat-template input (a JSON list of messages) and raw prompt
 // text, with a synthetic vocabulary. Any text must round-trip through Encode
-// and Decode, special tokens allowed or not.
+// and Decode, special tokens allowed or not, and encode to the same ids with
+// the tokenizer's remembered runs (kept across inputs) as without them.
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -12,11 +13,27 @@
 
 namespace {
 
+std::unique_ptr<ag::glm::Tokenizer> LoadSynthetic() {
+  const std::string path = (ag::fuzz::ScratchDir() / "synthetic.model").string();
+  ag::testing::WriteTiktoken(path, ag::testing::SyntheticRanks());
+  return std::move(*ag::glm::Tokenizer::LoadTiktoken(path));
+}
+
+// Remembering runs (the default), with a small budget so that runs are evicted too.
 const ag::glm::Tokenizer& Synthetic() {
   static const std::unique_ptr<ag::glm::Tokenizer> tokenizer = [] {
-    const std::string path = (ag::fuzz::ScratchDir() / "synthetic.model").string();
-    ag::testing::WriteTiktoken(path, ag::testing::SyntheticRanks());
-    return std::move(*ag::glm::Tokenizer::LoadTiktoken(path));
+    std::unique_ptr<ag::glm::Tokenizer> t = LoadSynthetic();
+    t->KeepEncodedRuns(64 << 10);
+    return t;
+  }();
+  return *tokenizer;
+}
+
+const ag::glm::Tokenizer& RemembersNothing() {
+  static const std::unique_ptr<ag::glm::Tokenizer> tokenizer = [] {
+    std::unique_ptr<ag::glm::Tokenizer> t = LoadSynthetic();
+    t->KeepEncodedRuns(0);
+    return t;
   }();
   return *tokenizer;
 }
@@ -44,8 +61,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     }
   }
   for (bool special : {false, true}) {
-    absl::StatusOr<std::string> back = tokenizer.Decode(tokenizer.Encode(text, special));
+    const std::vector<int32_t> ids = tokenizer.Encode(text, special);
+    absl::StatusOr<std::string> back = tokenizer.Decode(ids);
     if (!back.ok() || *back != text) __builtin_trap();
+    if (ids != RemembersNothing().Encode(text, special)) __builtin_trap();
   }
   return 0;
 }
