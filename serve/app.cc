@@ -81,6 +81,9 @@ App::App(AppOptions options) : options_(std::move(options)) {
       &metrics_.AddCounter("autoglm:encoder_cache_hits_total", "Images whose rows were found in the encoder cache.");
   encoder_seconds_ = &metrics_.AddHistogram("autoglm:mm_encoder_seconds", "Time of each vision-program run.",
                                             LatencyBuckets());
+  kept_run_hits_ = &metrics_.AddCounter("autoglm:tokenizer_kept_run_hits_total",
+                                        "Runs of prompt text whose tokens the tokenizer remembered.");
+  kept_run_bytes_ = &metrics_.AddGauge("autoglm:tokenizer_kept_run_bytes", "What the tokenizer's remembered runs take.");
   workers_ = std::make_unique<WorkQueue>(std::max(1, options_.workers));
 }
 
@@ -151,6 +154,12 @@ std::string App::RenderMetrics() {
         static_cast<double>(std::max<int64_t>(0, s.encoder_cache_hits - last_stats_.encoder_cache_hits)));
     for (const double seconds : model_.loop->TakeEncoderSeconds()) encoder_seconds_->Observe(seconds);
     last_stats_ = s;
+    if (const glm::EncodedRuns* runs = model_.tokenizer ? model_.tokenizer->encoded_runs() : nullptr; runs != nullptr) {
+      const size_t hits = runs->hits();
+      kept_run_hits_->Add(static_cast<double>(hits - std::min(hits, last_kept_run_hits_)));
+      last_kept_run_hits_ = hits;
+      kept_run_bytes_->Set(static_cast<double>(runs->bytes()));
+    }
   }
   return metrics_.Render();
 }

@@ -118,8 +118,11 @@ class App {
   runtime::Histogram *ttft_, *tpot_, *e2e_;
   runtime::Counter *mm_images_, *encoder_cache_hits_;
   runtime::Histogram* encoder_seconds_;
+  runtime::Counter* kept_run_hits_;  // the tokenizer's (glm::EncodedRuns)
+  runtime::Gauge* kept_run_bytes_;
   std::mutex stats_mu_;  // the counters fed from the loop's cumulative stats
   runtime::LoopStats last_stats_;
+  size_t last_kept_run_hits_ = 0;  // guarded by stats_mu_
   std::unique_ptr<WorkQueue> workers_;  // last: joined first, before the model goes
 };
 

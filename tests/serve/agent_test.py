@@ -171,8 +171,13 @@ class Agent(unittest.TestCase):
             text = ("Open the chrome browser.\n\n" if step == 0 else "") + "** Screen Info **\n\n" + json.dumps(
                 {"current_app": "System Home" if step == 0 else "Chrome"})
             history.append(user_turn(text, data_url(shot)))
-            hits_before = self.s.metrics().get("autoglm:prefix_cache_hits_total", 0)
+            before = self.s.metrics()
+            hits_before = before.get("autoglm:prefix_cache_hits_total", 0)
             answer, usage = self.step(history)
+            if step > 0:  # the history's turns were encoded before: their runs are looked up
+                kept = self.s.metrics()["autoglm:tokenizer_kept_run_hits_total"]
+                self.assertGreaterEqual(kept - before.get("autoglm:tokenizer_kept_run_hits_total", 0), 1,
+                                        "step %d: the system prompt's tokens remembered" % step)
 
             ids = self.template_ids(history)
             want = self.detokenize(self.run_cli(ids, [shot]))
