@@ -4,7 +4,7 @@ namespace ag::glm {
 
 bool EncodedRuns::Find(absl::string_view text, std::vector<int32_t>* out) {
   if (!Keeps(text)) return false;
-  absl::MutexLock lock(&mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   const auto it = index_.find(text);
   if (it == index_.end()) return false;
   recent_.splice(recent_.begin(), recent_, it->second);  // most recent now; iterators stay valid
@@ -16,7 +16,7 @@ bool EncodedRuns::Find(absl::string_view text, std::vector<int32_t>* out) {
 void EncodedRuns::Remember(absl::string_view text, absl::Span<const int32_t> ids) {
   if (!Keeps(text)) return;
   const size_t cost = Cost(text.size(), ids.size());
-  absl::MutexLock lock(&mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   if (index_.contains(text)) return;  // another thread encoded it meanwhile
   while (bytes_ + cost > budget_ && !recent_.empty()) {
     const Run& oldest = recent_.back();
@@ -30,17 +30,17 @@ void EncodedRuns::Remember(absl::string_view text, absl::Span<const int32_t> ids
 }
 
 size_t EncodedRuns::bytes() const {
-  absl::MutexLock lock(&mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   return bytes_;
 }
 
 size_t EncodedRuns::runs() const {
-  absl::MutexLock lock(&mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   return recent_.size();
 }
 
 size_t EncodedRuns::hits() const {
-  absl::MutexLock lock(&mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   return hits_;
 }
 

@@ -17,10 +17,10 @@
 #include <string>
 #include <vector>
 
-#include "absl/base/thread_annotations.h"
+#include <mutex>
+
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/string_view.h"
-#include "absl/synchronization/mutex.h"
 #include "absl/types/span.h"
 
 namespace ag::glm {
@@ -54,12 +54,14 @@ class EncodedRuns {
   static size_t Cost(size_t text_bytes, size_t ids) { return text_bytes + ids * sizeof(int32_t) + 96; }
 
   const size_t budget_;
-  mutable absl::Mutex mu_;
-  std::list<Run> recent_ ABSL_GUARDED_BY(mu_);  // most recently used first
+  // std::mutex, not absl::Mutex: the system's absl is not built for ThreadSanitizer, which then
+  // cannot see its locks (tools/tsan-tests). Guards everything below.
+  mutable std::mutex mu_;
+  std::list<Run> recent_;  // most recently used first
   // Views of the runs' own text (list nodes do not move).
-  absl::flat_hash_map<absl::string_view, std::list<Run>::iterator> index_ ABSL_GUARDED_BY(mu_);
-  size_t bytes_ ABSL_GUARDED_BY(mu_) = 0;
-  size_t hits_ ABSL_GUARDED_BY(mu_) = 0;
+  absl::flat_hash_map<absl::string_view, std::list<Run>::iterator> index_;
+  size_t bytes_ = 0;
+  size_t hits_ = 0;
 };
 
 }  // namespace ag::glm
