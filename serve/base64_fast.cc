@@ -62,7 +62,7 @@ bool Decode16(const char* in, char* out) {
   const __m128i b2 = _mm_and_si128(_mm_or_si128(_mm_slli_epi32(v2, 6), v3), _mm_set1_epi32(0xFF));
   const __m128i lanes = _mm_or_si128(b0, _mm_or_si128(_mm_slli_epi32(b1, 8), _mm_slli_epi32(b2, 16)));
   // Two quanta a 64-bit half: the odd lane's three bytes moved down next to the even lane's.
-  const __m128i halves = _mm_or_si128(_mm_and_si128(lanes, _mm_set1_epi64x(0xFFFFFF)), 
+  const __m128i halves = _mm_or_si128(_mm_and_si128(lanes, _mm_set1_epi64x(0xFFFFFF)),
                                      _mm_and_si128(_mm_srli_epi64(lanes, 8), _mm_set1_epi64x(0xFFFFFF000000)));
   _mm_storel_epi64(reinterpret_cast<__m128i*>(out), halves);
   _mm_storel_epi64(reinterpret_cast<__m128i*>(out + 6), _mm_unpackhi_epi64(halves, halves));

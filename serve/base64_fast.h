@@ -2,7 +2,7 @@
 //
 // The phone agent's request carries a 1.2 MB base64 screenshot every step; absl's decoder reads
 // it a character at a time (~1 ms here). This one classifies and decodes 16 characters with a few
-// vector compares and packs them with two multiply-adds. It takes only canonical base64 (RFC 4648:
+// vector compares and packs their bits with shifts and masks. It takes only canonical base64 (RFC 4648:
 // the standard alphabet, a length a multiple of 4, '=' padding only at the end and zero bits under
 // it) and declines everything else -- whitespace, URL-safe letters, missing or odd padding --
 // so that absl::Base64Unescape decides those exactly as before.

@@ -14,10 +14,9 @@
 #include <cstddef>
 #include <cstdint>
 #include <list>
+#include <mutex>
 #include <string>
 #include <vector>
-
-#include <mutex>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/string_view.h"
