@@ -866,7 +866,7 @@ absl::Status CudaBackend::SampleRows(const std::vector<RowSampling>& rows, std::
       if (row.row < 0 || row.row >= plan_->max_batch_tokens) return absl::InvalidArgumentError("no such logits row");
       staged[i] = {static_cast<int32_t>(row.row), p.top_k, p.vocab_limit, p.temperature, p.top_p, p.uniform,
                    next_penalty, static_cast<int32_t>(row.penalties.size())};
-      for (const ref::Penalty& e : row.penalties) staged_penalties[next_penalty++] = {e.id, e.delta, e.scale};
+      for (const ref::Penalty& e : row.penalties) staged_penalties[next_penalty++] = {e.id, e.delta, e.scale, e.bias};
       any_penalty = any_penalty || !row.penalties.empty();
     }
     // Penalised rows are copied to a float workspace row each (the logits stay for logprobs).

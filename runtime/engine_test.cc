@@ -516,9 +516,10 @@ TEST_F(EngineTest, SamplingWhereTheLogitsAreRepeatsAndSurvivesPreemption) {
 }
 
 // Every penalty goes down with the row (Backend::SampleRows' penalty entries), so the device rule
-// applies them where the logits are, the repetition penalty included (no logits row comes back
-// for it): greedy with the phone agent's frequency_penalty, with a repetition penalty, and with
-// both picks the host sampler's tokens, and a strong penalty changes the answer.
+// applies them where the logits are, the repetition penalty and the logit bias included (no
+// logits row comes back for them): greedy with the phone agent's frequency_penalty, with a
+// repetition penalty, a logit bias, and mixes picks the host sampler's tokens, and a strong
+// penalty or bias changes the answer.
 TEST_F(EngineTest, PenaltiesWhereTheLogitsAreMatchTheHost) {
   CpuBackend device_like(/*sample_where_logits_are=*/true);
   absl::StatusOr<std::unique_ptr<Engine>> device = Engine::Create(plan_, device_like, *tiny_.weights, {});
@@ -527,7 +528,14 @@ TEST_F(EngineTest, PenaltiesWhereTheLogitsAreMatchTheHost) {
   const struct {
     float frequency, presence, repetition;
     bool changes;
-  } cases[] = {{0.2f, 0, 1}, {1.5f, 0.5f, 1, true}, {-1.0f, 0, 1}, {0, 0, 1.8f, true}, {0.2f, 0.1f, 1.3f}};
+    std::vector<SamplingParams::Bias> bias;
+  } cases[] = {{0.2f, 0, 1},
+               {1.5f, 0.5f, 1, true},
+               {-1.0f, 0, 1},
+               {0, 0, 1.8f, true},
+               {0.2f, 0.1f, 1.3f},
+               {0, 0, 1, true, {{kGreedy[0], -100.0f}}},  // logit_bias alone: the first pick banned
+               {0.2f, 0, 1.3f, true, {{kGreedy[1], -3.0f}, {kGreedy[2], 2.0f}, {7, 1.5f}}}};
   for (const auto& c : cases) {
     Request r;
     r.prompt = kPrompt;
@@ -538,6 +546,7 @@ TEST_F(EngineTest, PenaltiesWhereTheLogitsAreMatchTheHost) {
     r.sampling.frequency_penalty = c.frequency;
     r.sampling.presence_penalty = c.presence;
     r.sampling.repetition_penalty = c.repetition;
+    r.sampling.logit_bias = c.bias;
     const int a = *(*device)->Submit(r), b = *host->Submit(r);
     Drain(**device);
     Drain(*host);

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <numeric>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 
 namespace ag::runtime {
@@ -25,6 +26,20 @@ absl::Status SamplingParams::Validate() const {
       return absl::InvalidArgumentError(absl::StrCat(name, " penalty must be in [-2, 2], got ", value));
     }
   }
+  absl::flat_hash_set<int32_t> biased;
+  for (const Bias& b : logit_bias) {
+    if (b.id < 0) return absl::InvalidArgumentError(absl::StrCat("logit bias names token id ", b.id));
+    if (vocab_limit > 0 && b.id >= vocab_limit) {
+      return absl::InvalidArgumentError(absl::StrCat("logit bias names token id ", b.id, ", outside the vocabulary [0, ",
+                                                     vocab_limit, ")"));
+    }
+    if (!(b.bias >= -100.0f && b.bias <= 100.0f)) {
+      return absl::InvalidArgumentError(absl::StrCat("logit bias of token id ", b.id, " must be in [-100, 100], got ", b.bias));
+    }
+    if (!biased.insert(b.id).second) {
+      return absl::InvalidArgumentError(absl::StrCat("logit bias names token id ", b.id, " twice"));
+    }
+  }
   return absl::OkStatus();
 }
 
@@ -33,21 +48,30 @@ PenaltyTracker::PenaltyTracker(const SamplingParams& params, absl::Span<const in
       frequency_(params.frequency_penalty),
       presence_(params.presence_penalty),
       any_(repetition_ != 1.0f || frequency_ != 0.0f || presence_ != 0.0f) {
+  // A biased id has its entry from the start, with no penalty until it is generated (or, with a
+  // repetition penalty, found in the prompt just below).
+  for (const SamplingParams::Bias& b : params.logit_bias) {
+    const auto [it, added] = seen_.try_emplace(b.id, Seen{0, static_cast<int32_t>(entries_.size())});
+    if (added) entries_.push_back({b.id, 0.0f, 1.0f, b.bias});
+  }
   if (repetition_ == 1.0f) return;  // the prompt's ids matter only to the repetition penalty
   for (const int32_t id : prompt) {
     const auto [it, added] = seen_.try_emplace(id, Seen{0, static_cast<int32_t>(entries_.size())});
     if (added) entries_.push_back({id, 0.0f, repetition_});
+    entries_[static_cast<size_t>(it->second.entry)].scale = repetition_;
   }
 }
 
 void PenaltyTracker::Add(int32_t generated_token) {
   if (!any_) return;
   const auto [it, added] = seen_.try_emplace(generated_token, Seen{0, static_cast<int32_t>(entries_.size())});
-  if (added) entries_.push_back({generated_token, 0.0f, repetition_});  // every id here is in the prompt or generated
+  if (added) entries_.push_back({generated_token, 0.0f, repetition_});
   Seen& seen = it->second;
   ++seen.generated;
   // An entry whose penalties cancel (delta 0, scale 1) stays: ApplyPenalties leaves its logit as it was.
-  entries_[static_cast<size_t>(seen.entry)].delta = frequency_ * static_cast<float>(seen.generated) + presence_;
+  ref::Penalty& entry = entries_[static_cast<size_t>(seen.entry)];
+  entry.scale = repetition_;  // generated now (a biased id's entry came without it)
+  entry.delta = frequency_ * static_cast<float>(seen.generated) + presence_;
 }
 
 int32_t Sampler::Sample(std::vector<float>& logits, const std::vector<int32_t>& history, size_t prompt_size) {

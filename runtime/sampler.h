@@ -25,14 +25,23 @@ struct SamplingParams {
   float frequency_penalty = 0.0f;
   float presence_penalty = 0.0f;
   uint64_t seed = 0;
+  // OpenAI's logit_bias: each id's logit plus its bias, before every penalty (vLLM's order).
+  // Distinct ids, biases in [-100, 100]; empty: off.
+  struct Bias {
+    int32_t id = 0;
+    float bias = 0.0f;
+  };
+  std::vector<Bias> logit_bias;
   // Only ids below this can be chosen (0: any). A model's embedding is often
   // padded past its tokenizer's vocabulary; text generation must stay inside it.
   int32_t vocab_limit = 0;
 
-  // Greedy, no penalty, no limit: the device's argmax is the answer, no logits needed.
+  // Greedy, no penalty or bias, no limit: the device's argmax is the answer, no logits needed.
   bool IsPlainGreedy() const { return IsGreedy() && !HasPenalty() && vocab_limit == 0; }
+  // Any penalty or bias: a logit changes before sampling (a PenaltyTracker's entries).
   bool HasPenalty() const {
-    return repetition_penalty != 1.0f || frequency_penalty != 0.0f || presence_penalty != 0.0f;
+    return repetition_penalty != 1.0f || frequency_penalty != 0.0f || presence_penalty != 0.0f ||
+           !logit_bias.empty();
   }
   bool IsGreedy() const { return temperature == 0.0f || top_k == 1; }
   absl::Status Validate() const;
@@ -52,7 +61,7 @@ class PenaltyTracker {
 
  private:
   float repetition_, frequency_, presence_;
-  bool any_ = false;  // any penalty at all
+  bool any_ = false;  // any penalty that generated tokens change
   struct Seen {
     int32_t generated = 0;  // times among the generated tokens
     int32_t entry = 0;      // its entry in entries_

@@ -149,6 +149,36 @@ TEST(Sampler, ValidatesParameters) {
     p.presence_penalty = bad;
     EXPECT_FALSE(p.Validate().ok()) << bad;
   }
+  p = {};
+  p.vocab_limit = 10;
+  p.logit_bias = {{0, -100.0f}, {9, 100.0f}};
+  EXPECT_TRUE(p.Validate().ok());
+  for (const std::vector<SamplingParams::Bias>& bad : std::vector<std::vector<SamplingParams::Bias>>{
+           {{10, 1.0f}}, {{-1, 1.0f}}, {{3, 100.5f}}, {{3, NAN}}, {{3, -INFINITY}}, {{3, 1.0f}, {4, 2.0f}, {3, 0.0f}}}) {
+    p.logit_bias = bad;
+    EXPECT_FALSE(p.Validate().ok()) << bad.front().id << " " << bad.front().bias;
+  }
+}
+
+// OpenAI's logit_bias: -100 bans an id, +100 all but forces it, at any temperature; a bias
+// alone makes greedy decoding read the logits (not plain greedy).
+TEST(Sampler, LogitBiasBansAndForces) {
+  SamplingParams p;
+  p.logit_bias = {{0, -100.0f}};
+  EXPECT_TRUE(p.HasPenalty());
+  EXPECT_FALSE(p.IsPlainGreedy());
+  PenaltyTracker banned(p, {});
+  std::vector<float> logits = LogProbs(kProbs);
+  EXPECT_EQ(Sampler(p).Sample(logits, banned.entries()), 1) << "id 0 is banned";
+  p.temperature = 1.0f;
+  p.seed = 9;
+  p.logit_bias = {{0, -100.0f}, {3, 100.0f}};
+  PenaltyTracker forced(p, {});
+  Sampler sampler(p);
+  for (int i = 0; i < 1000; ++i) {
+    std::vector<float> l = LogProbs(kProbs);
+    ASSERT_EQ(sampler.Sample(l, forced.entries()), 3) << "e^100 outweighs the rest";
+  }
 }
 
 // OpenAI's frequency and presence penalties, against their definition:
@@ -187,10 +217,10 @@ TEST(Sampler, FrequencyAndPresencePenaltiesAreOpenAIs) {
   EXPECT_TRUE(p.IsPlainGreedy());
 }
 
-// The three penalties together, kept incrementally (PenaltyTracker: what the engine sends with a
-// row), against their definitions applied in transformers' and vLLM's order: the repetition
-// factor on every id of the prompt or the answer, then frequency x count + presence on the
-// answer's ids. Exact: the same float operations in the same order.
+// The three penalties and the logit bias together, kept incrementally (PenaltyTracker: what the
+// engine sends with a row), against their definitions applied in vLLM's order: the bias, the
+// repetition factor on every id of the prompt or the answer, then frequency x count + presence
+// on the answer's ids. Exact: the same float operations in the same order.
 TEST(Sampler, TrackedPenaltiesEqualTheirDefinition) {
   std::mt19937 rng(11);
   std::uniform_real_distribution<float> logit(-3.0f, 3.0f), penalty(-2.0f, 2.0f);
@@ -203,6 +233,13 @@ TEST(Sampler, TrackedPenaltiesEqualTheirDefinition) {
     std::vector<int32_t> prompt(1 + trial % 6), answer(trial % 9);
     for (int32_t& t : prompt) t = token(rng);
     for (int32_t& t : answer) t = token(rng);
+    std::vector<float> bias(16, 0.0f);  // logit_bias on a few distinct ids in every other trial
+    for (int32_t t = 0; t < 16 && trial % 2 == 1; ++t) {
+      if (token(rng) < 5) {
+        bias[t] = std::uniform_real_distribution<float>(-100.0f, 100.0f)(rng);
+        p.logit_bias.push_back({t, bias[t]});
+      }
+    }
     std::vector<float> want(16);
     for (float& l : want) l = logit(rng);
     std::vector<float> got = want;
@@ -210,6 +247,7 @@ TEST(Sampler, TrackedPenaltiesEqualTheirDefinition) {
       const bool seen = std::count(prompt.begin(), prompt.end(), t) + std::count(answer.begin(), answer.end(), t) > 0;
       const int64_t count = std::count(answer.begin(), answer.end(), t);
       float& l = want[t];
+      l += bias[t];  // vLLM's order: the bias, then the penalties
       if (seen && p.repetition_penalty != 1.0f) l = l > 0 ? l / p.repetition_penalty : l * p.repetition_penalty;
       if (count > 0) l -= p.frequency_penalty * static_cast<float>(count) + p.presence_penalty;
     }

@@ -218,6 +218,14 @@ bool App::Admit(const GenerationOptions& options, int64_t prompt_tokens, const s
           "model");
     return false;
   }
+  const int32_t vocab = std::min(model_.vocab_size, model_.tokenizer->vocab_size());
+  for (const runtime::SamplingParams::Bias& b : options.sampling.logit_bias) {
+    if (b.id >= vocab) {  // as vLLM refuses it; the sampler never picks a padding id
+      Error(out, 400, absl::StrCat("'logit_bias' names token id ", b.id, ", outside the vocabulary [0, ", vocab, ")"),
+            "logit_bias");
+      return false;
+    }
+  }
   if (!admitting_) {
     Error(out, 503, "the server is shutting down");
     return false;

@@ -6,6 +6,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "serve/json_fast.h"
 
@@ -95,6 +97,36 @@ class Reader {
   std::optional<ApiError> error_;
 };
 
+// OpenAI's logit_bias: {"<token id>": bias in [-100, 100], ...}. Keys are decimal ids (no sign,
+// no spaces); "7" and "007" are the same id, so naming one twice is refused rather than resolved
+// by the parser's order. Whether an id is inside the vocabulary is the model's to say (App).
+void ReadLogitBias(Reader& r, const RequestLimits& limits, std::vector<runtime::SamplingParams::Bias>& out) {
+  if (!r.ok() || !r.Has("logit_bias")) return;
+  const json& biases = r["logit_bias"];
+  if (!biases.is_object()) return r.Fail("logit_bias", "'logit_bias' must be an object of token ids to numbers");
+  if (biases.size() > limits.max_logit_bias) {
+    return r.Fail("logit_bias", absl::StrCat("'logit_bias' takes at most ", limits.max_logit_bias, " token ids"));
+  }
+  absl::flat_hash_set<int32_t> seen;
+  for (const auto& [key, value] : biases.items()) {
+    int64_t id = -1;
+    const bool digits = !key.empty() && key.size() <= 10 &&
+                        std::all_of(key.begin(), key.end(), [](char c) { return c >= '0' && c <= '9'; });
+    if (!digits || !absl::SimpleAtoi(key, &id) || id > INT32_MAX) {
+      return r.Fail("logit_bias", absl::StrCat("'logit_bias' keys must be token ids; got '", key.substr(0, 40), "'"));
+    }
+    const double bias = value.is_number() ? value.get<double>() : NAN;
+    if (!(bias >= -100.0 && bias <= 100.0)) {
+      return r.Fail("logit_bias", absl::StrCat("'logit_bias' values must be numbers in [-100, 100]; token id ", id,
+                                               "'s is not"));
+    }
+    if (!seen.insert(static_cast<int32_t>(id)).second) {
+      return r.Fail("logit_bias", absl::StrCat("'logit_bias' names token id ", id, " twice"));
+    }
+    out.push_back({static_cast<int32_t>(id), static_cast<float>(bias)});
+  }
+}
+
 void ReadOptions(Reader& r, const RequestLimits& limits, GenerationOptions& o) {
   o.model = r.String("model", /*required=*/true);
   o.stream = r.Bool("stream", false);
@@ -140,7 +172,7 @@ void ReadOptions(Reader& r, const RequestLimits& limits, GenerationOptions& o) {
   // OpenAI's penalties, over the generated tokens.
   o.sampling.frequency_penalty = static_cast<float>(r.Number("frequency_penalty", -2, 2).value_or(0.0));
   o.sampling.presence_penalty = static_cast<float>(r.Number("presence_penalty", -2, 2).value_or(0.0));
-  r.Neutral("logit_bias", json::object());
+  ReadLogitBias(r, limits, o.sampling.logit_bias);
   r.Neutral("tools", json::array());
   r.Neutral("tool_choice", "none");
   r.Neutral("response_format", json{{"type", "text"}});

@@ -39,6 +39,7 @@ struct RequestLimits {
   int max_choices = 16;            // n
   int max_stop_strings = 4;        // as OpenAI
   int max_top_logprobs = 20;       // as OpenAI
+  size_t max_logit_bias = 1024;     // biased ids (each goes down with every step's row)
   size_t max_prompt_ids = 1 << 20;  // a prompt given as ids
 };
 

@@ -2,7 +2,11 @@
 
 #include <gtest/gtest.h>
 
+#include <map>
+
 #include <nlohmann/json.hpp>
+
+#include "absl/strings/str_cat.h"
 
 namespace ag::serve {
 namespace {
@@ -48,6 +52,35 @@ TEST(OpenAi, ParsesCompletionPromptsAsTextOrIds) {
   EXPECT_TRUE(std::get<CompletionRequest>(r).options.ignore_eos);
 }
 
+// OpenAI's logit_bias: token ids as decimal keys, biases in [-100, 100], on both endpoints; an
+// empty object or null is no bias; more ids than the limit are refused.
+TEST(OpenAi, ParsesLogitBias) {
+  const ChatResult r = ParseChatRequest(
+      R"({"model": "m", "messages": [{"role": "user", "content": "x"}], "logit_bias": {"151329": -100, "0": 2.5, "42": 100}})");
+  ASSERT_TRUE(std::holds_alternative<ChatRequest>(r)) << std::get<ApiError>(r).message;
+  const std::vector<runtime::SamplingParams::Bias>& bias = std::get<ChatRequest>(r).options.sampling.logit_bias;
+  ASSERT_EQ(bias.size(), 3u);
+  std::map<int32_t, float> got;
+  for (const auto& b : bias) got[b.id] = b.bias;
+  EXPECT_EQ(got, (std::map<int32_t, float>{{0, 2.5f}, {42, 100.0f}, {151329, -100.0f}}));
+  EXPECT_TRUE(std::get<ChatRequest>(r).options.sampling.HasPenalty());
+  for (const char* none : {R"({})", "null"}) {
+    const CompletionResult c = ParseCompletionRequest(absl::StrCat(R"({"model": "m", "prompt": "x", "logit_bias": )", none, "}"));
+    ASSERT_TRUE(std::holds_alternative<CompletionRequest>(c)) << none;
+    EXPECT_TRUE(std::get<CompletionRequest>(c).options.sampling.logit_bias.empty()) << none;
+  }
+  const CompletionResult c = ParseCompletionRequest(R"({"model": "m", "prompt": "x", "logit_bias": {"5": -1}})");
+  ASSERT_TRUE(std::holds_alternative<CompletionRequest>(c));
+  ASSERT_EQ(std::get<CompletionRequest>(c).options.sampling.logit_bias.size(), 1u);
+  EXPECT_EQ(std::get<CompletionRequest>(c).options.sampling.logit_bias[0].id, 5);
+  RequestLimits limits;
+  limits.max_logit_bias = 2;
+  const CompletionResult many =
+      ParseCompletionRequest(R"({"model": "m", "prompt": "x", "logit_bias": {"1": 1, "2": 1, "3": 1}})", limits);
+  ASSERT_TRUE(std::holds_alternative<ApiError>(many));
+  EXPECT_EQ(std::get<ApiError>(many).param, "logit_bias");
+}
+
 // Each bad body is a 400 naming the field at fault.
 TEST(OpenAi, BadBodiesNameTheField) {
   const struct {
@@ -76,6 +109,18 @@ TEST(OpenAi, BadBodiesNameTheField) {
       {R"({"model": "m", "messages": [{"role": "user", "content": "x"}], "frequency_penalty": 2.5})",
        "frequency_penalty"},
       {R"({"model": "m", "messages": [{"role": "user", "content": "x"}], "temprature": 1})", "temprature"},
+      {R"({"model": "m", "messages": [{"role": "user", "content": "x"}], "logit_bias": [1]})", "logit_bias"},
+      {R"({"model": "m", "messages": [{"role": "user", "content": "x"}], "logit_bias": {"-1": 5}})", "logit_bias"},
+      {R"({"model": "m", "messages": [{"role": "user", "content": "x"}], "logit_bias": {"+1": 5}})", "logit_bias"},
+      {R"({"model": "m", "messages": [{"role": "user", "content": "x"}], "logit_bias": {"x": 5}})", "logit_bias"},
+      {R"({"model": "m", "messages": [{"role": "user", "content": "x"}], "logit_bias": {"": 5}})", "logit_bias"},
+      {R"({"model": "m", "messages": [{"role": "user", "content": "x"}], "logit_bias": {"2147483648": 5}})",
+       "logit_bias"},
+      {R"({"model": "m", "messages": [{"role": "user", "content": "x"}], "logit_bias": {"1": 100.5}})", "logit_bias"},
+      {R"({"model": "m", "messages": [{"role": "user", "content": "x"}], "logit_bias": {"1": "5"}})", "logit_bias"},
+      {R"({"model": "m", "messages": [{"role": "user", "content": "x"}], "logit_bias": {"1": null}})", "logit_bias"},
+      {R"({"model": "m", "messages": [{"role": "user", "content": "x"}], "logit_bias": {"7": 1, "007": 2}})",
+       "logit_bias"},
       {R"([1, 2])", ""},
       {"{\"model\": \"m\", \"messages\": [{\"role\": \"user\", \"content\": \"\xff\"}]}", ""},
   };

@@ -2,7 +2,9 @@
 // autoglm-run --plan, on every fixture, against golden.json.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
+#include <string>
 
 #include <nlohmann/json.hpp>
 
@@ -284,6 +286,20 @@ TEST_F(Cli, TextPromptsStreamTextAndAgreeWithIds) {
   CommandResult bad = RunCommand(RunTool() + " --model " + model + " --prompt hi --temperature -1");
   EXPECT_EQ(bad.exit_code, 1);
   EXPECT_NE(bad.err.find("temperature"), std::string::npos) << bad.err;
+  // --logit-bias: +100 on one id makes every new token that id; bad ones are one-line errors.
+  std::string id_list;
+  for (const int32_t id : prompt_ids) id_list += (id_list.empty() ? "" : ",") + std::to_string(id);
+  CommandResult forced = RunCommand(RunTool() + " --model " + model + " --prompt-ids " + id_list +
+                                    " --max-new-tokens 5 --logit-bias=7:-3,42:100 --output-json " + Path("b.json"));
+  ASSERT_EQ(forced.exit_code, 0) << forced.err;
+  EXPECT_EQ(nlohmann::json::parse(testing::ReadWhole(Path("b.json"))).at("new_tokens"),
+            nlohmann::json::parse("[42, 42, 42, 42, 42]"));
+  for (const std::string& flag : {"5", "5:x", "5:1,5:2", "5:101", "-1:1", "99999:1"}) {
+    CommandResult r = RunCommand(RunTool() + " --model " + model + " --prompt hi --logit-bias=" + flag);
+    EXPECT_EQ(r.exit_code, 1) << flag;
+    EXPECT_NE(r.err.find("logit"), std::string::npos) << flag << ": " << r.err;
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << flag << ": " << r.err;
+  }
   CommandResult no_tokenizer =
       RunCommand(RunTool() + " --model " + testing::TestDataDir() + "/tiny-glm --prompt hi");
   EXPECT_EQ(no_tokenizer.exit_code, 1);

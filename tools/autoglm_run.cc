@@ -2,7 +2,7 @@
 //
 //   autoglm-run --model DIR --prompt-ids 5,17,42 --max-new-tokens 16 [--output-json FILE]
 //   autoglm-run --model DIR --prompt "text" [--chat] [--temperature T] [--top-p P] [--top-k K]
-//               [--repetition-penalty R] [--seed S] [--max-new-tokens N]
+//               [--repetition-penalty R] [--logit-bias ID:BIAS,...] [--seed S] [--max-new-tokens N]
 //   autoglm-run --model GLM4V_DIR --image FILE [--image FILE ...] (--prompt "text" --chat | --prompt-ids IDS)
 //   ... [--tp N [--device cuda --devices 0,1,...] [--nnodes N --node-rank R --master ADDR:PORT]]
 //
@@ -32,9 +32,13 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
+#include "absl/strings/ascii.h"
 #include "ir/status_macros.h"
 #include "models/glm/chat.h"
 #include "models/glm/tokenizer.h"
@@ -75,6 +79,7 @@ ABSL_FLAG(float, top_p, 1.0f, "sample among the most likely tokens holding this 
 ABSL_FLAG(float, repetition_penalty, 1.0f, "penalise tokens already in the sequence (transformers' rule)");
 ABSL_FLAG(float, frequency_penalty, 0.0f, "OpenAI's: lower each token's logit by this times its count in the new tokens");
 ABSL_FLAG(float, presence_penalty, 0.0f, "OpenAI's: lower each token's logit by this once it is in the new tokens");
+ABSL_FLAG(std::string, logit_bias, "", "OpenAI's logit_bias as ID:BIAS,... (BIAS in [-100, 100], added to the logit)");
 ABSL_FLAG(std::string, stop_ids, "", "comma-separated ids that also end the generation (kept as the last token)");
 ABSL_FLAG(uint64_t, seed, 0, "sampling seed");
 
@@ -84,6 +89,21 @@ namespace {
 std::vector<std::string>& ImagePaths() {
   static std::vector<std::string> paths;
   return paths;
+}
+
+// --logit-bias "ID:BIAS,...": the ids and biases; their ranges are SamplingParams::Validate's.
+absl::StatusOr<std::vector<runtime::SamplingParams::Bias>> ParseLogitBias(absl::string_view text) {
+  std::vector<runtime::SamplingParams::Bias> biases;
+  if (absl::StripAsciiWhitespace(text).empty()) return biases;
+  for (absl::string_view part : absl::StrSplit(text, ',')) {
+    const std::vector<absl::string_view> pair = absl::StrSplit(part, ':');
+    runtime::SamplingParams::Bias b;
+    if (pair.size() != 2 || !absl::SimpleAtoi(pair[0], &b.id) || !absl::SimpleAtof(pair[1], &b.bias)) {
+      return absl::InvalidArgumentError(absl::StrCat("--logit-bias: '", part, "' is not ID:BIAS"));
+    }
+    biases.push_back(b);
+  }
+  return biases;
 }
 
 absl::Status Run() {
@@ -162,6 +182,13 @@ absl::Status Run() {
     ASSIGN_OR_RETURN(request.stop_ids, ParseIdList(absl::GetFlag(FLAGS_stop_ids)));
   }
   if (text_mode) request.sampling.vocab_limit = tokenizer->vocab_size();
+  ASSIGN_OR_RETURN(request.sampling.logit_bias, ParseLogitBias(absl::GetFlag(FLAGS_logit_bias)));
+  for (const runtime::SamplingParams::Bias& b : request.sampling.logit_bias) {
+    if (b.id >= plan.model.vocab_size) {
+      return absl::InvalidArgumentError(absl::StrCat("--logit-bias: token id ", b.id, " is outside the model's vocabulary [0, ",
+                                                     plan.model.vocab_size, ")"));
+    }
+  }
 
   ASSIGN_OR_RETURN(std::unique_ptr<runtime::Backend> backend, MakeBackend(device, plan.tp, parallel));
   std::unique_ptr<runtime::WeightSource> weights;

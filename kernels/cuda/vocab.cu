@@ -217,7 +217,7 @@ __global__ void __launch_bounds__(kThreads) PenalizeRowsKernel(const bf16* __res
   for (int j = threadIdx.x; j < r.penalty_count; j += kThreads) {
     const SamplePenalty p = penalties[r.penalty_begin + j];
     if (p.id < 0 || p.id >= n) continue;
-    float w = work[p.id];  // the ids are distinct: one thread owns each
+    float w = work[p.id] + p.bias;  // the ids are distinct: one thread owns each
     if (p.scale != 1.0f) w = w > 0 ? w / p.scale : w * p.scale;  // IEEE division, as the host's
     work[p.id] = w - p.delta;
   }

@@ -23,12 +23,13 @@ struct SampleRow {
   float uniform = 0.0f;
   int32_t penalty_begin = 0, penalty_count = 0;  // its entries of `penalties`
 };
-// ref::Penalty: the logit of `id` divided (positive) or multiplied (negative) by `scale`, less
-// `delta`. A row's entries have distinct ids.
+// ref::Penalty: the logit of `id` plus `bias`, divided (positive) or multiplied (negative) by
+// `scale`, less `delta`. A row's entries have distinct ids.
 struct SamplePenalty {
   int32_t id = 0;
   float delta = 0.0f;
   float scale = 1.0f;
+  float bias = 0.0f;
 };
 
 // out[i] = ref::SampleFiltered of logits row rows[i].row with rows[i]'s

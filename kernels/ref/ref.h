@@ -147,13 +147,15 @@ struct SampleParams {
 // kept id at which the running kept mass exceeds uniform * (kept mass).
 // Greedy (T = 0 or k = 1) is Argmax. NaN logits are never kept.
 int32_t SampleFiltered(const float* logits, int64_t vocab, const SampleParams& params);
-// The penalties on one id's logit before sampling: transformers' repetition penalty first (a
-// positive logit divided by `scale`, a negative one multiplied), then OpenAI's frequency and
-// presence penalties (delta = frequency x count + presence), subtracted.
+// What happens to one id's logit before sampling, in vLLM's order: OpenAI's logit_bias added
+// first, then transformers' repetition penalty (a positive logit divided by `scale`, a negative
+// one multiplied), then OpenAI's frequency and presence penalties (delta = frequency x count +
+// presence), subtracted.
 struct Penalty {
   int32_t id = 0;
   float delta = 0.0f;
   float scale = 1.0f;  // 1: no repetition penalty on this id
+  float bias = 0.0f;   // the request's logit_bias for this id
 };
 // Each entry with an id in [0, vocab), in that order; the ids are distinct.
 void ApplyPenalties(float* logits, int64_t vocab, std::span<const Penalty> penalties);

@@ -13,6 +13,7 @@ void ApplyPenalties(float* logits, int64_t vocab, std::span<const Penalty> penal
   for (const Penalty& p : penalties) {
     if (p.id < 0 || p.id >= vocab) continue;
     float& l = logits[p.id];
+    l += p.bias;
     if (p.scale != 1.0f) l = l > 0 ? l / p.scale : l * p.scale;
     l -= p.delta;
   }

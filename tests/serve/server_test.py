@@ -215,6 +215,27 @@ class Main(unittest.TestCase):
         self.assertTrue(echo.choices[0].text.startswith("hello"))
         self.assertEqual(len(echo.choices[0].logprobs.tokens), 2)
 
+    def test_logit_bias_bans_forces_and_is_checked(self):
+        c = self.s.client()
+        ids = lambda **kw: c.completions.create(model=NAME, prompt="the thing", max_tokens=6, temperature=0,
+                                                extra_body={"ignore_eos": True, "return_token_ids": True},
+                                                **kw).choices[0].model_extra["token_ids"]
+        plain = ids()
+        banned = ids(logit_bias={str(t): -100 for t in set(plain)})
+        self.assertTrue(set(banned).isdisjoint(plain), (plain, banned))
+        self.assertEqual(ids(logit_bias={"123": 100}), [123] * 6)
+        self.assertEqual(ids(logit_bias={}), plain)
+        sampled = c.completions.create(model=NAME, prompt="the thing", max_tokens=6, temperature=1.0, seed=3,
+                                       logit_bias={"77": 100}, extra_body={"ignore_eos": True, "return_token_ids": True})
+        self.assertEqual(sampled.choices[0].model_extra["token_ids"], [77] * 6)
+        chat = c.chat.completions.create(model=NAME, messages=[{"role": "user", "content": "hi"}], max_tokens=3,
+                                         temperature=0, logit_bias={"65": 100}, stream=True)
+        self.assertEqual("".join(ch.choices[0].delta.content or "" for ch in chat if ch.choices),
+                         self.s.post("/detokenize", {"tokens": [65] * 3})[1]["prompt"])
+        for bad in ({"400": 1}, {"300000": -1}, {"5": 101}, {"a": 1}):
+            status, r = self.s.post("/v1/completions", {"model": NAME, "prompt": "x", "logit_bias": bad})
+            self.assertEqual((status, r["error"]["param"]), (400, "logit_bias"), (bad, r))
+
     def test_concurrent_clients_get_their_solo_answers(self):
         prompts = ["the thing", "hello", "what is it", [5, 17, 42], "and the", "you said", [9] * 20, "x y z"]
         solo = {i: completion(self.s, p) for i, p in enumerate(prompts)}
@@ -307,7 +328,7 @@ class Main(unittest.TestCase):
                 bodies.append((path, text[:cut]))  # truncated JSON
             for field in ["model", "messages", "prompt", "max_tokens", "temperature", "top_p", "top_k", "n", "stop",
                           "seed", "logprobs", "top_logprobs", "stream", "echo", "stream_options", "ignore_eos",
-                          "max_completion_tokens", "presence_penalty", "bogus"]:
+                          "max_completion_tokens", "presence_penalty", "logit_bias", "bogus"]:
                 for v in bad_values:
                     b = dict(base)
                     b[field] = v
