@@ -470,6 +470,48 @@ void BM_RmsNormResidual(benchmark::State& state) {
 }
 BENCHMARK(BM_RmsNormResidual)->Arg(1)->Arg(512)->UseManualTime()->Iterations(kIterations)->Unit(benchmark::kMicrosecond);
 
+// The sandwich norm after attention and the gate/up projection at one row (GLM-4.1V's and
+// GLM-4-0414's decode, GLM-4-9B's shape): /0 apart (rms_norm_residual's kernel, then the GEMV with
+// its norm prologue), /1 folded into the GEMV's prologue (residual_norm_gate_up_silu). The
+// difference is what the fold saves a layer; weights rotate as BM_Gemv's do.
+void BM_SandwichNormGateUp(benchmark::State& state) {
+  if (!HaveGpu()) return state.SkipWithError("no GPU");
+  const bool folded = state.range(0) == 1;
+  const Shape& s = kShapes[2];
+  const RotatingWeights weights(s.n, s.k);
+  bf16* y_attn = RandomDevice(s.k, 1, 1.0f);
+  bf16* residual = RandomDevice(s.k, 2, 1.0f);
+  bf16* post_w = RandomDevice(s.k, 3, 1.0f);
+  bf16* norm_w = RandomDevice(s.k, 4, 1.0f);
+  bf16* h = RandomDevice(s.k, 5, 1.0f);
+  bf16* out = RandomDevice(s.n / 2, 6, 1.0f);
+  ag::cuda::LinearParams p;
+  p.m = 1;
+  p.n = s.n;
+  p.k = s.k;
+  p.norm_w = norm_w;
+  p.eps = 1e-5f;
+  p.epilogue = s.epilogue;
+  p.y = out;
+  TimeLaunches(
+      state,
+      [&](int i) {
+        p.w = weights[i];
+        if (folded) {
+          p.pre = {y_attn, post_w, residual, 1e-5f, h};
+          return ag::cuda::LaunchGemv(p, nullptr);
+        }
+        const cudaError_t e = ag::cuda::LaunchRmsNormResidual(y_attn, post_w, residual, 1, s.k, 1e-5f, h, nullptr);
+        if (e != cudaSuccess) return e;
+        p.x = h;
+        return ag::cuda::LaunchGemv(p, nullptr);
+      },
+      static_cast<double>(s.n * s.k * 2 + s.k * 2 * 5 + s.n), 2.0 * s.n * s.k);
+  state.SetLabel(folded ? "folded into the GEMV" : "rms_norm_residual, then the GEMV");
+  for (bf16* q : {y_attn, residual, post_w, norm_w, h, out}) cudaFree(q);
+}
+BENCHMARK(BM_SandwichNormGateUp)->Arg(0)->Arg(1)->UseManualTime()->Iterations(kIterations)->Unit(benchmark::kMicrosecond);
+
 void BM_Argmax(benchmark::State& state) {
   if (!HaveGpu()) return state.SkipWithError("no GPU");
   const int64_t rows = state.range(0), vocab = 151552;

@@ -124,7 +124,7 @@ absl::Status CheckStepFacts(const Plan& plan, const glm::ModelConfig& config) {
     const PlanStep& step = plan.decoder().steps[i];
     for (const auto& [name, value] : step.attrs) {
       std::string want;
-      if (name == "eps" && *ir::GetFloat(step.attrs, name) != config.rms_norm_eps) {
+      if ((name == "eps" || name == "residual_eps") && *ir::GetFloat(step.attrs, name) != config.rms_norm_eps) {
         want = absl::StrCat(config.rms_norm_eps);
       } else if (name == "theta" && *ir::GetFloat(step.attrs, name) != config.rope_theta) {
         want = absl::StrCat(config.rope_theta);

@@ -302,11 +302,26 @@ TEST(PlanValidation, ModelFactsAndAttributesMustBeTheConfigs) {
     p.decoder().steps[fused].attrs[attr] = value;
     expect(p, want);
   }
+  // The folded sandwich norm's own eps (tiny-glm4's layout) is checked as the others are.
+  config = glm::LoadModelConfig(testing::TestDataDir() + "/tiny-glm4");
+  ASSERT_TRUE(config.ok());
+  const Plan glm4 = TinyPlan("tiny-glm4");
+  int folded = -1;
+  for (size_t i = 0; i < glm4.decoder().steps.size() && folded < 0; ++i) {
+    if (glm4.decoder().steps[i].kernel == ir::OpId::k_residual_norm_gate_up_silu) folded = static_cast<int>(i);
+  }
+  ASSERT_GE(folded, 0);
+  for (auto [value, want] : {std::pair{ir::AttrValue{INFINITY}, "residual_eps must be in [0, 1]"},
+                             std::pair{ir::AttrValue{1e-3}, "residual_eps is 0.001 but the model's config gives"}}) {
+    p = glm4;
+    p.decoder().steps[folded].attrs["residual_eps"] = value;
+    expect(p, want);
+  }
 }
 
 TEST(Summary, LaunchesPerLayerAfterFusion) {
   EXPECT_EQ(Summarize(TinyPlan("tiny-glm")).steps_per_layer, 5);
-  EXPECT_EQ(Summarize(TinyPlan("tiny-glm4")).steps_per_layer, 7);
+  EXPECT_EQ(Summarize(TinyPlan("tiny-glm4")).steps_per_layer, 6) << "the sandwich norm after attention folded";
   EXPECT_EQ(Summarize(TinyPlan("tiny-chatglm")).steps_per_layer, 5);
   const char* text = R"({"model_type":"glm","hidden_size":4096,"intermediate_size":13696,"num_hidden_layers":40,
     "num_attention_heads":32,"num_key_value_heads":2,"head_dim":128,"vocab_size":151552,"eos_token_id":[151329]})";

@@ -19,6 +19,7 @@ bool HasLinearWeight(ir::OpId op) {
     case ir::OpId::k_linear:
     case ir::OpId::k_linear_residual:
     case ir::OpId::k_norm_gate_up_silu:
+    case ir::OpId::k_residual_norm_gate_up_silu:
     case ir::OpId::k_norm_qkv_rope_kv_write:
     case ir::OpId::k_norm_linear:
       return true;

@@ -444,6 +444,21 @@ absl::StatusOr<Types> InferNormLinear(Operands o, const Attrs& a) {
   return Types{{o[0].dtype, {o[0].shape[0], n}}};
 }
 
+// (residual, norm_w, W [2I, K], y, post_w) -> (norm_gate_up_silu(h, norm_w, W), h), where
+// h = residual + rms_norm(y, post_w) with eps residual_eps (rms_norm_residual's): GLM-4.1V's and
+// GLM-4-0414's sandwich norm after attention folded into the MLP's first projection.
+absl::StatusOr<Types> InferResidualNormGateUpSilu(Operands o, const Attrs& a) {
+  ASSIGN_OR_RETURN(double residual_eps, GetFloat(a, "residual_eps"));
+  if (!(residual_eps >= 0 && residual_eps <= kMaxNormEps)) {
+    return Errf("residual_eps must be in [0, ", kMaxNormEps, "], got ", residual_eps);
+  }
+  const TensorType pre[3] = {o[3], o[4], o[0]};
+  ASSIGN_OR_RETURN(Types h, InferRmsNormResidual(pre, Attrs{{"eps", residual_eps}}));
+  const TensorType consumer[3] = {h[0], o[1], o[2]};
+  ASSIGN_OR_RETURN(Types out, InferNormGateUpSilu(consumer, a));
+  return Types{out[0], h[0]};
+}
+
 // x -> the sum of x over the tensor-parallel group (every rank gets it).
 absl::StatusOr<Types> InferAllReduce(Operands o, const Attrs&) {
   RETURN_IF_ERROR(ExpectFloat(o[0], "input"));
@@ -491,6 +506,8 @@ constexpr AttrSpec kNormQkvRope[] = {{"eps", AttrKind::kFloat},   {"heads", Attr
                                      {"rot", AttrKind::kInt},      {"theta", AttrKind::kFloat},
                                      {"mrope_section", AttrKind::kIntList, /*optional=*/true}};
 
+constexpr AttrSpec kEpsAndResidualEps[] = {{"eps", AttrKind::kFloat}, {"residual_eps", AttrKind::kFloat}};
+
 constexpr std::span<const AttrSpec> kNone{};
 
 // clang-format off
@@ -528,6 +545,7 @@ constexpr std::array<OpInfo, kOpCount> kOps = {{
   {OpId::k_all_reduce_norm_residual, "all_reduce_norm_residual", 3, 3, 1, kEps, kFused | kCollective,               -1,  2, InferAllReduceNormResidual},
   {OpId::k_vision_qkv_rotary,   "vision_qkv_rotary",      2, 2, 1, kVisionRotary, kFused,                           -1,  0, InferVisionQkvRotary},
   {OpId::k_packed_segment_attention, "packed_segment_attention", 2, 2, 1, kAttentionHeads, kFused,                 -1, -1, InferPackedSegmentAttention},
+  {OpId::k_residual_norm_gate_up_silu, "residual_norm_gate_up_silu", 5, 5, 2, kEpsAndResidualEps, kFused,           -1, -1, InferResidualNormGateUpSilu, 2},
 }};
 // clang-format on
 

@@ -24,8 +24,9 @@ namespace ag::ir {
 
 // Builder-level ops (the vision tower's from scatter_rows), then ops made by
 // lower-kv-cache, then fused ops, then the collectives of tensor parallelism
-// (made by shard; fused ones by fuse), then the vision tower's fused ops (last,
-// so that the kernel ids plan files store keep their values).
+// (made by shard; fused ones by fuse), then the vision tower's fused ops, then
+// the sandwich norm's fold (new ops go last, so that the kernel ids plan files
+// store keep their values).
 #define AG_IR_OPS(X)        \
   X(embedding)              \
   X(rms_norm)               \
@@ -58,7 +59,8 @@ namespace ag::ir {
   X(all_reduce_residual)    \
   X(all_reduce_norm_residual) \
   X(vision_qkv_rotary)      \
-  X(packed_segment_attention)
+  X(packed_segment_attention) \
+  X(residual_norm_gate_up_silu)
 
 enum class OpId : uint8_t {
 #define AG_OP_ENUM_(name) k_##name,

@@ -297,6 +297,26 @@ absl::StatusOr<bool> AddRmsNorm(Graph& g, int32_t n, const Users& users) {
   return Apply(g, users, r);
 }
 
+// norm_gate_up_silu(rms_norm_residual(y, w1, residual), w2, W): the sandwich norm after attention
+// (GLM-4.1V's and GLM-4-0414's post_self_attn_layernorm) folded into the MLP's first projection,
+// which also gives the new residual stream h as its second result. At one row the GEMV computes h
+// in its prologue, where it normalises x anyway: one launch a layer fewer at decode (the
+// rms_norm_residual's, ~4 us of a one-block kernel and its boundary). Other shapes run the two
+// kernels as before. Never at tp > 1: there the sum comes from all_reduce_norm_residual.
+absl::StatusOr<bool> SandwichNormFold(Graph& g, int32_t n, const Users& users) {
+  const Node& consumer = g.nodes()[n];
+  const Node* pre = ProducerOf(g, consumer.operands[0], OpId::k_rms_norm_residual);
+  if (pre == nullptr) return false;
+  Replacement r;
+  r.op = OpId::k_residual_norm_gate_up_silu;
+  r.layer = consumer.layer;
+  r.operands = {pre->operands[2], consumer.operands[1], consumer.operands[2], pre->operands[0], pre->operands[1]};
+  r.attrs = {{"eps", Attr(consumer, "eps")}, {"residual_eps", Attr(*pre, "eps")}};
+  r.replaces = {consumer.results[0], pre->results[0]};
+  r.pattern = {ProducerIndex(g, consumer.operands[0]), n};
+  return Apply(g, users, r);
+}
+
 // segment_attention(vision_rotary(slice(qkv, 0, w)), vision_rotary(slice(qkv, w, w)), slice(qkv, 2w, w))
 // -> packed_segment_attention(vision_qkv_rotary(qkv)): the vision tower's q, k and v stay the
 // columns of one matrix, q's and k's rotated where they are (in place when qkv dies there), so the
@@ -372,6 +392,7 @@ constexpr Rule kRules[] = {
     {"norm-linear", OpId::k_linear, NormLinear},
     {"add-rms-norm", OpId::k_rms_norm, AddRmsNorm},
     {"vision-qkv-attention", OpId::k_segment_attention, VisionQkvAttention},
+    {"sandwich-norm-fold", OpId::k_norm_gate_up_silu, SandwichNormFold},
 };
 
 }  // namespace

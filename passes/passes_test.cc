@@ -1,6 +1,8 @@
 // Every pass: IR text in, IR text out, and a case where it has nothing to do.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include "ir/text.h"
 #include "passes/canonicalize.h"
 #include "passes/fuse.h"
@@ -221,6 +223,64 @@ constexpr char kFuseOut5[] = R"(graph t (T<=4) {
 
 TEST(Fuse, WholeMlpWithSublayerNorm) { ExpectRewrite(FusePass(), kFuseIn5, kFuseOut5); }
 
+// GLM-4.1V's and GLM-4-0414's layer after attention: o_proj, the post-attention sandwich norm
+// added to the residual, then the MLP with its own sandwich norm. The first sandwich norm folds
+// into the gate/up projection, which also gives the new residual stream; the second stays.
+constexpr char kFuseInSandwich[] = R"(graph t (T<=4) {
+  param @o : f32[8,8]
+  param @post_attn : f32[8]
+  param @ln2 : f32[8]
+  param @gate_up : f32[12,8]
+  param @down : f32[8,6]
+  param @post_mlp : f32[8]
+  input %x : f32[T,8]
+  input %a : f32[T,8]
+  %y = linear(%a, @o) : f32[T,8] loc(0)
+  %yn = rms_norm(%y, @post_attn) {eps=1e-06} : f32[T,8] loc(0)
+  %h = add(%x, %yn) : f32[T,8] loc(0)
+  %n = rms_norm(%h, @ln2) {eps=1e-05} : f32[T,8] loc(0)
+  %gu = linear(%n, @gate_up) : f32[T,12] loc(0)
+  %gate = slice(%gu) {axis=1, size=6, start=0} : f32[T,6] loc(0)
+  %up = slice(%gu) {axis=1, size=6, start=6} : f32[T,6] loc(0)
+  %act = silu(%gate) : f32[T,6] loc(0)
+  %m = mul(%up, %act) : f32[T,6] loc(0)
+  %d = linear(%m, @down) : f32[T,8] loc(0)
+  %dn = rms_norm(%d, @post_mlp) {eps=1e-05} : f32[T,8] loc(0)
+  %x3 = add(%h, %dn) : f32[T,8] loc(0)
+  output %x3
+}
+)";
+constexpr char kFuseOutSandwich[] = R"(graph t (T<=4) {
+  param @o : f32[8,8]
+  param @post_attn : f32[8]
+  param @ln2 : f32[8]
+  param @gate_up : f32[12,8]
+  param @down : f32[8,6]
+  param @post_mlp : f32[8]
+  input %x : f32[T,8]
+  input %a : f32[T,8]
+  %y = linear(%a, @o) : f32[T,8] loc(0)
+  %m, %h = residual_norm_gate_up_silu(%x, @ln2, @gate_up, %y, @post_attn) {eps=1e-05, residual_eps=1e-06} : f32[T,6], f32[T,8] loc(0)
+  %d = linear(%m, @down) : f32[T,8] loc(0)
+  %x3 = rms_norm_residual(%d, @post_mlp, %h) {eps=1e-05} : f32[T,8] loc(0)
+  output %x3
+}
+)";
+
+TEST(Fuse, SandwichNormFoldsIntoGateUp) { ExpectRewrite(FusePass(), kFuseInSandwich, kFuseOutSandwich); }
+
+// Without its rule (every other rule run) the sandwich norm stays a step of its own.
+TEST(Fuse, SandwichNormFoldIsARuleOfItsOwn) {
+  std::vector<std::string> rules = FusePass::RuleNames();
+  rules.erase(std::find(rules.begin(), rules.end(), "sandwich-norm-fold"));
+  absl::StatusOr<ir::Graph> g = ir::ParseGraph(kFuseInSandwich);
+  ASSERT_TRUE(g.ok()) << g.status();
+  ASSERT_TRUE(FusePass(rules).Run(*g).ok());
+  const std::string printed = ir::PrintGraph(*g);
+  EXPECT_NE(printed.find("%h = rms_norm_residual(%y, @post_attn, %x)"), std::string::npos) << printed;
+  EXPECT_NE(printed.find("norm_gate_up_silu(%h, @ln2, @gate_up)"), std::string::npos) << printed;
+}
+
 constexpr char kFuseIn6[] = R"(graph t (R<=4, T<=4) {
   param @norm : f32[8]
   param @head : f32[10,8]
@@ -339,7 +399,7 @@ TEST(Fuse, RuleNamesAreListed) {
   EXPECT_EQ(FusePass::RuleNames(),
             (std::vector<std::string>{"norm-qkv-rope-kv-write", "norm-gate-up-silu", "all-reduce-norm-residual",
                                       "all-reduce-residual", "sublayer-norm-residual", "linear-residual",
-                                      "norm-linear", "add-rms-norm", "vision-qkv-attention"}));
+                                      "norm-linear", "add-rms-norm", "vision-qkv-attention", "sandwich-norm-fold"}));
 }
 
 // The vision tower's attention (models/glm4v/vision_builder.cc): three slices of one qkv, q and k

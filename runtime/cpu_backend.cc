@@ -145,6 +145,7 @@ absl::Status CpuBackend::Run(size_t index, const StepBatch& batch, std::vector<d
     args.seqs = seqs;
     args.slot_mapping = batch.slot_mapping.data();
     args.comm = comm_;
+    args.bf16_storage = bf16;
     switch (compiler::StepInputQuant(*plan_, step)) {
       case ir::ActQuant::kNone:
         break;

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <array>
 
+#include "kernels/ref/half.h"
+
 namespace ag::runtime {
 
 int64_t CpuStepArgs::Int(const char* name) const { return *ir::GetInt(step->attrs, name); }
@@ -143,6 +145,19 @@ void RmsNormResidual(const A& a) {
   ref::RmsNormResidual(x.f(), a.operands[1].f(), a.operands[2].f(), x.dim(0), x.dim(1), a.Float("eps"),
                        a.results[0].f());
 }
+// (residual, norm weight, W, y, post-norm weight) -> (norm_gate_up_silu of h, h) with
+// h = residual + rms_norm(y): the two steps it folds, in order, h rounded between them as a bf16
+// plan stores it, so the answer is the unfused steps' bit for bit.
+void ResidualNormGateUpSilu(const A& a) {
+  const CpuTensor& y = a.operands[3];
+  float* h = a.results[1].f();
+  ref::RmsNormResidual(y.f(), a.operands[4].f(), a.operands[0].f(), y.dim(0), y.dim(1), a.Float("residual_eps"), h);
+  if (a.bf16_storage) {
+    for (int64_t i = 0; i < y.numel(); ++i) h[i] = RoundToBF16(h[i]);
+  }
+  ref::NormGateUpSilu(h, a.operands[1].f(), a.operands[2].f(), y.dim(0), y.dim(1), a.results[0].dim(1), a.Float("eps"),
+                      a.results[0].f(), a.input_quant);
+}
 void AddRmsNorm(const A& a) {
   const CpuTensor& x = a.operands[0];
   ref::AddRmsNorm(x.f(), a.operands[1].f(), a.operands[2].f(), x.dim(0), x.dim(1), a.Float("eps"), a.results[0].f(),
@@ -236,6 +251,7 @@ constexpr std::array<Row, ir::kOpCount> kKernels = {{
     {OpId::k_all_reduce_norm_residual, AllReduceNormResidual},
     {OpId::k_vision_qkv_rotary, VisionQkvRotary},
     {OpId::k_packed_segment_attention, PackedSegmentAttention},
+    {OpId::k_residual_norm_gate_up_silu, ResidualNormGateUpSilu},
 }};
 static_assert(ir::RowsCoverAllOps(kKernels), "every op needs a CPU kernel, in OpId order");
 

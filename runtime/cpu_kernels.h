@@ -24,6 +24,7 @@ struct CpuStepArgs {
   const int32_t* slot_mapping = nullptr;
   Communicator* comm = nullptr;        // the tensor-parallel group, for collectives
   ref::InputQuant input_quant = ref::InputQuant::kNone;  // a W8A8 weight's: how the product's input is rounded
+  bool bf16_storage = false;  // a bf16 plan: what a step stores is rounded (a fused step's inner values too)
   mutable absl::Status status;         // a collective's failure (the others cannot fail)
 
   int64_t Int(const char* name) const;

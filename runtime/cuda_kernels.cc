@@ -118,6 +118,16 @@ bool InLoadGemm(const A& a, const cuda::LinearParams& p) {
 // weight is written back in input order. A W8A8 weight's input is rounded first (QuantizeInput),
 // or, for prefill on Hopper, multiplied as codes (RunW8A8Gemm).
 absl::Status RunLinear(const A& a, cuda::LinearParams p) {
+  if (p.pre.y != nullptr) {  // a folded sandwich norm: in the GEMV's prologue, or its own kernel first
+    if (a.quant == nullptr && a.input_quant == ir::ActQuant::kNone && cuda::GemvFoldsPreNorm(p)) {
+      return Check(cuda::LaunchLinear(p, a.stream), a);
+    }
+    const cuda::PreNorm& pre = p.pre;
+    RETURN_IF_ERROR(Check(
+        cuda::LaunchRmsNormResidual(pre.y, pre.w, pre.residual, p.m, p.k, pre.eps, pre.out, a.stream), a));
+    p.x = pre.out;
+    p.pre = {};
+  }
   if (a.quant == nullptr) return Check(cuda::LaunchLinear(p, a.stream), a);
   if (a.input_quant != ir::ActQuant::kNone) {
     if (W8A8Gemm(a, p)) return RunW8A8Gemm(a, p);
@@ -308,6 +318,15 @@ absl::Status NormGateUpSilu(const A& a) {
   p.epilogue = cuda::Epilogue::kSiluMul;
   return RunLinear(a, p);
 }
+// (residual, norm weight, W, y, post-norm weight) -> (norm_gate_up_silu of h, h), with
+// h = residual + rms_norm(y) (RunLinear: the GEMV computes it at one row).
+absl::Status ResidualNormGateUpSilu(const A& a) {
+  cuda::LinearParams p = Linear(a, a.operands[0], In(a, 1), a.operands[2]);
+  p.epilogue = cuda::Epilogue::kSiluMul;
+  p.pre = {In(a, 3), In(a, 4), In(a, 0), a.Float("residual_eps"), Out(a, 1)};
+  p.x = Out(a, 1);  // h, once computed (the GEMV does not read x)
+  return RunLinear(a, p);
+}
 absl::Status LinearResidual(const A& a) {
   cuda::LinearParams p = Linear(a, a.operands[0], nullptr, a.operands[1]);
   p.epilogue = cuda::Epilogue::kResidual;
@@ -447,6 +466,7 @@ constexpr std::array<Row, ir::kOpCount> kKernels = {{
     {OpId::k_all_reduce_norm_residual, AllReduceNormResidual},
     {OpId::k_vision_qkv_rotary, VisionQkvRotary},
     {OpId::k_packed_segment_attention, PackedSegmentAttention},
+    {OpId::k_residual_norm_gate_up_silu, ResidualNormGateUpSilu},
 }};
 static_assert(ir::RowsCoverAllOps(kKernels), "every op needs a CUDA kernel, in OpId order");
 

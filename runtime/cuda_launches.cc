@@ -43,7 +43,8 @@ const compiler::WeightEntry* Matrix(const compiler::Plan& plan, const compiler::
 int64_t LinearLaunches(const compiler::Plan& plan, const compiler::PlanStep& step, int64_t rows, bool norm) {
   const compiler::WeightEntry* w = Matrix(plan, step);
   if (w == nullptr || !w->quantized()) return 1 + (norm && rows > cuda::kLinearNormMaxRows ? 1 : 0);
-  const int64_t segments = step.kernel == OpId::k_norm_gate_up_silu ? 1 : static_cast<int64_t>(w->pieces.size());
+  const bool gate_up = step.kernel == OpId::k_norm_gate_up_silu || step.kernel == OpId::k_residual_norm_gate_up_silu;
+  const int64_t segments = gate_up ? 1 : static_cast<int64_t>(w->pieces.size());
   // A W8A8 weight: one launch rounds x (normalising it first when there is a norm) into the scratch.
   if (w->input_quant() != ir::ActQuant::kNone) {
     return 1 + segments * (rows <= cuda::kQuantLinearMaxRows ? cuda::SkinnyLaunches(rows) : 1);
@@ -89,6 +90,11 @@ int64_t CudaStepLaunches(const compiler::Plan& plan, const compiler::PlanStep& s
     case OpId::k_norm_linear:
     case OpId::k_norm_gate_up_silu:
       return LinearLaunches(plan, step, rows, true);
+    case OpId::k_residual_norm_gate_up_silu: {  // rms_norm_residual's kernel first, unless the GEMV folds it
+      const compiler::WeightEntry* w = Matrix(plan, step);
+      const bool folded = rows == 1 && w != nullptr && !w->quantized() && width <= cuda::kGemvStagedMaxK;
+      return LinearLaunches(plan, step, rows, true) + (folded ? 0 : 1);
+    }
     case OpId::k_norm_qkv_rope_kv_write:  // an 8-bit cache: K and V quantized from the staging rows after
       return LinearLaunches(plan, step, rows, true) + (plan.kv.quantized() ? 1 : 0);
     case OpId::k_attention:  // the cache write, then attention

@@ -72,6 +72,29 @@ TEST(CudaLaunches, GroupedQueryDecodeMergesSlicesInACluster) {
   EXPECT_EQ(CudaLaunchesPerLayer(fp8, {1, 1, 512}) - CudaLaunchesPerLayer(plan, {1, 1, 512}), 2);
 }
 
+// GLM-4-0414's layout (tiny-glm4): the sandwich norm after attention folded into gate/up is no
+// launch of its own at one row (the GEMV computes it), one at more rows and for a quantized weight.
+TEST(CudaLaunches, SandwichNormFoldIsFreeAtOneRow) {
+  absl::StatusOr<glm::ModelConfig> config = glm::LoadModelConfig(testing::TestDataDir() + "/tiny-glm4");
+  ASSERT_TRUE(config.ok()) << config.status();
+  for (const bool quantized : {false, true}) {
+    compiler::CompileOptions options;
+    if (quantized) options.quant = passes::DefaultQuantPolicy(*ir::ParseQuantFormat("int8"));
+    absl::StatusOr<compiler::CompileResult> compiled = compiler::Compile(*config, options);
+    ASSERT_TRUE(compiled.ok()) << compiled.status();
+    int folds = 0;
+    for (const compiler::PlanStep& step : compiled->plan.decoder().steps) {
+      if (step.kernel != ir::OpId::k_residual_norm_gate_up_silu) continue;
+      ++folds;
+      // One row: the GEMV alone, or rms_norm_residual's kernel and the int8 codes kernel (normalising x itself).
+      EXPECT_EQ(CudaStepLaunches(compiled->plan, step, {1, 1, 512}), quantized ? 2 : 1) << "quantized " << quantized;
+      // Eight: rms_norm_residual's kernel, then the staged skinny kernel (or x normalised, then the codes kernel).
+      EXPECT_EQ(CudaStepLaunches(compiled->plan, step, {8, 1, 512}), quantized ? 3 : 2) << "quantized " << quantized;
+    }
+    EXPECT_EQ(folds, config->num_layers);
+  }
+}
+
 // Layer 0's quantized linears and the segments they launch the codes kernels over (a piece each; a
 // fused gate/up is one).
 std::pair<int64_t, int64_t> QuantizedLinears(const compiler::Plan& plan) {

@@ -14,11 +14,20 @@ bool StagedSkinnyEnabled() {
   return enabled;
 }
 
+// AUTOGLM_SANDWICH_FOLD=0: a folded sandwich norm runs as rms_norm_residual's kernel, then the linear.
+bool GemvFoldsPreNorm(const LinearParams& p) {
+  static const bool enabled = SwitchedOn("AUTOGLM_SANDWICH_FOLD");
+  return enabled && p.m == 1 && p.norm_w != nullptr && p.k <= kGemvSmemFloats;
+}
+
 namespace {
 
 cudaError_t Dispatch(const LinearParams& p, cudaStream_t stream, LinearPath path) {
   if (p.m == 0 || p.n == 0) return cudaSuccess;
   if (p.k % 8 != 0) return cudaErrorInvalidValue;
+  if (p.pre.y != nullptr && (path != LinearPath::kGemv || p.norm_w == nullptr || p.k > kGemvSmemFloats)) {
+    return cudaErrorInvalidValue;
+  }
   const bool pairs = p.epilogue == Epilogue::kSiluMul || p.epilogue == Epilogue::kQkvRope;
   if (pairs && p.n % 2 != 0) return cudaErrorInvalidValue;
   if (p.epilogue == Epilogue::kQkvRope && !QkvRopeValid(p)) return cudaErrorInvalidValue;
@@ -40,6 +49,7 @@ cudaError_t Dispatch(const LinearParams& p, cudaStream_t stream, LinearPath path
 }  // namespace
 
 cudaError_t LaunchLinear(const LinearParams& p, cudaStream_t stream) {
+  if (p.pre.y != nullptr) return Dispatch(p, stream, LinearPath::kGemv);
   LinearPath path = p.m <= kGemvMaxRows    ? LinearPath::kGemv
                     : p.m <= kSkinnyMaxRows ? LinearPath::kSkinny
                                             : LinearPath::kGemm;

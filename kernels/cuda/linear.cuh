@@ -47,6 +47,18 @@ struct QkvRope {
   float* kv_staging = nullptr;
 };
 
+// The sandwich norm folded in front of a linear (residual_norm_gate_up_silu): the row
+// h = residual + rms_norm(y) * w, rounded to bf16 as rms_norm_residual stores it and written to
+// `out` (the new residual stream), is the x that the norm prologue then normalises. Only the GEMV
+// takes it (GemvFoldsPreNorm); elsewhere the caller runs rms_norm_residual into `out` first.
+struct PreNorm {
+  const __nv_bfloat16* y = nullptr;  // [m, k]; null: no pre-norm
+  const __nv_bfloat16* w = nullptr;  // [k]
+  const __nv_bfloat16* residual = nullptr;  // [m, k]
+  float eps = 0.0f;
+  __nv_bfloat16* out = nullptr;  // [m, k]
+};
+
 struct LinearParams {
   const __nv_bfloat16* x = nullptr;       // [m, k]
   const __nv_bfloat16* norm_w = nullptr;  // [k]: RMSNorm prologue when set
@@ -59,6 +71,7 @@ struct LinearParams {
   const __nv_bfloat16* residual = nullptr;  // [m, n]: kResidual
   QkvRope qkv;
   __nv_bfloat16* scratch = nullptr;  // [m, k]: the normalised x on the tensor-core paths (m > 1)
+  PreNorm pre;  // x is computed from it (and x is not read) when pre.y is set: the GEMV only
 };
 
 // The kQkvRope shape every linear path requires: whole even heads, an even rot within them, and
@@ -85,11 +98,21 @@ inline LinearParams RowsOf(const LinearParams& p, int64_t m0, int64_t m) {
   if (p.qkv.slots != nullptr) r.qkv.slots = p.qkv.slots + m0;
   if (p.qkv.kv_staging != nullptr) r.qkv.kv_staging = p.qkv.kv_staging + m0 * 2 * p.qkv.kv_heads * p.qkv.head_dim;
   if (p.scratch != nullptr) r.scratch = p.scratch + m0 * p.k;
+  if (p.pre.y != nullptr) {
+    r.pre.y = p.pre.y + m0 * p.k;
+    r.pre.residual = p.pre.residual + m0 * p.k;
+    r.pre.out = p.pre.out + m0 * p.k;
+  }
   return r;
 }
 
-// k % 8 == 0; n even for kSiluMul and kQkvRope.
+// k % 8 == 0; n even for kSiluMul and kQkvRope. A pre-norm (p.pre) only where GemvFoldsPreNorm.
 cudaError_t LaunchLinear(const LinearParams& p, cudaStream_t stream);
+
+// Whether the GEMV computes p.pre itself: one row with a norm prologue, x within its shared memory
+// (every GLM width), and AUTOGLM_SANDWICH_FOLD not 0. Else the caller runs LaunchRmsNormResidual into
+// p.pre.out first and gives it as x.
+bool GemvFoldsPreNorm(const LinearParams& p);
 
 // The paths, for tests and benchmarks that want one of them: the GEMV and the
 // GEMMs take any M (the GEMV loops over the rows), the skinny path M <= 64 (the staged kernel to

@@ -43,6 +43,39 @@ __device__ __forceinline__ float RowInvRms(const bf16* x, int64_t k, float eps, 
   return rsqrtf(total / static_cast<float>(k) + eps);
 }
 
+// The sandwich norm folded in front (LinearParams::pre), row m: h = residual + rms_norm(y) * w as
+// rms_norm_residual's kernel computes it, rounded to bf16, into xs as floats (each thread its own
+// columns: the staging loop's, which then normalises them in place) and, by block 0, to pre.out.
+// Returns 1 / rms(h) with the norm prologue's eps, summed as RowInvRms sums a stored h.
+__device__ __forceinline__ float PreNormRow(const LinearParams& p, int64_t m, float* xs, float* scratch) {
+  const PreNorm& pre = p.pre;
+  const float inv_rms_y = RowInvRms(pre.y + m * p.k, p.k, pre.eps, scratch);
+  float sum = 0.0f;
+  for (int64_t i = threadIdx.x * 8; i < p.k; i += blockDim.x * 8) {
+    float y[8], w[8], h[8];
+    ToFloat8(Load8(pre.y + m * p.k + i), y);
+    ToFloat8(Load8(pre.w + i), w);
+    ToFloat8(Load8(pre.residual + m * p.k + i), h);
+#pragma unroll
+    for (int j = 0; j < 8; ++j) h[j] += w[j] * (y[j] * inv_rms_y);
+    const Bf16x8 stored = FromFloat8(h);
+    if (blockIdx.x == 0) Store8(pre.out + m * p.k + i, stored);
+    ToFloat8(stored, h);
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      xs[i + j] = h[j];
+      sum += h[j] * h[j];
+    }
+  }
+  sum = WarpSum(sum);
+  __syncthreads();
+  if (threadIdx.x % 32 == 0) scratch[threadIdx.x / 32] = sum;
+  __syncthreads();
+  float total = 0.0f;
+  for (int w = 0; w < static_cast<int>(blockDim.x / 32); ++w) total += scratch[w];
+  return rsqrtf(total / static_cast<float>(p.k) + p.eps);
+}
+
 // The float pair at `offset` in `tile`, summed over every block of the cluster
 // (distributed shared memory), in rank order: the sum does not depend on timing. A block alone
 // (no K split) reads its own shared memory directly, not through the cluster's address window.
@@ -98,7 +131,7 @@ namespace ag::cuda {
 constexpr int kGemvWarps = 4;
 constexpr int kGemvThreads = 32 * kGemvWarps;
 constexpr int kUnroll = 4;
-constexpr int kGemvSmemFloats = 16384;  // 64 KB of staged x per block: every GLM K in one chunk
+constexpr int kGemvSmemFloats = kGemvStagedMaxK;  // 64 KB of staged x per block: every GLM K in one chunk
 
 template <Epilogue kE>
 __global__ void __launch_bounds__(kGemvThreads) GemvKernel(LinearParams p) {
@@ -118,9 +151,12 @@ __global__ void __launch_bounds__(kGemvThreads) GemvKernel(LinearParams p) {
   }
   WaitForPreviousKernel();
 
+  const bool pre = p.pre.y != nullptr;  // then x fits one chunk and has a norm (LaunchGemvFor)
   for (int64_t m = 0; m < p.m; ++m) {
     const bf16* x = p.x + m * p.k;
-    const float inv_rms = p.norm_w != nullptr ? RowInvRms(x, p.k, p.eps, scratch) : 1.0f;
+    const float inv_rms = pre                   ? PreNormRow(p, m, xs, scratch)
+                          : p.norm_w != nullptr ? RowInvRms(x, p.k, p.eps, scratch)
+                                                : 1.0f;
     for (int64_t group = blockIdx.x; group < groups; group += gridDim.x) {
       const int64_t n0 = 2 * (group * kGemvWarps + warp);
       const bool active = n0 < p.n, has1 = n0 + 1 < p.n;
@@ -133,7 +169,12 @@ __global__ void __launch_bounds__(kGemvThreads) GemvKernel(LinearParams p) {
           __syncthreads();  // the previous chunk (or row) is no longer read
           for (int64_t i = threadIdx.x * 8; i < len; i += kGemvThreads * 8) {
             float v[8];
-            ToFloat8(Load8(x + kc + i), v);
+            if (pre) {  // this thread's own h columns, from PreNormRow
+              const float4 a = *reinterpret_cast<const float4*>(xs + i), b = *reinterpret_cast<const float4*>(xs + i + 4);
+              v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
+            } else {
+              ToFloat8(Load8(x + kc + i), v);
+            }
             if (p.norm_w != nullptr) {
               float nw[8];
               ToFloat8(Load8(p.norm_w + kc + i), nw);
@@ -184,6 +225,7 @@ __global__ void __launch_bounds__(kGemvThreads) GemvKernel(LinearParams p) {
 
 template <Epilogue kE>
 cudaError_t LaunchGemvFor(const LinearParams& p, cudaStream_t stream) {
+  if (p.pre.y != nullptr && (p.norm_w == nullptr || p.k > kGemvSmemFloats)) return cudaErrorInvalidValue;
   const int64_t kc = std::min<int64_t>(kGemvSmemFloats, (p.k + 255) / 256 * 256);
   const size_t smem = sizeof(float) * static_cast<size_t>(kc);
   if (smem > 48 * 1024) {

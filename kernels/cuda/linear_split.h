@@ -17,6 +17,9 @@ namespace ag::cuda {
 
 // Rows of x up to which the GEMV path runs, and the skinny tensor-core path; the GEMM above.
 inline constexpr int64_t kGemvMaxRows = 1;
+// The GEMV stages x in shared memory as floats, up to this many columns at a time (every GLM K in
+// one go); a folded sandwich norm (LinearParams::pre) needs x in one go.
+inline constexpr int64_t kGemvStagedMaxK = 16384;
 inline constexpr int64_t kSkinnyMaxRows = 64;
 // One row of x over at most this many output features goes to the staged skinny kernel instead of
 // the GEMV (GLM-4-9B's QKV, o_proj and down_proj; not gate/up nor the LM head, where the GEMV

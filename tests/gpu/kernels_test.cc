@@ -329,6 +329,63 @@ TEST(GpuKernels, LinearEveryEpilogueEveryPath) {
   }
 }
 
+// The sandwich norm folded into the GEMV (LinearParams::pre, residual_norm_gate_up_silu at one row):
+// h = residual + rms_norm(y) * w1, rounded to bf16 and written (the new residual stream), then the
+// linear's norm prologue on h, against the unfused pair's reference; several rows (the GEMV loops
+// over them), K below, at and past one 8-column piece a thread, two epilogues.
+TEST(GpuKernels, SandwichNormFoldedIntoTheGemv) {
+  SKIP_WITHOUT_GPU();
+  for (const cuda::Epilogue e : {cuda::Epilogue::kSiluMul, cuda::Epilogue::kNone}) {
+    for (const int64_t m : {1, 3}) {
+      for (const int64_t k : {64, 200, 4104}) {
+        SCOPED_TRACE(::testing::Message() << "m=" << m << " k=" << k << " epilogue=" << static_cast<int>(e));
+        const int64_t n = 160;
+        const std::vector<float> y = RandomBf16(m * k, 31, 3.0f), res = RandomBf16(m * k, 32), w1 = RandomBf16(k, 33),
+                                 nw = RandomBf16(k, 34), w = RandomBf16(n * k, 35, 1.0f / std::sqrt(static_cast<float>(k)));
+        std::vector<float> h(m * k), normed(m * k), full(m * n);
+        ref::RmsNormResidual(y.data(), w1.data(), res.data(), m, k, 1e-6f, h.data());
+        h = Bf16(h);  // stored as rms_norm_residual stores it
+        ref::RmsNorm(h.data(), nw.data(), m, k, 1e-5f, normed.data());
+        ref::Linear(normed.data(), w.data(), nullptr, m, k, n, full.data());
+        std::vector<float> w_device = w;
+        if (e == cuda::Epilogue::kSiluMul) {
+          for (int64_t r = 0; r < n; ++r) {
+            std::copy(w.begin() + r * k, w.begin() + (r + 1) * k, w_device.begin() + cuda::InterleavedGateUpRow(r, n / 2) * k);
+          }
+        }
+        const int64_t width = e == cuda::Epilogue::kSiluMul ? n / 2 : n;
+        Bf16Array dy(y), dres(res), dw1(w1), dnw(nw), dw(w_device), dh(m * k), out(m * width);
+        cuda::LinearParams p;
+        p.w = dw.get();
+        p.m = m;
+        p.n = n;
+        p.k = k;
+        p.norm_w = dnw.get();
+        p.eps = 1e-5f;
+        p.epilogue = e;
+        p.y = out.get();
+        p.pre = {dy.get(), dw1.get(), dres.get(), 1e-6f, dh.get()};
+        ASSERT_CUDA(cuda::LaunchGemv(p, nullptr));
+        ExpectClose(dh.Download(), h, kAtol, kRtol, "h");
+        std::vector<float> want = full;
+        if (e == cuda::Epilogue::kSiluMul) {
+          std::vector<float> gate(m * width), up(m * width);
+          ref::SliceColumns(full.data(), m, n, 0, width, gate.data());
+          ref::SliceColumns(full.data(), m, n, width, width, up.data());
+          ref::Silu(gate.data(), m * width, gate.data());
+          want.resize(m * width);
+          ref::Mul(gate.data(), up.data(), m * width, want.data());
+        }
+        ExpectClose(out.Download(), want, kAtol, kRtol, "output");
+        // Only the GEMV computes a pre-norm; the other paths refuse one rather than read x.
+        EXPECT_EQ(cuda::LaunchSkinny(p, nullptr), cudaErrorInvalidValue);
+        p.norm_w = nullptr;
+        EXPECT_EQ(cuda::LaunchGemv(p, nullptr), cudaErrorInvalidValue);
+      }
+    }
+  }
+}
+
 // The wgmma GEMM's edges: row tiles of 128 (one row past, several), columns past a 128-wide tile,
 // K below, at and past its 64-wide TMA boxes, and short grids that split K over a cluster (K = 4104:
 // 65 k-tiles, the last rank's box half out of bounds); every epilogue.
