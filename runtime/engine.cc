@@ -100,6 +100,10 @@ absl::StatusOr<int> Engine::Submit(Request request) {
   if (request.logprobs > kMaxTopLogprobs) {
     return absl::InvalidArgumentError(absl::StrCat("at most ", kMaxTopLogprobs, " top logprobs, not ", request.logprobs));
   }
+  if (request.min_new_tokens < 0 || request.min_new_tokens > request.max_new_tokens) {
+    return absl::InvalidArgumentError(absl::StrCat("min new tokens must be in [0, ", request.max_new_tokens,
+                                                   "] (the max new tokens), got ", request.min_new_tokens));
+  }
   RETURN_IF_ERROR(request.sampling.Validate());
   if (request.prompt_logits || request.keep_logits) {
     // Kept logits rows are host memory too: one vocabulary-wide float row per position.
@@ -114,6 +118,14 @@ absl::StatusOr<int> Engine::Submit(Request request) {
   seq->id = next_id_++;
   seq->request = std::move(request);
   seq->images = std::move(images);
+  if (seq->request.min_new_tokens > 0) {  // the ids that would end it are suppressed until then
+    SamplingParams& sampling = seq->request.sampling;
+    sampling.suppress_for = seq->request.min_new_tokens;
+    sampling.suppressed_ids = seq->request.stop_ids;
+    if (seq->request.stop_on_eos) {
+      for (const int64_t id : plan_.model.eos_token_ids) sampling.suppressed_ids.push_back(static_cast<int32_t>(id));
+    }
+  }
   if (!seq->request.sampling.IsPlainGreedy()) {
     seq->sampler.emplace(seq->request.sampling);
     seq->sample_where_logits_are = backend_.SamplesWhereLogitsAre();

@@ -52,6 +52,9 @@ struct Request {
   int32_t logprobs = -1;
   bool stop_on_eos = true;     // finish on any of the model's end-of-sequence ids
   std::vector<int32_t> stop_ids;  // finish on any of these too (the id is kept as the last new token)
+  // vLLM's min_tokens: the end-of-sequence ids (with stop_on_eos) and stop_ids are not drawn (their
+  // logits -inf) until this many new tokens exist. At most max_new_tokens.
+  int64_t min_new_tokens = 0;
   SamplingParams sampling;
 };
 

@@ -53,6 +53,42 @@ TEST_F(EngineTest, StopsOnAnyOfTheEosIds) {
   EXPECT_EQ(engine->finish_reason(all), FinishReason::kLength);
 }
 
+// vLLM's min_tokens: the eos and stop ids are not drawn before that many new tokens (greedy takes
+// the next best there), and the request still ends on them after; on the host sampler and where the
+// logits are alike. min_new_tokens past max_new_tokens is refused.
+TEST_F(EngineTest, MinNewTokensHoldsOffEosAndStopIds) {
+  plan_.model.eos_token_ids = {kGreedy[4]};
+  CpuBackend device_like(/*sample_where_logits_are=*/true);
+  absl::StatusOr<std::unique_ptr<Engine>> device = Engine::Create(plan_, device_like, *tiny_.weights, {});
+  ASSERT_TRUE(device.ok());
+  std::unique_ptr<Engine> host = MakeEngine();
+  for (Engine* engine : {host.get(), device->get()}) {
+    Request r;
+    r.prompt = kPrompt;
+    r.max_new_tokens = 16;
+    r.stop_ids = {kGreedy[2]};
+    const int plain = *engine->Submit(r);
+    r.min_new_tokens = 6;
+    const int held = *engine->Submit(r);
+    r.min_new_tokens = 17;
+    EXPECT_FALSE(engine->Submit(r).ok());
+    Drain(*engine);
+    EXPECT_EQ(engine->new_tokens(plain), std::vector<int32_t>(kGreedy.begin(), kGreedy.begin() + 3));
+    EXPECT_EQ(engine->finish_reason(plain), FinishReason::kStop);
+    const std::vector<int32_t> tokens = engine->new_tokens(held);
+    ASSERT_GE(tokens.size(), 6u);
+    EXPECT_EQ(std::vector<int32_t>(tokens.begin(), tokens.begin() + 2), std::vector<int32_t>(kGreedy.begin(), kGreedy.begin() + 2));
+    EXPECT_NE(tokens[2], kGreedy[2]) << "the stop id is barred at the third token";
+    for (size_t i = 0; i < 6; ++i) {
+      EXPECT_NE(tokens[i], kGreedy[2]) << i;
+      EXPECT_NE(tokens[i], kGreedy[4]) << i;
+    }
+    if (tokens.size() < 16) {
+      EXPECT_TRUE(tokens.back() == kGreedy[2] || tokens.back() == kGreedy[4]) << "it ended on a stop or eos id";
+    }
+  }
+}
+
 TEST_F(EngineTest, StopsAtTheContextLimit) {
   EngineOptions options;
   options.max_context = static_cast<int64_t>(kPrompt.size()) + 3;

@@ -26,6 +26,7 @@ absl::Status SamplingParams::Validate() const {
       return absl::InvalidArgumentError(absl::StrCat(name, " penalty must be in [-2, 2], got ", value));
     }
   }
+  if (suppress_for < 0) return absl::InvalidArgumentError("suppressed ids' token count must be >= 0");
   absl::flat_hash_set<int32_t> biased;
   for (const Bias& b : logit_bias) {
     if (b.id < 0) return absl::InvalidArgumentError(absl::StrCat("logit bias names token id ", b.id));
@@ -54,6 +55,18 @@ PenaltyTracker::PenaltyTracker(const SamplingParams& params, absl::Span<const in
     const auto [it, added] = seen_.try_emplace(b.id, Seen{0, static_cast<int32_t>(entries_.size())});
     if (added) entries_.push_back({b.id, 0.0f, 1.0f, b.bias});
   }
+  // min_tokens: -inf on the suppressed ids until then (vLLM's logits processor), their own bias after.
+  if (params.suppress_for > 0) {
+    suppress_for_ = params.suppress_for;
+    for (const int32_t id : params.suppressed_ids) {
+      const auto [it, added] = seen_.try_emplace(id, Seen{0, static_cast<int32_t>(entries_.size())});
+      if (added) entries_.push_back({id, 0.0f, 1.0f, 0.0f});
+      ref::Penalty& entry = entries_[static_cast<size_t>(it->second.entry)];
+      if (entry.bias == -INFINITY) continue;  // listed twice
+      suppressed_.emplace_back(it->second.entry, entry.bias);
+      entry.bias = -INFINITY;
+    }
+  }
   if (repetition_ == 1.0f) return;  // the prompt's ids matter only to the repetition penalty
   for (const int32_t id : prompt) {
     const auto [it, added] = seen_.try_emplace(id, Seen{0, static_cast<int32_t>(entries_.size())});
@@ -63,6 +76,9 @@ PenaltyTracker::PenaltyTracker(const SamplingParams& params, absl::Span<const in
 }
 
 void PenaltyTracker::Add(int32_t generated_token) {
+  if (!suppressed_.empty() && ++generated_ == suppress_for_) {
+    for (const auto& [entry, bias] : suppressed_) entries_[static_cast<size_t>(entry)].bias = bias;
+  }
   if (!any_) return;
   const auto [it, added] = seen_.try_emplace(generated_token, Seen{0, static_cast<int32_t>(entries_.size())});
   if (added) entries_.push_back({generated_token, 0.0f, repetition_});

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <random>
 #include <span>
+#include <utility>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
@@ -32,6 +33,10 @@ struct SamplingParams {
     float bias = 0.0f;
   };
   std::vector<Bias> logit_bias;
+  // vLLM's min_tokens, set by the engine from Request::min_new_tokens: `suppressed_ids` (the
+  // end-of-sequence and stop ids) cannot be drawn until `suppress_for` new tokens exist.
+  std::vector<int32_t> suppressed_ids;
+  int64_t suppress_for = 0;
   // Only ids below this can be chosen (0: any). A model's embedding is often
   // padded past its tokenizer's vocabulary; text generation must stay inside it.
   int32_t vocab_limit = 0;
@@ -41,7 +46,7 @@ struct SamplingParams {
   // Any penalty or bias: a logit changes before sampling (a PenaltyTracker's entries).
   bool HasPenalty() const {
     return repetition_penalty != 1.0f || frequency_penalty != 0.0f || presence_penalty != 0.0f ||
-           !logit_bias.empty();
+           !logit_bias.empty() || (suppress_for > 0 && !suppressed_ids.empty());
   }
   bool IsGreedy() const { return temperature == 0.0f || top_k == 1; }
   absl::Status Validate() const;
@@ -62,6 +67,10 @@ class PenaltyTracker {
  private:
   float repetition_, frequency_, presence_;
   bool any_ = false;  // any penalty that generated tokens change
+  // min_tokens: the suppressed ids' entries (their bias -inf) and the bias each gets back once
+  // `suppress_for_` tokens were generated.
+  int64_t generated_ = 0, suppress_for_ = 0;
+  std::vector<std::pair<int32_t, float>> suppressed_;
   struct Seen {
     int32_t generated = 0;  // times among the generated tokens
     int32_t entry = 0;      // its entry in entries_

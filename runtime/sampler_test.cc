@@ -217,6 +217,28 @@ TEST(Sampler, FrequencyAndPresencePenaltiesAreOpenAIs) {
   EXPECT_TRUE(p.IsPlainGreedy());
 }
 
+// vLLM's min_tokens: the suppressed ids (end-of-sequence and stop ids) are -inf until that many
+// tokens were generated, then back to their logit_bias (here +100 on id 0, so it wins at once).
+TEST(Sampler, SuppressedIdsComeBackAfterMinTokens) {
+  SamplingParams p;
+  p.logit_bias = {{0, 100.0f}};
+  p.suppressed_ids = {0, 2, 0};  // listed twice: one entry
+  p.suppress_for = 3;
+  ASSERT_TRUE(p.Validate().ok());
+  EXPECT_FALSE(p.IsPlainGreedy());
+  PenaltyTracker tracker(p, {});
+  EXPECT_EQ(tracker.entries().size(), 2u);
+  std::vector<int32_t> picks;
+  for (int i = 0; i < 5; ++i) {
+    std::vector<float> logits = {1.0f, 0.5f, 3.0f, 2.0f};
+    picks.push_back(Sampler(p).Sample(logits, tracker.entries()));
+    tracker.Add(picks.back());
+  }
+  EXPECT_EQ(picks, (std::vector<int32_t>{3, 3, 3, 0, 0})) << "ids 0 and 2 barred for the first three";
+  p.suppress_for = -1;
+  EXPECT_FALSE(p.Validate().ok());
+}
+
 // The three penalties and the logit bias together, kept incrementally (PenaltyTracker: what the
 // engine sends with a row), against their definitions applied in vLLM's order: the bias, the
 // repetition factor on every id of the prompt or the answer, then frequency x count + presence

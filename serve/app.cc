@@ -226,6 +226,21 @@ bool App::Admit(const GenerationOptions& options, int64_t prompt_tokens, const s
       return false;
     }
   }
+  for (const int32_t id : options.stop_token_ids) {
+    if (id >= vocab) {
+      Error(out, 400, absl::StrCat("'stop_token_ids' has token id ", id, ", outside the vocabulary [0, ", vocab, ")"),
+            "stop_token_ids");
+      return false;
+    }
+  }
+  if (options.min_tokens > 0 && prompt_tokens < model_.max_context &&
+      options.min_tokens > model_.max_context - prompt_tokens) {
+    Error(out, 400,
+          absl::StrCat("'min_tokens' (", options.min_tokens, ") is more than the ", model_.max_context - prompt_tokens,
+                       " tokens the context leaves after the prompt"),
+          "min_tokens");
+    return false;
+  }
   if (!admitting_) {
     Error(out, 503, "the server is shutting down");
     return false;
@@ -257,6 +272,9 @@ void App::Run(const GenerationOptions& options, std::vector<int32_t> prompt, boo
   spec.n = options.n;
   spec.model = options_.served_model_name;
   spec.stop = options.stop;
+  spec.include_stop_str = options.include_stop_str_in_output;
+  spec.skip_special_tokens = options.skip_special_tokens;
+  spec.min_tokens = options.min_tokens;
   spec.logprobs = logprobs;
   spec.echo_text = std::move(echo);
   spec.return_token_ids = return_token_ids;
@@ -271,17 +289,20 @@ void App::Run(const GenerationOptions& options, std::vector<int32_t> prompt, boo
   request.sampling = options.sampling;
   request.sampling.vocab_limit = std::min(model_.vocab_size, model_.tokenizer->vocab_size());
   request.stop_on_eos = !options.ignore_eos;
-  if (!options.ignore_eos) {
+  request.min_new_tokens = options.min_tokens;
+  // The ids that end a choice show no text (vLLM's, unless include_stop_str_in_output).
+  const bool hide_stops = !options.include_stop_str_in_output;
+  if (!options.ignore_eos && hide_stops) {
     for (int32_t id : model_.eos_ids) spec.hidden_ids.insert(id);
   }
+  request.stop_ids = options.stop_token_ids;
   if (chat) {  // a GLM-4 turn also ends where the next role would begin
     for (const char* s : {"<|user|>", "<|observation|>", "<|endoftext|>"}) {
       const int32_t id = model_.tokenizer->SpecialId(s);
-      if (id < 0) continue;
-      request.stop_ids.push_back(id);
-      spec.hidden_ids.insert(id);
+      if (id >= 0) request.stop_ids.push_back(id);
     }
   }
+  if (hide_stops) spec.hidden_ids.insert(request.stop_ids.begin(), request.stop_ids.end());
   auto generation = std::make_shared<Generation>(std::move(spec), *model_.tokenizer, std::move(out),
                                                  [this](const GenerationRecord& r) {
                                                    prompt_tokens_->Add(static_cast<double>(r.prompt_tokens));

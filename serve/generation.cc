@@ -118,7 +118,7 @@ void Generation::AddToken(Choice& c, int index, const runtime::StreamEvent& e) {
     return;
   }
   std::string piece;
-  if (!tokenizer_.HiddenInOutput(e.token)) {
+  if (!spec_.skip_special_tokens || !tokenizer_.HiddenInOutput(e.token)) {
     absl::StatusOr<std::string> next = c.decoder.Next(e.token);
     if (next.ok()) piece = std::move(*next);
   }
@@ -149,14 +149,17 @@ void Generation::AddToken(Choice& c, int index, const runtime::StreamEvent& e) {
   }
   const size_t searched_from = c.text.size();
   c.text += piece;
-  // The earliest stop string that now appears (it may have begun in earlier text).
-  size_t cut = std::string::npos;
+  // The earliest stop string that now appears (it may have begun in earlier text), once the
+  // choice has min_tokens tokens.
+  size_t cut = std::string::npos, cut_size = 0;
   for (const std::string& stop : spec_.stop) {
+    if (static_cast<int64_t>(c.ids.size()) < spec_.min_tokens) break;
     const size_t from = searched_from >= stop.size() ? searched_from - stop.size() + 1 : 0;
-    cut = std::min(cut, c.text.find(stop, from));
+    const size_t at = c.text.find(stop, from);
+    if (at < cut) cut = at, cut_size = stop.size();
   }
   if (cut != std::string::npos) {
-    c.text.resize(cut);
+    c.text.resize(spec_.include_stop_str ? cut + cut_size : cut);
     c.stopped = true;
     loop_->CancelChoice(handle_, index);  // its later events are ignored
     Finish(c, index, "stop");

@@ -43,6 +43,9 @@ struct GenerationSpec {
   int n = 1;
   std::string model;
   std::vector<std::string> stop;
+  bool include_stop_str = false;    // a stop string stays at the end of the text (vLLM's include_stop_str_in_output)
+  bool skip_special_tokens = true;  // special tokens show no text (vLLM's; false shows them)
+  int64_t min_tokens = 0;           // stop strings count from this many tokens on (vLLM's min_tokens)
   absl::flat_hash_set<int32_t> hidden_ids;  // ids that end a choice and never appear in its text
   int logprobs = -1;  // -1: none; else alternatives per token (chat: top_logprobs)
   bool reasoning = false;  // chat: <think>...</think> goes to reasoning_content (--reasoning-parser glm45)

@@ -127,6 +127,13 @@ void ReadLogitBias(Reader& r, const RequestLimits& limits, std::vector<runtime::
   }
 }
 
+// min_tokens within max_tokens (once the endpoint's default is in).
+void CheckMinTokens(Reader& r, const GenerationOptions& o) {
+  if (r.ok() && o.max_tokens && o.min_tokens > *o.max_tokens) {
+    r.Fail("min_tokens", absl::StrCat("'min_tokens' (", o.min_tokens, ") must be at most 'max_tokens' (", *o.max_tokens, ")"));
+  }
+}
+
 void ReadOptions(Reader& r, const RequestLimits& limits, GenerationOptions& o) {
   o.model = r.String("model", /*required=*/true);
   o.stream = r.Bool("stream", false);
@@ -173,6 +180,25 @@ void ReadOptions(Reader& r, const RequestLimits& limits, GenerationOptions& o) {
   o.sampling.frequency_penalty = static_cast<float>(r.Number("frequency_penalty", -2, 2).value_or(0.0));
   o.sampling.presence_penalty = static_cast<float>(r.Number("presence_penalty", -2, 2).value_or(0.0));
   ReadLogitBias(r, limits, o.sampling.logit_bias);
+  // vLLM's extensions (extra_body): stop ids, whether stop text and special tokens are shown, min_tokens.
+  if (r.ok() && r.Has("stop_token_ids")) {
+    const json& ids = r["stop_token_ids"];
+    const bool valid = ids.is_array() && ids.size() <= limits.max_stop_token_ids &&
+                       std::all_of(ids.begin(), ids.end(), [](const json& id) {
+                         return id.is_number_integer() && id.get<int64_t>() >= 0 && id.get<int64_t>() <= INT32_MAX &&
+                                !(id.is_number_unsigned() && id.get<uint64_t>() > INT32_MAX);
+                       });
+    if (!valid) {
+      r.Fail("stop_token_ids", absl::StrCat("'stop_token_ids' must be a list of at most ", limits.max_stop_token_ids,
+                                            " token ids"));
+    } else {
+      for (const json& id : ids) o.stop_token_ids.push_back(static_cast<int32_t>(id.get<int64_t>()));
+    }
+  }
+  o.include_stop_str_in_output = r.Bool("include_stop_str_in_output", false);
+  o.skip_special_tokens = r.Bool("skip_special_tokens", true);
+  r.Neutral("spaces_between_special_tokens", true);
+  o.min_tokens = r.Int("min_tokens", 0, limits.max_tokens).value_or(0);
   r.Neutral("tools", json::array());
   r.Neutral("tool_choice", "none");
   r.Neutral("response_format", json{{"type", "text"}});
@@ -355,9 +381,11 @@ ChatResult ParseChatRequest(std::string_view body, const RequestLimits& limits) 
   r.OnlyKnown({"model", "messages", "stream", "stream_options", "max_tokens", "max_completion_tokens", "temperature",
                "top_p", "top_k", "repetition_penalty", "seed", "n", "stop", "logprobs", "top_logprobs", "ignore_eos",
                "user", "frequency_penalty", "presence_penalty", "logit_bias", "tools", "tool_choice",
-               "response_format"});
+               "response_format", "stop_token_ids", "include_stop_str_in_output", "skip_special_tokens",
+               "spaces_between_special_tokens", "min_tokens"});
   ChatRequest req;
   ReadOptions(r, limits, req.options);
+  CheckMinTokens(r, req.options);
   req.logprobs = r.Bool("logprobs", false);
   req.top_logprobs = static_cast<int>(r.Int("top_logprobs", 0, limits.max_top_logprobs).value_or(0));
   if (r.ok() && req.top_logprobs > 0 && !req.logprobs) r.Fail("top_logprobs", "'top_logprobs' needs 'logprobs': true");
@@ -373,10 +401,12 @@ CompletionResult ParseCompletionRequest(std::string_view body, const RequestLimi
   Reader r(*j);
   r.OnlyKnown({"model", "prompt", "stream", "stream_options", "max_tokens", "temperature", "top_p", "top_k",
                "repetition_penalty", "seed", "n", "stop", "logprobs", "echo", "return_token_ids", "ignore_eos", "user",
-               "frequency_penalty", "presence_penalty", "logit_bias", "suffix", "best_of"});
+               "frequency_penalty", "presence_penalty", "logit_bias", "suffix", "best_of", "stop_token_ids",
+               "include_stop_str_in_output", "skip_special_tokens", "spaces_between_special_tokens", "min_tokens"});
   CompletionRequest req;
   ReadOptions(r, limits, req.options);
   if (!req.options.max_tokens) req.options.max_tokens = 16;  // OpenAI's default for completions
+  CheckMinTokens(r, req.options);
   req.echo = r.Bool("echo", false);
   req.return_token_ids = r.Bool("return_token_ids", false);
   if (const std::optional<int64_t> lp = r.Int("logprobs", 0, 5)) req.logprobs = static_cast<int>(*lp);

@@ -40,6 +40,7 @@ struct RequestLimits {
   int max_stop_strings = 4;        // as OpenAI
   int max_top_logprobs = 20;       // as OpenAI
   size_t max_logit_bias = 1024;     // biased ids (each goes down with every step's row)
+  size_t max_stop_token_ids = 64;
   size_t max_prompt_ids = 1 << 20;  // a prompt given as ids
 };
 
@@ -53,6 +54,13 @@ struct GenerationOptions {
   std::vector<std::string> stop;
   int n = 1;
   bool ignore_eos = false;  // vLLM's extension
+  // vLLM's stop extensions: ids that end a choice (their text not shown), stop strings, stop ids and
+  // end-of-sequence text kept in the answer, special tokens shown, and a least length before any
+  // of them may end it.
+  std::vector<int32_t> stop_token_ids;
+  bool include_stop_str_in_output = false;
+  bool skip_special_tokens = true;
+  int64_t min_tokens = 0;
 };
 
 struct ChatRequest {

@@ -6,6 +6,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 
 namespace ag::serve {
@@ -79,6 +80,40 @@ TEST(OpenAi, ParsesLogitBias) {
       ParseCompletionRequest(R"({"model": "m", "prompt": "x", "logit_bias": {"1": 1, "2": 1, "3": 1}})", limits);
   ASSERT_TRUE(std::holds_alternative<ApiError>(many));
   EXPECT_EQ(std::get<ApiError>(many).param, "logit_bias");
+}
+
+// vLLM's stop extensions (extra_body): stop ids, stop text and special tokens shown, min_tokens.
+TEST(OpenAi, ParsesVllmStopExtensions) {
+  const CompletionResult r = ParseCompletionRequest(
+      R"({"model": "m", "prompt": "x", "stop_token_ids": [151329, 151336, 151338], "include_stop_str_in_output": true,
+          "skip_special_tokens": false, "spaces_between_special_tokens": true, "min_tokens": 4})");
+  ASSERT_TRUE(std::holds_alternative<CompletionRequest>(r)) << std::get<ApiError>(r).message;
+  const GenerationOptions& o = std::get<CompletionRequest>(r).options;
+  EXPECT_EQ(o.stop_token_ids, (std::vector<int32_t>{151329, 151336, 151338}));
+  EXPECT_TRUE(o.include_stop_str_in_output);
+  EXPECT_FALSE(o.skip_special_tokens);
+  EXPECT_EQ(o.min_tokens, 4);
+  const ChatResult plain = ParseChatRequest(R"({"model": "m", "messages": [{"role": "user", "content": "x"}]})");
+  ASSERT_TRUE(std::holds_alternative<ChatRequest>(plain));
+  const GenerationOptions& d = std::get<ChatRequest>(plain).options;
+  EXPECT_TRUE(d.stop_token_ids.empty());
+  EXPECT_FALSE(d.include_stop_str_in_output);
+  EXPECT_TRUE(d.skip_special_tokens) << "vLLM's default";
+  EXPECT_EQ(d.min_tokens, 0);
+  for (const char* bad : {R"("stop_token_ids": 5)", R"("stop_token_ids": [-1])", R"("stop_token_ids": [1.5])",
+                          R"("stop_token_ids": [2147483648])", R"("skip_special_tokens": "no")",
+                          R"("include_stop_str_in_output": 1)", R"("spaces_between_special_tokens": false)",
+                          R"("min_tokens": -1)", R"("min_tokens": 17)", R"("min_tokens": 5, "max_tokens": 4)"}) {
+    const CompletionResult e = ParseCompletionRequest(absl::StrCat(R"({"model": "m", "prompt": "x", )", bad, "}"));
+    ASSERT_TRUE(std::holds_alternative<ApiError>(e)) << bad;
+    const std::string& param = std::get<ApiError>(e).param;
+    EXPECT_TRUE(absl::StrContains(bad, absl::StrCat("\"", param, "\""))) << bad << " named " << param;
+  }
+  RequestLimits limits;
+  limits.max_stop_token_ids = 2;
+  EXPECT_TRUE(std::holds_alternative<ApiError>(
+      ParseChatRequest(R"({"model": "m", "messages": [{"role": "user", "content": "x"}], "stop_token_ids": [1, 2, 3]})",
+                       limits)));
 }
 
 // Each bad body is a 400 naming the field at fault.

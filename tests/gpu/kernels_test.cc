@@ -741,7 +741,8 @@ TEST(GpuKernels, SampleRowsMatchesTheReference) {
     // Every other case carries frequency/presence penalties on a few hundred distinct ids (the
     // agent's frequency_penalty 0.2 over its answer so far), some large enough to move the pick;
     // every fourth a repetition penalty on them too (a factor, for ids of the prompt as well);
-    // every id divisible by 11 a logit_bias (in [-4, 4], or a ban at -100), added before the rest.
+    // every id divisible by 11 a logit_bias (in [-4, 4], or a ban at -100 or min_tokens' -inf),
+    // added before the rest.
     std::vector<cuda::SamplePenalty> penalties;
     std::vector<std::vector<ref::Penalty>> per_case(cases.size());
     for (size_t i = 1; i < cases.size(); i += 2) {
@@ -749,7 +750,10 @@ TEST(GpuKernels, SampleRowsMatchesTheReference) {
       const float scale = i % 4 == 1 ? 1.3f : 1.0f;
       for (int64_t id = static_cast<int64_t>(i) % 7; id < vocab; id += vocab / 300 + 1) {
         const float delta = id % 2 == 0 ? 0.0f : 0.2f * static_cast<float>(1 + id % 5) + (id % 3 == 0 ? 1.5f : 0.0f);
-        const float bias = id % 11 != 0 ? 0.0f : id % 13 == 0 ? -100.0f : 0.4f * static_cast<float>(id % 21 - 10);
+        const float bias = id % 11 != 0   ? 0.0f
+                           : id % 26 == 0 ? -INFINITY  // min_tokens' suppressed ids
+                           : id % 13 == 0 ? -100.0f
+                                          : 0.4f * static_cast<float>(id % 21 - 10);
         penalties.push_back({static_cast<int32_t>(id), delta, scale, bias});
         per_case[i].push_back({static_cast<int32_t>(id), delta, scale, bias});
       }

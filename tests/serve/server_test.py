@@ -236,6 +236,53 @@ class Main(unittest.TestCase):
             status, r = self.s.post("/v1/completions", {"model": NAME, "prompt": "x", "logit_bias": bad})
             self.assertEqual((status, r["error"]["param"]), (400, "logit_bias"), (bad, r))
 
+    def test_vllm_stop_extensions(self):
+        body = {"model": NAME, "prompt": "the thing", "max_tokens": 12, "temperature": 0, "ignore_eos": True,
+                "return_token_ids": True}
+
+        def run(**extra):
+            status, r = self.s.post("/v1/completions", {**body, **extra})
+            self.assertEqual(status, 200, r)
+            return r["choices"][0]
+
+        def text_of(ids):
+            return self.s.post("/detokenize", {"tokens": ids})[1]["prompt"]
+
+        full = run()
+        ids = full["token_ids"]
+        stop = ids[3]
+        at = ids.index(stop)
+        # A stop id ends the choice as "stop"; its text is shown only with include_stop_str_in_output.
+        cut = run(stop_token_ids=[stop])
+        self.assertEqual((cut["finish_reason"], cut["token_ids"]), ("stop", ids[:at + 1]))
+        # (an incomplete UTF-8 sequence before the stop id is held back, as vLLM's detokenizer holds it)
+        self.assertEqual(cut["text"], text_of(ids[:at]).rstrip("\ufffd"))
+        self.assertEqual(run(stop_token_ids=[stop], include_stop_str_in_output=True)["text"], text_of(ids[:at + 1]))
+        # min_tokens holds it off: greedy takes the next best until then.
+        held = run(stop_token_ids=[stop], min_tokens=at + 2)
+        self.assertGreaterEqual(len(held["token_ids"]), at + 2)
+        self.assertNotIn(stop, held["token_ids"][:at + 2])
+        # A stop string kept at the end of the text.
+        if len(full["text"]) > 4:
+            s = full["text"][3:5]
+            kept = run(stop=[s], include_stop_str_in_output=True)
+            self.assertEqual(kept["text"], full["text"][:full["text"].index(s) + len(s)])
+        # Special tokens show their text only with skip_special_tokens false (<eop>, id 305).
+        self.assertEqual(run(max_tokens=2, logit_bias={"305": 100})["text"], "")
+        self.assertEqual(run(max_tokens=2, logit_bias={"305": 100}, skip_special_tokens=False)["text"], "<eop><eop>")
+        # The end-of-sequence id (1) forced by a bias, held off by min_tokens: it ends the fourth token.
+        status, r = self.s.post("/v1/completions", {"model": NAME, "prompt": "the thing", "max_tokens": 12,
+                                                    "temperature": 0, "logit_bias": {str(EOS): 100}, "min_tokens": 3,
+                                                    "return_token_ids": True})
+        self.assertEqual(status, 200, r)
+        self.assertEqual(r["choices"][0]["finish_reason"], "stop")
+        self.assertEqual(len(r["choices"][0]["token_ids"]), 4)
+        self.assertEqual(r["choices"][0]["token_ids"][3], EOS)
+        for bad in ({"stop_token_ids": [400]}, {"min_tokens": 300, "max_tokens": 400}, {"stop_token_ids": "1"}):
+            status, r = self.s.post("/v1/completions", {"model": NAME, "prompt": "x", **bad})
+            self.assertEqual(status, 400, r)
+            self.assertIn(r["error"]["param"], bad, r)
+
     def test_concurrent_clients_get_their_solo_answers(self):
         prompts = ["the thing", "hello", "what is it", [5, 17, 42], "and the", "you said", [9] * 20, "x y z"]
         solo = {i: completion(self.s, p) for i, p in enumerate(prompts)}
@@ -328,7 +375,8 @@ class Main(unittest.TestCase):
                 bodies.append((path, text[:cut]))  # truncated JSON
             for field in ["model", "messages", "prompt", "max_tokens", "temperature", "top_p", "top_k", "n", "stop",
                           "seed", "logprobs", "top_logprobs", "stream", "echo", "stream_options", "ignore_eos",
-                          "max_completion_tokens", "presence_penalty", "logit_bias", "bogus"]:
+                          "max_completion_tokens", "presence_penalty", "logit_bias", "stop_token_ids", "min_tokens",
+                          "skip_special_tokens", "include_stop_str_in_output", "bogus"]:
                 for v in bad_values:
                     b = dict(base)
                     b[field] = v
