@@ -43,39 +43,6 @@ __device__ __forceinline__ float RowInvRms(const bf16* x, int64_t k, float eps, 
   return rsqrtf(total / static_cast<float>(k) + eps);
 }
 
-// The sandwich norm folded in front (LinearParams::pre), row m: h = residual + rms_norm(y) * w as
-// rms_norm_residual's kernel computes it, rounded to bf16, into xs as floats (each thread its own
-// columns: the staging loop's, which then normalises them in place) and, by block 0, to pre.out.
-// Returns 1 / rms(h) with the norm prologue's eps, summed as RowInvRms sums a stored h.
-__device__ __forceinline__ float PreNormRow(const LinearParams& p, int64_t m, float* xs, float* scratch) {
-  const PreNorm& pre = p.pre;
-  const float inv_rms_y = RowInvRms(pre.y + m * p.k, p.k, pre.eps, scratch);
-  float sum = 0.0f;
-  for (int64_t i = threadIdx.x * 8; i < p.k; i += blockDim.x * 8) {
-    float y[8], w[8], h[8];
-    ToFloat8(Load8(pre.y + m * p.k + i), y);
-    ToFloat8(Load8(pre.w + i), w);
-    ToFloat8(Load8(pre.residual + m * p.k + i), h);
-#pragma unroll
-    for (int j = 0; j < 8; ++j) h[j] += w[j] * (y[j] * inv_rms_y);
-    const Bf16x8 stored = FromFloat8(h);
-    if (blockIdx.x == 0) Store8(pre.out + m * p.k + i, stored);
-    ToFloat8(stored, h);
-#pragma unroll
-    for (int j = 0; j < 8; ++j) {
-      xs[i + j] = h[j];
-      sum += h[j] * h[j];
-    }
-  }
-  sum = WarpSum(sum);
-  __syncthreads();
-  if (threadIdx.x % 32 == 0) scratch[threadIdx.x / 32] = sum;
-  __syncthreads();
-  float total = 0.0f;
-  for (int w = 0; w < static_cast<int>(blockDim.x / 32); ++w) total += scratch[w];
-  return rsqrtf(total / static_cast<float>(p.k) + p.eps);
-}
-
 // The float pair at `offset` in `tile`, summed over every block of the cluster
 // (distributed shared memory), in rank order: the sum does not depend on timing. A block alone
 // (no K split) reads its own shared memory directly, not through the cluster's address window.
@@ -132,6 +99,33 @@ constexpr int kGemvWarps = 4;
 constexpr int kGemvThreads = 32 * kGemvWarps;
 constexpr int kUnroll = 4;
 constexpr int kGemvSmemFloats = kGemvStagedMaxK;  // 64 KB of staged x per block: every GLM K in one chunk
+
+// The sandwich norm folded in front (LinearParams::pre), row m: h = residual + rms_norm(y) * w as
+// rms_norm_residual's kernel computes it, rounded to bf16, into xs as floats (each thread its own
+// columns: the staging loop's, which then normalises them in place) and, by block 0, to pre.out.
+// Returns 1 / rms(h) with the norm prologue's eps, summed as RowInvRms sums a stored h.
+__device__ __forceinline__ float PreNormRow(const LinearParams& p, int64_t m, float* xs, float* scratch) {
+  const PreNorm& pre = p.pre;
+  const float inv_rms_y = RowInvRms(pre.y + m * p.k, p.k, pre.eps, scratch);
+  float sum = 0.0f;
+  for (int64_t i = threadIdx.x * 8; i < p.k; i += kGemvThreads * 8) {
+    float y[8], w[8], h[8];
+    ToFloat8(Load8(pre.y + m * p.k + i), y);
+    ToFloat8(Load8(pre.w + i), w);
+    ToFloat8(Load8(pre.residual + m * p.k + i), h);
+#pragma unroll
+    for (int j = 0; j < 8; ++j) h[j] += w[j] * (y[j] * inv_rms_y);
+    const Bf16x8 stored = FromFloat8(h);
+    if (blockIdx.x == 0) Store8(pre.out + m * p.k + i, stored);
+    ToFloat8(stored, h);
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      xs[i + j] = h[j];
+      sum += h[j] * h[j];
+    }
+  }
+  return rsqrtf(BlockSum<kGemvWarps>(sum, scratch) / static_cast<float>(p.k) + p.eps);
+}
 
 template <Epilogue kE>
 __global__ void __launch_bounds__(kGemvThreads) GemvKernel(LinearParams p) {

@@ -81,6 +81,9 @@ def main(out, compile_tool):
         put(out, "image", name, open(os.path.join(images, name), "rb").read())
     put(out, "openai", "completion", json.dumps({"model": "glm", "prompt": [5, 17, 42], "echo": True,
                                                  "logprobs": 1, "return_token_ids": True, "ignore_eos": True}))
+    put(out, "openai", "biased", json.dumps({"model": "glm", "prompt": "x", "logit_bias": {"5": -100, "17": 2.5},
+                                             "stop_token_ids": [1, 2], "min_tokens": 3, "max_tokens": 8,
+                                             "include_stop_str_in_output": True, "skip_special_tokens": False}))
 
 
 if __name__ == "__main__":
