@@ -869,7 +869,7 @@ absl::Status CudaBackend::SampleRows(const std::vector<RowSampling>& rows, std::
       const ref::SampleParams& p = row.params;
       if (row.row < 0 || row.row >= plan_->max_batch_tokens) return absl::InvalidArgumentError("no such logits row");
       staged[i] = {static_cast<int32_t>(row.row), p.top_k, p.vocab_limit, p.temperature, p.top_p, p.uniform,
-                   next_penalty, static_cast<int32_t>(row.penalties.size())};
+                   next_penalty, static_cast<int32_t>(row.penalties.size()), p.min_p};
       for (const ref::Penalty& e : row.penalties) staged_penalties[next_penalty++] = {e.id, e.delta, e.scale, e.bias};
       any_penalty = any_penalty || !row.penalties.empty();
     }

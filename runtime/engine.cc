@@ -490,7 +490,7 @@ absl::StatusOr<std::vector<TokenEvent>> Engine::Step() {
     const SamplingParams& p = s.seq->request.sampling;
     RowSampling r;
     r.row = s.last_logit_row();
-    r.params = {p.temperature, p.top_k, p.top_p, p.vocab_limit, s.seq->sampler->NextUniform()};
+    r.params = {p.temperature, p.top_k, p.top_p, p.vocab_limit, s.seq->sampler->NextUniform(), p.min_p};
     // The sequence's penalties go down with the row: one entry per id that has any (the tracker's own).
     if (s.seq->penalties.has_value()) r.penalties = s.seq->penalties->entries();
     rows.push_back(r);

@@ -21,6 +21,7 @@ absl::Status SamplingParams::Validate() const {
     return absl::InvalidArgumentError(absl::StrCat("repetition penalty must be > 0, got ", repetition_penalty));
   }
   if (vocab_limit < 0) return absl::InvalidArgumentError("vocab limit must be >= 0");
+  if (!(min_p >= 0.0f && min_p <= 1.0f)) return absl::InvalidArgumentError(absl::StrCat("min-p must be in [0, 1], got ", min_p));
   for (const auto& [name, value] : {std::pair{"frequency", frequency_penalty}, std::pair{"presence", presence_penalty}}) {
     if (!(value >= -2.0f && value <= 2.0f)) {
       return absl::InvalidArgumentError(absl::StrCat(name, " penalty must be in [-2, 2], got ", value));
@@ -109,7 +110,7 @@ int32_t Sampler::Sample(std::vector<float>& logits, std::span<const ref::Penalty
   // Candidates, best first, cut to top-k.
   order_.resize(n);
   std::iota(order_.begin(), order_.end(), 0);
-  const int32_t k = params_.top_k > 0 ? std::min(params_.top_k, n) : n;
+  int32_t k = params_.top_k > 0 ? std::min(params_.top_k, n) : n;
   auto better = [&](int32_t a, int32_t b) { return logits[a] > logits[b] || (logits[a] == logits[b] && a < b); };
   std::partial_sort(order_.begin(), order_.begin() + k, order_.end(), better);
   order_.resize(k);
@@ -120,6 +121,14 @@ int32_t Sampler::Sample(std::vector<float>& logits, std::span<const ref::Penalty
   for (int32_t i = 0; i < k; ++i) {
     probs[i] = std::exp((static_cast<double>(logits[order_[i]]) - max_logit) / params_.temperature);
     total += probs[i];
+  }
+  // Min-p: the candidates at least min_p times as likely as the first (they come best first).
+  if (params_.min_p > 0.0f) {
+    int32_t above = 1;
+    while (above < k && probs[above] >= params_.min_p) ++above;
+    k = above;
+    total = 0;
+    for (int32_t i = 0; i < k; ++i) total += probs[i];
   }
   // Top-p: the smallest prefix whose mass reaches p (at least one token).
   int32_t keep = k;

@@ -20,6 +20,7 @@ struct SamplingParams {
   float temperature = 0.0f;         // 0: greedy
   int32_t top_k = 0;                // 0: off
   float top_p = 1.0f;               // 1: off
+  float min_p = 0.0f;               // 0: off; keep tokens at least min_p times as likely as the likeliest (vLLM's)
   float repetition_penalty = 1.0f;  // 1: off; transformers' rule over the prompt and the generated tokens
   // OpenAI's, over the generated tokens only: each id's logit less frequency_penalty x its count
   // and presence_penalty once if it appeared. In [-2, 2]; 0: off.

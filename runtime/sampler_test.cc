@@ -75,6 +75,21 @@ TEST(Sampler, TopKAndTopPRenormalise) {
   ExpectClose(Frequencies(p, LogProbs(kProbs), kDraws), {0.5 / 0.95, 0.3 / 0.95, 0.15 / 0.95, 0}, kDraws);
 }
 
+// vLLM's min_p: only tokens at least min_p times as likely as the likeliest, renormalised; with
+// top-p after it (over what min-p kept).
+TEST(Sampler, MinPKeepsTheLikelyOnes) {
+  SamplingParams p;
+  p.temperature = 1.0f;
+  p.seed = 4;
+  p.min_p = 0.35f;  // 0.5 x 0.35 = 0.175: 0.5 and 0.3 stay
+  ExpectClose(Frequencies(p, LogProbs(kProbs), kDraws), {0.625, 0.375, 0.0, 0.0}, kDraws);
+  p.top_p = 0.6f;  // 0.625 of the kept mass is the first
+  ExpectClose(Frequencies(p, LogProbs(kProbs), kDraws), {1.0, 0.0, 0.0, 0.0}, kDraws);
+  p = {};
+  p.min_p = 1.5f;
+  EXPECT_FALSE(p.Validate().ok());
+}
+
 TEST(Sampler, EdgesAreGreedy) {
   const std::vector<float> logits = LogProbs({0.2, 0.1, 0.6, 0.1});
   SamplingParams greedy;  // temperature 0

@@ -155,6 +155,7 @@ void ReadOptions(Reader& r, const RequestLimits& limits, GenerationOptions& o) {
   if (const std::optional<int64_t> m = r.Int("max_completion_tokens", 1, limits.max_tokens)) o.max_tokens = m;
   o.sampling.temperature = static_cast<float>(r.Number("temperature", 0, 2).value_or(1.0));
   o.sampling.top_p = static_cast<float>(r.Number("top_p", 0, 1, /*min_open=*/true).value_or(1.0));
+  o.sampling.min_p = static_cast<float>(r.Number("min_p", 0, 1).value_or(0.0));  // vLLM's
   // vLLM's top_k: -1 or 0 is off.
   const int64_t top_k = r.Int("top_k", -1, 1 << 30).value_or(0);
   o.sampling.top_k = static_cast<int32_t>(top_k < 0 ? 0 : top_k);
@@ -379,7 +380,7 @@ ChatResult ParseChatRequest(std::string_view body, const RequestLimits& limits) 
   if (!j) return error;
   Reader r(*j);
   r.OnlyKnown({"model", "messages", "stream", "stream_options", "max_tokens", "max_completion_tokens", "temperature",
-               "top_p", "top_k", "repetition_penalty", "seed", "n", "stop", "logprobs", "top_logprobs", "ignore_eos",
+               "top_p", "top_k", "min_p", "repetition_penalty", "seed", "n", "stop", "logprobs", "top_logprobs", "ignore_eos",
                "user", "frequency_penalty", "presence_penalty", "logit_bias", "tools", "tool_choice",
                "response_format", "stop_token_ids", "include_stop_str_in_output", "skip_special_tokens",
                "spaces_between_special_tokens", "min_tokens"});
@@ -399,7 +400,7 @@ CompletionResult ParseCompletionRequest(std::string_view body, const RequestLimi
   const std::optional<json> j = ParseObject(body, &error);
   if (!j) return error;
   Reader r(*j);
-  r.OnlyKnown({"model", "prompt", "stream", "stream_options", "max_tokens", "temperature", "top_p", "top_k",
+  r.OnlyKnown({"model", "prompt", "stream", "stream_options", "max_tokens", "temperature", "top_p", "top_k", "min_p",
                "repetition_penalty", "seed", "n", "stop", "logprobs", "echo", "return_token_ids", "ignore_eos", "user",
                "frequency_penalty", "presence_penalty", "logit_bias", "suffix", "best_of", "stop_token_ids",
                "include_stop_str_in_output", "skip_special_tokens", "spaces_between_special_tokens", "min_tokens"});

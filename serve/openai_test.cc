@@ -18,7 +18,7 @@ TEST(OpenAi, ParsesAChatRequest) {
       {"role": "user", "content": [{"type": "text", "text": "hel"}, {"type": "text", "text": "lo"}]}],
       "stream": true, "stream_options": {"include_usage": true}, "max_completion_tokens": 7, "temperature": 0,
       "top_p": 0.5, "top_k": -1, "seed": 3, "n": 2, "stop": ["\n\n", "END"], "logprobs": true, "top_logprobs": 2,
-      "frequency_penalty": 0, "user": "u1"})");
+      "frequency_penalty": 0, "user": "u1", "min_p": 0.05})");
   ASSERT_TRUE(std::holds_alternative<ChatRequest>(r)) << std::get<ApiError>(r).message;
   const ChatRequest& c = std::get<ChatRequest>(r);
   EXPECT_EQ(c.options.model, "glm");
@@ -33,6 +33,7 @@ TEST(OpenAi, ParsesAChatRequest) {
   EXPECT_EQ(c.options.sampling.temperature, 0.0f);
   EXPECT_EQ(c.options.sampling.top_p, 0.5f);
   EXPECT_EQ(c.options.sampling.top_k, 0);
+  EXPECT_EQ(c.options.sampling.min_p, 0.05f);
   EXPECT_EQ(c.options.sampling.seed, 3u);
   EXPECT_EQ(c.options.n, 2);
   EXPECT_EQ(c.options.stop, (std::vector<std::string>{"\n\n", "END"}));
@@ -135,6 +136,8 @@ TEST(OpenAi, BadBodiesNameTheField) {
       {R"({"model": "m", "messages": [{"role": "user", "content": "x"}], "temperature": "hot"})", "temperature"},
       {R"({"model": "m", "messages": [{"role": "user", "content": "x"}], "temperature": 3})", "temperature"},
       {R"({"model": "m", "messages": [{"role": "user", "content": "x"}], "top_p": 0})", "top_p"},
+      {R"({"model": "m", "messages": [{"role": "user", "content": "x"}], "min_p": 1.5})", "min_p"},
+      {R"({"model": "m", "messages": [{"role": "user", "content": "x"}], "min_p": "0.1"})", "min_p"},
       {R"({"model": "m", "messages": [{"role": "user", "content": "x"}], "n": 0})", "n"},
       {R"({"model": "m", "messages": [{"role": "user", "content": "x"}], "n": 1000})", "n"},
       {R"({"model": "m", "messages": [{"role": "user", "content": "x"}], "stop": ["a","b","c","d","e"]})", "stop"},

@@ -1,7 +1,7 @@
 // autoglm-run: generate from a prompt with a GLM-4 checkpoint.
 //
 //   autoglm-run --model DIR --prompt-ids 5,17,42 --max-new-tokens 16 [--output-json FILE]
-//   autoglm-run --model DIR --prompt "text" [--chat] [--temperature T] [--top-p P] [--top-k K]
+//   autoglm-run --model DIR --prompt "text" [--chat] [--temperature T] [--top-p P] [--top-k K] [--min-p P]
 //               [--repetition-penalty R] [--logit-bias ID:BIAS,...] [--seed S] [--max-new-tokens N]
 //   autoglm-run --model GLM4V_DIR --image FILE [--image FILE ...] (--prompt "text" --chat | --prompt-ids IDS)
 //   ... [--tp N [--device cuda --devices 0,1,...] [--nnodes N --node-rank R --master ADDR:PORT]]
@@ -76,6 +76,7 @@ ABSL_FLAG(bool, prefix_caching, true, "reuse cached K/V of full blocks with the 
 ABSL_FLAG(float, temperature, 0.0f, "sampling temperature; 0 is greedy");
 ABSL_FLAG(int32_t, top_k, 0, "sample among the k most likely tokens; 0 is off");
 ABSL_FLAG(float, top_p, 1.0f, "sample among the most likely tokens holding this much probability");
+ABSL_FLAG(float, min_p, 0.0f, "sample among the tokens at least this many times as likely as the likeliest (0: off)");
 ABSL_FLAG(float, repetition_penalty, 1.0f, "penalise tokens already in the sequence (transformers' rule)");
 ABSL_FLAG(float, frequency_penalty, 0.0f, "OpenAI's: lower each token's logit by this times its count in the new tokens");
 ABSL_FLAG(float, presence_penalty, 0.0f, "OpenAI's: lower each token's logit by this once it is in the new tokens");
@@ -174,6 +175,7 @@ absl::Status Run() {
   request.sampling.temperature = absl::GetFlag(FLAGS_temperature);
   request.sampling.top_k = absl::GetFlag(FLAGS_top_k);
   request.sampling.top_p = absl::GetFlag(FLAGS_top_p);
+  request.sampling.min_p = absl::GetFlag(FLAGS_min_p);
   request.sampling.repetition_penalty = absl::GetFlag(FLAGS_repetition_penalty);
   request.sampling.seed = absl::GetFlag(FLAGS_seed);
   request.sampling.frequency_penalty = absl::GetFlag(FLAGS_frequency_penalty);

@@ -150,9 +150,10 @@ __device__ void SampleRow1(const T* row, int64_t n, const SampleRow& r, SampleSh
     if (threadIdx.x == 0) *out = 0;
     return;
   }
-  uint32_t floor_key = 0;
+  // min-p: z >= max z + ln(min_p) (ref::SampleFiltered's float expression), a key threshold as top-k's.
+  uint32_t floor_key = r.min_p > 0.0f ? OrderKey(max_z + logf(r.min_p)) : 0;
   if (r.top_k > 0 && r.top_k < n) {
-    floor_key = RadixThreshold<false>(row, n, inv_t, max_z, 0, static_cast<float>(r.top_k), sh);
+    floor_key = max(floor_key, RadixThreshold<false>(row, n, inv_t, max_z, 0, static_cast<float>(r.top_k), sh));
   }
   auto kept_weight = [&](int64_t i) {
     const float z = ScaledLogit(row, i, inv_t);

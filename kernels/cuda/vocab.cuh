@@ -22,6 +22,7 @@ struct SampleRow {
   float top_p = 1.0f;
   float uniform = 0.0f;
   int32_t penalty_begin = 0, penalty_count = 0;  // its entries of `penalties`
+  float min_p = 0.0f;  // 0: off
 };
 // ref::Penalty: the logit of `id` plus `bias`, divided (positive) or multiplied (negative) by
 // `scale`, less `delta`. A row's entries have distinct ids.

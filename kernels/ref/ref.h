@@ -138,10 +138,12 @@ struct SampleParams {
   float top_p = 1.0f;        // 1: off
   int32_t vocab_limit = 0;   // only ids below it (0: all)
   float uniform = 0.0f;      // the draw, in [0, 1)
+  float min_p = 0.0f;        // 0: off
 };
 // Picks one id from a logits row by thresholds and an inverse CDF in id
 // order, so that a GPU can do it without sorting: z = x * (1 / T); keep ids
-// whose z is at least the k-th largest (top-k, ties kept), then, going down
+// whose z is at least the k-th largest (top-k, ties kept) and at least
+// max z + ln(min_p) (min-p: a probability at least min_p times the largest), then, going down
 // in z, those up to where the kept weights exp(z - max) first hold top_p of
 // the kept mass (top-p, ties kept); return the first
 // kept id at which the running kept mass exceeds uniform * (kept mass).

@@ -260,6 +260,12 @@ TEST(Ref, SampleFilteredFollowsItsRule) {
   EXPECT_EQ(pick({1.0f, 0, 1.0f, 2, 0.4f}), 1);
   // Temperature flattens: at T = 1000 the four are nearly equal, so u = 0.3 lands in id 1.
   EXPECT_EQ(pick({1000.0f, 0, 1.0f, 0, 0.3f}), 1);
+  // Min-p 0.6: ids at least 0.6 x 0.4 = 0.24 likely, .3 and .4 (3/7 of their mass is id 2); 0.8:
+  // .4 alone; with top-k 1 of the two (the largest: still .4).
+  EXPECT_EQ(pick({1.0f, 0, 1.0f, 0, 0.42f, 0.6f}), 2);
+  EXPECT_EQ(pick({1.0f, 0, 1.0f, 0, 0.44f, 0.6f}), 3);
+  EXPECT_EQ(pick({1.0f, 0, 1.0f, 0, 0.0f, 0.8f}), 3);
+  EXPECT_EQ(pick({1.0f, 0, 1.0f, 0, 0.0f, 1.0f}), 3);
   // NaN is never kept.
   const float with_nan[3] = {std::nanf(""), 0.0f, 0.0f};
   EXPECT_EQ(SampleFiltered(with_nan, 3, {1.0f, 0, 1.0f, 0, 0.0f}), 1);

@@ -36,7 +36,8 @@ int32_t SampleFiltered(const float* logits, int64_t vocab, const SampleParams& p
   }
   if (max_z == -INFINITY) return 0;  // nothing can be kept
   std::vector<char> keep(n);
-  for (int64_t i = 0; i < n; ++i) keep[i] = z[i] > -INFINITY;
+  const float min_z = p.min_p > 0.0f ? max_z + std::log(p.min_p) : -INFINITY;  // min-p
+  for (int64_t i = 0; i < n; ++i) keep[i] = z[i] > -INFINITY && z[i] >= min_z;
   if (p.top_k > 0 && p.top_k < n) {
     std::vector<float> sorted(z);
     std::nth_element(sorted.begin(), sorted.begin() + (p.top_k - 1), sorted.end(), std::greater<float>());

@@ -717,7 +717,7 @@ TEST(GpuKernels, ArgmaxAndSampling) {
 }
 
 // The device sampler against ref::SampleFiltered on the same bf16 logits and draws: temperature,
-// top-k, top-p, their mix, limits and greedy, on vocabularies with and without a multiple of 8.
+// top-k, top-p, min-p, their mix, limits and greedy, on vocabularies with and without a multiple of 8.
 TEST(GpuKernels, SampleRowsMatchesTheReference) {
   SKIP_WITHOUT_GPU();
   for (const int64_t vocab : {int64_t{1003}, int64_t{151552}}) {
@@ -735,6 +735,7 @@ TEST(GpuKernels, SampleRowsMatchesTheReference) {
         cuda::SampleRow c = k;
         c.row = static_cast<int32_t>(cases.size() % rows);
         c.uniform = u(rng);
+        if (cases.size() % 3 == 1) c.min_p = rep % 2 == 0 ? 0.05f : 0.3f;  // min-p on a third of them
         cases.push_back(c);
       }
     }
@@ -772,7 +773,7 @@ TEST(GpuKernels, SampleRowsMatchesTheReference) {
       std::vector<float> row(logits.begin() + c.row * vocab, logits.begin() + (c.row + 1) * vocab);
       ref::ApplyPenalties(row.data(), vocab, per_case[i]);
       const int32_t want = ref::SampleFiltered(row.data(), vocab,
-                                               {c.temperature, c.top_k, c.top_p, c.vocab_limit, c.uniform});
+                                               {c.temperature, c.top_k, c.top_p, c.vocab_limit, c.uniform, c.min_p});
       if (c.temperature == 0.0f || c.top_k == 1) {
         EXPECT_EQ(got[i], want) << "greedy is exact, penalties or not";
       }

@@ -250,6 +250,8 @@ class Main(unittest.TestCase):
 
         full = run()
         ids = full["token_ids"]
+        # min_p 1 keeps only the likeliest token: sampling at temperature 1 gives the greedy answer.
+        self.assertEqual(run(temperature=1.0, seed=3, min_p=1.0)["token_ids"], ids)
         stop = ids[3]
         at = ids.index(stop)
         # A stop id ends the choice as "stop"; its text is shown only with include_stop_str_in_output.
@@ -375,7 +377,7 @@ class Main(unittest.TestCase):
                 bodies.append((path, text[:cut]))  # truncated JSON
             for field in ["model", "messages", "prompt", "max_tokens", "temperature", "top_p", "top_k", "n", "stop",
                           "seed", "logprobs", "top_logprobs", "stream", "echo", "stream_options", "ignore_eos",
-                          "max_completion_tokens", "presence_penalty", "logit_bias", "stop_token_ids", "min_tokens",
+                          "max_completion_tokens", "presence_penalty", "logit_bias", "stop_token_ids", "min_tokens", "min_p",
                           "skip_special_tokens", "include_stop_str_in_output", "bogus"]:
                 for v in bad_values:
                     b = dict(base)
