@@ -117,6 +117,12 @@ struct OpInfo {
 };
 
 const OpInfo& GetOpInfo(OpId op);
+
+// The ops whose matrix operand is a gate/up weight [2I, K] (gate rows, then up rows) feeding
+// silu(gate) * up: the CUDA backend stores it with the halves' rows interleaved.
+inline bool IsGateUpOp(OpId op) {
+  return op == OpId::k_norm_gate_up_silu || op == OpId::k_residual_norm_gate_up_silu;
+}
 std::optional<OpId> ParseOpName(absl::string_view name);
 inline absl::string_view OpName(OpId op) { return GetOpInfo(op).name; }
 

@@ -444,7 +444,7 @@ absl::Status CudaBackend::Load(const compiler::Plan& plan, const WeightSource& w
     CUDA_RETURN_IF_ERROR(cudaMemcpy(kv_static_scales_.get(), static_scales.data(), bytes, cudaMemcpyHostToDevice));
   }
 
-  // Gate/up weights of (residual_)norm_gate_up_silu are stored with their rows interleaved.
+  // Gate/up weights (ir::IsGateUpOp) are stored with their rows interleaved.
   std::vector<bool> interleave(plan.weights.size(), false);
   scratch_k_ = 0;
   int64_t gather_width = 0;
@@ -454,11 +454,9 @@ absl::Status CudaBackend::Load(const compiler::Plan& plan, const WeightSource& w
   }
   for (const compiler::PlanStep* s : all_steps) {
     const compiler::PlanStep& step = *s;
-    const bool gate_up = step.kernel == ir::OpId::k_norm_gate_up_silu ||
-                         step.kernel == ir::OpId::k_residual_norm_gate_up_silu;
-    if (gate_up) interleave[step.operands[2].index] = true;
+    if (ir::IsGateUpOp(step.kernel)) interleave[step.operands[2].index] = true;
     // The tensor-core paths (M > 1) normalise x into the scratch for the linear ops with a norm prologue.
-    const bool norm_prologue = gate_up ||
+    const bool norm_prologue = ir::IsGateUpOp(step.kernel) ||
                                step.kernel == ir::OpId::k_norm_qkv_rope_kv_write ||
                                step.kernel == ir::OpId::k_norm_linear;
     // So do W8A8 weights' steps: x rounded through 8-bit codes (normalised first where it has a norm).
@@ -472,9 +470,7 @@ absl::Status CudaBackend::Load(const compiler::Plan& plan, const WeightSource& w
     const compiler::PlanStep& step = *s;
     for (size_t i = 0; i < step.operands.size(); ++i) {
       const compiler::PlanTensor& t = step.operands[i];
-      const bool as_gate_up = (step.kernel == ir::OpId::k_norm_gate_up_silu ||
-                               step.kernel == ir::OpId::k_residual_norm_gate_up_silu) &&
-                              i == 2;
+      const bool as_gate_up = ir::IsGateUpOp(step.kernel) && i == 2;
       if (t.kind == compiler::TensorKind::kWeight && interleave[t.index] && !as_gate_up) {
         return absl::UnimplementedError(absl::StrCat("weight ", plan.weights[t.index].name,
                                                      " feeds a gate/up projection and another step"));

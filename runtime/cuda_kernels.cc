@@ -323,8 +323,7 @@ absl::Status NormGateUpSilu(const A& a) {
 absl::Status ResidualNormGateUpSilu(const A& a) {
   cuda::LinearParams p = Linear(a, a.operands[0], In(a, 1), a.operands[2]);
   p.epilogue = cuda::Epilogue::kSiluMul;
-  p.pre = {In(a, 3), In(a, 4), In(a, 0), a.Float("residual_eps"), Out(a, 1)};
-  p.x = Out(a, 1);  // h, once computed (the GEMV does not read x)
+  p.pre = {In(a, 3), In(a, 4), In(a, 0), a.Float("residual_eps"), Out(a, 1)};  // x is h, once RunLinear has it
   return RunLinear(a, p);
 }
 absl::Status LinearResidual(const A& a) {

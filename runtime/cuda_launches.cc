@@ -43,8 +43,7 @@ const compiler::WeightEntry* Matrix(const compiler::Plan& plan, const compiler::
 int64_t LinearLaunches(const compiler::Plan& plan, const compiler::PlanStep& step, int64_t rows, bool norm) {
   const compiler::WeightEntry* w = Matrix(plan, step);
   if (w == nullptr || !w->quantized()) return 1 + (norm && rows > cuda::kLinearNormMaxRows ? 1 : 0);
-  const bool gate_up = step.kernel == OpId::k_norm_gate_up_silu || step.kernel == OpId::k_residual_norm_gate_up_silu;
-  const int64_t segments = gate_up ? 1 : static_cast<int64_t>(w->pieces.size());
+  const int64_t segments = ir::IsGateUpOp(step.kernel) ? 1 : static_cast<int64_t>(w->pieces.size());
   // A W8A8 weight: one launch rounds x (normalising it first when there is a norm) into the scratch.
   if (w->input_quant() != ir::ActQuant::kNone) {
     return 1 + segments * (rows <= cuda::kQuantLinearMaxRows ? cuda::SkinnyLaunches(rows) : 1);

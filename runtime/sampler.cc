@@ -52,28 +52,26 @@ PenaltyTracker::PenaltyTracker(const SamplingParams& params, absl::Span<const in
       any_(repetition_ != 1.0f || frequency_ != 0.0f || presence_ != 0.0f) {
   // A biased id has its entry from the start, with no penalty until it is generated (or, with a
   // repetition penalty, found in the prompt just below).
-  for (const SamplingParams::Bias& b : params.logit_bias) {
-    const auto [it, added] = seen_.try_emplace(b.id, Seen{0, static_cast<int32_t>(entries_.size())});
-    if (added) entries_.push_back({b.id, 0.0f, 1.0f, b.bias});
-  }
+  for (const SamplingParams::Bias& b : params.logit_bias) EntryOf(SeenOf(b.id)).bias = b.bias;
   // min_tokens: -inf on the suppressed ids until then (vLLM's logits processor), their own bias after.
   if (params.suppress_for > 0) {
     suppress_for_ = params.suppress_for;
     for (const int32_t id : params.suppressed_ids) {
-      const auto [it, added] = seen_.try_emplace(id, Seen{0, static_cast<int32_t>(entries_.size())});
-      if (added) entries_.push_back({id, 0.0f, 1.0f, 0.0f});
-      ref::Penalty& entry = entries_[static_cast<size_t>(it->second.entry)];
+      const Seen& seen = SeenOf(id);
+      ref::Penalty& entry = EntryOf(seen);
       if (entry.bias == -INFINITY) continue;  // listed twice
-      suppressed_.emplace_back(it->second.entry, entry.bias);
+      suppressed_.emplace_back(seen.entry, entry.bias);
       entry.bias = -INFINITY;
     }
   }
   if (repetition_ == 1.0f) return;  // the prompt's ids matter only to the repetition penalty
-  for (const int32_t id : prompt) {
-    const auto [it, added] = seen_.try_emplace(id, Seen{0, static_cast<int32_t>(entries_.size())});
-    if (added) entries_.push_back({id, 0.0f, repetition_});
-    entries_[static_cast<size_t>(it->second.entry)].scale = repetition_;
-  }
+  for (const int32_t id : prompt) EntryOf(SeenOf(id)).scale = repetition_;
+}
+
+PenaltyTracker::Seen& PenaltyTracker::SeenOf(int32_t id) {
+  const auto [it, added] = seen_.try_emplace(id, Seen{0, static_cast<int32_t>(entries_.size())});
+  if (added) entries_.push_back({id});  // no penalty, no bias yet
+  return it->second;
 }
 
 void PenaltyTracker::Add(int32_t generated_token) {
@@ -81,13 +79,11 @@ void PenaltyTracker::Add(int32_t generated_token) {
     for (const auto& [entry, bias] : suppressed_) entries_[static_cast<size_t>(entry)].bias = bias;
   }
   if (!any_) return;
-  const auto [it, added] = seen_.try_emplace(generated_token, Seen{0, static_cast<int32_t>(entries_.size())});
-  if (added) entries_.push_back({generated_token, 0.0f, repetition_});
-  Seen& seen = it->second;
+  Seen& seen = SeenOf(generated_token);
   ++seen.generated;
   // An entry whose penalties cancel (delta 0, scale 1) stays: ApplyPenalties leaves its logit as it was.
-  ref::Penalty& entry = entries_[static_cast<size_t>(seen.entry)];
-  entry.scale = repetition_;  // generated now (a biased id's entry came without it)
+  ref::Penalty& entry = EntryOf(seen);
+  entry.scale = repetition_;  // generated now (a biased or suppressed id's entry came without it)
   entry.delta = frequency_ * static_cast<float>(seen.generated) + presence_;
 }
 

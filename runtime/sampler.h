@@ -76,7 +76,10 @@ class PenaltyTracker {
     int32_t generated = 0;  // times among the generated tokens
     int32_t entry = 0;      // its entry in entries_
   };
-  absl::flat_hash_map<int32_t, Seen> seen_;  // ids of the prompt (with a repetition penalty) and generated
+  // An id's bookkeeping and its entry, made (no penalty, no bias) the first time the id is named.
+  Seen& SeenOf(int32_t id);
+  ref::Penalty& EntryOf(const Seen& seen) { return entries_[static_cast<size_t>(seen.entry)]; }
+  absl::flat_hash_map<int32_t, Seen> seen_;  // ids with an entry: biased, suppressed, the prompt's (with a repetition penalty), generated
   std::vector<ref::Penalty> entries_;
 };
 

@@ -440,7 +440,7 @@ class DeviceStorage : public ::testing::Test {
   void ExpectStoredAsLoaded(const compiler::Plan& plan, int tp, const std::string& label, Seen* seen) {
     std::set<int64_t> gate_up;
     for (const compiler::PlanStep& step : plan.decoder().steps) {
-      if (step.kernel == ir::OpId::k_norm_gate_up_silu) gate_up.insert(step.operands[2].index);
+      if (ir::IsGateUpOp(step.kernel)) gate_up.insert(step.operands[2].index);
     }
     for (size_t i = 0; i < plan.weights.size(); ++i) {
       const compiler::WeightEntry& w = plan.weights[i];
