@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <bit>
 #include <chrono>
+#include <deque>
 #include <limits>
 
 #include "absl/container/flat_hash_set.h"
@@ -255,6 +256,7 @@ void Engine::Preempt(Sequence& seq) {
   seq.table.ReleaseAll(*pool_);
   seq.block_hashes.clear();
   seq.cached = 0;  // recomputed from its prompt and the tokens it has when it runs again
+  seq.drafts.clear();
   waiting_.push_front(&seq);
   ++preemptions_;
 }
@@ -289,11 +291,38 @@ absl::StatusOr<std::vector<int64_t>> Engine::PlanStep() {
       tokens[i] = n;
       budget -= n;
     }
+    if (decode) AddDrafts(tokens, budget);
   }
   if (running_.empty() && !waiting_.empty() && BlocksFor(waiting_.front()->length()) > pool_->num_blocks()) {
     return absl::InternalError("a waiting request needs more KV-cache blocks than the cache has");
   }
   return tokens;
+}
+
+void Engine::AddDrafts(std::vector<int64_t>& tokens, int64_t& budget) {
+  const SpeculativeOptions& spec = options_.speculative;
+  if (!spec.enabled()) return;
+  if (spec.disable_by_batch_size > 0 && static_cast<int64_t>(running_.size()) > spec.disable_by_batch_size) return;
+  for (size_t i = 0; i < running_.size() && budget > 0; ++i) {
+    Sequence* seq = running_[i];
+    if (tokens[i] != 1 || seq->pending() != 1) continue;
+    // All drafts kept, the step emits one token more than it has drafts: within max_new_tokens, and
+    // every row's position inside the context (the sequence finishes at its end first).
+    const int64_t generated = static_cast<int64_t>(seq->generated.size());
+    const int64_t room = std::min({static_cast<int64_t>(spec.num_tokens), budget,
+                                   seq->request.max_new_tokens - generated - 1, max_context_ - seq->length()});
+    if (room <= 0) continue;
+    seq->drafts.clear();
+    ProposeNgramDrafts(seq->request.prompt, seq->generated, spec.lookup_min, spec.lookup_max, room, &seq->drafts);
+    const int64_t n = static_cast<int64_t>(seq->drafts.size());
+    if (n == 0) continue;
+    if (!seq->table.Reserve(*pool_, seq->cached + 1 + n).ok()) {
+      seq->drafts.clear();
+      continue;
+    }
+    tokens[i] += n;
+    budget -= n;
+  }
 }
 
 int64_t Engine::CutAtEncoderBudget(const Sequence& seq, int64_t n, int64_t& patches,
@@ -334,18 +363,19 @@ std::vector<Engine::Slice> Engine::Schedule(const std::vector<int64_t>& tokens, 
       Sequence* seq = running_[i];
       const int64_t n = tokens[i];
       if (n == 0 || (seq->pending() == 1) != decode) continue;
-      const bool completes = seq->cached + n == seq->length();  // the step ends at the last known token
-      Slice s{seq, b.num_tokens, n, b.num_logit_rows, {}, completes};
+      const int64_t drafts = static_cast<int64_t>(seq->drafts.size()), known = seq->length();
+      const bool completes = seq->cached + n - drafts == known;  // the step reaches the last known token
+      Slice s{seq, b.num_tokens, n, b.num_logit_rows, {}, completes, drafts};
       for (int64_t k = 0; k < n; ++k) {
         const int64_t pos = seq->cached + k;
-        b.tokens.push_back(seq->token(pos));
+        b.tokens.push_back(pos < known ? seq->token(pos) : seq->drafts[pos - known]);
         if (mrope_) {
           for (int j = 0; j < 3; ++j) streams[j].push_back(seq->RopePosition(j, pos));
         } else {
           b.positions.push_back(static_cast<int32_t>(pos));
         }
         b.slot_mapping.push_back(seq->table.Slot(pos));
-        if ((pos >= seq->logits_from && seq->KeepsLogits(pos)) || (completes && k == n - 1)) {
+        if ((pos >= seq->logits_from && seq->KeepsLogits(pos)) || (completes && k >= n - 1 - drafts)) {
           b.logit_rows.push_back(static_cast<int32_t>(b.num_tokens + k));
           s.logit_positions.push_back(pos);
         }
@@ -366,7 +396,8 @@ std::vector<Engine::Slice> Engine::Schedule(const std::vector<int64_t>& tokens, 
       b.block_tables.resize(b.block_tables.size() + static_cast<size_t>(b.max_blocks) - blocks.size(), 0);
       b.num_logit_rows += static_cast<int64_t>(s.logit_positions.size());
       ++b.num_seqs;
-      (n > 1 || seq->cached < seq->prompt_size() ? stats.prefill_tokens : stats.decode_tokens) += n;
+      (n - drafts > 1 || seq->cached < seq->prompt_size() ? stats.prefill_tokens : stats.decode_tokens) += n;
+      stats.draft_tokens += drafts;
       slices.push_back(std::move(s));
     }
   }
@@ -407,54 +438,76 @@ absl::Status Engine::StepImages(const std::vector<int64_t>& tokens, StepStats& s
   return absl::OkStatus();
 }
 
-// Moves a sequence past its part of the step: keeps the logits rows it asked
-// for, picks its next token when the step ended at its last known token, and
-// finishes it on eos, length or context.
-std::optional<TokenEvent> Engine::Advance(const Slice& s, int32_t chosen) {
+// Keeps the logits rows the sequence asked for, picks its next token when the step reached its last
+// known token (and one more for each draft the token before it equals), and finishes it on eos,
+// a stop id, length or context.
+void Engine::Advance(const Slice& s, absl::Span<const int32_t> chosen, std::vector<Emitted>* emitted) {
   Sequence& seq = *s.seq;
   const int64_t vocab = plan_.model.vocab_size;
-  auto row = [&](size_t r) {
-    const float* p = logits_buffer_.data() + (s.first_logit + static_cast<int64_t>(r)) * vocab;
+  auto row = [&](int64_t r) {
+    const float* p = logits_buffer_.data() + (s.first_logit + r) * vocab;
     return std::vector<float>(p, p + vocab);
   };
-  // Rows asked for and not kept before (a recompute after preemption passes over those).
+  // Rows asked for and not kept before (a recompute after preemption passes over those); a draft's
+  // row only once it is known to choose a token (below).
+  const int64_t known = seq.length();
   for (size_t r = 0; r < s.logit_positions.size(); ++r) {
     const int64_t pos = s.logit_positions[r];
-    if (pos >= seq.logits_from && seq.KeepsLogits(pos)) seq.logits.push_back(row(r));
+    if (pos < known && pos >= seq.logits_from && seq.KeepsLogits(pos)) seq.logits.push_back(row(static_cast<int64_t>(r)));
   }
-  seq.cached += s.rows;
+  seq.cached += s.rows - s.drafts;
   seq.logits_from = std::max(seq.logits_from, seq.cached);
   if (options_.prefix_caching) RegisterFullBlocks(seq);
   if (seq.cached >= seq.prompt_size()) {
     ReleaseFollowers(seq);  // its prompt's full blocks are cached now
     for (ImageSpan& span : seq.images.spans) span.encoded.reset();  // in the KV cache now (and maybe the encoder cache)
   }
-  if (!s.emits_token) return std::nullopt;
-  const size_t last = s.logit_positions.size() - 1;
-  int32_t token;
-  if (chosen >= 0) {
-    token = chosen;
-  } else if (seq.sampler.has_value()) {
-    std::vector<float> scratch = row(last);
-    token = seq.sampler->Sample(scratch, seq.penalties.has_value() ? seq.penalties->entries()
-                                                                   : std::span<const ref::Penalty>());
-  } else {
-    token = next_buffer_[s.last_logit_row()];
+  if (!s.emits_token) return;
+  const int64_t first = static_cast<int64_t>(s.logit_positions.size()) - 1 - s.drafts;  // the slice's choice row
+  int64_t emits = 0;
+  for (int64_t r = 0; r <= s.drafts; ++r) {
+    if (r > 0) {  // row r was fed draft r - 1, which the token before it equals: its K/V stand
+      ++seq.cached;
+      seq.logits_from = seq.cached;
+      if (options_.prefix_caching) RegisterFullBlocks(seq);
+      if (seq.KeepsLogits(seq.cached - 1)) seq.logits.push_back(row(first + r));
+    }
+    int32_t token;
+    if (!chosen.empty()) {
+      token = chosen[static_cast<size_t>(r)];
+    } else if (seq.sampler.has_value()) {
+      std::vector<float> scratch = row(first + r);  // the penalties have every token before this one
+      token = seq.sampler->Sample(scratch, seq.penalties.has_value() ? seq.penalties->entries()
+                                                                     : std::span<const ref::Penalty>());
+    } else {
+      token = next_buffer_[s.first_logit + first + r];
+    }
+    seq.generated.push_back(token);
+    ++emits;
+    if (seq.penalties.has_value()) seq.penalties->Add(token);
+    const std::vector<int64_t>& eos = plan_.model.eos_token_ids;
+    const std::vector<int32_t>& stop = seq.request.stop_ids;
+    if (seq.request.stop_on_eos && std::find(eos.begin(), eos.end(), token) != eos.end()) {
+      Finish(seq, FinishReason::kEos);
+    } else if (std::find(stop.begin(), stop.end(), token) != stop.end()) {
+      Finish(seq, FinishReason::kStop);
+    } else if (static_cast<int64_t>(seq.generated.size()) >= seq.request.max_new_tokens) {
+      Finish(seq, FinishReason::kLength);
+    } else if (seq.length() >= max_context_) {
+      Finish(seq, FinishReason::kContext);
+    }
+    emitted->push_back({TokenEvent{seq.id, token, seq.finish != FinishReason::kNone}, s.first_logit + first + r});
+    if (seq.finish != FinishReason::kNone || (r < s.drafts && token != seq.drafts[static_cast<size_t>(r)])) break;
   }
-  seq.generated.push_back(token);
-  if (seq.penalties.has_value()) seq.penalties->Add(token);
-  const std::vector<int64_t>& eos = plan_.model.eos_token_ids;
-  const std::vector<int32_t>& stop = seq.request.stop_ids;
-  if (seq.request.stop_on_eos && std::find(eos.begin(), eos.end(), token) != eos.end()) {
-    Finish(seq, FinishReason::kEos);
-  } else if (std::find(stop.begin(), stop.end(), token) != stop.end()) {
-    Finish(seq, FinishReason::kStop);
-  } else if (static_cast<int64_t>(seq.generated.size()) >= seq.request.max_new_tokens) {
-    Finish(seq, FinishReason::kLength);
-  } else if (seq.length() >= max_context_) {
-    Finish(seq, FinishReason::kContext);
+  if (s.drafts > 0) {
+    // Draws where the logits are were peeked for every row: the stream moves on by the tokens used.
+    if (!chosen.empty() && seq.sampler.has_value()) seq.sampler->SkipUniforms(emits);
+    ++spec_drafts_;
+    spec_draft_tokens_ += s.drafts;
+    spec_accepted_tokens_ += emits - 1;
+    last_step_.accepted_tokens += emits - 1;
+    seq.drafts.clear();
   }
-  return TokenEvent{seq.id, token, seq.finish != FinishReason::kNone};
 }
 
 absl::StatusOr<std::vector<TokenEvent>> Engine::Step() {
@@ -480,45 +533,70 @@ absl::StatusOr<std::vector<TokenEvent>> Engine::Step() {
   RETURN_IF_ERROR(backend_.Execute(batch_));
   if (need_logits) RETURN_IF_ERROR(backend_.ReadLogits(batch_.num_logit_rows, &logits_buffer_));
   if (need_next) RETURN_IF_ERROR(backend_.ReadNextTokens(batch_.num_logit_rows, &next_buffer_));
-  // Sampling where the logits are: each sequence's next draw goes down, only the ids come back.
-  std::vector<int32_t> chosen(slices.size(), -1);
+  // Sampling where the logits are: each sequence's next draw goes down with each row it chooses from
+  // (a draft row's penalties count the drafts before it), only the ids come back.
+  std::vector<std::vector<int32_t>> chosen(slices.size());
   std::vector<RowSampling> rows;
   std::vector<size_t> row_slice;
+  std::deque<std::vector<ref::Penalty>> draft_penalties;  // alive through SampleRows
+  std::vector<float> uniforms;
   for (size_t i = 0; i < slices.size(); ++i) {
     const Slice& s = slices[i];
     if (!s.emits_token || !s.seq->sample_where_logits_are) continue;
-    const SamplingParams& p = s.seq->request.sampling;
-    RowSampling r;
-    r.row = s.last_logit_row();
-    r.params = {p.temperature, p.top_k, p.top_p, p.vocab_limit, s.seq->sampler->NextUniform(), p.min_p};
-    // The sequence's penalties go down with the row: one entry per id that has any (the tracker's own).
-    if (s.seq->penalties.has_value()) r.penalties = s.seq->penalties->entries();
-    rows.push_back(r);
-    row_slice.push_back(i);
+    Sequence& seq = *s.seq;
+    const SamplingParams& p = seq.request.sampling;
+    uniforms.clear();
+    if (s.drafts == 0) {
+      uniforms.push_back(seq.sampler->NextUniform());
+    } else {
+      seq.sampler->PeekUniforms(s.drafts + 1, &uniforms);  // Advance takes those it uses
+    }
+    std::optional<PenaltyTracker> ahead;
+    for (int64_t r = 0; r <= s.drafts; ++r) {
+      RowSampling row;
+      row.row = s.choice_row() + r;
+      row.params = {p.temperature, p.top_k, p.top_p, p.vocab_limit, uniforms[static_cast<size_t>(r)], p.min_p};
+      // The sequence's penalties go down with the row: one entry per id that has any (the tracker's own).
+      if (seq.penalties.has_value()) {
+        if (r == 0) {
+          row.penalties = seq.penalties->entries();
+        } else {
+          if (!ahead) ahead.emplace(*seq.penalties);
+          ahead->Add(seq.drafts[static_cast<size_t>(r - 1)]);
+          const std::span<const ref::Penalty> entries = ahead->entries();
+          row.penalties = draft_penalties.emplace_back(entries.begin(), entries.end());
+        }
+      }
+      rows.push_back(row);
+      row_slice.push_back(i);
+    }
   }
   if (!rows.empty()) {
     std::vector<int32_t> ids;
     RETURN_IF_ERROR(backend_.SampleRows(rows, &ids));
-    for (size_t j = 0; j < ids.size(); ++j) chosen[row_slice[j]] = ids[j];
+    for (size_t j = 0; j < ids.size(); ++j) chosen[row_slice[j]].push_back(ids[j]);
   }
   stats.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   last_step_ = stats;
 
   std::vector<LogprobRequest> logprob_rows;
   std::vector<Sequence*> logprob_seqs;
+  std::vector<Emitted> emitted;
   for (size_t i = 0; i < slices.size(); ++i) {
     const Slice& s = slices[i];
-    std::optional<TokenEvent> e = Advance(s, chosen[i]);
-    if (!e) continue;
-    events.push_back(*e);
-    if (s.seq->request.logprobs < 0) continue;
-    LogprobRequest r;
-    r.row = s.last_logit_row();
-    r.token = e->token;
-    r.top = s.seq->request.logprobs;
-    r.vocab_limit = s.seq->request.sampling.vocab_limit;
-    logprob_rows.push_back(r);
-    logprob_seqs.push_back(s.seq);
+    emitted.clear();
+    Advance(s, chosen[i], &emitted);
+    for (const Emitted& e : emitted) {
+      events.push_back(e.event);
+      if (s.seq->request.logprobs < 0) continue;
+      LogprobRequest r;
+      r.row = e.row;
+      r.token = e.event.token;
+      r.top = s.seq->request.logprobs;
+      r.vocab_limit = s.seq->request.sampling.vocab_limit;
+      logprob_rows.push_back(r);
+      logprob_seqs.push_back(s.seq);
+    }
   }
   if (!logprob_rows.empty()) {  // only these numbers leave the device
     std::vector<TokenLogprobs> logprobs;

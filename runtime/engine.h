@@ -19,12 +19,14 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/status/statusor.h"
+#include "absl/types/span.h"
 #include "compiler/plan.h"
 #include "runtime/backend.h"
 #include "image/preprocess.h"
 #include "runtime/block_pool.h"
 #include "runtime/multimodal.h"
 #include "runtime/sampler.h"
+#include "runtime/speculative.h"
 
 namespace ag::runtime {
 
@@ -37,6 +39,8 @@ struct EngineOptions {
   // Image rows kept by content hash (GLM-4.1V), so that a screenshot sent
   // again is not encoded again; 0 keeps none past the step that needs them.
   int64_t encoder_cache_bytes = int64_t{512} << 20;
+  // Prompt-lookup drafts for decoding sequences (runtime/speculative.h); off by default.
+  SpeculativeOptions speculative;
 };
 
 struct Request {
@@ -74,6 +78,8 @@ struct StepStats {
   int64_t images_encoded = 0;  // vision-program runs' images (cache misses)
   double encoder_seconds = 0;  // those runs, rows read back
   double seconds = 0;  // vision and decoder execution plus output reads
+  int64_t draft_tokens = 0;     // speculative rows the step ran
+  int64_t accepted_tokens = 0;  // of those, the drafts it kept
 };
 
 class Engine {
@@ -118,6 +124,10 @@ class Engine {
   // Known tokens of admitted sequences looked up in the prefix cache, and those found there.
   int64_t prefix_cache_queries() const { return prefix_queries_; }
   int64_t prefix_cache_hits() const { return prefix_hits_; }
+  // Speculative decoding: steps of a sequence with drafts, drafts run, and drafts kept (vLLM's counters).
+  int64_t spec_drafts() const { return spec_drafts_; }
+  int64_t spec_draft_tokens() const { return spec_draft_tokens_; }
+  int64_t spec_accepted_tokens() const { return spec_accepted_tokens_; }
   // Images looked up in the encoder cache (one per image a prefill step reaches), and those found.
   int64_t encoder_cache_queries() const { return encoder_cache_.hits() + encoder_cache_.misses(); }
   int64_t encoder_cache_hits() const { return encoder_cache_.hits(); }
@@ -140,6 +150,7 @@ class Engine {
     std::optional<Sampler> sampler;
     std::optional<PenaltyTracker> penalties;  // with any penalty: kept up to date as tokens come
     bool sample_where_logits_are = false;     // through Backend::SampleRows
+    std::vector<int32_t> drafts;  // this step's speculative tokens after the last known one (PlanStep to Advance)
     FinishReason finish = FinishReason::kNone;
 
     explicit Sequence(int64_t block_size) : table(block_size) {}
@@ -166,9 +177,15 @@ class Engine {
     int64_t first_row, rows;              // rows of the step's tokens
     int64_t first_logit;                  // its first row of the step's logits
     std::vector<int64_t> logit_positions;  // the positions those logits rows are for
-    bool emits_token;                     // its last row is the last known token: it chooses the next
-    // The step's logits row of its last position (the one that chooses the next token).
-    int64_t last_logit_row() const { return first_logit + static_cast<int64_t>(logit_positions.size()) - 1; }
+    bool emits_token;                     // its last known token's row chooses the next token
+    int64_t drafts = 0;                   // rows after that one, each fed a draft: each may choose one more
+    // The step's logits row of the last known position (the one that chooses the next token).
+    int64_t choice_row() const { return first_logit + static_cast<int64_t>(logit_positions.size()) - 1 - drafts; }
+  };
+  // A token Advance emitted and the step's logits row that chose it.
+  struct Emitted {
+    TokenEvent event;
+    int64_t row;
   };
 
   Engine(const compiler::Plan& plan, Backend& backend, const EngineOptions& options)
@@ -181,6 +198,9 @@ class Engine {
   // Gives every image span the step computes tokens of its rows: from the
   // encoder cache, or from one vision run over all that are missing.
   absl::Status StepImages(const std::vector<int64_t>& tokens, StepStats& stats);
+  // Drafts for the decoding sequences (tokens[i] == 1) while the token budget lasts and blocks
+  // are free (a draft never preempts anything): their tokens, and each sequence's `drafts`.
+  void AddDrafts(std::vector<int64_t>& tokens, int64_t& budget);
   std::vector<Slice> Schedule(const std::vector<int64_t>& tokens, StepStats& stats);  // fills batch_
   // The step's block-table width (StepBatch::max_blocks): its longest table rounded up to a power of
   // two, at least kMinBlockTableWidth, at most max_blocks_per_seq_. Not the model's whole context:
@@ -194,8 +214,9 @@ class Engine {
   // left, the images in `encoding`); an image that does not fit waits, and the tokens from it.
   int64_t CutAtEncoderBudget(const Sequence& seq, int64_t n, int64_t& patches,
                              absl::flat_hash_set<ImageHash, ImageHashOf>& encoding);
-  // `chosen`: the token Backend::SampleRows picked for the slice, or -1.
-  std::optional<TokenEvent> Advance(const Slice& slice, int32_t chosen);
+  // Moves a sequence past its part of the step. `chosen`: the tokens Backend::SampleRows picked for
+  // the slice's choice row and draft rows, or empty. Appends the tokens it emits.
+  void Advance(const Slice& slice, absl::Span<const int32_t> chosen, std::vector<Emitted>* emitted);
   void Finish(Sequence& seq, FinishReason reason);
   void Preempt(Sequence& seq);
   void ReleaseFollowers(Sequence& seq);  // its waiting choices go to the head of the queue
@@ -224,6 +245,7 @@ class Engine {
   StepStats last_step_;
   int64_t preemptions_ = 0;
   int64_t prefix_queries_ = 0, prefix_hits_ = 0;
+  int64_t spec_drafts_ = 0, spec_draft_tokens_ = 0, spec_accepted_tokens_ = 0;
   bool mrope_ = false;  // the decoder takes three position streams
   int64_t max_step_images_ = 0;  // images one vision run takes
   EncoderCache encoder_cache_;

@@ -334,7 +334,8 @@ TEST_F(EngineTest, ChoicesShareThePromptAndSampleApart) {
 }
 
 // Random arrivals, cancellations, choices, shared prefixes and a cache small
-// enough to preempt: every request that is not cancelled gets exactly its
+// enough to preempt, without and with speculative drafts: every request that
+// is not cancelled gets exactly its
 // solo tokens, and every block comes back.
 TEST_F(EngineTest, RandomTrafficKeepsEveryAnswerAndEveryBlock) {
   auto make = [&](int variant) {
@@ -358,9 +359,13 @@ TEST_F(EngineTest, RandomTrafficKeepsEveryAnswerAndEveryBlock) {
     solo[v] = engine->new_tokens(*id);
   }
   std::mt19937 rng(17);
-  for (int64_t cache : {28, 48, 0, 28, 32}) {
+  // The last three with prompt-lookup drafts (a draft never preempts; a preempted sequence drops its drafts).
+  const std::pair<int64_t, bool> runs[] = {{28, false}, {48, false}, {0, false}, {28, false}, {32, false},
+                                           {28, true},  {48, true},  {0, true}};
+  for (const auto& [cache, speculate] : runs) {
     EngineOptions options;
     options.kv_cache_tokens = cache;
+    if (speculate) options.speculative = {3, 1, 3, 0};
     std::unique_ptr<Engine> engine = MakeEngine(options);
     std::map<int, int> variant_of;  // id -> variant
     std::set<int> cancelled;
@@ -395,6 +400,9 @@ TEST_F(EngineTest, RandomTrafficKeepsEveryAnswerAndEveryBlock) {
     EXPECT_EQ(engine->kv_blocks_free(), engine->kv_blocks()) << cache;
     if (cache == 28) {
       EXPECT_GT(engine->preemptions(), 0);
+    }
+    if (speculate) {
+      EXPECT_GT(engine->spec_accepted_tokens(), 0) << cache;
     }
     EXPECT_GT(engine->prefix_cache_hits(), 0) << cache;
   }

@@ -153,9 +153,20 @@ int32_t Sampler::Sample(std::vector<float>& logits, std::span<const ref::Penalty
 
 namespace ag::runtime {
 
-float Sampler::NextUniform() {
-  const float u = static_cast<float>(std::uniform_real_distribution<double>(0.0, 1.0)(rng_));
+float Sampler::Uniform(std::mt19937_64& rng) {
+  const float u = static_cast<float>(std::uniform_real_distribution<double>(0.0, 1.0)(rng));
   return std::min(u, std::nextafter(1.0f, 0.0f));  // rounding to float must not reach 1
+}
+
+float Sampler::NextUniform() { return Uniform(rng_); }
+
+void Sampler::PeekUniforms(int64_t n, std::vector<float>* out) const {
+  std::mt19937_64 ahead = rng_;
+  for (int64_t i = 0; i < n; ++i) out->push_back(Uniform(ahead));
+}
+
+void Sampler::SkipUniforms(int64_t n) {
+  for (int64_t i = 0; i < n; ++i) Uniform(rng_);
 }
 
 }  // namespace ag::runtime

@@ -97,8 +97,13 @@ class Sampler {
   // The next draw in [0, 1) of this sampler's seeded stream, for sampling where the logits are
   // (Backend::SampleRows): a seed repeats its tokens there too.
   float NextUniform();
+  // The next `n` draws NextUniform would give, not taken (a speculative step's rows each need one
+  // before it is known how many tokens it keeps); SkipUniforms(k) then takes the first k.
+  void PeekUniforms(int64_t n, std::vector<float>* out) const;
+  void SkipUniforms(int64_t n);
 
  private:
+  static float Uniform(std::mt19937_64& rng);
   SamplingParams params_;
   std::mt19937_64 rng_;
   std::vector<int32_t> order_;  // scratch

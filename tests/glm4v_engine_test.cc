@@ -119,6 +119,18 @@ TEST_F(Glm4vEngine, PreemptedImagePromptsAreRecomputedExactly) {
   EXPECT_GT(engine_->preemptions(), 0);
 }
 
+// Prompt-lookup drafts run at the M-RoPE positions after the image (each row's three streams):
+// the tokens and every kept row stay transformers'.
+TEST_F(Glm4vEngine, SpeculativeDraftsChangeNoToken) {
+  runtime::EngineOptions options;
+  options.speculative = {4, 1, 3, 0};
+  runtime::CpuBackend backend;
+  RunAndCheck(CompilePlan({}), backend, /*one_by_one=*/false, options);
+  EXPECT_GT(engine_->spec_accepted_tokens(), 0);  // a kept draft's row is among those checked
+  std::printf("drafts: %lld run, %lld kept\n", static_cast<long long>(engine_->spec_draft_tokens()),
+              static_cast<long long>(engine_->spec_accepted_tokens()));
+}
+
 TEST_F(Glm4vEngine, TensorParallelAndThePlanFile) {
   compiler::CompileOptions options;
   options.tp = 2;
