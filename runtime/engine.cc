@@ -551,7 +551,6 @@ absl::StatusOr<std::vector<TokenEvent>> Engine::Step() {
     } else {
       seq.sampler->PeekUniforms(s.drafts + 1, &uniforms);  // Advance takes those it uses
     }
-    std::optional<PenaltyTracker> ahead;
     for (int64_t r = 0; r <= s.drafts; ++r) {
       RowSampling row;
       row.row = s.choice_row() + r;
@@ -561,10 +560,9 @@ absl::StatusOr<std::vector<TokenEvent>> Engine::Step() {
         if (r == 0) {
           row.penalties = seq.penalties->entries();
         } else {
-          if (!ahead) ahead.emplace(*seq.penalties);
-          ahead->Add(seq.drafts[static_cast<size_t>(r - 1)]);
-          const std::span<const ref::Penalty> entries = ahead->entries();
-          row.penalties = draft_penalties.emplace_back(entries.begin(), entries.end());
+          std::vector<ref::Penalty>& entries = draft_penalties.emplace_back();
+          seq.penalties->EntriesAfter(absl::MakeConstSpan(seq.drafts).first(static_cast<size_t>(r)), &entries);
+          row.penalties = entries;
         }
       }
       rows.push_back(row);

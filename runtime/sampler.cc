@@ -5,6 +5,7 @@
 #include <numeric>
 
 #include "absl/container/flat_hash_set.h"
+#include "absl/container/inlined_vector.h"
 #include "absl/strings/str_cat.h"
 
 namespace ag::runtime {
@@ -85,6 +86,37 @@ void PenaltyTracker::Add(int32_t generated_token) {
   ref::Penalty& entry = EntryOf(seen);
   entry.scale = repetition_;  // generated now (a biased or suppressed id's entry came without it)
   entry.delta = frequency_ * static_cast<float>(seen.generated) + presence_;
+}
+
+void PenaltyTracker::EntriesAfter(absl::Span<const int32_t> more, std::vector<ref::Penalty>* out) const {
+  out->assign(entries_.begin(), entries_.end());
+  struct Touched {
+    int32_t id;
+    size_t entry;
+    int32_t generated;
+  };
+  absl::InlinedVector<Touched, 8> touched;  // the ids of `more` so far, as Add would have left them
+  for (size_t j = 0; j < more.size(); ++j) {
+    if (!suppressed_.empty() && generated_ + static_cast<int64_t>(j) + 1 == suppress_for_) {
+      for (const auto& [entry, bias] : suppressed_) (*out)[static_cast<size_t>(entry)].bias = bias;
+    }
+    if (!any_) continue;
+    const int32_t id = more[j];
+    auto t = std::find_if(touched.begin(), touched.end(), [&](const Touched& x) { return x.id == id; });
+    if (t == touched.end()) {
+      if (const auto it = seen_.find(id); it != seen_.end()) {
+        touched.push_back({id, static_cast<size_t>(it->second.entry), it->second.generated});
+      } else {
+        out->push_back({id});  // as SeenOf makes it
+        touched.push_back({id, out->size() - 1, 0});
+      }
+      t = touched.end() - 1;
+    }
+    ++t->generated;
+    ref::Penalty& entry = (*out)[t->entry];
+    entry.scale = repetition_;
+    entry.delta = frequency_ * static_cast<float>(t->generated) + presence_;
+  }
 }
 
 int32_t Sampler::Sample(std::vector<float>& logits, const std::vector<int32_t>& history, size_t prompt_size) {

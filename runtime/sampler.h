@@ -64,6 +64,9 @@ class PenaltyTracker {
   PenaltyTracker(const SamplingParams& params, absl::Span<const int32_t> prompt);
   void Add(int32_t generated_token);
   std::span<const ref::Penalty> entries() const { return entries_; }
+  // The entries Add would leave after `more` generated tokens, into `out`, the tracker unchanged
+  // (a speculative step's draft rows): a copy of the entries and a patch for each of `more`.
+  void EntriesAfter(absl::Span<const int32_t> more, std::vector<ref::Penalty>* out) const;
 
  private:
   float repetition_, frequency_, presence_;

@@ -258,6 +258,41 @@ TEST(Sampler, SuppressedIdsComeBackAfterMinTokens) {
 // engine sends with a row), against their definitions applied in vLLM's order: the bias, the
 // repetition factor on every id of the prompt or the answer, then frequency x count + presence
 // on the answer's ids. Exact: the same float operations in the same order.
+// A speculative step's draft rows: EntriesAfter(more) is the entry list Add would leave after `more`,
+// entry for entry and in order (new ids appended as first seen), min_tokens' release included.
+TEST(Sampler, EntriesAfterAreWhatAddLeaves) {
+  std::mt19937 rng(5);
+  std::uniform_int_distribution<int32_t> token(0, 11);
+  for (int trial = 0; trial < 400; ++trial) {
+    SamplingParams p;
+    p.frequency_penalty = trial % 3 == 0 ? 0.0f : 0.3f;
+    p.presence_penalty = trial % 4 == 0 ? 0.0f : -0.7f;
+    p.repetition_penalty = trial % 2 == 0 ? 1.0f : 1.2f;
+    if (trial % 5 == 1) p.logit_bias = {{3, 2.0f}, {7, -1.0f}};
+    if (trial % 3 == 2) {
+      p.suppressed_ids = {4, 9};
+      p.suppress_for = 1 + trial % 7;
+    }
+    std::vector<int32_t> prompt(1 + trial % 5), answer(trial % 6), more(trial % 5);
+    for (int32_t& t : prompt) t = token(rng);
+    for (int32_t& t : answer) t = token(rng);
+    for (int32_t& t : more) t = token(rng);
+    PenaltyTracker tracker(p, prompt);
+    for (const int32_t t : answer) tracker.Add(t);
+    std::vector<ref::Penalty> got;
+    tracker.EntriesAfter(more, &got);
+    for (const int32_t t : more) tracker.Add(t);
+    const std::span<const ref::Penalty> want = tracker.entries();
+    ASSERT_EQ(got.size(), want.size()) << trial;
+    for (size_t i = 0; i < want.size(); ++i) {
+      EXPECT_EQ(got[i].id, want[i].id) << trial;
+      EXPECT_EQ(got[i].scale, want[i].scale) << trial;
+      EXPECT_EQ(got[i].delta, want[i].delta) << trial;
+      EXPECT_EQ(got[i].bias, want[i].bias) << trial;
+    }
+  }
+}
+
 TEST(Sampler, TrackedPenaltiesEqualTheirDefinition) {
   std::mt19937 rng(11);
   std::uniform_real_distribution<float> logit(-3.0f, 3.0f), penalty(-2.0f, 2.0f);
