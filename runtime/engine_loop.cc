@@ -68,13 +68,6 @@ void EngineLoop::Deliver(int engine_id, const StreamEvent& event) {
   Active& active = active_.at(handle);
   StreamEvent e = event;
   e.choice = choice;
-  if (e.token >= 0) {  // the engine keeps logprobs only for requests that asked
-    const std::vector<TokenLogprobs> lp = engine_->TakeLogprobs(engine_id);
-    if (!lp.empty()) {
-      e.logprob = lp.back().logprob;
-      for (size_t j = 0; j < lp.back().top_ids.size(); ++j) e.top.push_back({lp.back().top_ids[j], lp.back().top_logprobs[j]});
-    }
-  }
   if (!e.finished) {
     active.callback(e);
     return;
@@ -150,11 +143,26 @@ void EngineLoop::Run() {
       continue;
     }
     UpdateStats(/*stepped=*/true);  // first: a client woken by its last event must see the step's state
-    for (const TokenEvent& e : *events) {
-      StreamEvent event;  // Deliver fills the choice and the logprobs
+    // A request's tokens of the step come together (more than one where drafts were kept), and its
+    // logprobs with them, one each, in order: taken before the first is delivered (the last may release it).
+    std::vector<TokenLogprobs> logprobs;
+    size_t next_logprob = 0;
+    for (size_t i = 0; i < events->size(); ++i) {
+      const TokenEvent& e = (*events)[i];
+      if (i == 0 || (*events)[i - 1].request != e.request) {
+        logprobs.clear();  // the engine keeps them only for requests that asked
+        if (by_engine_id_.contains(e.request)) logprobs = engine_->TakeLogprobs(e.request);
+        next_logprob = 0;
+      }
+      StreamEvent event;  // Deliver fills the choice
       event.token = e.token;
       event.finished = e.finished;
       event.reason = engine_->finish_reason(e.request);
+      if (next_logprob < logprobs.size()) {
+        const TokenLogprobs& lp = logprobs[next_logprob++];
+        event.logprob = lp.logprob;
+        for (size_t j = 0; j < lp.top_ids.size(); ++j) event.top.push_back({lp.top_ids[j], lp.top_logprobs[j]});
+      }
       Deliver(e.request, event);
     }
   }
@@ -177,6 +185,9 @@ void EngineLoop::UpdateStats(bool stepped) {
   stats_.prefix_queries = engine_->prefix_cache_queries();
   stats_.prefix_hits = engine_->prefix_cache_hits();
   stats_.encoder_cache_hits = engine_->encoder_cache_hits();
+  stats_.spec_drafts = engine_->spec_drafts();
+  stats_.spec_draft_tokens = engine_->spec_draft_tokens();
+  stats_.spec_accepted_tokens = engine_->spec_accepted_tokens();
   if (stepped) {
     ++stats_.steps;
     const StepStats& step = engine_->last_step();

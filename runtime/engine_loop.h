@@ -46,6 +46,8 @@ struct LoopStats {
   int64_t steps = 0;
   // GLM-4.1V: images encoded (vision runs' images), images found in the encoder cache.
   int64_t images_encoded = 0, encoder_cache_hits = 0;
+  // Speculative decoding (Engine::spec_drafts and the rest).
+  int64_t spec_drafts = 0, spec_draft_tokens = 0, spec_accepted_tokens = 0;
 };
 
 class EngineLoop {

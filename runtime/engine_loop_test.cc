@@ -160,6 +160,45 @@ TEST_F(EngineLoopTest, RefusalsCancellationAndShutdown) {
   EXPECT_EQ(tokens_after_gate.load(), 0) << "no step after the stop";
 }
 
+// With speculative drafts a step may give a request several tokens: each streams on its own, with
+// its own logprob and alternatives, in order (the plain engine's).
+TEST_F(EngineLoopTest, SeveralTokensAStepStreamEachWithItsLogprob) {
+  Request r;
+  r.prompt = {5, 17, 42, 5, 17};
+  r.max_new_tokens = 40;
+  r.stop_on_eos = false;
+  r.logprobs = 2;
+  r.sampling.frequency_penalty = 0.2f;
+  CpuBackend plain_backend;
+  std::unique_ptr<Engine> plain = MakeEngine(plain_backend);
+  const int id = *plain->Submit(r);
+  while (plain->HasWork()) ASSERT_TRUE(plain->Step().ok());
+  const std::vector<TokenLogprobs> want = plain->TakeLogprobs(id);
+
+  CpuBackend backend;
+  EngineOptions options;
+  options.speculative = {4, 1, 3, 0};
+  EngineLoop loop(std::move(*Engine::Create(tiny_.plan, backend, *tiny_.weights, options)));
+  std::vector<StreamEvent> events;
+  std::promise<void> done;
+  loop.Submit(r, [&](const StreamEvent& e) {
+    events.push_back(e);
+    if (e.finished) done.set_value();
+  });
+  done.get_future().wait();
+  ASSERT_EQ(events.size(), want.size());
+  std::vector<int32_t> tokens;
+  for (size_t i = 0; i < events.size(); ++i) {
+    tokens.push_back(events[i].token);
+    EXPECT_NEAR(events[i].logprob, want[i].logprob, 1e-4) << i;
+    ASSERT_EQ(events[i].top.size(), want[i].top_ids.size()) << i;
+    for (size_t j = 0; j < events[i].top.size(); ++j) EXPECT_EQ(events[i].top[j].first, want[i].top_ids[j]) << i;
+  }
+  EXPECT_EQ(tokens, plain->new_tokens(id));
+  EXPECT_GT(loop.stats().spec_accepted_tokens, 0);
+  EXPECT_LT(loop.stats().steps, static_cast<int64_t>(tokens.size()));  // some steps gave more than one
+}
+
 TEST_F(EngineLoopTest, SubmitAfterStopIsRefusedAtOnce) {
   CpuBackend backend;
   EngineLoop loop(MakeEngine(backend));

@@ -71,6 +71,7 @@ class SpeculativeEngineTest : public ::testing::Test {
     Request logged = r;
     logged.logprobs = 3;
     logged.keep_logits = true;
+    logged.sampling.frequency_penalty = 0.2f;
     out.push_back(logged);
     Request short_one = r;
     short_one.max_new_tokens = 3;

@@ -67,6 +67,10 @@ App::App(AppOptions options) : options_(std::move(options)) {
   prompt_tokens_ = &metrics_.AddCounter("autoglm:prompt_tokens_total", "Prompt tokens of finished requests.");
   generation_tokens_ = &metrics_.AddCounter("autoglm:generation_tokens_total", "Tokens generated.");
   preemptions_ = &metrics_.AddCounter("autoglm:num_preemptions_total", "Sequences preempted for KV-cache space.");
+  spec_drafts_ = &metrics_.AddCounter("autoglm:spec_decode_num_drafts_total", "Sequence steps that ran drafts.");
+  spec_draft_tokens_ = &metrics_.AddCounter("autoglm:spec_decode_num_draft_tokens_total", "Draft tokens run.");
+  spec_accepted_tokens_ =
+      &metrics_.AddCounter("autoglm:spec_decode_num_accepted_tokens_total", "Draft tokens kept (each a step saved).");
   const std::string success = "autoglm:request_success_total", help = "Finished choices, by finish reason.";
   success_stop_ = &metrics_.AddCounter(success, help, "finished_reason=\"stop\"");
   success_length_ = &metrics_.AddCounter(success, help, "finished_reason=\"length\"");
@@ -150,6 +154,10 @@ std::string App::RenderMetrics() {
     prefix_hits_->Add(static_cast<double>(std::max<int64_t>(0, s.prefix_hits - last_stats_.prefix_hits)));
     prefix_queries_->Add(static_cast<double>(std::max<int64_t>(0, s.prefix_queries - last_stats_.prefix_queries)));
     preemptions_->Add(static_cast<double>(std::max<int64_t>(0, s.preemptions - last_stats_.preemptions)));
+    spec_drafts_->Add(static_cast<double>(std::max<int64_t>(0, s.spec_drafts - last_stats_.spec_drafts)));
+    spec_draft_tokens_->Add(static_cast<double>(std::max<int64_t>(0, s.spec_draft_tokens - last_stats_.spec_draft_tokens)));
+    spec_accepted_tokens_->Add(
+        static_cast<double>(std::max<int64_t>(0, s.spec_accepted_tokens - last_stats_.spec_accepted_tokens)));
     encoder_cache_hits_->Add(
         static_cast<double>(std::max<int64_t>(0, s.encoder_cache_hits - last_stats_.encoder_cache_hits)));
     for (const double seconds : model_.loop->TakeEncoderSeconds()) encoder_seconds_->Observe(seconds);

@@ -114,6 +114,7 @@ class App {
   runtime::MetricsRegistry metrics_;
   runtime::Gauge *running_, *waiting_, *kv_usage_;
   runtime::Counter *prefix_hits_, *prefix_queries_, *prompt_tokens_, *generation_tokens_, *preemptions_;
+  runtime::Counter *spec_drafts_, *spec_draft_tokens_, *spec_accepted_tokens_;
   runtime::Counter *success_stop_, *success_length_, *success_abort_;
   runtime::Histogram *ttft_, *tpot_, *e2e_;
   runtime::Counter *mm_images_, *encoder_cache_hits_;

@@ -92,6 +92,56 @@ TEST_F(Cli, CompileInspectAndRunEveryFixtureThroughAPlanFile) {
   }
 }
 
+// autoglm-run --speculative-config: prompt-lookup drafts give every fixture's golden tokens and
+// logits (the rows of kept drafts among them); a bad config is a one-line error naming the field.
+TEST_F(Cli, SpeculativeRunsGiveTheGoldenAnswers) {
+  const std::string spec = R"('{"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 3, "prompt_lookup_min": 1}')";
+  for (const char* fixture : testing::kFixtures) {
+    const std::string model = testing::TestDataDir() + "/" + fixture;
+    for (const testing::GoldenCase& g : testing::LoadGolden(model)) {
+      const std::string out = Path("spec.json");
+      CommandResult r = RunCommand(RunTool() + " --model " + model + " --prompt-ids " + Ids(g.input_ids) +
+                                   " --max-new-tokens " + std::to_string(g.new_tokens.size()) +
+                                   " --speculative-config " + spec + " --output-json " + out);
+      ASSERT_EQ(r.exit_code, 0) << r.err;
+      EXPECT_NE(r.out.find("drafts: "), std::string::npos) << r.out;
+      const nlohmann::json o = nlohmann::json::parse(testing::ReadWhole(out));
+      EXPECT_EQ(o.at("new_tokens").get<std::vector<int32_t>>(), g.new_tokens) << fixture;
+      const auto logits = o.at("logits").get<std::vector<std::vector<float>>>();
+      ASSERT_EQ(logits.size(), g.input_ids.size() + g.new_tokens.size() - 1);
+      for (size_t row = 0; row < logits.size(); ++row) {
+        for (size_t i = 0; i < logits[row].size(); ++i) ASSERT_NEAR(logits[row][i], g.logits[row][i], 1e-3) << fixture;
+      }
+    }
+  }
+  // The goldens are short: a long answer that repeats itself keeps drafts, and is the plain run's.
+  const std::string model = testing::TestDataDir() + "/tiny-glm4";
+  const std::string args = " --model " + model + " --prompt-ids 5,17,42,5,17 --max-new-tokens 40 --output-json ";
+  CommandResult plain = RunCommand(RunTool() + args + Path("plain.json"));
+  ASSERT_EQ(plain.exit_code, 0) << plain.err;
+  CommandResult drafted = RunCommand(RunTool() + args + Path("drafted.json") + " --speculative-config " + spec);
+  ASSERT_EQ(drafted.exit_code, 0) << drafted.err;
+  const size_t at = drafted.out.find("drafts: ");
+  ASSERT_NE(at, std::string::npos) << drafted.out;
+  long long run = 0, kept = 0;
+  ASSERT_EQ(std::sscanf(drafted.out.c_str() + at, "drafts: %lld run, %lld kept", &run, &kept), 2) << drafted.out;
+  EXPECT_GT(kept, 0) << drafted.out;
+  const nlohmann::json a = nlohmann::json::parse(testing::ReadWhole(Path("plain.json")));
+  const nlohmann::json b = nlohmann::json::parse(testing::ReadWhole(Path("drafted.json")));
+  EXPECT_EQ(b.at("new_tokens"), a.at("new_tokens"));
+  const auto want = a.at("logits").get<std::vector<std::vector<float>>>();
+  const auto got = b.at("logits").get<std::vector<std::vector<float>>>();
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t row = 0; row < want.size(); ++row) {
+    for (size_t i = 0; i < want[row].size(); ++i) ASSERT_NEAR(got[row][i], want[row][i], 1e-4) << row;
+  }
+  CommandResult bad = RunCommand(RunTool() + " --model " + testing::TestDataDir() + "/tiny-glm --prompt-ids 5 " +
+                                 R"(--speculative-config '{"method": "ngram", "num_speculative_tokens": 99}')");
+  EXPECT_EQ(bad.exit_code, 1);
+  EXPECT_NE(bad.err.find("num_speculative_tokens"), std::string::npos) << bad.err;
+  EXPECT_EQ(std::count(bad.err.begin(), bad.err.end(), '\n'), 1) << bad.err;
+}
+
 // autoglm-run --tp N, through --model (compiled at that degree) and through a
 // plan compiled with autoglm-compile --tp N, reproduces --tp 1's tokens and
 // logits on every fixture at every degree its heads allow.

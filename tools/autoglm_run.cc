@@ -42,6 +42,7 @@
 #include "models/glm/chat.h"
 #include "models/glm/tokenizer.h"
 #include "runtime/engine.h"
+#include "runtime/speculative.h"
 #include "runtime/weights.h"
 #include "tools/common.h"
 #include "tools/parallel_flags.h"
@@ -72,6 +73,9 @@ ABSL_FLAG(std::string, kv_cache_dtype, "auto", "when compiling: auto (the model'
 ABSL_FLAG(int64_t, max_context, 0, "maximum sequence length (default: the model's max_position_embeddings)");
 ABSL_FLAG(int64_t, kv_cache_tokens, 0, "KV-cache capacity in tokens (default: see --help)");
 ABSL_FLAG(bool, prefix_caching, true, "reuse cached K/V of full blocks with the same prefix (--noprefix-caching: off)");
+ABSL_FLAG(std::string, speculative_config, "",
+          "prompt-lookup drafts, vLLM's JSON: {\"method\": \"ngram\", \"num_speculative_tokens\": 4, "
+          "\"prompt_lookup_max\": 4} (the same tokens, in fewer steps when drafts are kept)");
 ABSL_FLAG(float, temperature, 0.0f, "sampling temperature; 0 is greedy");
 ABSL_FLAG(int32_t, top_k, 0, "sample among the k most likely tokens; 0 is off");
 ABSL_FLAG(float, top_p, 1.0f, "sample among the most likely tokens holding this much probability");
@@ -202,13 +206,14 @@ absl::Status Run() {
   engine_options.max_context = absl::GetFlag(FLAGS_max_context);
   engine_options.kv_cache_tokens = absl::GetFlag(FLAGS_kv_cache_tokens);
   engine_options.prefix_caching = absl::GetFlag(FLAGS_prefix_caching);
+  ASSIGN_OR_RETURN(engine_options.speculative, runtime::ParseSpeculativeConfig(absl::GetFlag(FLAGS_speculative_config)));
   ASSIGN_OR_RETURN(std::unique_ptr<runtime::Engine> engine,
                    runtime::Engine::Create(plan, *backend, *weights, engine_options));
   ASSIGN_OR_RETURN(int id, engine->Submit(std::move(request)));
   const size_t prompt_tokens = engine->prompt(id).size();  // image tokens expanded
 
   double prefill_seconds = 0, decode_seconds = 0;
-  int64_t decode_steps = 0;
+  int64_t decode_steps = 0, decode_tokens = 0;
   std::optional<glm::StreamDecoder> stream;
   if (text_mode) stream.emplace(*tokenizer);
   const std::vector<int64_t>& eos = plan.model.eos_token_ids;
@@ -220,6 +225,7 @@ absl::Status Run() {
     } else {
       decode_seconds += stats.seconds;
       ++decode_steps;
+      decode_tokens += static_cast<int64_t>(events.size());  // more than one where drafts were kept
     }
     if (!stream) continue;
     for (const runtime::TokenEvent& e : events) {
@@ -231,11 +237,16 @@ absl::Status Run() {
     }
   }
   const std::vector<int32_t>& tokens = engine->new_tokens(id);
-  const std::string timing = absl::StrFormat(
-      "time: prefill %.3f ms for %zu prompt tokens; decode %.3f ms/token over %lld steps (%s backend)\n",
+  std::string timing = absl::StrFormat(
+      "time: prefill %.3f ms for %zu prompt tokens; decode %.3f ms/token over %lld steps (%s backend)",
       prefill_seconds * 1e3, prompt_tokens,
-      decode_steps > 0 ? decode_seconds * 1e3 / static_cast<double>(decode_steps) : 0.0,
+      decode_tokens > 0 ? decode_seconds * 1e3 / static_cast<double>(decode_tokens) : 0.0,
       static_cast<long long>(decode_steps), std::string(backend->name()));
+  if (engine_options.speculative.enabled()) {
+    absl::StrAppendFormat(&timing, "; drafts: %lld run, %lld kept", static_cast<long long>(engine->spec_draft_tokens()),
+                          static_cast<long long>(engine->spec_accepted_tokens()));
+  }
+  timing += "\n";
   if (stream) {
     const std::string rest = stream->Finish();
     std::fwrite(rest.data(), 1, rest.size(), stdout);

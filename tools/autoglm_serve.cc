@@ -29,6 +29,7 @@
 #include "models/glm/chat.h"
 #include "runtime/engine.h"
 #include "runtime/engine_loop.h"
+#include "runtime/speculative.h"
 #include "runtime/weights.h"
 #include "serve/app.h"
 #include "serve/http_server.h"
@@ -52,6 +53,9 @@ ABSL_FLAG(int64_t, max_seqs, 16, "when compiling: sequences per step");
 ABSL_FLAG(std::string, kv_cache_dtype, "auto", "when compiling: the KV cache, auto (the model's dtype), fp8 (fp8_e4m3) or int8");
 ABSL_FLAG(int64_t, kv_block_size, 16, "when compiling: tokens per KV-cache block");
 ABSL_FLAG(bool, prefix_caching, true, "reuse cached K/V of shared prompt prefixes");
+ABSL_FLAG(std::string, speculative_config, "",
+          "prompt-lookup drafts, vLLM's JSON: {\"method\": \"ngram\", \"num_speculative_tokens\": 4, "
+          "\"prompt_lookup_max\": 4[, \"prompt_lookup_min\": 2, \"disable_by_batch_size\": 8]}");
 ABSL_FLAG(int32_t, http_threads, 4, "I/O threads serving connections");
 ABSL_FLAG(int64_t, max_body_mb, 8, "largest request body in MiB; larger is answered 413");
 ABSL_FLAG(int64_t, max_stream_backlog_kb, 4096,
@@ -209,6 +213,7 @@ absl::Status Load(Loaded& loaded, serve::App& app, const std::string& device) {
     engine_options.max_context = absl::GetFlag(FLAGS_max_model_len);
   }
   engine_options.prefix_caching = absl::GetFlag(FLAGS_prefix_caching);
+  ASSIGN_OR_RETURN(engine_options.speculative, runtime::ParseSpeculativeConfig(absl::GetFlag(FLAGS_speculative_config)));
   const double gb = absl::GetFlag(FLAGS_kv_cache_gb);
   if (gb < 0 || gb > 1e6) return absl::InvalidArgumentError("--kv-cache-gb must be in [0, 1e6]");
   if (gb > 0) {
@@ -306,6 +311,10 @@ int Serve(const std::vector<std::string>& args) {
   absl::StatusOr<int64_t> image_limit = ParseImageLimit(absl::GetFlag(FLAGS_limit_mm_per_prompt));
   if (!image_limit.ok()) return ReportError("autoglm-serve", image_limit.status());
   options.max_images_per_prompt = *image_limit;
+  // Checked before listening (Load parses it again when it builds the engine).
+  if (absl::Status spec = runtime::ParseSpeculativeConfig(absl::GetFlag(FLAGS_speculative_config)).status(); !spec.ok()) {
+    return ReportError("autoglm-serve", spec);
+  }
   const std::string parser = absl::GetFlag(FLAGS_reasoning_parser);
   if (!parser.empty() && parser != "glm45") {
     return ReportError("autoglm-serve", absl::InvalidArgumentError(

@@ -476,6 +476,61 @@ class TensorParallel(unittest.TestCase):
         self.assertIn("--tp 4 does not divide the 6 attention heads", r.stderr)
 
 
+class Speculative(unittest.TestCase):
+    """--speculative-config (vLLM's ngram method): every answer is the plain server's, token for token
+    and logprob for logprob, greedy or seeded, streamed or not, n choices included; the drafts show in
+    /metrics; a bad config is a one-line error at start-up."""
+
+    def test_drafts_change_no_answer(self):
+        plain = Server()
+        spec = Server("--speculative-config",
+                      '{"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 3, "prompt_lookup_min": 1}')
+        try:
+            bodies = []
+            for prompt in ["the thing the thing the thing", "one", "a b a b a b a"]:
+                base = {"model": NAME, "prompt": prompt, "max_tokens": 40, "ignore_eos": True, "return_token_ids": True}
+                bodies.append({**base, "temperature": 0})
+                bodies.append({**base, "temperature": 0, "top_p": 0.85, "frequency_penalty": 0.2, "logprobs": 2})
+                bodies.append({**base, "temperature": 0.8, "seed": 5, "n": 2, "presence_penalty": 0.5})
+            for body in bodies:
+                a_status, a = plain.post("/v1/completions", body)
+                b_status, b = spec.post("/v1/completions", body)
+                self.assertEqual((a_status, b_status), (200, 200), (a, b))
+                for ca, cb in zip(a["choices"], b["choices"]):
+                    self.assertEqual(cb["token_ids"], ca["token_ids"], body)
+                    self.assertEqual(cb["text"], ca["text"], body)
+                    self.assertEqual(cb["finish_reason"], ca["finish_reason"], body)
+                    if ca.get("logprobs"):
+                        self.assertEqual(cb["logprobs"]["tokens"], ca["logprobs"]["tokens"])
+                        for x, y in zip(ca["logprobs"]["token_logprobs"], cb["logprobs"]["token_logprobs"]):
+                            self.assertAlmostEqual(x, y, places=4)
+                self.assertEqual(b["usage"], a["usage"])
+            # Streamed through the official client: the same text, delta by delta.
+            for s in (plain, spec):
+                s.text = "".join(c.choices[0].text for c in s.client().completions.create(
+                    model=NAME, prompt="a b a b a b a", max_tokens=40, temperature=0, stream=True,
+                    extra_body={"ignore_eos": True}))
+            self.assertEqual(spec.text, plain.text)
+            m = spec.metrics()
+            self.assertGreater(m["autoglm:spec_decode_num_accepted_tokens_total"], 0)
+            self.assertGreater(m["autoglm:spec_decode_num_draft_tokens_total"],
+                               m["autoglm:spec_decode_num_accepted_tokens_total"])
+            self.assertGreater(m["autoglm:spec_decode_num_drafts_total"], 0)
+            self.assertEqual(plain.metrics()["autoglm:spec_decode_num_drafts_total"], 0)
+        finally:
+            self.assertEqual(plain.stop(), 0, "".join(plain.log[-40:]))
+            self.assertEqual(spec.stop(), 0, "".join(spec.log[-40:]))
+
+    def test_a_bad_config_ends_the_server(self):
+        ensure_tokenizer()
+        r = subprocess.run([SERVE, "--model", MODEL, "--device", "cpu", "--host", "127.0.0.1", "--port", "0",
+                            "--speculative-config", '{"method": "eagle", "num_speculative_tokens": 2}'],
+                           capture_output=True, text=True, timeout=60)
+        self.assertEqual(r.returncode, 1)
+        self.assertIn("--speculative-config: 'method'", r.stderr)
+        self.assertEqual(r.stderr.count("\n"), 1, r.stderr)
+
+
 class Deployment(unittest.TestCase):
     """The Dockerfile and deploy/ cannot be built or applied here; at least their flags and
     environment variables must be ones autoglm-serve knows."""
