@@ -31,6 +31,7 @@
 #include "compiler/summary.h"
 #include "compiler/roofline.h"
 #include "ir/status_macros.h"
+#include "runtime/speculative.h"
 #include "runtime/weights.h"
 #include "tools/common.h"
 #include "tools/parallel_flags.h"
@@ -40,6 +41,9 @@ ABSL_FLAG(std::string, device, "cuda", "cuda or cpu");
 ABSL_FLAG(int64_t, prompt_len, 512, "prompt tokens for the time to first token");
 ABSL_FLAG(int64_t, context, 512, "tokens already cached when a decode step runs");
 ABSL_FLAG(std::vector<std::string>, batches, std::vector<std::string>({"1", "8", "32"}), "decode batch sizes");
+ABSL_FLAG(std::vector<std::string>, verify_rows, std::vector<std::string>(),
+          "speculative decoding's verify steps: each decode sequence feeds this many rows (its last token and "
+          "drafts, every row's logits), timed beside the one-row step (e.g. 2,3,5)");
 ABSL_FLAG(int32_t, iterations, 50, "timed steps per measurement");
 ABSL_FLAG(int32_t, warmup, 5, "untimed steps first");
 ABSL_FLAG(std::string, json, "", "also write the results here");
@@ -106,12 +110,14 @@ absl::Status FillContexts(runtime::Backend& backend, const compiler::Plan& plan,
   return absl::OkStatus();
 }
 
-// One decode step: each of `batch` sequences adds its token at position context - 1.
-runtime::StepBatch DecodeStep(const compiler::Plan& plan, int64_t batch, int64_t context, int64_t per_seq) {
+// One decode step: each of `batch` sequences adds its token at position context - 1; with `rows` > 1 a
+// speculative verify step, the sequence's last `rows` positions (a token and its drafts), each with logits.
+runtime::StepBatch DecodeStep(const compiler::Plan& plan, int64_t batch, int64_t context, int64_t per_seq,
+                              int64_t rows = 1) {
   runtime::StepBatch b;
   b.max_blocks = per_seq;
   for (int64_t s = 0; s < batch; ++s) {
-    AddSequence(b, s, context - 1, 1, per_seq, plan.kv.block_size, plan.model.vocab_size, true);
+    AddSequence(b, s, context - rows, rows, per_seq, plan.kv.block_size, plan.model.vocab_size, true);
   }
   return b;
 }
@@ -175,6 +181,15 @@ absl::Status Run() {
     if (!absl::SimpleAtoi(b, &v) || v <= 0) return absl::InvalidArgumentError("--batches takes positive integers");
     batches.push_back(v);
   }
+  std::vector<int64_t> verify_rows;
+  for (const std::string& r : absl::GetFlag(FLAGS_verify_rows)) {
+    int64_t v = 0;
+    if (!absl::SimpleAtoi(r, &v) || v < 2 || v > 1 + runtime::kMaxSpeculativeTokens) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--verify-rows takes integers in [2, ", 1 + runtime::kMaxSpeculativeTokens, "]"));
+    }
+    verify_rows.push_back(v);
+  }
   const bool profile = absl::GetFlag(FLAGS_profile);
   if (profile) batches = {absl::GetFlag(FLAGS_profile_batch)};
   if (batches.front() <= 0) return absl::InvalidArgumentError("--profile-batch must be positive");
@@ -185,7 +200,9 @@ absl::Status Run() {
 
   compiler::CompileOptions options;
   options.build.dtype = device == "cuda" ? ir::DType::kBF16 : ir::DType::kF32;
-  options.build.max_batch_tokens = std::max<int64_t>({prompt, max_batch, 64});
+  const int64_t most_rows = verify_rows.empty() ? 1 : *std::max_element(verify_rows.begin(), verify_rows.end());
+  if (most_rows >= context) return absl::InvalidArgumentError("--verify-rows must be below --context");
+  options.build.max_batch_tokens = std::max<int64_t>({prompt, max_batch * most_rows, 64});
   options.build.max_seqs = max_batch;
   ASSIGN_OR_RETURN(options.quant, QuantPolicyFromFlags(absl::GetFlag(FLAGS_quantize), absl::GetFlag(FLAGS_quantize_policy)));
   ASSIGN_OR_RETURN(options.build.kv_dtype, ParseKvCacheDType(absl::GetFlag(FLAGS_kv_cache_dtype)));
@@ -254,6 +271,22 @@ absl::Status Run() {
                                  {"floor_ms", floor},
                                  {"bytes", weight_bytes + kv_bytes},
                                  {"tokens_per_s", 1e3 * static_cast<double>(batch) / median}});
+    // Speculative verify steps: what a step of `rows` rows a sequence costs beside the one-row step,
+    // and so how many drafts a step must keep, on average, to be faster per token (break-even).
+    for (const int64_t rows : verify_rows) {
+      const runtime::StepBatch v = DecodeStep(plan, batch, context, per_seq, rows);
+      ASSIGN_OR_RETURN(std::vector<double> vms, backend->TimeExecute(v, warmup, iterations));
+      const double verify = Median(vms);
+      std::printf("%-28s %12.3f %12s %10s  (%.2fx the one-row step: pays when more than %.2f drafts are kept)\n",
+                  absl::StrFormat("verify batch=%d rows=%d", batch, rows).c_str(), verify, "-", "-",
+                  verify / median, verify / median - 1.0);
+      results["verify"].push_back({{"batch", batch},
+                                   {"rows", rows},
+                                   {"context", context},
+                                   {"median_ms", verify},
+                                   {"ratio_to_decode", verify / median},
+                                   {"break_even_kept", verify / median - 1.0}});
+    }
   }
   const std::string json_path = absl::GetFlag(FLAGS_json);
   if (!json_path.empty()) {
