@@ -149,6 +149,28 @@ TEST_P(GpuFixtures, EmbeddingTableOnTheHostChangesNothing) {
   }
 }
 
+// Speculative drafts (verify steps of a token and up to four drafts a sequence: the skinny kernel and
+// the decode attention over several rows of one sequence, device argmax over every row): the
+// answers stay golden's and the CPU's, batched and staggered. Not bit for bit the plain GPU run's: a
+// verify row's logits come from the several-row kernels, whose rounding differs from the GEMV's.
+TEST_P(GpuFixtures, SpeculativeDraftsMatchGoldenAndTheCpu) {
+  SKIP_WITHOUT_GPU();
+  const std::vector<GoldenCase> cases = testing::LoadGolden(testing::TestDataDir() + "/" + GetParam());
+  runtime::EngineOptions options;
+  options.speculative = {4, 1, 3, 0};
+  FixtureRunner gpu(GetParam(), Bf16Options(), Gpu());
+  gpu.set_engine_options(options);
+  FixtureRunner cpu(GetParam(), gpu.plan());
+  const std::vector<Generation> g = gpu.Run(cases, /*stagger=*/true);
+  const std::vector<Generation> c = cpu.Run(cases, /*stagger=*/true);
+  EXPECT_GT(gpu.draft_tokens(), 0);
+  for (size_t i = 0; i < cases.size(); ++i) {
+    const std::string what = std::string(GetParam()) + " drafted request " + std::to_string(i);
+    ExpectMatchesGolden(g[i], c[i], cases[i], what);
+    ExpectNearTheCpu(g[i], c[i], cases[i], what);
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Fixtures, GpuFixtures, ::testing::ValuesIn(testing::kFixtures), FixtureName);
 
 // Pre-quantized checkpoints as they are (issue 18): GPTQ with act order (its inputs sorted by

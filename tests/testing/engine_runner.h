@@ -53,12 +53,14 @@ class FixtureRunner {
   }
 
   const compiler::Plan& plan() const { return plan_; }
+  // The engine options of the next Run (speculative drafts, a cache size).
+  void set_engine_options(const runtime::EngineOptions& options) { engine_options_ = options; }
 
   // Runs the cases as concurrent requests; `stagger` submits request i only
   // after i engine steps, so steps mix decode tokens with prefill chunks.
   std::vector<Generation> Run(const std::vector<GoldenCase>& cases, bool stagger = false) {
     weights_ = std::make_unique<runtime::CheckpointWeights>(*checkpoint_);
-    absl::StatusOr<std::unique_ptr<runtime::Engine>> engine = runtime::Engine::Create(plan_, *backend_, *weights_, {});
+    absl::StatusOr<std::unique_ptr<runtime::Engine>> engine = runtime::Engine::Create(plan_, *backend_, *weights_, engine_options_);
     EXPECT_TRUE(engine.ok()) << engine.status();
     std::vector<int> ids;
     size_t submitted = 0;
@@ -86,6 +88,7 @@ class FixtureRunner {
       max_step_seqs_ = std::max(max_step_seqs_, (*engine)->last_step().sequences);
       mixed_steps_ += (*engine)->last_step().prefill_tokens > 0 && (*engine)->last_step().decode_tokens > 0;
     }
+    draft_tokens_ = (*engine)->spec_draft_tokens();
     std::vector<Generation> out;
     for (int id : ids) out.push_back({(*engine)->new_tokens(id), (*engine)->logits(id)});
     return out;
@@ -94,6 +97,7 @@ class FixtureRunner {
   int64_t max_step_seqs() const { return max_step_seqs_; }
   int64_t steps() const { return steps_; }  // engine steps of the last Run
   int64_t mixed_steps() const { return mixed_steps_; }
+  int64_t draft_tokens() const { return draft_tokens_; }  // speculative drafts the last Run ran
 
  private:
   std::string dir_;
@@ -101,6 +105,8 @@ class FixtureRunner {
   std::unique_ptr<glm::Checkpoint> checkpoint_;
   std::unique_ptr<runtime::CheckpointWeights> weights_;
   compiler::Plan plan_;
+  runtime::EngineOptions engine_options_;
+  int64_t draft_tokens_ = 0;
   int64_t max_step_seqs_ = 0;
   int64_t mixed_steps_ = 0;
   int64_t steps_ = 0;
