@@ -39,6 +39,14 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const compiler::Plan& pla
     return absl::InvalidArgumentError(absl::StrCat("max context (", options.max_context, ") and KV-cache tokens (",
                                                    options.kv_cache_tokens, ") must not be negative (0: default)"));
   }
+  const SpeculativeOptions& spec = options.speculative;
+  if (spec.num_tokens < 0 || spec.num_tokens > kMaxSpeculativeTokens || spec.disable_by_batch_size < 0 ||
+      (spec.enabled() && (spec.lookup_min < 1 || spec.lookup_min > spec.lookup_max || spec.lookup_max > kMaxLookup))) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "speculative decoding: ", spec.num_tokens, " drafts (at most ", kMaxSpeculativeTokens, "), n-grams of ",
+        spec.lookup_min, " to ", spec.lookup_max, " tokens (1 <= min <= max <= ", kMaxLookup, ") and a batch limit of ",
+        spec.disable_by_batch_size, " (0: none) are not a setting"));
+  }
   const int64_t model_max = plan.model.max_position_embeddings;
   engine->max_context_ = options.max_context > 0 ? options.max_context : model_max;
   if (engine->max_context_ > model_max) {

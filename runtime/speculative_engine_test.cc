@@ -154,5 +154,18 @@ TEST_F(SpeculativeEngineTest, GivesThePlainAnswersInFewerSteps) {
   }
 }
 
+TEST_F(SpeculativeEngineTest, RefusesSettingsOutsideTheirBounds) {
+  for (const SpeculativeOptions bad : {SpeculativeOptions{-1, 1, 1, 0}, SpeculativeOptions{33, 1, 1, 0},
+                                       SpeculativeOptions{2, 0, 1, 0}, SpeculativeOptions{2, 3, 2, 0},
+                                       SpeculativeOptions{2, 1, 65, 0}, SpeculativeOptions{2, 1, 2, -1}}) {
+    CpuBackend backend;
+    EngineOptions options;
+    options.speculative = bad;
+    absl::StatusOr<std::unique_ptr<Engine>> engine = Engine::Create(tiny_.plan, backend, *tiny_.weights, options);
+    ASSERT_FALSE(engine.ok()) << bad.num_tokens << " " << bad.lookup_min << " " << bad.lookup_max;
+    EXPECT_NE(engine.status().message().find("speculative decoding"), std::string::npos) << engine.status();
+  }
+}
+
 }  // namespace
 }  // namespace ag::runtime
