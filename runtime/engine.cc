@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <bit>
 #include <chrono>
+#include <cmath>
 #include <deque>
 #include <limits>
 
@@ -114,6 +115,12 @@ absl::StatusOr<int> Engine::Submit(Request request) {
                                                    "] (the max new tokens), got ", request.min_new_tokens));
   }
   RETURN_IF_ERROR(request.sampling.Validate());
+  if (request.constraint && ((!request.stop_on_eos || plan_.model.eos_token_ids.empty()) && request.stop_ids.empty())) {
+    return absl::InvalidArgumentError("a constrained request must be able to end (end-of-sequence or stop ids)");
+  }
+  if (request.constraint && request.min_new_tokens > 0) {
+    return absl::InvalidArgumentError("a constrained request cannot also hold its end back (min new tokens)");
+  }
   if (request.prompt_logits || request.keep_logits) {
     // Kept logits rows are host memory too: one vocabulary-wide float row per position.
     const int64_t rows = n + std::min(request.max_new_tokens, max_context_);
@@ -135,9 +142,14 @@ absl::StatusOr<int> Engine::Submit(Request request) {
       for (const int64_t id : plan_.model.eos_token_ids) sampling.suppressed_ids.push_back(static_cast<int32_t>(id));
     }
   }
-  if (!seq->request.sampling.IsPlainGreedy()) {
+  if (seq->request.constraint) {
+    seq->constraint = seq->request.constraint();
+    if (seq->constraint == nullptr) return absl::InvalidArgumentError("the request's constraint factory made none");
+  }
+  if (!seq->request.sampling.IsPlainGreedy() || seq->constraint != nullptr) {
     seq->sampler.emplace(seq->request.sampling);
-    seq->sample_where_logits_are = backend_.SamplesWhereLogitsAre();
+    // A constraint's mask is the host's: its row comes back.
+    seq->sample_where_logits_are = backend_.SamplesWhereLogitsAre() && seq->constraint == nullptr;
     if (seq->request.sampling.HasPenalty()) seq->penalties.emplace(seq->request.sampling, seq->request.prompt);
   }
   seq->logits_from = seq->request.prompt_logits ? 0 : n - 1;
@@ -313,7 +325,7 @@ void Engine::AddDrafts(std::vector<int64_t>& tokens, int64_t& budget) {
   if (spec.disable_by_batch_size > 0 && static_cast<int64_t>(running_.size()) > spec.disable_by_batch_size) return;
   for (size_t i = 0; i < running_.size() && budget > 0; ++i) {
     Sequence* seq = running_[i];
-    if (tokens[i] != 1 || seq->pending() != 1) continue;
+    if (tokens[i] != 1 || seq->pending() != 1 || seq->constraint != nullptr) continue;
     // All drafts kept, the step emits one token more than it has drafts: within max_new_tokens, and
     // every row's position inside the context (the sequence finishes at its end first).
     const int64_t generated = static_cast<int64_t>(seq->generated.size());
@@ -449,7 +461,21 @@ absl::Status Engine::StepImages(const std::vector<int64_t>& tokens, StepStats& s
 // Keeps the logits rows the sequence asked for, picks its next token when the step reached its last
 // known token (and one more for each draft the token before it equals), and finishes it on eos,
 // a stop id, length or context.
-void Engine::Advance(const Slice& s, absl::Span<const int32_t> chosen, std::vector<Emitted>* emitted) {
+void Engine::Constrain(const Sequence& seq, std::vector<float>& logits) const {
+  std::vector<std::pair<int32_t, float>> ends;
+  auto end = [&](int64_t id) {
+    if (id >= 0 && id < static_cast<int64_t>(logits.size())) ends.emplace_back(static_cast<int32_t>(id), logits[id]);
+  };
+  if (seq.request.stop_on_eos) {
+    for (const int64_t id : plan_.model.eos_token_ids) end(id);
+  }
+  for (const int32_t id : seq.request.stop_ids) end(id);
+  const bool complete = seq.constraint->Complete();
+  seq.constraint->Mask(logits.data(), static_cast<int64_t>(logits.size()));
+  for (const auto& [id, logit] : ends) logits[id] = complete ? logit : -INFINITY;
+}
+
+absl::Status Engine::Advance(const Slice& s, absl::Span<const int32_t> chosen, std::vector<Emitted>* emitted) {
   Sequence& seq = *s.seq;
   const int64_t vocab = plan_.model.vocab_size;
   auto row = [&](int64_t r) {
@@ -470,7 +496,7 @@ void Engine::Advance(const Slice& s, absl::Span<const int32_t> chosen, std::vect
     ReleaseFollowers(seq);  // its prompt's full blocks are cached now
     for (ImageSpan& span : seq.images.spans) span.encoded.reset();  // in the KV cache now (and maybe the encoder cache)
   }
-  if (!s.emits_token) return;
+  if (!s.emits_token) return absl::OkStatus();
   const int64_t first = static_cast<int64_t>(s.logit_positions.size()) - 1 - s.drafts;  // the slice's choice row
   int64_t emits = 0;
   for (int64_t r = 0; r <= s.drafts; ++r) {
@@ -485,16 +511,22 @@ void Engine::Advance(const Slice& s, absl::Span<const int32_t> chosen, std::vect
       token = chosen[static_cast<size_t>(r)];
     } else if (seq.sampler.has_value()) {
       std::vector<float> scratch = row(first + r);  // the penalties have every token before this one
+      if (seq.constraint != nullptr) Constrain(seq, scratch);
       token = seq.sampler->Sample(scratch, seq.penalties.has_value() ? seq.penalties->entries()
                                                                      : std::span<const ref::Penalty>());
     } else {
       token = next_buffer_[s.first_logit + first + r];
     }
+    const std::vector<int64_t>& eos = plan_.model.eos_token_ids;
+    const std::vector<int32_t>& stop = seq.request.stop_ids;
+    const bool ends = (seq.request.stop_on_eos && std::find(eos.begin(), eos.end(), token) != eos.end()) ||
+                      std::find(stop.begin(), stop.end(), token) != stop.end();
+    if (seq.constraint != nullptr && !ends && !seq.constraint->Accept(token)) {
+      return absl::InternalError(absl::StrCat("request ", seq.id, ": token ", token, " is outside its constraint"));
+    }
     seq.generated.push_back(token);
     ++emits;
     if (seq.penalties.has_value()) seq.penalties->Add(token);
-    const std::vector<int64_t>& eos = plan_.model.eos_token_ids;
-    const std::vector<int32_t>& stop = seq.request.stop_ids;
     if (seq.request.stop_on_eos && std::find(eos.begin(), eos.end(), token) != eos.end()) {
       Finish(seq, FinishReason::kEos);
     } else if (std::find(stop.begin(), stop.end(), token) != stop.end()) {
@@ -516,6 +548,7 @@ void Engine::Advance(const Slice& s, absl::Span<const int32_t> chosen, std::vect
     last_step_.accepted_tokens += emits - 1;
     seq.drafts.clear();
   }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<std::vector<TokenEvent>> Engine::Step() {
@@ -591,7 +624,7 @@ absl::StatusOr<std::vector<TokenEvent>> Engine::Step() {
   for (size_t i = 0; i < slices.size(); ++i) {
     const Slice& s = slices[i];
     emitted.clear();
-    Advance(s, chosen[i], &emitted);
+    RETURN_IF_ERROR(Advance(s, chosen[i], &emitted));
     for (const Emitted& e : emitted) {
       events.push_back(e.event);
       if (s.seq->request.logprobs < 0) continue;

@@ -24,6 +24,7 @@
 #include "runtime/backend.h"
 #include "image/preprocess.h"
 #include "runtime/block_pool.h"
+#include "runtime/constraint.h"
 #include "runtime/multimodal.h"
 #include "runtime/sampler.h"
 #include "runtime/speculative.h"
@@ -60,6 +61,10 @@ struct Request {
   // logits -inf) until this many new tokens exist. At most max_new_tokens.
   int64_t min_new_tokens = 0;
   SamplingParams sampling;
+  // Structured output (OpenAI's response_format): each choice's tokens follow its constraint, and it
+  // may end (eos with stop_on_eos, or a stop id) only once the constraint is complete -- then it must.
+  // Needs an end (stop_on_eos or stop_ids) and no min_new_tokens. Sampled on the host, no drafts.
+  ConstraintFactory constraint;
 };
 
 enum class FinishReason { kNone, kLength, kEos, kContext, kStop, kCancelled };
@@ -151,6 +156,7 @@ class Engine {
     std::optional<PenaltyTracker> penalties;  // with any penalty: kept up to date as tokens come
     bool sample_where_logits_are = false;     // through Backend::SampleRows
     std::vector<int32_t> drafts;  // this step's speculative tokens after the last known one (PlanStep to Advance)
+    std::unique_ptr<TokenConstraint> constraint;  // Request::constraint's, this sequence's own
     FinishReason finish = FinishReason::kNone;
 
     explicit Sequence(int64_t block_size) : table(block_size) {}
@@ -216,7 +222,10 @@ class Engine {
                              absl::flat_hash_set<ImageHash, ImageHashOf>& encoding);
   // Moves a sequence past its part of the step. `chosen`: the tokens Backend::SampleRows picked for
   // the slice's choice row and draft rows, or empty. Appends the tokens it emits.
-  void Advance(const Slice& slice, absl::Span<const int32_t> chosen, std::vector<Emitted>* emitted);
+  absl::Status Advance(const Slice& slice, absl::Span<const int32_t> chosen, std::vector<Emitted>* emitted);
+  // A constrained sequence's logits row before it samples: the constraint's mask, and the ends
+  // (end-of-sequence ids, stop ids) let through exactly when the constraint is complete.
+  void Constrain(const Sequence& seq, std::vector<float>& logits) const;
   void Finish(Sequence& seq, FinishReason reason);
   void Preempt(Sequence& seq);
   void ReleaseFollowers(Sequence& seq);  // its waiting choices go to the head of the queue

@@ -1,0 +1,30 @@
+// Structured output: a per-sequence rule on which tokens may come next (OpenAI's response_format).
+// The engine applies it where the host sees the logits: a constrained sequence samples on the host
+// (its logits row comes back from the device), and runs no speculative drafts.
+#ifndef AUTOGLM_RUNTIME_CONSTRAINT_H_
+#define AUTOGLM_RUNTIME_CONSTRAINT_H_
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+
+namespace ag::runtime {
+
+class TokenConstraint {
+ public:
+  virtual ~TokenConstraint() = default;
+  // Sets to -inf the logits (`n` of them, ids 0 .. n-1) of every token that may not come next. The
+  // end-of-sequence and stop ids are the engine's: it lets them through exactly when Complete().
+  virtual void Mask(float* logits, int64_t n) = 0;
+  // Moves past a chosen token; false if the token was not allowed (Mask left it -inf).
+  virtual bool Accept(int32_t token) = 0;
+  // Whether the text so far is a whole answer (the sequence may end, and nothing else may come).
+  virtual bool Complete() const = 0;
+};
+
+// Makes one sequence's constraint (each of a request's n choices gets its own).
+using ConstraintFactory = std::function<std::unique_ptr<TokenConstraint>()>;
+
+}  // namespace ag::runtime
+
+#endif  // AUTOGLM_RUNTIME_CONSTRAINT_H_

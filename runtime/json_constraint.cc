@@ -1,0 +1,331 @@
+#include "runtime/json_constraint.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+#include "absl/strings/str_cat.h"
+
+namespace ag::runtime {
+namespace {
+
+constexpr const char* kLiterals[] = {"true", "false", "null"};
+
+bool IsSpace(uint8_t c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
+bool IsDigit(uint8_t c) { return c >= '0' && c <= '9'; }
+bool IsHex(uint8_t c) { return IsDigit(c) || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F'); }
+
+}  // namespace
+
+bool JsonState::StartValue(uint8_t c) {
+  switch (c) {
+    case '{':
+    case '[':
+      if (stack_.size() >= kMaxDepth) return false;
+      stack_.push_back(static_cast<char>(c));
+      mode_ = c == '{' ? kObjectFirst : kArrayFirst;
+      return true;
+    case '"':
+      mode_ = kString;
+      key_ = false;
+      return true;
+    case '-':
+      mode_ = kNumber;
+      number_ = kMinus;
+      return true;
+    case 't':
+    case 'f':
+    case 'n':
+      mode_ = kLiteral;
+      literal_ = c == 't' ? 0 : c == 'f' ? 1 : 2;
+      literal_pos_ = 1;
+      return true;
+    default:
+      if (!IsDigit(c)) return false;
+      mode_ = kNumber;
+      number_ = c == '0' ? kZero : kInt;
+      return true;
+  }
+}
+
+bool JsonState::Close(uint8_t c) {
+  if (stack_.empty() || static_cast<uint8_t>(stack_.back()) != (c == '}' ? '{' : '[')) return false;
+  stack_.pop_back();
+  AfterValue();
+  return true;
+}
+
+bool JsonState::Feed(uint8_t c) {
+  switch (mode_) {
+    case kStart:  // the answer starts with its object's brace
+      if (c != '{') return false;
+      stack_.push_back('{');
+      mode_ = kObjectFirst;
+      return true;
+    case kValue:
+      return IsSpace(c) || StartValue(c);
+    case kArrayFirst:
+      return IsSpace(c) || (c == ']' ? Close(c) : StartValue(c));
+    case kObjectFirst:
+    case kKey:
+      if (IsSpace(c)) return true;
+      if (c == '}' && mode_ == kObjectFirst) return Close(c);
+      if (c != '"') return false;
+      mode_ = kString;
+      key_ = true;
+      return true;
+    case kColon:
+      if (IsSpace(c)) return true;
+      if (c != ':') return false;
+      mode_ = kValue;
+      return true;
+    case kAfter:
+      if (IsSpace(c)) return true;
+      if (c == ',') {
+        mode_ = stack_.back() == '{' ? kKey : kValue;
+        return true;
+      }
+      return (c == '}' || c == ']') && Close(c);
+    case kString:
+      if (utf8_left_ > 0) {  // inside a multi-byte character
+        if (c < utf8_lo_ || c > utf8_hi_) return false;
+        --utf8_left_;
+        utf8_lo_ = 0x80;
+        utf8_hi_ = 0xBF;
+        return true;
+      }
+      if (c == '"') {
+        if (key_) {
+          mode_ = kColon;
+        } else {
+          AfterValue();
+        }
+        return true;
+      }
+      if (c == '\\') {
+        mode_ = kEscape;
+        return true;
+      }
+      if (c < 0x20) return false;  // control characters are escaped in JSON
+      if (c < 0x80) return true;
+      // UTF-8's lead bytes and the range of the byte after each (no overlong forms, no surrogates, <= U+10FFFF).
+      if (c >= 0xC2 && c <= 0xDF) {
+        utf8_left_ = 1;
+      } else if (c >= 0xE0 && c <= 0xEF) {
+        utf8_left_ = 2;
+        if (c == 0xE0) utf8_lo_ = 0xA0;
+        if (c == 0xED) utf8_hi_ = 0x9F;
+      } else if (c >= 0xF0 && c <= 0xF4) {
+        utf8_left_ = 3;
+        if (c == 0xF0) utf8_lo_ = 0x90;
+        if (c == 0xF4) utf8_hi_ = 0x8F;
+      } else {
+        return false;
+      }
+      return true;
+    case kEscape:
+      if (c == 'u') {
+        mode_ = kUnicode;
+        hex_left_ = 4;
+        return true;
+      }
+      if (c != '"' && c != '\\' && c != '/' && c != 'b' && c != 'f' && c != 'n' && c != 'r' && c != 't') return false;
+      mode_ = kString;
+      return true;
+    case kUnicode:
+      if (!IsHex(c)) return false;
+      if (--hex_left_ == 0) mode_ = kString;
+      return true;
+    case kNumber:
+      switch (number_) {
+        case kMinus:
+          if (!IsDigit(c)) return false;
+          number_ = c == '0' ? kZero : kInt;
+          return true;
+        case kZero:
+        case kInt:
+        case kFrac:
+        case kExp:
+          if (IsDigit(c) && number_ != kZero) return true;
+          if (c == '.' && (number_ == kZero || number_ == kInt)) {
+            number_ = kDot;
+            return true;
+          }
+          if ((c == 'e' || c == 'E') && number_ != kExp) {
+            number_ = kE;
+            return true;
+          }
+          // The number ended here (a root is an object: it is inside one): the byte is what follows it.
+          mode_ = kAfter;
+          return Feed(c);
+        case kDot:
+          if (!IsDigit(c)) return false;
+          number_ = kFrac;
+          return true;
+        case kE:
+          if (c == '+' || c == '-') {
+            number_ = kESign;
+            return true;
+          }
+          [[fallthrough]];
+        case kESign:
+          if (!IsDigit(c)) return false;
+          number_ = kExp;
+          return true;
+      }
+      return false;
+    case kLiteral: {
+      const char* word = kLiterals[literal_];
+      if (c != static_cast<uint8_t>(word[literal_pos_])) return false;
+      if (word[++literal_pos_] == '\0') AfterValue();
+      return true;
+    }
+    case kDone:
+      return false;
+  }
+  return false;
+}
+
+bool JsonState::Feed(absl::string_view bytes) {
+  for (const char c : bytes) {
+    if (!Feed(static_cast<uint8_t>(c))) return false;
+  }
+  return true;
+}
+
+std::string JsonState::Key() const {
+  std::string key = {static_cast<char>(mode_), static_cast<char>(key_), static_cast<char>(utf8_left_),
+                     static_cast<char>(utf8_lo_), static_cast<char>(utf8_hi_), static_cast<char>(hex_left_),
+                     static_cast<char>(number_), static_cast<char>(literal_), static_cast<char>(literal_pos_)};
+  return key + stack_;
+}
+
+absl::StatusOr<std::shared_ptr<JsonVocabulary>> JsonVocabulary::Build(
+    int32_t ordinary, int32_t vocab, const std::function<bool(int32_t, std::string*)>& token_bytes) {
+  if (ordinary < 0 || ordinary > vocab) {
+    return absl::InvalidArgumentError(absl::StrCat("JSON mode: ", ordinary, " ordinary tokens in a vocabulary of ", vocab));
+  }
+  auto v = std::make_shared<JsonVocabulary>();
+  v->vocab_ = vocab;
+  std::vector<std::string> tokens(static_cast<size_t>(ordinary));
+  std::vector<bool> single(128, false);
+  for (int32_t id = 0; id < ordinary; ++id) {
+    if (!token_bytes(id, &tokens[id])) return absl::InternalError(absl::StrCat("JSON mode: no bytes for token ", id));
+    if (tokens[id].size() == 1) single[static_cast<uint8_t>(tokens[id][0]) & 0x7F] = true;
+  }
+  for (int c = 0x20; c < 0x7F; ++c) {
+    if (!single[c]) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("JSON mode needs a token for each printable ASCII character; this vocabulary has none for '",
+                       std::string(1, static_cast<char>(c)), "'"));
+    }
+  }
+  v->ids_.resize(tokens.size());
+  std::iota(v->ids_.begin(), v->ids_.end(), 0);
+  std::sort(v->ids_.begin(), v->ids_.end(), [&](int32_t a, int32_t b) { return tokens[a] < tokens[b]; });
+  v->offsets_.push_back(0);
+  v->sorted_index_.resize(tokens.size());
+  for (size_t i = 0; i < v->ids_.size(); ++i) v->sorted_index_[static_cast<size_t>(v->ids_[i])] = static_cast<uint32_t>(i);
+  const std::string* previous = nullptr;
+  for (const int32_t id : v->ids_) {
+    const std::string& t = tokens[id];
+    size_t shared = 0;
+    if (previous != nullptr) {
+      while (shared < t.size() && shared < previous->size() && t[shared] == (*previous)[shared]) ++shared;
+    }
+    v->shared_.push_back(static_cast<uint32_t>(shared));
+    v->bytes_ += t;
+    v->offsets_.push_back(static_cast<uint32_t>(v->bytes_.size()));
+    v->longest_ = std::max(v->longest_, t.size());
+    previous = &t;
+  }
+  return v;
+}
+
+bool JsonVocabulary::TokenBytesOf(int32_t id, std::string* bytes) const {
+  if (id < 0 || static_cast<size_t>(id) >= sorted_index_.size()) return false;
+  const uint32_t i = sorted_index_[static_cast<size_t>(id)];
+  bytes->assign(bytes_, offsets_[i], offsets_[i + 1] - offsets_[i]);
+  return true;
+}
+
+std::vector<uint64_t> JsonVocabulary::Compute(const JsonState& state) const {
+  std::vector<uint64_t> mask(static_cast<size_t>(vocab_) / 64 + 1, 0);
+  // states[d]: the state after the current token's first d bytes; valid for d <= fed. Tokens in
+  // sorted order share their prefix with the one before, whose states stand for it: each prefix is
+  // fed once (a walk of the vocabulary's trie), and a prefix that failed fails every token under it.
+  std::vector<JsonState> states(longest_ + 1);
+  states[0] = state;
+  size_t fed = 0;
+  for (size_t i = 0; i < ids_.size(); ++i) {
+    const absl::string_view t(bytes_.data() + offsets_[i], offsets_[i + 1] - offsets_[i]);
+    size_t d = shared_[i];
+    if (d > fed) continue;  // its prefix includes the byte that failed (fed stays: the prefix is the same)
+    for (; d < t.size(); ++d) {
+      states[d + 1] = states[d];
+      if (!states[d + 1].Feed(static_cast<uint8_t>(t[d]))) break;
+    }
+    fed = d;
+    if (d == t.size() && !t.empty()) mask[static_cast<size_t>(ids_[i]) / 64] |= uint64_t{1} << (ids_[i] % 64);
+  }
+  return mask;
+}
+
+std::shared_ptr<const std::vector<uint64_t>> JsonVocabulary::Allowed(const JsonState& state) {
+  std::string key = state.Key();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (const auto it = cached_.find(key); it != cached_.end()) {
+      lru_.splice(lru_.end(), lru_, it->second);
+      return it->second->second;
+    }
+  }
+  auto mask = std::make_shared<const std::vector<uint64_t>>(Compute(state));  // outside the lock: milliseconds
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!cached_.contains(key)) {
+    if (lru_.size() >= kMaxCachedMasks) {
+      cached_.erase(lru_.front().first);
+      lru_.pop_front();
+    }
+    lru_.emplace_back(key, mask);
+    cached_.emplace(std::move(key), std::prev(lru_.end()));
+  }
+  return mask;
+}
+
+namespace {
+
+class JsonObjectConstraint : public TokenConstraint {
+ public:
+  explicit JsonObjectConstraint(std::shared_ptr<JsonVocabulary> vocabulary) : vocabulary_(std::move(vocabulary)) {}
+
+  void Mask(float* logits, int64_t n) override {
+    const std::shared_ptr<const std::vector<uint64_t>> allowed = vocabulary_->Allowed(state_);
+    const int64_t known = std::min<int64_t>(n, vocabulary_->vocab());
+    for (int64_t id = 0; id < known; ++id) {
+      if (((*allowed)[static_cast<size_t>(id) / 64] >> (id % 64) & 1) == 0) logits[id] = -INFINITY;
+    }
+    for (int64_t id = known; id < n; ++id) logits[id] = -INFINITY;  // past the tokenizer: padding rows
+  }
+  bool Accept(int32_t token) override {
+    if (token < 0 || token >= vocabulary_->vocab()) return false;
+    const std::shared_ptr<const std::vector<uint64_t>> allowed = vocabulary_->Allowed(state_);
+    if (((*allowed)[static_cast<size_t>(token) / 64] >> (token % 64) & 1) == 0) return false;
+    bytes_.clear();
+    return vocabulary_->TokenBytesOf(token, &bytes_) && state_.Feed(bytes_);
+  }
+  bool Complete() const override { return state_.Complete(); }
+
+ private:
+  std::shared_ptr<JsonVocabulary> vocabulary_;
+  JsonState state_;
+  std::string bytes_;
+};
+
+}  // namespace
+
+std::unique_ptr<TokenConstraint> JsonVocabulary::NewConstraint() {
+  return std::make_unique<JsonObjectConstraint>(shared_from_this());
+}
+
+}  // namespace ag::runtime

@@ -1,0 +1,92 @@
+// OpenAI's JSON mode (response_format {"type": "json_object"}): the answer is one JSON object
+// (RFC 8259: strings valid UTF-8 with their escapes, numbers in JSON's grammar, true/false/null,
+// whitespace between tokens as JSON allows it), with nothing before its '{' and nothing after its
+// '}' -- the sequence ends there. Enforced token by token: a token may come next when all of its
+// bytes continue a prefix of such an object.
+#ifndef AUTOGLM_RUNTIME_JSON_CONSTRAINT_H_
+#define AUTOGLM_RUNTIME_JSON_CONSTRAINT_H_
+
+#include <cstdint>
+#include <functional>
+#include <list>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "runtime/constraint.h"
+
+namespace ag::runtime {
+
+// Where a byte stream is in the grammar of one JSON object. Small and copied freely.
+class JsonState {
+ public:
+  // Consumes one byte; false (and the state unspecified) when no JSON object text continues so.
+  bool Feed(uint8_t c);
+  bool Feed(absl::string_view bytes);
+  // The object closed: the text is whole, and no byte may follow.
+  bool Complete() const { return mode_ == kDone; }
+  // Everything that decides what may follow, as bytes (the mask cache's key).
+  std::string Key() const;
+
+  static constexpr size_t kMaxDepth = 64;  // nested objects and arrays; deeper ones are not opened
+
+ private:
+  enum Mode : uint8_t { kStart, kValue, kArrayFirst, kObjectFirst, kKey, kColon, kAfter, kString, kEscape,
+                        kUnicode, kNumber, kLiteral, kDone };
+  enum Number : uint8_t { kMinus, kZero, kInt, kDot, kFrac, kE, kESign, kExp };
+  bool StartValue(uint8_t c);
+  bool Close(uint8_t c);
+  void AfterValue() { mode_ = stack_.empty() ? kDone : kAfter; }
+
+  Mode mode_ = kStart;
+  bool key_ = false;                           // kString: the string is an object's key
+  uint8_t utf8_left_ = 0, utf8_lo_ = 0x80, utf8_hi_ = 0xBF;  // kString: continuation bytes owed, the next one's range
+  uint8_t hex_left_ = 0;                       // kUnicode: hex digits owed
+  Number number_ = kMinus;                     // kNumber
+  uint8_t literal_ = 0, literal_pos_ = 0;      // kLiteral: true, false or null, the next letter
+  std::string stack_;                          // '{' and '[' of the open containers
+};
+
+// A tokenizer's ordinary tokens as bytes, sorted so that tokens sharing a prefix feed it once, and
+// the masks of the states met so far (a long string's every step is one state: one lookup).
+class JsonVocabulary : public std::enable_shared_from_this<JsonVocabulary> {
+ public:
+  // `token_bytes(id, &bytes)` for the ordinary ids [0, ordinary); ids from there to `vocab` (special
+  // tokens, padding rows) are never allowed. Every printable ASCII byte must be a token of its own
+  // (byte-level BPE vocabularies, GLM-4's, have all 256), or some JSON could not be written.
+  static absl::StatusOr<std::shared_ptr<JsonVocabulary>> Build(
+      int32_t ordinary, int32_t vocab, const std::function<bool(int32_t, std::string*)>& token_bytes);
+
+  // The tokens that may follow `state`, a bit an id ([vocab / 64 + 1] words). Thread-safe.
+  std::shared_ptr<const std::vector<uint64_t>> Allowed(const JsonState& state);
+  int32_t vocab() const { return vocab_; }
+  // An ordinary token's bytes; false for any other id.
+  bool TokenBytesOf(int32_t id, std::string* bytes) const;
+  // A fresh JSON-object constraint over this vocabulary (a request's n choices: one each).
+  std::unique_ptr<TokenConstraint> NewConstraint();
+
+  static constexpr size_t kMaxCachedMasks = 256;
+
+ private:
+  std::vector<uint64_t> Compute(const JsonState& state) const;
+
+  int32_t vocab_ = 0;
+  std::string bytes_;                      // the ordinary tokens' bytes, in sorted order, back to back
+  std::vector<uint32_t> offsets_;          // sorted token i is bytes_[offsets_[i], offsets_[i + 1])
+  std::vector<int32_t> ids_;               // sorted token i's id
+  std::vector<uint32_t> shared_;           // bytes sorted token i shares with i - 1
+  std::vector<uint32_t> sorted_index_;     // an ordinary id's place in the sorted order
+  size_t longest_ = 0;
+  std::mutex mu_;
+  // Masks by JsonState::Key, least recently used first out.
+  std::list<std::pair<std::string, std::shared_ptr<const std::vector<uint64_t>>>> lru_;
+  absl::flat_hash_map<std::string, decltype(lru_)::iterator> cached_;
+};
+
+}  // namespace ag::runtime
+
+#endif  // AUTOGLM_RUNTIME_JSON_CONSTRAINT_H_
