@@ -63,6 +63,8 @@ class JsonVocabulary : public std::enable_shared_from_this<JsonVocabulary> {
 
   // The tokens that may follow `state`, a bit an id ([vocab / 64 + 1] words). Thread-safe.
   std::shared_ptr<const std::vector<uint64_t>> Allowed(const JsonState& state);
+  // The same, computed afresh (what a state not met before costs).
+  std::vector<uint64_t> Compute(const JsonState& state) const;
   int32_t vocab() const { return vocab_; }
   // An ordinary token's bytes; false for any other id.
   bool TokenBytesOf(int32_t id, std::string* bytes) const;
@@ -72,8 +74,6 @@ class JsonVocabulary : public std::enable_shared_from_this<JsonVocabulary> {
   static constexpr size_t kMaxCachedMasks = 256;
 
  private:
-  std::vector<uint64_t> Compute(const JsonState& state) const;
-
   int32_t vocab_ = 0;
   std::string bytes_;                      // the ordinary tokens' bytes, in sorted order, back to back
   std::vector<uint32_t> offsets_;          // sorted token i is bytes_[offsets_[i], offsets_[i + 1])

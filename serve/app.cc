@@ -234,6 +234,11 @@ bool App::Admit(const GenerationOptions& options, int64_t prompt_tokens, const s
       return false;
     }
   }
+  if (options.json_object && model_.json_vocabulary == nullptr) {
+    Error(out, 400, "'response_format' json_object: this model's tokenizer cannot write every JSON character",
+          "response_format");
+    return false;
+  }
   for (const int32_t id : options.stop_token_ids) {
     if (id >= vocab) {
       Error(out, 400, absl::StrCat("'stop_token_ids' has token id ", id, ", outside the vocabulary [0, ", vocab, ")"),
@@ -304,6 +309,9 @@ void App::Run(const GenerationOptions& options, std::vector<int32_t> prompt, boo
     for (int32_t id : model_.eos_ids) spec.hidden_ids.insert(id);
   }
   request.stop_ids = options.stop_token_ids;
+  if (options.json_object) {
+    request.constraint = [vocabulary = model_.json_vocabulary] { return vocabulary->NewConstraint(); };
+  }
   if (chat) {  // a GLM-4 turn also ends where the next role would begin
     for (const char* s : {"<|user|>", "<|observation|>", "<|endoftext|>"}) {
       const int32_t id = model_.tokenizer->SpecialId(s);

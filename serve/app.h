@@ -24,6 +24,7 @@
 #include "models/glm/chat.h"
 #include "models/glm/tokenizer.h"
 #include "runtime/engine_loop.h"
+#include "runtime/json_constraint.h"
 #include "runtime/metrics.h"
 #include "serve/http_server.h"
 #include "serve/media.h"
@@ -56,6 +57,9 @@ struct LoadedModel {
   glm::ChatOptions chat;  // the checkpoint's template and the content format
   std::optional<image::ProcessorConfig> processor;  // set when the model takes images
   int32_t image_token_id = -1;                       // the prompt token that stands for an image
+  // JSON mode's vocabulary (the tokenizer's tokens as bytes, sorted; the masks it has computed), or
+  // null when the tokenizer cannot write every JSON character.
+  std::shared_ptr<runtime::JsonVocabulary> json_vocabulary;
 };
 
 class App {

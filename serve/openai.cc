@@ -134,6 +134,30 @@ void CheckMinTokens(Reader& r, const GenerationOptions& o) {
   }
 }
 
+// response_format: {"type": "text"} (the default) or {"type": "json_object"}; a JSON schema is refused.
+// JSON mode ends the answer where its object closes: ignore_eos and min_tokens would keep it going.
+void ReadResponseFormat(Reader& r, GenerationOptions& o) {
+  if (!r.ok() || !r.Has("response_format")) return;
+  const json& f = r["response_format"];
+  const auto type = f.is_object() ? f.find("type") : f.end();
+  const bool known = f.is_object() && f.size() <= 2 && type != f.end() && type->is_string() &&
+                     (*type == "text" || *type == "json_object" || *type == "json_schema") &&
+                     (f.size() == 1 || *type == "json_schema");
+  if (!known) {
+    r.Fail("response_format", "'response_format' must be {\"type\": \"text\"} or {\"type\": \"json_object\"}");
+  } else if (*type == "json_schema") {
+    r.Fail("response_format", "'response_format' of type json_schema is not supported here; json_object is "
+                              "(the answer is one JSON object)");
+  } else if (*type == "json_object") {
+    o.json_object = true;
+    if (o.ignore_eos) {
+      r.Fail("ignore_eos", "'ignore_eos' cannot go with 'response_format' json_object: the answer ends with its object");
+    } else if (o.min_tokens > 0) {
+      r.Fail("min_tokens", "'min_tokens' cannot go with 'response_format' json_object: the answer ends with its object");
+    }
+  }
+}
+
 void ReadOptions(Reader& r, const RequestLimits& limits, GenerationOptions& o) {
   o.model = r.String("model", /*required=*/true);
   o.stream = r.Bool("stream", false);
@@ -202,7 +226,7 @@ void ReadOptions(Reader& r, const RequestLimits& limits, GenerationOptions& o) {
   o.min_tokens = r.Int("min_tokens", 0, limits.max_tokens).value_or(0);
   r.Neutral("tools", json::array());
   r.Neutral("tool_choice", "none");
-  r.Neutral("response_format", json{{"type", "text"}});
+  ReadResponseFormat(r, o);
 }
 
 // A string member of `j`, or null when absent or of another type (never an exception).
@@ -403,7 +427,8 @@ CompletionResult ParseCompletionRequest(std::string_view body, const RequestLimi
   r.OnlyKnown({"model", "prompt", "stream", "stream_options", "max_tokens", "temperature", "top_p", "top_k", "min_p",
                "repetition_penalty", "seed", "n", "stop", "logprobs", "echo", "return_token_ids", "ignore_eos", "user",
                "frequency_penalty", "presence_penalty", "logit_bias", "suffix", "best_of", "stop_token_ids",
-               "include_stop_str_in_output", "skip_special_tokens", "spaces_between_special_tokens", "min_tokens"});
+               "include_stop_str_in_output", "skip_special_tokens", "spaces_between_special_tokens", "min_tokens",
+               "response_format"});
   CompletionRequest req;
   ReadOptions(r, limits, req.options);
   if (!req.options.max_tokens) req.options.max_tokens = 16;  // OpenAI's default for completions

@@ -61,6 +61,8 @@ struct GenerationOptions {
   bool include_stop_str_in_output = false;
   bool skip_special_tokens = true;
   int64_t min_tokens = 0;
+  // OpenAI's JSON mode (response_format {"type": "json_object"}): the answer is one JSON object.
+  bool json_object = false;
 };
 
 struct ChatRequest {

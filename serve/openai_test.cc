@@ -117,6 +117,41 @@ TEST(OpenAi, ParsesVllmStopExtensions) {
                        limits)));
 }
 
+// OpenAI's JSON mode on both endpoints; a JSON schema, other shapes, and JSON mode beside what would
+// keep the answer going past its object (ignore_eos, min_tokens) are 400s naming the field.
+TEST(OpenAi, ParsesResponseFormat) {
+  const ChatResult chat = ParseChatRequest(
+      R"({"model": "m", "messages": [{"role": "user", "content": "x"}], "response_format": {"type": "json_object"}})");
+  ASSERT_TRUE(std::holds_alternative<ChatRequest>(chat)) << std::get<ApiError>(chat).message;
+  EXPECT_TRUE(std::get<ChatRequest>(chat).options.json_object);
+  const CompletionResult text =
+      ParseCompletionRequest(R"({"model": "m", "prompt": "x", "response_format": {"type": "text"}})");
+  ASSERT_TRUE(std::holds_alternative<CompletionRequest>(text));
+  EXPECT_FALSE(std::get<CompletionRequest>(text).options.json_object);
+  const CompletionResult json =
+      ParseCompletionRequest(R"({"model": "m", "prompt": "x", "response_format": {"type": "json_object"}})");
+  ASSERT_TRUE(std::holds_alternative<CompletionRequest>(json));
+  EXPECT_TRUE(std::get<CompletionRequest>(json).options.json_object);
+  const struct {
+    const char* fields;
+    const char* param;
+  } bad[] = {
+      {R"("response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {}}})", "response_format"},
+      {R"("response_format": "json_object")", "response_format"},
+      {R"("response_format": {"type": "yaml"})", "response_format"},
+      {R"("response_format": {})", "response_format"},
+      {R"("response_format": {"type": "json_object", "schema": {}})", "response_format"},
+      {R"("response_format": {"type": "json_object"}, "ignore_eos": true)", "ignore_eos"},
+      {R"("response_format": {"type": "json_object"}, "min_tokens": 2)", "min_tokens"},
+  };
+  for (const auto& c : bad) {
+    const CompletionResult e = ParseCompletionRequest(absl::StrCat(R"({"model": "m", "prompt": "x", )", c.fields, "}"));
+    ASSERT_TRUE(std::holds_alternative<ApiError>(e)) << c.fields;
+    EXPECT_EQ(std::get<ApiError>(e).param, c.param) << c.fields;
+    EXPECT_EQ(std::get<ApiError>(e).http_status, 400) << c.fields;
+  }
+}
+
 // Each bad body is a 400 naming the field at fault.
 TEST(OpenAi, BadBodiesNameTheField) {
   const struct {

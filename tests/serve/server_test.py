@@ -236,6 +236,40 @@ class Main(unittest.TestCase):
             status, r = self.s.post("/v1/completions", {"model": NAME, "prompt": "x", "logit_bias": bad})
             self.assertEqual((status, r["error"]["param"]), (400, "logit_bias"), (bad, r))
 
+    def test_json_mode(self):
+        """response_format json_object: every answer that stops is one JSON object (the random model
+        is biased towards its end-of-sequence id, allowed only once the object closed), streamed or
+        not, n choices, on both endpoints; json_schema and JSON mode with ignore_eos are 400s."""
+        c = self.s.client()
+        # tiny-glm4's end-of-sequence id, and a push towards closing strings and the object (the random
+        # model would otherwise write past any max_tokens).
+        bias = {"1": 100, str(ord('"')): 4, str(ord("}")): 2, str(ord(":")): 3}
+        fmt = {"type": "json_object"}
+        chat = c.chat.completions.create(model=NAME, messages=[{"role": "user", "content": "an object, please"}],
+                                         max_tokens=150, seed=4, n=3, response_format=fmt, logit_bias=bias)
+        texts = [ch.message.content for ch in chat.choices]
+        for ch in chat.choices:
+            self.assertEqual(ch.finish_reason, "stop", ch.message.content)
+            self.assertIsInstance(json.loads(ch.message.content), dict)
+            self.assertTrue(ch.message.content.startswith("{") and ch.message.content.endswith("}"))
+        stream = c.chat.completions.create(model=NAME, messages=[{"role": "user", "content": "an object, please"}],
+                                           max_tokens=150, seed=4, response_format=fmt, logit_bias=bias, stream=True)
+        streamed = "".join(ch.choices[0].delta.content or "" for ch in stream if ch.choices)
+        self.assertEqual(streamed, texts[0])  # choice 0 of n samples with the request's seed
+        done = c.completions.create(model=NAME, prompt="x", max_tokens=150, temperature=0, logit_bias=bias,
+                                    extra_body={"response_format": fmt})
+        self.assertEqual(done.choices[0].finish_reason, "stop")
+        self.assertIsInstance(json.loads(done.choices[0].text), dict)
+        # Without JSON mode the same request writes no JSON (the mask is what made it one).
+        free = c.completions.create(model=NAME, prompt="x", max_tokens=20, temperature=0, logit_bias=bias)
+        with self.assertRaises(ValueError):
+            json.loads(free.choices[0].text)
+        for body, param in (({"response_format": {"type": "json_schema", "json_schema": {"name": "a", "schema": {}}}},
+                              "response_format"),
+                             ({"response_format": fmt, "ignore_eos": True}, "ignore_eos")):
+            status, r = self.s.post("/v1/completions", {"model": NAME, "prompt": "x", **body})
+            self.assertEqual((status, r["error"]["param"]), (400, param), r)
+
     def test_vllm_stop_extensions(self):
         body = {"model": NAME, "prompt": "the thing", "max_tokens": 12, "temperature": 0, "ignore_eos": True,
                 "return_token_ids": True}
