@@ -84,6 +84,8 @@ def main(out, compile_tool):
     put(out, "openai", "biased", json.dumps({"model": "glm", "prompt": "x", "logit_bias": {"5": -100, "17": 2.5},
                                              "stop_token_ids": [1, 2], "min_tokens": 3, "max_tokens": 8,
                                              "include_stop_str_in_output": True, "skip_special_tokens": False}))
+    put(out, "openai", "json-mode", json.dumps({"model": "glm", "messages": [{"role": "user", "content": "{}"}],
+                                                "response_format": {"type": "json_object"}, "max_tokens": 8}))
 
 
 if __name__ == "__main__":

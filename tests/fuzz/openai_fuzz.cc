@@ -37,7 +37,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string_view body(reinterpret_cast<const char*>(data), size);
   ParseEverywhere(body);
   const size_t depth = 60 + size * 16 % 65536;
-  for (const char* field : {"stop", "messages", "prompt", "tokens", "stream_options", "logit_bias", "stop_token_ids"}) {
+  for (const char* field : {"stop", "messages", "prompt", "tokens", "stream_options", "logit_bias", "stop_token_ids",
+                            "response_format"}) {
     const std::string nested = std::string(R"({"model": "m", ")") + field + "\": " + std::string(depth, '[') +
                                std::string(body) + std::string(depth, ']') + "}";
     ParseEverywhere(nested);
