@@ -519,17 +519,17 @@ absl::Status Engine::Advance(const Slice& s, absl::Span<const int32_t> chosen, s
     }
     const std::vector<int64_t>& eos = plan_.model.eos_token_ids;
     const std::vector<int32_t>& stop = seq.request.stop_ids;
-    const bool ends = (seq.request.stop_on_eos && std::find(eos.begin(), eos.end(), token) != eos.end()) ||
-                      std::find(stop.begin(), stop.end(), token) != stop.end();
-    if (seq.constraint != nullptr && !ends && !seq.constraint->Accept(token)) {
+    const bool eos_token = seq.request.stop_on_eos && std::find(eos.begin(), eos.end(), token) != eos.end();
+    const bool stop_token = std::find(stop.begin(), stop.end(), token) != stop.end();
+    if (seq.constraint != nullptr && !eos_token && !stop_token && !seq.constraint->Accept(token)) {
       return absl::InternalError(absl::StrCat("request ", seq.id, ": token ", token, " is outside its constraint"));
     }
     seq.generated.push_back(token);
     ++emits;
     if (seq.penalties.has_value()) seq.penalties->Add(token);
-    if (seq.request.stop_on_eos && std::find(eos.begin(), eos.end(), token) != eos.end()) {
+    if (eos_token) {
       Finish(seq, FinishReason::kEos);
-    } else if (std::find(stop.begin(), stop.end(), token) != stop.end()) {
+    } else if (stop_token) {
       Finish(seq, FinishReason::kStop);
     } else if (static_cast<int64_t>(seq.generated.size()) >= seq.request.max_new_tokens) {
       Finish(seq, FinishReason::kLength);
