@@ -302,8 +302,12 @@ class JsonObjectConstraint : public TokenConstraint {
   void Mask(float* logits, int64_t n) override {
     const std::shared_ptr<const std::vector<uint64_t>> allowed = vocabulary_->Allowed(state_);
     const int64_t known = std::min<int64_t>(n, vocabulary_->vocab());
-    for (int64_t id = 0; id < known; ++id) {
-      if (((*allowed)[static_cast<size_t>(id) / 64] >> (id % 64) & 1) == 0) logits[id] = -INFINITY;
+    for (int64_t word = 0; word * 64 < known; ++word) {  // inside a string most words are all ones
+      const uint64_t bits = (*allowed)[static_cast<size_t>(word)];
+      if (bits == ~uint64_t{0}) continue;
+      for (int64_t id = word * 64; id < std::min(known, word * 64 + 64); ++id) {
+        if ((bits >> (id % 64) & 1) == 0) logits[id] = -INFINITY;
+      }
     }
     for (int64_t id = known; id < n; ++id) logits[id] = -INFINITY;  // past the tokenizer: padding rows
   }

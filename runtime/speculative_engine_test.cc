@@ -154,6 +154,48 @@ TEST_F(SpeculativeEngineTest, GivesThePlainAnswersInFewerSteps) {
   }
 }
 
+// A cache small enough to preempt (kept logits rows of recomputed sequences included), choices that
+// share a prompt's blocks, and drafting turned off past a batch size: still plain decoding's answers,
+// and every block back.
+TEST_F(SpeculativeEngineTest, PreemptionChoicesAndABatchLimitChangeNothing) {
+  auto submit = [](Engine& engine) {
+    std::vector<int> ids;
+    for (const Request& r : Requests()) ids.push_back(*engine.Submit(r));
+    const std::vector<int> choices = *engine.SubmitChoices(Requests()[2], 3);
+    ids.insert(ids.end(), choices.begin(), choices.end());
+    return ids;
+  };
+  for (const bool device_like : {false, true}) {
+    EngineRun plain = Start(device_like, {});
+    const std::vector<int> plain_ids = submit(*plain.engine);
+    Drain(plain);
+    const std::vector<Answer> want = Answers(*plain.engine, plain_ids);
+    for (const int32_t batch_limit : {0, 4}) {
+      EngineOptions options;
+      options.kv_cache_tokens = 64;  // 16 blocks of 4; a request needs up to 14
+      options.speculative = {4, 1, 3, batch_limit};
+      EngineRun run = Start(device_like, options);
+      const std::vector<int> ids = submit(*run.engine);
+      int64_t most_drafted = 0;
+      while (run.engine->HasWork()) {
+        ASSERT_TRUE(run.engine->Step().ok());
+        if (run.engine->last_step().draft_tokens > 0) {
+          most_drafted = std::max(most_drafted, run.engine->num_running());
+        }
+      }
+      const std::string where = std::string(device_like ? "where the logits are" : "host") + ", batch limit " +
+                                std::to_string(batch_limit);
+      ExpectSameAnswers(want, Answers(*run.engine, ids), where);
+      EXPECT_GT(run.engine->preemptions(), 0) << where;
+      EXPECT_GT(run.engine->spec_drafts(), 0) << where;
+      if (batch_limit > 0) {
+        EXPECT_LE(most_drafted, batch_limit) << where;
+      }
+      EXPECT_EQ(run.engine->kv_blocks_free(), run.engine->kv_blocks()) << where;
+    }
+  }
+}
+
 TEST_F(SpeculativeEngineTest, RefusesSettingsOutsideTheirBounds) {
   for (const SpeculativeOptions bad : {SpeculativeOptions{-1, 1, 1, 0}, SpeculativeOptions{33, 1, 1, 0},
                                        SpeculativeOptions{2, 0, 1, 0}, SpeculativeOptions{2, 3, 2, 0},
