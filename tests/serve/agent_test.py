@@ -112,11 +112,14 @@ class Agent(unittest.TestCase):
         cls.eos = set(eos if isinstance(eos, list) else [eos])
         cls.media = os.path.join(cls.dir, "media")
         os.mkdir(cls.media)
-        # The Open-AutoGLM README's vLLM command, but for the allowed folder (a test folder, so "outside" exists).
+        # The Open-AutoGLM README's vLLM command, but for the allowed folder (a test folder, so "outside" exists),
+        # and with prompt-lookup drafts on: every answer must still be the plain CLI's (test_five_agent_steps).
         cls.s = Server("--served-model-name", NAME, "--allowed-local-media-path", cls.media, "--mm-encoder-tp-mode",
                        "data", "--mm_processor_cache_type", "shm", "--mm_processor_kwargs", '{"max_pixels": 120000}',
                        "--max-model-len", "8192", "--chat-template-content-format", "string",
-                       "--limit-mm-per-prompt", '{"image":10}', "--max-batch-tokens", "512", model=cls.model)
+                       "--limit-mm-per-prompt", '{"image":10}', "--max-batch-tokens", "512", "--speculative-config",
+                       '{"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 3, "prompt_lookup_min": 1}',
+                       model=cls.model)
 
     @classmethod
     def tearDownClass(cls):
@@ -196,6 +199,11 @@ class Agent(unittest.TestCase):
             previous_ids = ids
             history[-1] = strip_images(history[-1])
             history.append({"role": "assistant", "content": "<think>%s</think><answer>%s</answer>" % (answer, "Tap")})
+        # The answers above were the plain CLI's with drafts run (and some kept) along the way.
+        m = self.s.metrics()
+        self.assertGreater(m["autoglm:spec_decode_num_draft_tokens_total"], 0)
+        print("agent steps: %d drafts run, %d kept" % (m["autoglm:spec_decode_num_draft_tokens_total"],
+                                                      m["autoglm:spec_decode_num_accepted_tokens_total"]))
 
     def test_the_same_screenshot_is_encoded_once(self):
         shot = data_url(png(640, 480, seed=41, rgba=False))
