@@ -356,6 +356,28 @@ TEST_F(Cli, TextPromptsStreamTextAndAgreeWithIds) {
   EXPECT_NE(no_tokenizer.err.find("no tokenizer.model or tokenizer.json"), std::string::npos) << no_tokenizer.err;
 }
 
+// --json-object (JSON mode): the streamed answer is one JSON object, whatever the seed (the random model
+// is pushed towards its end-of-sequence id 1, allowed only once the object closed, and towards closing
+// strings); without a tokenizer's text or with --ignore-eos, a one-line error.
+TEST_F(Cli, JsonObjectAnswers) {
+  const std::string model = testing::TestDataDir() + "/tiny-glm4";
+  for (const char* seed : {"1", "2", "3"}) {
+    CommandResult r = RunCommand(RunTool() + " --model " + model + " --prompt 'an object' --chat --json-object " +
+                                 "--max-new-tokens 100 --temperature 0.8 --logit-bias 1:100,34:4,125:2,58:3 --seed " + seed);
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    ASSERT_FALSE(r.out.empty());
+    const std::string text = r.out.substr(0, r.out.size() - 1);  // the newline after the stream
+    EXPECT_TRUE(nlohmann::json::parse(text, nullptr, false).is_object()) << text;
+    EXPECT_NE(r.err.find("finish: eos"), std::string::npos) << r.err;
+  }
+  for (const std::string flags : {" --prompt-ids 5 --json-object", " --prompt x --json-object --ignore-eos"}) {
+    CommandResult bad = RunCommand(RunTool() + " --model " + model + flags);
+    EXPECT_EQ(bad.exit_code, 1) << flags;
+    EXPECT_NE(bad.err.find("--json-object"), std::string::npos) << bad.err;
+    EXPECT_EQ(std::count(bad.err.begin(), bad.err.end(), '\n'), 1) << bad.err;
+  }
+}
+
 TEST_F(Cli, TokenizeChatAndDecode) {
   const std::string tokenize = Tool("AUTOGLM_TOKENIZE", "build/tools/autoglm-tokenize");
   testing::WriteTiktoken(Path("tokenizer.model"), testing::SyntheticRanks());

@@ -42,6 +42,7 @@
 #include "models/glm/chat.h"
 #include "models/glm/tokenizer.h"
 #include "runtime/engine.h"
+#include "runtime/json_constraint.h"
 #include "runtime/speculative.h"
 #include "runtime/weights.h"
 #include "tools/common.h"
@@ -58,6 +59,8 @@ ABSL_FLAG(bool, chat, false, "with --prompt: wrap it as a user turn of the model
 ABSL_FLAG(std::string, image, "", "an image file (PNG, JPEG, WebP) for GLM-4.1V; repeat for more images, in order");
 ABSL_FLAG(std::string, tokenizer, "", "tokenizer directory (default: --model)");
 ABSL_FLAG(bool, ignore_eos, false, "with --prompt: do not stop at end-of-sequence ids");
+ABSL_FLAG(bool, json_object, false,
+          "with --prompt: the answer is one JSON object (OpenAI's JSON mode), ending where the object does");
 ABSL_FLAG(int64_t, max_new_tokens, 32, "tokens to generate");
 ABSL_FLAG(std::string, output_json, "", "write new tokens and every logits row to this file");
 ABSL_FLAG(bool, stop_on_eos, false,
@@ -187,6 +190,16 @@ absl::Status Run() {
     ASSIGN_OR_RETURN(request.stop_ids, ParseIdList(absl::GetFlag(FLAGS_stop_ids)));
   }
   if (text_mode) request.sampling.vocab_limit = tokenizer->vocab_size();
+  if (absl::GetFlag(FLAGS_json_object)) {
+    if (!text_mode) return absl::InvalidArgumentError("--json-object needs --prompt (the tokenizer gives tokens their bytes)");
+    if (!request.stop_on_eos) return absl::InvalidArgumentError("--json-object ends at the object: not with --ignore-eos");
+    ASSIGN_OR_RETURN(std::shared_ptr<runtime::JsonVocabulary> vocabulary,
+                     runtime::JsonVocabulary::Build(tokenizer->num_ordinary(), tokenizer->vocab_size(),
+                                                    [&t = *tokenizer](int32_t id, std::string* bytes) {
+                                                      return t.TokenBytes(id, bytes);
+                                                    }));
+    request.constraint = [vocabulary] { return vocabulary->NewConstraint(); };
+  }
   ASSIGN_OR_RETURN(request.sampling.logit_bias, ParseLogitBias(absl::GetFlag(FLAGS_logit_bias)));
   for (const runtime::SamplingParams::Bias& b : request.sampling.logit_bias) {
     if (b.id >= plan.model.vocab_size) {
