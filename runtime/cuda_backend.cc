@@ -32,6 +32,8 @@ namespace {
 
 // Steps with at most this many tokens are replayed from CUDA graphs (decode).
 constexpr int64_t kGraphMaxTokens = 64;
+// SampleRows takes its rows this many at a time: its workspace holds a float copy of each penalised row.
+constexpr size_t kSampleRowsPerRound = 64;
 
 // Where each runtime input of `program` lives in its inputs buffer, sized for
 // `bounds`: int32 indices, float data as bf16 (the plan's storage).
@@ -395,7 +397,9 @@ absl::Status CudaBackend::Load(const compiler::Plan& plan, const WeightSource& w
   // prefill path's dequantized weight, and what quantized weights may store beyond their format's
   // bytes (QuantStorageSlack).
   ASSIGN_OR_RETURN(const size_t dequant_bytes, DequantScratchBytes(plan, /*uploaded=*/false));
+  // The sampler's penalised rows (SampleRows: a float row each, kSampleRowsPerRound a round) come on top.
   int64_t extra = plan.max_batch_tokens * plan.model.hidden_size * 16 + (int64_t{256} << 20) +
+                  static_cast<int64_t>(kSampleRowsPerRound) * plan.model.vocab_size * 4 +
                   static_cast<int64_t>(dequant_bytes) + KvStagingBytes(plan);
   for (const compiler::WeightEntry& w : plan.weights) extra += QuantStorageSlack(w, plan.tp);
   const std::vector<int32_t> on_host =
@@ -849,7 +853,11 @@ absl::Status CudaBackend::SampleRows(const std::vector<RowSampling>& rows, std::
     auto bytes = [&](size_t n, size_t p) {
       return Round256(n * sizeof(cuda::SampleRow)) + Round256(p * sizeof(cuda::SamplePenalty)) + n * 4;
     };
-    while (end < rows.size() && bytes(end + 1 - first, penalties + rows[end].penalties.size()) <= staging_bytes_) {
+    // At most kSampleRowsPerRound rows a round: penalised rows take a float copy each in a workspace
+    // that Load's memory check leaves room for (64 x 151,552 x 4 = 39 MB at GLM-4's vocabulary; speculative
+    // verify steps bring up to 1 + drafts rows a sequence).
+    while (end < rows.size() && end - first < kSampleRowsPerRound &&
+           bytes(end + 1 - first, penalties + rows[end].penalties.size()) <= staging_bytes_) {
       penalties += rows[end].penalties.size();
       ++end;
     }
