@@ -211,7 +211,7 @@ absl::StatusOr<std::shared_ptr<JsonVocabulary>> JsonVocabulary::Build(
   std::vector<bool> single(128, false);
   for (int32_t id = 0; id < ordinary; ++id) {
     if (!token_bytes(id, &tokens[id])) return absl::InternalError(absl::StrCat("JSON mode: no bytes for token ", id));
-    if (tokens[id].size() == 1) single[static_cast<uint8_t>(tokens[id][0]) & 0x7F] = true;
+    if (tokens[id].size() == 1 && static_cast<uint8_t>(tokens[id][0]) < 0x80) single[static_cast<uint8_t>(tokens[id][0])] = true;
   }
   for (int c = 0x20; c < 0x7F; ++c) {
     if (!single[c]) {

@@ -168,6 +168,13 @@ TEST(JsonVocabulary, NeedsEveryPrintableCharacter) {
   });
   ASSERT_FALSE(v.ok());
   EXPECT_NE(v.status().message().find("printable ASCII"), std::string::npos) << v.status();
+  // Every byte but '"', whose high-bit twin 0xA2 does not stand in for it.
+  v = JsonVocabulary::Build(256, 256, [](int32_t id, std::string* bytes) {
+    *bytes = std::string(1, static_cast<char>(id == '"' ? 0xA2 : id));
+    return true;
+  });
+  ASSERT_FALSE(v.ok());
+  EXPECT_NE(v.status().message().find("'\"'"), std::string::npos) << v.status();
 }
 
 // tiny-glm's 300 ids with the first 256 read as the bytes (the fixture's model is random; its
