@@ -145,18 +145,13 @@ BENCHMARK(BM_EncodeAgentChat)
 // JSON mode over GLM-4's 151,329 ordinary tokens: building the sorted vocabulary (once a server),
 // and one mask computed afresh (once per state a request meets; cached after) for a state: /0 the
 // answer's start, /1 inside a string value, /2 a value expected after a key, /3 inside a number.
-std::shared_ptr<ag::runtime::JsonVocabulary> JsonVocabularyOf(const ag::glm::Tokenizer& t) {
-  return *ag::runtime::JsonVocabulary::Build(t.num_ordinary(), t.vocab_size(),
-                                             [&](int32_t id, std::string* b) { return t.TokenBytes(id, b); });
-}
-
 void BM_JsonVocabularyBuild(benchmark::State& state) {
   auto tokenizer = ag::glm::Tokenizer::Load(TokenizerDir());
   if (!tokenizer.ok()) {
     state.SkipWithError(std::string(tokenizer.status().message()).c_str());
     return;
   }
-  for (auto _ : state) benchmark::DoNotOptimize(JsonVocabularyOf(**tokenizer));
+  for (auto _ : state) benchmark::DoNotOptimize(ag::runtime::JsonVocabulary::Build(**tokenizer));
 }
 BENCHMARK(BM_JsonVocabularyBuild)->Unit(benchmark::kMillisecond);
 
@@ -166,7 +161,7 @@ void BM_JsonMask(benchmark::State& state) {
     state.SkipWithError(std::string(tokenizer.status().message()).c_str());
     return;
   }
-  const auto vocabulary = JsonVocabularyOf(**tokenizer);
+  const auto vocabulary = *ag::runtime::JsonVocabulary::Build(**tokenizer);
   const char* prefixes[] = {"", "{\"name\": \"GLM", "{\"name\": ", "{\"n\": 12"};
   ag::runtime::JsonState s;
   if (!s.Feed(prefixes[state.range(0)])) {

@@ -458,9 +458,6 @@ absl::Status Engine::StepImages(const std::vector<int64_t>& tokens, StepStats& s
   return absl::OkStatus();
 }
 
-// Keeps the logits rows the sequence asked for, picks its next token when the step reached its last
-// known token (and one more for each draft the token before it equals), and finishes it on eos,
-// a stop id, length or context.
 void Engine::Constrain(const Sequence& seq, std::vector<float>& logits) const {
   std::vector<std::pair<int32_t, float>> ends;
   auto end = [&](int64_t id) {
@@ -475,6 +472,9 @@ void Engine::Constrain(const Sequence& seq, std::vector<float>& logits) const {
   for (const auto& [id, logit] : ends) logits[id] = complete ? logit : -INFINITY;
 }
 
+// Keeps the logits rows the sequence asked for, picks its next token when the step reached its last
+// known token (and one more for each draft the token before it equals), and finishes it on eos,
+// a stop id, length or context.
 absl::Status Engine::Advance(const Slice& s, absl::Span<const int32_t> chosen, std::vector<Emitted>* emitted) {
   Sequence& seq = *s.seq;
   const int64_t vocab = plan_.model.vocab_size;

@@ -242,6 +242,11 @@ absl::StatusOr<std::shared_ptr<JsonVocabulary>> JsonVocabulary::Build(
   return v;
 }
 
+absl::StatusOr<std::shared_ptr<JsonVocabulary>> JsonVocabulary::Build(const glm::Tokenizer& tokenizer) {
+  return Build(tokenizer.num_ordinary(), tokenizer.vocab_size(),
+               [&](int32_t id, std::string* bytes) { return tokenizer.TokenBytes(id, bytes); });
+}
+
 bool JsonVocabulary::TokenBytesOf(int32_t id, std::string* bytes) const {
   if (id < 0 || static_cast<size_t>(id) >= sorted_index_.size()) return false;
   const uint32_t i = sorted_index_[static_cast<size_t>(id)];

@@ -151,15 +151,16 @@ std::string App::RenderMetrics() {
     waiting_->Set(static_cast<double>(s.waiting));
     kv_usage_->Set(s.kv_blocks > 0 ? static_cast<double>(s.kv_blocks - s.kv_blocks_free) / s.kv_blocks : 0.0);
     // The loop's counts are cumulative: the counters take the growth since the last look.
-    prefix_hits_->Add(static_cast<double>(std::max<int64_t>(0, s.prefix_hits - last_stats_.prefix_hits)));
-    prefix_queries_->Add(static_cast<double>(std::max<int64_t>(0, s.prefix_queries - last_stats_.prefix_queries)));
-    preemptions_->Add(static_cast<double>(std::max<int64_t>(0, s.preemptions - last_stats_.preemptions)));
-    spec_drafts_->Add(static_cast<double>(std::max<int64_t>(0, s.spec_drafts - last_stats_.spec_drafts)));
-    spec_draft_tokens_->Add(static_cast<double>(std::max<int64_t>(0, s.spec_draft_tokens - last_stats_.spec_draft_tokens)));
-    spec_accepted_tokens_->Add(
-        static_cast<double>(std::max<int64_t>(0, s.spec_accepted_tokens - last_stats_.spec_accepted_tokens)));
-    encoder_cache_hits_->Add(
-        static_cast<double>(std::max<int64_t>(0, s.encoder_cache_hits - last_stats_.encoder_cache_hits)));
+    auto grow = [&](runtime::Counter* counter, int64_t runtime::LoopStats::*count) {
+      counter->Add(static_cast<double>(std::max<int64_t>(0, s.*count - last_stats_.*count)));
+    };
+    grow(prefix_hits_, &runtime::LoopStats::prefix_hits);
+    grow(prefix_queries_, &runtime::LoopStats::prefix_queries);
+    grow(preemptions_, &runtime::LoopStats::preemptions);
+    grow(spec_drafts_, &runtime::LoopStats::spec_drafts);
+    grow(spec_draft_tokens_, &runtime::LoopStats::spec_draft_tokens);
+    grow(spec_accepted_tokens_, &runtime::LoopStats::spec_accepted_tokens);
+    grow(encoder_cache_hits_, &runtime::LoopStats::encoder_cache_hits);
     for (const double seconds : model_.loop->TakeEncoderSeconds()) encoder_seconds_->Observe(seconds);
     last_stats_ = s;
     if (const glm::EncodedRuns* runs = model_.tokenizer ? model_.tokenizer->encoded_runs() : nullptr; runs != nullptr) {

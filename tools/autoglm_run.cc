@@ -193,11 +193,7 @@ absl::Status Run() {
   if (absl::GetFlag(FLAGS_json_object)) {
     if (!text_mode) return absl::InvalidArgumentError("--json-object needs --prompt (the tokenizer gives tokens their bytes)");
     if (!request.stop_on_eos) return absl::InvalidArgumentError("--json-object ends at the object: not with --ignore-eos");
-    ASSIGN_OR_RETURN(std::shared_ptr<runtime::JsonVocabulary> vocabulary,
-                     runtime::JsonVocabulary::Build(tokenizer->num_ordinary(), tokenizer->vocab_size(),
-                                                    [&t = *tokenizer](int32_t id, std::string* bytes) {
-                                                      return t.TokenBytes(id, bytes);
-                                                    }));
+    ASSIGN_OR_RETURN(std::shared_ptr<runtime::JsonVocabulary> vocabulary, runtime::JsonVocabulary::Build(*tokenizer));
     request.constraint = [vocabulary] { return vocabulary->NewConstraint(); };
   }
   ASSIGN_OR_RETURN(request.sampling.logit_bias, ParseLogitBias(absl::GetFlag(FLAGS_logit_bias)));

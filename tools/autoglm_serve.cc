@@ -247,9 +247,7 @@ absl::Status Load(Loaded& loaded, serve::App& app, const std::string& device) {
   model.loop = std::make_unique<runtime::EngineLoop>(std::move(engine));
   // JSON mode's vocabulary (~50 ms for GLM-4's): none when the tokenizer lacks a printable character,
   // and then response_format json_object is a 400 naming the reason.
-  absl::StatusOr<std::shared_ptr<runtime::JsonVocabulary>> json_vocabulary = runtime::JsonVocabulary::Build(
-      tokenizer->num_ordinary(), tokenizer->vocab_size(),
-      [&t = *tokenizer](int32_t id, std::string* bytes) { return t.TokenBytes(id, bytes); });
+  absl::StatusOr<std::shared_ptr<runtime::JsonVocabulary>> json_vocabulary = runtime::JsonVocabulary::Build(*tokenizer);
   if (json_vocabulary.ok()) model.json_vocabulary = *json_vocabulary;
   model.tokenizer = std::move(tokenizer);
 
