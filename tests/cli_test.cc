@@ -43,6 +43,18 @@ std::string Ids(const std::vector<int32_t>& ids) {
   return s;
 }
 
+// autoglm-run's --output-json file for golden case `g`: its tokens, and its logits rows (prompt and
+// new tokens but the last) within 1e-3. Call through ASSERT_NO_FATAL_FAILURE.
+void ExpectGoldenOutput(const std::string& path, const testing::GoldenCase& g, const std::string& fixture) {
+  const nlohmann::json o = nlohmann::json::parse(testing::ReadWhole(path));
+  EXPECT_EQ(o.at("new_tokens").get<std::vector<int32_t>>(), g.new_tokens) << fixture;
+  const auto logits = o.at("logits").get<std::vector<std::vector<float>>>();
+  ASSERT_EQ(logits.size(), g.input_ids.size() + g.new_tokens.size() - 1) << fixture;
+  for (size_t row = 0; row < logits.size(); ++row) {
+    for (size_t i = 0; i < logits[row].size(); ++i) ASSERT_NEAR(logits[row][i], g.logits[row][i], 1e-3) << fixture;
+  }
+}
+
 TEST_F(Cli, CompileInspectAndRunEveryFixtureThroughAPlanFile) {
   for (const char* fixture : testing::kFixtures) {
     const std::string model = testing::TestDataDir() + "/" + fixture;
@@ -81,13 +93,7 @@ TEST_F(Cli, CompileInspectAndRunEveryFixtureThroughAPlanFile) {
                                    " --output-json " + out);
       ASSERT_EQ(r.exit_code, 0) << r.err;
       EXPECT_NE(r.out.find("ms/token"), std::string::npos) << r.out;
-      const nlohmann::json o = nlohmann::json::parse(testing::ReadWhole(out));
-      EXPECT_EQ(o.at("new_tokens").get<std::vector<int32_t>>(), g.new_tokens) << fixture;
-      const auto logits = o.at("logits").get<std::vector<std::vector<float>>>();
-      ASSERT_EQ(logits.size(), g.input_ids.size() + g.new_tokens.size() - 1);
-      for (size_t row = 0; row < logits.size(); ++row) {
-        for (size_t i = 0; i < logits[row].size(); ++i) ASSERT_NEAR(logits[row][i], g.logits[row][i], 1e-3);
-      }
+      ASSERT_NO_FATAL_FAILURE(ExpectGoldenOutput(out, g, fixture));
     }
   }
 }
@@ -105,13 +111,7 @@ TEST_F(Cli, SpeculativeRunsGiveTheGoldenAnswers) {
                                    " --speculative-config " + spec + " --output-json " + out);
       ASSERT_EQ(r.exit_code, 0) << r.err;
       EXPECT_NE(r.out.find("drafts: "), std::string::npos) << r.out;
-      const nlohmann::json o = nlohmann::json::parse(testing::ReadWhole(out));
-      EXPECT_EQ(o.at("new_tokens").get<std::vector<int32_t>>(), g.new_tokens) << fixture;
-      const auto logits = o.at("logits").get<std::vector<std::vector<float>>>();
-      ASSERT_EQ(logits.size(), g.input_ids.size() + g.new_tokens.size() - 1);
-      for (size_t row = 0; row < logits.size(); ++row) {
-        for (size_t i = 0; i < logits[row].size(); ++i) ASSERT_NEAR(logits[row][i], g.logits[row][i], 1e-3) << fixture;
-      }
+      ASSERT_NO_FATAL_FAILURE(ExpectGoldenOutput(out, g, fixture));
     }
   }
   // The goldens are short: a long answer that repeats itself keeps drafts, and is the plain run's.
