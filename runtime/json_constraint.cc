@@ -208,13 +208,12 @@ absl::StatusOr<std::shared_ptr<JsonVocabulary>> JsonVocabulary::Build(
   auto v = std::make_shared<JsonVocabulary>();
   v->vocab_ = vocab;
   std::vector<std::string> tokens(static_cast<size_t>(ordinary));
-  std::vector<bool> single(128, false);
   for (int32_t id = 0; id < ordinary; ++id) {
     if (!token_bytes(id, &tokens[id])) return absl::InternalError(absl::StrCat("JSON mode: no bytes for token ", id));
-    if (tokens[id].size() == 1 && static_cast<uint8_t>(tokens[id][0]) < 0x80) single[static_cast<uint8_t>(tokens[id][0])] = true;
+    if (tokens[id].size() == 1) v->byte_tokens_[static_cast<uint8_t>(tokens[id][0])] = true;
   }
   for (int c = 0x20; c < 0x7F; ++c) {
-    if (!single[c]) {
+    if (!v->byte_tokens_[c]) {
       return absl::FailedPreconditionError(
           absl::StrCat("JSON mode needs a token for each printable ASCII character; this vocabulary has none for '",
                        std::string(1, static_cast<char>(c)), "'"));
@@ -254,87 +253,24 @@ bool JsonVocabulary::TokenBytesOf(int32_t id, std::string* bytes) const {
   return true;
 }
 
-std::vector<uint64_t> JsonVocabulary::Compute(const JsonState& state) const {
-  std::vector<uint64_t> mask(static_cast<size_t>(vocab_) / 64 + 1, 0);
-  // states[d]: the state after the current token's first d bytes; valid for d <= fed. Tokens in
-  // sorted order share their prefix with the one before, whose states stand for it: each prefix is
-  // fed once (a walk of the vocabulary's trie), and a prefix that failed fails every token under it.
-  std::vector<JsonState> states(longest_ + 1);
-  states[0] = state;
-  size_t fed = 0;
-  for (size_t i = 0; i < ids_.size(); ++i) {
-    const absl::string_view t(bytes_.data() + offsets_[i], offsets_[i + 1] - offsets_[i]);
-    size_t d = shared_[i];
-    if (d > fed) continue;  // its prefix includes the byte that failed (fed stays: the prefix is the same)
-    for (; d < t.size(); ++d) {
-      states[d + 1] = states[d];
-      if (!states[d + 1].Feed(static_cast<uint8_t>(t[d]))) break;
-    }
-    fed = d;
-    if (d == t.size() && !t.empty()) mask[static_cast<size_t>(ids_[i]) / 64] |= uint64_t{1} << (ids_[i] % 64);
-  }
-  return mask;
+Mask JsonVocabulary::Allowed(const JsonState& state) {
+  return *masks_.Get(state.Key(), [&]() -> absl::StatusOr<Mask> { return std::make_shared<const std::vector<uint64_t>>(Compute(state)); });
 }
 
-std::shared_ptr<const std::vector<uint64_t>> JsonVocabulary::Allowed(const JsonState& state) {
-  std::string key = state.Key();
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (const auto it = cached_.find(key); it != cached_.end()) {
-      lru_.splice(lru_.end(), lru_, it->second);
-      return it->second->second;
+void ApplyMask(const std::vector<uint64_t>& allowed, int32_t vocab, float* logits, int64_t n) {
+  const int64_t known = std::min<int64_t>(n, vocab);
+  for (int64_t word = 0; word * 64 < known; ++word) {  // inside a string most words are all ones
+    const uint64_t bits = allowed[static_cast<size_t>(word)];
+    if (bits == ~uint64_t{0}) continue;
+    for (int64_t id = word * 64; id < std::min(known, word * 64 + 64); ++id) {
+      if ((bits >> (id % 64) & 1) == 0) logits[id] = -INFINITY;
     }
   }
-  auto mask = std::make_shared<const std::vector<uint64_t>>(Compute(state));  // outside the lock: milliseconds
-  std::lock_guard<std::mutex> lock(mu_);
-  if (!cached_.contains(key)) {
-    if (lru_.size() >= kMaxCachedMasks) {
-      cached_.erase(lru_.front().first);
-      lru_.pop_front();
-    }
-    lru_.emplace_back(key, mask);
-    cached_.emplace(std::move(key), std::prev(lru_.end()));
-  }
-  return mask;
+  for (int64_t id = known; id < n; ++id) logits[id] = -INFINITY;  // past the tokenizer: padding rows
 }
-
-namespace {
-
-class JsonObjectConstraint : public TokenConstraint {
- public:
-  explicit JsonObjectConstraint(std::shared_ptr<JsonVocabulary> vocabulary) : vocabulary_(std::move(vocabulary)) {}
-
-  void Mask(float* logits, int64_t n) override {
-    const std::shared_ptr<const std::vector<uint64_t>> allowed = vocabulary_->Allowed(state_);
-    const int64_t known = std::min<int64_t>(n, vocabulary_->vocab());
-    for (int64_t word = 0; word * 64 < known; ++word) {  // inside a string most words are all ones
-      const uint64_t bits = (*allowed)[static_cast<size_t>(word)];
-      if (bits == ~uint64_t{0}) continue;
-      for (int64_t id = word * 64; id < std::min(known, word * 64 + 64); ++id) {
-        if ((bits >> (id % 64) & 1) == 0) logits[id] = -INFINITY;
-      }
-    }
-    for (int64_t id = known; id < n; ++id) logits[id] = -INFINITY;  // past the tokenizer: padding rows
-  }
-  bool Accept(int32_t token) override {
-    if (token < 0 || token >= vocabulary_->vocab()) return false;
-    const std::shared_ptr<const std::vector<uint64_t>> allowed = vocabulary_->Allowed(state_);
-    if (((*allowed)[static_cast<size_t>(token) / 64] >> (token % 64) & 1) == 0) return false;
-    bytes_.clear();
-    return vocabulary_->TokenBytesOf(token, &bytes_) && state_.Feed(bytes_);
-  }
-  bool Complete() const override { return state_.Complete(); }
-
- private:
-  std::shared_ptr<JsonVocabulary> vocabulary_;
-  JsonState state_;
-  std::string bytes_;
-};
-
-}  // namespace
 
 std::unique_ptr<TokenConstraint> JsonVocabulary::NewConstraint() {
-  return std::make_unique<JsonObjectConstraint>(shared_from_this());
+  return std::make_unique<AutomatonConstraint<JsonVocabulary, JsonState>>(shared_from_this(), *this, JsonState());
 }
 
 }  // namespace ag::runtime

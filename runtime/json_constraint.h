@@ -6,19 +6,18 @@
 #ifndef AUTOGLM_RUNTIME_JSON_CONSTRAINT_H_
 #define AUTOGLM_RUNTIME_JSON_CONSTRAINT_H_
 
+#include <bitset>
 #include <cstdint>
 #include <functional>
-#include <list>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <vector>
 
-#include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "models/glm/tokenizer.h"
 #include "runtime/constraint.h"
+#include "runtime/lru_cache.h"
 
 namespace ag::runtime {
 
@@ -52,6 +51,9 @@ class JsonState {
   std::string stack_;                          // '{' and '[' of the open containers
 };
 
+using Mask = std::shared_ptr<const std::vector<uint64_t>>;  // a bit an id
+using MaskCache = LruCache<Mask>;                             // masks by state key
+
 // A tokenizer's ordinary tokens as bytes, sorted so that tokens sharing a prefix feed it once, and
 // the masks of the states met so far (a long string's every step is one state: one lookup).
 class JsonVocabulary : public std::enable_shared_from_this<JsonVocabulary> {
@@ -65,12 +67,17 @@ class JsonVocabulary : public std::enable_shared_from_this<JsonVocabulary> {
   static absl::StatusOr<std::shared_ptr<JsonVocabulary>> Build(const glm::Tokenizer& tokenizer);
 
   // The tokens that may follow `state`, a bit an id ([vocab / 64 + 1] words). Thread-safe.
-  std::shared_ptr<const std::vector<uint64_t>> Allowed(const JsonState& state);
+  Mask Allowed(const JsonState& state);
   // The same, computed afresh (what a state not met before costs).
-  std::vector<uint64_t> Compute(const JsonState& state) const;
+  std::vector<uint64_t> Compute(const JsonState& state) const { return Walk(state); }
+  // The tokens whose bytes a byte automaton takes from `state` (State: copyable, Feed(uint8_t)).
+  template <class State>
+  std::vector<uint64_t> Walk(const State& state) const;
   int32_t vocab() const { return vocab_; }
   // An ordinary token's bytes; false for any other id.
   bool TokenBytesOf(int32_t id, std::string* bytes) const;
+  // Whether the byte is a token of its own (then any text can be written byte by byte).
+  bool HasByteToken(uint8_t byte) const { return byte_tokens_[byte]; }
   // A fresh JSON-object constraint over this vocabulary (a request's n choices: one each).
   std::unique_ptr<TokenConstraint> NewConstraint();
 
@@ -84,11 +91,60 @@ class JsonVocabulary : public std::enable_shared_from_this<JsonVocabulary> {
   std::vector<uint32_t> shared_;           // bytes sorted token i shares with i - 1
   std::vector<uint32_t> sorted_index_;     // an ordinary id's place in the sorted order
   size_t longest_ = 0;
-  std::mutex mu_;
-  // Masks by JsonState::Key, least recently used first out.
-  std::list<std::pair<std::string, std::shared_ptr<const std::vector<uint64_t>>>> lru_;
-  absl::flat_hash_map<std::string, decltype(lru_)::iterator> cached_;
+  std::bitset<256> byte_tokens_;
+  MaskCache masks_{kMaxCachedMasks};  // by JsonState::Key
 };
+
+// Sets to -inf the logits of the tokens `allowed` leaves out (and of every id past `vocab`).
+void ApplyMask(const std::vector<uint64_t>& allowed, int32_t vocab, float* logits, int64_t n);
+inline bool MaskAllows(const std::vector<uint64_t>& allowed, int32_t vocab, int32_t token) {
+  return token >= 0 && token < vocab && ((allowed[static_cast<size_t>(token) / 64] >> (token % 64)) & 1) != 0;
+}
+
+// The constraint of a byte automaton over a vocabulary: `masks->Allowed(state)` is a state's mask
+// (JsonVocabulary for JSON mode, JsonSchemaGrammar for a schema), kept alive by the constraint.
+template <class Masks, class State>
+class AutomatonConstraint : public TokenConstraint {
+ public:
+  AutomatonConstraint(std::shared_ptr<Masks> masks, const JsonVocabulary& vocabulary, State start)
+      : masks_(std::move(masks)), vocabulary_(vocabulary), state_(std::move(start)) {}
+  void Mask(float* logits, int64_t n) override { ApplyMask(*masks_->Allowed(state_), vocabulary_.vocab(), logits, n); }
+  bool Accept(int32_t token) override {
+    if (!MaskAllows(*masks_->Allowed(state_), vocabulary_.vocab(), token)) return false;
+    bytes_.clear();
+    return vocabulary_.TokenBytesOf(token, &bytes_) && state_.Feed(bytes_);
+  }
+  bool Complete() const override { return state_.Complete(); }
+
+ private:
+  std::shared_ptr<Masks> masks_;
+  const JsonVocabulary& vocabulary_;  // owned by masks_
+  State state_;
+  std::string bytes_;
+};
+
+template <class State>
+std::vector<uint64_t> JsonVocabulary::Walk(const State& state) const {
+  std::vector<uint64_t> mask(static_cast<size_t>(vocab_) / 64 + 1, 0);
+  // states[d]: the state after the current token's first d bytes; valid for d <= fed. Tokens in
+  // sorted order share their prefix with the one before, whose states stand for it: each prefix is
+  // fed once (a walk of the vocabulary's trie), and a prefix that failed fails every token under it.
+  std::vector<State> states(longest_ + 1);
+  states[0] = state;
+  size_t fed = 0;
+  for (size_t i = 0; i < ids_.size(); ++i) {
+    const absl::string_view t(bytes_.data() + offsets_[i], offsets_[i + 1] - offsets_[i]);
+    size_t d = shared_[i];
+    if (d > fed) continue;  // its prefix includes the byte that failed (fed stays: the prefix is the same)
+    for (; d < t.size(); ++d) {
+      states[d + 1] = states[d];
+      if (!states[d + 1].Feed(static_cast<uint8_t>(t[d]))) break;
+    }
+    fed = d;
+    if (d == t.size() && !t.empty()) mask[static_cast<size_t>(ids_[i]) / 64] |= uint64_t{1} << (ids_[i] % 64);
+  }
+  return mask;
+}
 
 }  // namespace ag::runtime
 

@@ -104,6 +104,7 @@ bool App::SetModel(LoadedModel model) {
   std::lock_guard<std::mutex> lock(state_mu_);
   if (closed_) return false;
   model_ = std::move(model);
+  if (model_.json_vocabulary != nullptr) json_schemas_ = std::make_unique<runtime::JsonSchemaGrammars>(model_.json_vocabulary);
   ready_ = true;
   return true;
 }
@@ -220,7 +221,7 @@ void App::Route(HttpRequest& request, const std::shared_ptr<Responder>& out) {
 }
 
 bool App::Admit(const GenerationOptions& options, int64_t prompt_tokens, const std::shared_ptr<Responder>& out,
-                const char* prompt_param) {
+                const char* prompt_param, runtime::ConstraintFactory* constraint) {
   if (!options.model.empty() && options.model != options_.served_model_name) {
     Error(out, 404, absl::StrCat("the model '", options.model.substr(0, 200), "' does not exist; this server has '",
                                  options_.served_model_name, "'"),
@@ -235,10 +236,20 @@ bool App::Admit(const GenerationOptions& options, int64_t prompt_tokens, const s
       return false;
     }
   }
-  if (options.json_object && model_.json_vocabulary == nullptr) {
-    Error(out, 400, "'response_format' json_object: this model's tokenizer cannot write every JSON character",
-          "response_format");
+  if ((options.json_object || options.json_schema) && model_.json_vocabulary == nullptr) {
+    Error(out, 400, "'response_format': this model's tokenizer cannot write every JSON character", "response_format");
     return false;
+  }
+  if (options.json_object) {
+    *constraint = [vocabulary = model_.json_vocabulary] { return vocabulary->NewConstraint(); };
+  } else if (options.json_schema) {
+    absl::StatusOr<std::shared_ptr<runtime::JsonSchemaGrammar>> grammar = json_schemas_->Get(*options.json_schema);
+    if (!grammar.ok()) {
+      Error(out, 400, absl::StrCat("'response_format.json_schema.schema': ", grammar.status().message()),
+            "response_format.json_schema.schema");
+      return false;
+    }
+    *constraint = [grammar = *std::move(grammar)] { return grammar->NewConstraint(); };
   }
   for (const int32_t id : options.stop_token_ids) {
     if (id >= vocab) {
@@ -275,7 +286,7 @@ bool App::Admit(const GenerationOptions& options, int64_t prompt_tokens, const s
 }
 
 void App::Run(const GenerationOptions& options, std::vector<int32_t> prompt, bool chat, int logprobs,
-              std::string echo, bool return_token_ids, std::shared_ptr<Responder> out,
+              std::string echo, bool return_token_ids, runtime::ConstraintFactory constraint, std::shared_ptr<Responder> out,
               std::vector<std::shared_ptr<const image::Patches>> images, int64_t expanded_tokens) {
   const int64_t prompt_tokens = expanded_tokens >= 0 ? expanded_tokens : static_cast<int64_t>(prompt.size());
   GenerationSpec spec;
@@ -310,9 +321,7 @@ void App::Run(const GenerationOptions& options, std::vector<int32_t> prompt, boo
     for (int32_t id : model_.eos_ids) spec.hidden_ids.insert(id);
   }
   request.stop_ids = options.stop_token_ids;
-  if (options.json_object) {
-    request.constraint = [vocabulary = model_.json_vocabulary] { return vocabulary->NewConstraint(); };
-  }
+  request.constraint = std::move(constraint);
   if (chat) {  // a GLM-4 turn also ends where the next role would begin
     for (const char* s : {"<|user|>", "<|observation|>", "<|endoftext|>"}) {
       const int32_t id = model_.tokenizer->SpecialId(s);
@@ -351,9 +360,10 @@ void App::Chat(const HttpRequest& http, std::shared_ptr<Responder> out) {
   absl::StatusOr<std::vector<int32_t>> prompt = glm::EncodeChat(*model_.tokenizer, req.messages, model_.chat);
   if (!prompt.ok()) return Error(out, 400, std::string(prompt.status().message()), "messages");
   const int64_t expanded = ExpandedLength(*prompt, images);
-  if (!Admit(req.options, expanded, out, "messages")) return;
+  runtime::ConstraintFactory constraint;
+  if (!Admit(req.options, expanded, out, "messages", &constraint)) return;
   Run(req.options, std::move(*prompt), /*chat=*/true, req.logprobs ? req.top_logprobs : -1, "", false,
-      std::move(out), std::move(images), expanded);
+      std::move(constraint), std::move(out), std::move(images), expanded);
 }
 
 bool App::LoadImages(const std::vector<glm::ChatMessage>& messages,
@@ -421,9 +431,10 @@ void App::Completions(const HttpRequest& http, std::shared_ptr<Responder> out) {
     }
   }
   if (prompt.empty()) return Error(out, 400, "the prompt is empty", "prompt");
-  if (!Admit(req.options, static_cast<int64_t>(prompt.size()), out, "prompt")) return;
+  runtime::ConstraintFactory constraint;
+  if (!Admit(req.options, static_cast<int64_t>(prompt.size()), out, "prompt", &constraint)) return;
   Run(req.options, std::move(prompt), /*chat=*/false, req.logprobs.value_or(-1), std::move(echo),
-      req.return_token_ids, std::move(out));
+      req.return_token_ids, std::move(constraint), std::move(out));
 }
 
 void App::Tokenize(const HttpRequest& http, std::shared_ptr<Responder> out) {

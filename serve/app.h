@@ -25,6 +25,7 @@
 #include "models/glm/tokenizer.h"
 #include "runtime/engine_loop.h"
 #include "runtime/json_constraint.h"
+#include "runtime/json_schema.h"
 #include "runtime/metrics.h"
 #include "serve/http_server.h"
 #include "serve/media.h"
@@ -97,11 +98,12 @@ class App {
   void Completions(const HttpRequest& request, std::shared_ptr<Responder> out);
   void Tokenize(const HttpRequest& request, std::shared_ptr<Responder> out);
   void Detokenize(const HttpRequest& request, std::shared_ptr<Responder> out);
-  // Checks the model name, the queue and the prompt's length; on a problem answers and returns false.
+  // Checks the model name, the queue and the prompt's length, and makes the response format's
+  // constraint (none for text); on a problem answers and returns false.
   bool Admit(const GenerationOptions& options, int64_t prompt_tokens, const std::shared_ptr<Responder>& out,
-             const char* prompt_param);
+             const char* prompt_param, runtime::ConstraintFactory* constraint);
   void Run(const GenerationOptions& options, std::vector<int32_t> prompt, bool chat, int logprobs, std::string echo,
-           bool return_token_ids, std::shared_ptr<Responder> out,
+           bool return_token_ids, runtime::ConstraintFactory constraint, std::shared_ptr<Responder> out,
            std::vector<std::shared_ptr<const image::Patches>> images = {}, int64_t expanded_tokens = -1);
   // The chat's images, fetched, decoded and preprocessed; on a bad one answers 400 naming its part and returns false.
   bool LoadImages(const std::vector<glm::ChatMessage>& messages,
@@ -115,6 +117,7 @@ class App {
   std::mutex state_mu_;  // SetModel against CloseIfLoading
   bool closed_ = false;  // guarded by state_mu_
   LoadedModel model_;
+  std::unique_ptr<runtime::JsonSchemaGrammars> json_schemas_;  // response_format json_schema: grammars by schema text
   runtime::MetricsRegistry metrics_;
   runtime::Gauge *running_, *waiting_, *kv_usage_;
   runtime::Counter *prefix_hits_, *prefix_queries_, *prompt_tokens_, *generation_tokens_, *preemptions_;

@@ -134,31 +134,58 @@ void CheckMinTokens(Reader& r, const GenerationOptions& o) {
   }
 }
 
-// response_format: {"type": "text"} (the default) or {"type": "json_object"}; a JSON schema is refused.
-// JSON mode ends the answer where its object closes: ignore_eos and min_tokens would keep it going.
-void ReadResponseFormat(Reader& r, GenerationOptions& o) {
+// response_format: {"type": "text"} (the default), {"type": "json_object"}, or {"type": "json_schema",
+// "json_schema": {"name", "schema", "description", "strict"}}. The schema is compiled where the model
+// is (its vocabulary makes the grammar); here it is taken as text in the order the client wrote it
+// (`body` parsed again keeping the order: an object's properties are written in it). A constrained
+// answer ends where its document does: ignore_eos and min_tokens would keep it going.
+void ReadResponseFormat(Reader& r, std::string_view body, GenerationOptions& o) {
   if (!r.ok() || !r.Has("response_format")) return;
   const json& f = r["response_format"];
   const auto type = f.is_object() ? f.find("type") : f.end();
-  const bool known = f.is_object() && f.size() <= 2 && type != f.end() && type->is_string() &&
+  const bool known = f.is_object() && type != f.end() && type->is_string() &&
                      (*type == "text" || *type == "json_object" || *type == "json_schema") &&
-                     (f.size() == 1 || *type == "json_schema");
+                     (*type == "json_schema" ? f.size() == 2 && f.contains("json_schema") : f.size() == 1);
   if (!known) {
-    r.Fail("response_format", "'response_format' must be {\"type\": \"text\"} or {\"type\": \"json_object\"}");
-  } else if (*type == "json_schema") {
-    r.Fail("response_format", "'response_format' of type json_schema is not supported here; json_object is "
-                              "(the answer is one JSON object)");
-  } else if (*type == "json_object") {
-    o.json_object = true;
-    if (o.ignore_eos) {
-      r.Fail("ignore_eos", "'ignore_eos' cannot go with 'response_format' json_object: the answer ends with its object");
-    } else if (o.min_tokens > 0) {
-      r.Fail("min_tokens", "'min_tokens' cannot go with 'response_format' json_object: the answer ends with its object");
+    return r.Fail("response_format", "'response_format' must be {\"type\": \"text\"}, {\"type\": \"json_object\"} or "
+                                     "{\"type\": \"json_schema\", \"json_schema\": {\"name\": ..., \"schema\": {...}}}");
+  }
+  if (*type == "text") return;
+  if (*type == "json_schema") {
+    const json& js = f["json_schema"];
+    const bool fields_known = js.is_object() && std::all_of(js.items().begin(), js.items().end(), [](const auto& item) {
+      return item.key() == "name" || item.key() == "schema" || item.key() == "description" || item.key() == "strict";
+    });
+    if (!fields_known || !js.contains("name") || !js["name"].is_string() || js["name"].get<std::string>().empty() ||
+        js["name"].get<std::string>().size() > 64 || (js.contains("description") && !js["description"].is_string()) ||
+        (js.contains("strict") && !js["strict"].is_boolean() && !js["strict"].is_null())) {
+      return r.Fail("response_format.json_schema",
+                    "'response_format.json_schema' must be {\"name\": a name of 1-64 characters, \"schema\": a JSON Schema, "
+                    "\"description\": optional text, \"strict\": optional boolean}");
     }
+    if (js.contains("schema") && !js["schema"].is_object() && !js["schema"].is_boolean()) {
+      return r.Fail("response_format.json_schema.schema", "'response_format.json_schema.schema' must be a JSON Schema object");
+    }
+    if (!js.contains("schema")) {
+      o.json_schema = "true";  // OpenAI's schema is optional: any JSON
+    } else {
+      const nlohmann::ordered_json ordered = nlohmann::ordered_json::parse(body, nullptr, /*allow_exceptions=*/false);
+      if (ordered.is_discarded()) return r.Fail("response_format", "the body could not be read again in order");
+      o.json_schema = ordered["response_format"]["json_schema"]["schema"].dump(-1, ' ', false, json::error_handler_t::replace);
+    }
+  } else {
+    o.json_object = true;
+  }
+  if (o.ignore_eos) {
+    r.Fail("ignore_eos", absl::StrCat("'ignore_eos' cannot go with 'response_format' ", type->get<std::string>(),
+                                      ": the answer ends with its JSON"));
+  } else if (o.min_tokens > 0) {
+    r.Fail("min_tokens", absl::StrCat("'min_tokens' cannot go with 'response_format' ", type->get<std::string>(),
+                                      ": the answer ends with its JSON"));
   }
 }
 
-void ReadOptions(Reader& r, const RequestLimits& limits, GenerationOptions& o) {
+void ReadOptions(Reader& r, std::string_view body, const RequestLimits& limits, GenerationOptions& o) {
   o.model = r.String("model", /*required=*/true);
   o.stream = r.Bool("stream", false);
   if (r.ok() && r.Has("stream_options")) {
@@ -226,7 +253,7 @@ void ReadOptions(Reader& r, const RequestLimits& limits, GenerationOptions& o) {
   o.min_tokens = r.Int("min_tokens", 0, limits.max_tokens).value_or(0);
   r.Neutral("tools", json::array());
   r.Neutral("tool_choice", "none");
-  ReadResponseFormat(r, o);
+  ReadResponseFormat(r, body, o);
 }
 
 // A string member of `j`, or null when absent or of another type (never an exception).
@@ -409,7 +436,7 @@ ChatResult ParseChatRequest(std::string_view body, const RequestLimits& limits) 
                "response_format", "stop_token_ids", "include_stop_str_in_output", "skip_special_tokens",
                "spaces_between_special_tokens", "min_tokens"});
   ChatRequest req;
-  ReadOptions(r, limits, req.options);
+  ReadOptions(r, body, limits, req.options);
   CheckMinTokens(r, req.options);
   req.logprobs = r.Bool("logprobs", false);
   req.top_logprobs = static_cast<int>(r.Int("top_logprobs", 0, limits.max_top_logprobs).value_or(0));
@@ -430,7 +457,7 @@ CompletionResult ParseCompletionRequest(std::string_view body, const RequestLimi
                "include_stop_str_in_output", "skip_special_tokens", "spaces_between_special_tokens", "min_tokens",
                "response_format"});
   CompletionRequest req;
-  ReadOptions(r, limits, req.options);
+  ReadOptions(r, body, limits, req.options);
   if (!req.options.max_tokens) req.options.max_tokens = 16;  // OpenAI's default for completions
   CheckMinTokens(r, req.options);
   req.echo = r.Bool("echo", false);

@@ -63,6 +63,9 @@ struct GenerationOptions {
   int64_t min_tokens = 0;
   // OpenAI's JSON mode (response_format {"type": "json_object"}): the answer is one JSON object.
   bool json_object = false;
+  // response_format {"type": "json_schema"}: the schema's text, its objects' properties in the
+  // client's order; the answer is one document it validates.
+  std::optional<std::string> json_schema;
 };
 
 struct ChatRequest {

@@ -117,8 +117,9 @@ TEST(OpenAi, ParsesVllmStopExtensions) {
                        limits)));
 }
 
-// OpenAI's JSON mode on both endpoints; a JSON schema, other shapes, and JSON mode beside what would
-// keep the answer going past its object (ignore_eos, min_tokens) are 400s naming the field.
+// OpenAI's JSON mode and JSON schemas on both endpoints (the schema's text keeps the client's order
+// of properties); other shapes, and either beside what would keep the answer going past its
+// document (ignore_eos, min_tokens), are 400s naming the field.
 TEST(OpenAi, ParsesResponseFormat) {
   const ChatResult chat = ParseChatRequest(
       R"({"model": "m", "messages": [{"role": "user", "content": "x"}], "response_format": {"type": "json_object"}})");
@@ -132,11 +133,33 @@ TEST(OpenAi, ParsesResponseFormat) {
       ParseCompletionRequest(R"({"model": "m", "prompt": "x", "response_format": {"type": "json_object"}})");
   ASSERT_TRUE(std::holds_alternative<CompletionRequest>(json));
   EXPECT_TRUE(std::get<CompletionRequest>(json).options.json_object);
+  const ChatResult schema = ParseChatRequest(
+      R"({"model": "m", "messages": [{"role": "user", "content": "x"}], "response_format": {"type": "json_schema",
+          "json_schema": {"name": "step", "strict": true, "schema": {"type": "object",
+          "properties": {"thought": {"type": "string"}, "action": {"type": "string"}}}}}})");
+  ASSERT_TRUE(std::holds_alternative<ChatRequest>(schema)) << std::get<ApiError>(schema).message;
+  EXPECT_FALSE(std::get<ChatRequest>(schema).options.json_object);
+  EXPECT_EQ(std::get<ChatRequest>(schema).options.json_schema,
+            R"({"type":"object","properties":{"thought":{"type":"string"},"action":{"type":"string"}}})");
+  const CompletionResult any =
+      ParseCompletionRequest(R"({"model": "m", "prompt": "x", "response_format": {"type": "json_schema", "json_schema": {"name": "a"}}})");
+  ASSERT_TRUE(std::holds_alternative<CompletionRequest>(any));
+  EXPECT_EQ(std::get<CompletionRequest>(any).options.json_schema, "true");
+  EXPECT_FALSE(std::get<CompletionRequest>(text).options.json_schema);
   const struct {
     const char* fields;
     const char* param;
   } bad[] = {
-      {R"("response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {}}})", "response_format"},
+      {R"("response_format": {"type": "json_schema"})", "response_format"},
+      {R"("response_format": {"type": "json_schema", "json_schema": {"schema": {}}})", "response_format.json_schema"},
+      {R"("response_format": {"type": "json_schema", "json_schema": {"name": 3, "schema": {}}})", "response_format.json_schema"},
+      {R"("response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {}, "extra": 1}})",
+       "response_format.json_schema"},
+      {R"("response_format": {"type": "json_schema", "json_schema": {"name": "x", "strict": "yes"}})", "response_format.json_schema"},
+      {R"("response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": "{}"}})",
+       "response_format.json_schema.schema"},
+      {R"("response_format": {"type": "json_schema", "json_schema": {"name": "x"}}, "ignore_eos": true)", "ignore_eos"},
+      {R"("response_format": {"type": "json_object", "json_schema": {"name": "x"}})", "response_format"},
       {R"("response_format": "json_object")", "response_format"},
       {R"("response_format": {"type": "yaml"})", "response_format"},
       {R"("response_format": {})", "response_format"},

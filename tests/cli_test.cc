@@ -378,6 +378,42 @@ TEST_F(Cli, JsonObjectAnswers) {
   }
 }
 
+// --json-schema FILE: the answer is a document the schema validates (its properties in the schema's
+// order); a schema the compiler refuses is a one-line error naming the file, the place and the keyword.
+TEST_F(Cli, JsonSchemaAnswers) {
+  const std::string model = testing::TestDataDir() + "/tiny-glm4";
+  std::ofstream(Path("step.json")) << R"({"type": "object", "properties": {
+      "thought": {"type": "string", "maxLength": 10},
+      "action": {"enum": ["tap", "swipe", "finish"]}, "n": {"type": "integer"}}, "required": ["thought", "action"]})";
+  for (const char* seed : {"1", "2", "3"}) {
+    CommandResult r = RunCommand(RunTool() + " --model " + model + " --prompt 'a step' --chat --json-schema " +
+                                 Path("step.json") + " --max-new-tokens 200 --temperature 0.8 --logit-bias 1:100,34:3,44:3 --seed " + seed);
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    const std::string text = r.out.substr(0, r.out.size() - 1);
+    const nlohmann::ordered_json j = nlohmann::ordered_json::parse(text, nullptr, false);
+    ASSERT_TRUE(j.is_object()) << text;
+    auto it = j.begin();
+    EXPECT_EQ(it.key(), "thought") << text;
+    EXPECT_LE(it.value().get<std::string>().size(), 40u);  // 10 characters of up to 4 bytes
+    EXPECT_EQ((++it).key(), "action") << text;
+    EXPECT_TRUE(it.value() == "tap" || it.value() == "swipe" || it.value() == "finish") << text;
+    EXPECT_TRUE(++it == j.end() || (it.key() == "n" && it.value().is_number_integer())) << text;
+    EXPECT_NE(r.err.find("finish: eos"), std::string::npos) << r.err;
+  }
+  std::ofstream(Path("bad.json")) << R"({"type": "object", "properties": {"x": {"type": "string", "pattern": "a"}}})";
+  for (const auto& [flags, says] : std::vector<std::pair<std::string, std::string>>{
+           {" --prompt x --json-schema " + Path("bad.json"), "'#/properties/x': 'pattern' is not supported"},
+           {" --prompt x --json-schema " + Path("missing.json"), "cannot read"},
+           {" --prompt-ids 5 --json-schema " + Path("step.json"), "needs --prompt"},
+           {" --prompt x --json-object --json-schema " + Path("step.json"), "one or the other"}}) {
+    CommandResult bad = RunCommand(RunTool() + " --model " + model + flags);
+    EXPECT_EQ(bad.exit_code, 1) << flags;
+    EXPECT_NE(bad.err.find(says), std::string::npos) << bad.err;
+    EXPECT_NE(bad.err.find("--json-schema"), std::string::npos) << bad.err;
+    EXPECT_EQ(std::count(bad.err.begin(), bad.err.end(), '\n'), 1) << bad.err;
+  }
+}
+
 TEST_F(Cli, TokenizeChatAndDecode) {
   const std::string tokenize = Tool("AUTOGLM_TOKENIZE", "build/tools/autoglm-tokenize");
   testing::WriteTiktoken(Path("tokenizer.model"), testing::SyntheticRanks());

@@ -23,6 +23,7 @@
 #include <cstdio>
 #include <algorithm>
 #include <fstream>
+#include <sstream>
 #include <optional>
 #include <string>
 #include <vector>
@@ -43,6 +44,7 @@
 #include "models/glm/tokenizer.h"
 #include "runtime/engine.h"
 #include "runtime/json_constraint.h"
+#include "runtime/json_schema.h"
 #include "runtime/speculative.h"
 #include "runtime/weights.h"
 #include "tools/common.h"
@@ -61,6 +63,9 @@ ABSL_FLAG(std::string, tokenizer, "", "tokenizer directory (default: --model)");
 ABSL_FLAG(bool, ignore_eos, false, "with --prompt: do not stop at end-of-sequence ids");
 ABSL_FLAG(bool, json_object, false,
           "with --prompt: the answer is one JSON object (OpenAI's JSON mode), ending where the object does");
+ABSL_FLAG(std::string, json_schema, "",
+          "with --prompt: a JSON Schema file; the answer is one document it validates (OpenAI's json_schema "
+          "response format), ending where the document does");
 ABSL_FLAG(int64_t, max_new_tokens, 32, "tokens to generate");
 ABSL_FLAG(std::string, output_json, "", "write new tokens and every logits row to this file");
 ABSL_FLAG(bool, stop_on_eos, false,
@@ -195,6 +200,21 @@ absl::Status Run() {
     if (!request.stop_on_eos) return absl::InvalidArgumentError("--json-object ends at the object: not with --ignore-eos");
     ASSIGN_OR_RETURN(std::shared_ptr<runtime::JsonVocabulary> vocabulary, runtime::JsonVocabulary::Build(*tokenizer));
     request.constraint = [vocabulary] { return vocabulary->NewConstraint(); };
+  }
+  if (const std::string path = absl::GetFlag(FLAGS_json_schema); !path.empty()) {
+    if (!text_mode) return absl::InvalidArgumentError("--json-schema needs --prompt (the tokenizer gives tokens their bytes)");
+    if (!request.stop_on_eos) return absl::InvalidArgumentError("--json-schema ends at the document: not with --ignore-eos");
+    if (request.constraint) return absl::InvalidArgumentError("--json-schema and --json-object: one or the other");
+    std::ifstream file(path, std::ios::binary);
+    std::stringstream text;
+    text << file.rdbuf();
+    if (!file) return absl::NotFoundError(absl::StrCat("--json-schema ", path, ": cannot read"));
+    absl::StatusOr<std::shared_ptr<const runtime::JsonSchema>> schema = runtime::JsonSchema::Compile(text.str());
+    if (!schema.ok()) return absl::InvalidArgumentError(absl::StrCat("--json-schema ", path, ": ", schema.status().message()));
+    ASSIGN_OR_RETURN(std::shared_ptr<runtime::JsonVocabulary> vocabulary, runtime::JsonVocabulary::Build(*tokenizer));
+    ASSIGN_OR_RETURN(std::shared_ptr<runtime::JsonSchemaGrammar> grammar,
+                     runtime::JsonSchemaGrammar::Create(*std::move(schema), vocabulary));
+    request.constraint = [grammar] { return grammar->NewConstraint(); };
   }
   ASSIGN_OR_RETURN(request.sampling.logit_bias, ParseLogitBias(absl::GetFlag(FLAGS_logit_bias)));
   for (const runtime::SamplingParams::Bias& b : request.sampling.logit_bias) {

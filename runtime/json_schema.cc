@@ -1,0 +1,385 @@
+// The schema compiler: JSON Schema text to JsonSchema's nodes (the automaton is json_schema_state.cc).
+#include "runtime/json_schema.h"
+
+#include <algorithm>
+#include <cmath>
+#include <optional>
+#include <nlohmann/json.hpp>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+
+namespace ag::runtime {
+
+using Json = nlohmann::ordered_json;  // the properties' order is the answer's
+
+namespace {
+
+// Keywords that only annotate: a validator asserts nothing with them ("format" too, by default).
+const absl::flat_hash_set<std::string>& Annotations() {
+  static const auto* const kSet = new absl::flat_hash_set<std::string>{
+      "title", "description", "default", "examples", "$schema", "$id", "$comment", "deprecated", "readOnly",
+      "writeOnly", "format", "discriminator", "contentMediaType", "contentEncoding", "$defs", "definitions", "strict"};
+  return *kSet;
+}
+
+const absl::flat_hash_set<std::string>& Handled() {
+  static const auto* const kSet = new absl::flat_hash_set<std::string>{
+      "type",      "properties", "required", "additionalProperties", "items", "minItems", "maxItems", "minLength",
+      "maxLength", "enum",       "const",    "anyOf",                "oneOf", "allOf",    "$ref"};
+  return *kSet;
+}
+
+std::string Compact(const Json& j) { return j.dump(-1, ' ', /*ensure_ascii=*/false, Json::error_handler_t::strict); }
+
+bool HasType(const Json& value, const std::string& type) {
+  if (type == "integer") return value.is_number_integer() || (value.is_number_float() && value == std::floor(value.get<double>()));
+  if (type == "number") return value.is_number();
+  if (type == "string") return value.is_string();
+  if (type == "boolean") return value.is_boolean();
+  if (type == "null") return value.is_null();
+  if (type == "object") return value.is_object();
+  return type == "array" && value.is_array();
+}
+
+}  // namespace
+
+class SchemaCompiler {
+ public:
+  explicit SchemaCompiler(const Json& document) : document_(document) {}
+
+  absl::StatusOr<std::shared_ptr<const JsonSchema>> Run() {
+    auto schema = std::make_shared<JsonSchema>();
+    nodes_ = &schema->nodes_;
+    const int32_t root = Compile(document_, "", 0);
+    schema->key_node_ = Add({.kind = JsonSchema::Node::kString});
+    if (!status_.ok()) return status_;
+    if (!ResolveReferences(root, &schema->root_)) return status_;
+    ComputeDepths();
+    const uint32_t depth = nodes_->at(static_cast<size_t>(schema->root_)).depth;
+    if (depth == kInfinite) {
+      Fail("", "the schema admits no finite document (every document nests itself)");
+      return status_;
+    }
+    if (depth + 1 > JsonSchema::kMaxDepth) {
+      Fail("", absl::StrCat("the schema's shortest document nests ", depth, " values; at most ",
+                            JsonSchema::kMaxDepth - 1, " may be open"));
+      return status_;
+    }
+    return std::shared_ptr<const JsonSchema>(std::move(schema));
+  }
+
+ private:
+  static constexpr uint32_t kInfinite = UINT32_MAX;
+  static constexpr int kMaxNesting = 64;  // subschemas within subschemas
+
+  // Keeps the first error; -1 stands for the node that failed.
+  int32_t Fail(const std::string& where, const std::string& what) {
+    if (status_.ok()) status_ = absl::InvalidArgumentError(absl::StrCat("schema at '#", where, "': ", what));
+    return -1;
+  }
+  int32_t Add(JsonSchema::Node node) {
+    if (nodes_->size() >= JsonSchema::kMaxNodes) {
+      return Fail("", absl::StrCat("the schema has more than ", JsonSchema::kMaxNodes, " subschemas"));
+    }
+    nodes_->push_back(std::move(node));
+    return static_cast<int32_t>(nodes_->size() - 1);
+  }
+  // A node for any JSON value: anyOf an open object, an array, a string, a number, true/false/null.
+  int32_t Any() {
+    if (any_ >= 0) return any_;
+    any_ = Add({.kind = JsonSchema::Node::kAnyOf});
+    const int32_t object = Add({.kind = JsonSchema::Node::kObject, .values = any_});
+    const int32_t array = Add({.kind = JsonSchema::Node::kArray, .items = any_});
+    const int32_t string = Add({.kind = JsonSchema::Node::kString});
+    const int32_t number = Add({.kind = JsonSchema::Node::kNumber});
+    const int32_t literals = Add({.kind = JsonSchema::Node::kLiterals, .literals = {"true", "false", "null"}});
+    if (!status_.ok()) return -1;
+    (*nodes_)[static_cast<size_t>(any_)].alternatives = {object, array, string, number, literals};
+    return any_;
+  }
+
+  std::optional<uint32_t> Count(const Json& s, const char* key, const std::string& where) {
+    if (!s.contains(key)) return std::nullopt;
+    const Json& v = s[key];
+    if (!v.is_number_unsigned() || v.get<uint64_t>() >= JsonSchema::kUnbounded) {
+      Fail(where, absl::StrCat("'", key, "' must be a non-negative integer"));
+      return std::nullopt;
+    }
+    return static_cast<uint32_t>(v.get<uint64_t>());
+  }
+
+  int32_t Compile(const Json& s, const std::string& where, int nesting) {
+    if (!status_.ok()) return -1;
+    if (nesting > kMaxNesting) return Fail(where, "subschemas nest too deep");
+    if (s.is_boolean()) {
+      if (s.get<bool>()) return Any();
+      return Fail(where, "the schema false admits nothing");
+    }
+    if (!s.is_object()) return Fail(where, "a schema must be an object or a boolean");
+    std::vector<std::string> constraining;
+    for (const auto& [key, value] : s.items()) {
+      if (Annotations().contains(key) || absl::StartsWith(key, "x-")) continue;
+      if (!Handled().contains(key)) return Fail(where, absl::StrCat("'", key, "' is not supported"));
+      constraining.push_back(key);
+    }
+    auto only = [&](const char* keyword) {
+      for (const std::string& k : constraining) {
+        if (k != keyword) return Fail(where, absl::StrCat("'", k, "' beside '", keyword, "' is not supported")) >= 0;
+      }
+      return true;
+    };
+    if (s.contains("$ref")) {
+      if (!only("$ref")) return -1;
+      if (!s["$ref"].is_string()) return Fail(where, "'$ref' must be a string");
+      return Reference(s["$ref"].get<std::string>(), where, nesting);
+    }
+    for (const char* combinator : {"anyOf", "oneOf", "allOf"}) {
+      if (!s.contains(combinator)) continue;
+      if (!only(combinator)) return -1;
+      const Json& list = s[combinator];
+      if (!list.is_array() || list.empty()) return Fail(where, absl::StrCat("'", combinator, "' must be a non-empty array"));
+      if (std::string(combinator) == "allOf") {
+        if (list.size() != 1) return Fail(where, "'allOf' of more than one schema is not supported");
+        return Compile(list[0], absl::StrCat(where, "/allOf/0"), nesting + 1);
+      }
+      std::vector<int32_t> alternatives;
+      for (size_t i = 0; i < list.size(); ++i) {
+        alternatives.push_back(Compile(list[i], absl::StrCat(where, "/", combinator, "/", i), nesting + 1));
+      }
+      return Add({.kind = JsonSchema::Node::kAnyOf, .alternatives = std::move(alternatives)});
+    }
+    std::vector<std::string> types;
+    if (s.contains("type")) {
+      const Json& t = s["type"];
+      for (const Json& one : t.is_array() ? t : Json::array({t})) {
+        static const absl::flat_hash_set<std::string> kTypes = {"object", "array",   "string", "number",
+                                                                "integer", "boolean", "null"};
+        if (!one.is_string() || !kTypes.contains(one.get<std::string>())) {
+          return Fail(where, "'type' must be one of object, array, string, number, integer, boolean, null, or a list of them");
+        }
+        if (std::find(types.begin(), types.end(), one.get<std::string>()) == types.end()) types.push_back(one.get<std::string>());
+      }
+      if (types.empty()) return Fail(where, "'type' must name a type");
+    }
+    if (s.contains("enum") || s.contains("const")) return Literals(s, types, where);
+    if (types.empty()) {  // the type follows from its keywords, or it is any value
+      for (const auto& [type, keywords] : std::vector<std::pair<std::string, std::vector<std::string>>>{
+               {"object", {"properties", "required", "additionalProperties"}},
+               {"array", {"items", "minItems", "maxItems"}},
+               {"string", {"minLength", "maxLength"}}}) {
+        for (const std::string& k : keywords) {
+          if (s.contains(k)) {
+            if (!types.empty() && types.back() != type) return Fail(where, "keywords of several types need a 'type'");
+            if (types.empty()) types.push_back(type);
+          }
+        }
+      }
+      if (types.empty()) return Any();
+    }
+    std::vector<int32_t> alternatives;
+    for (const std::string& type : types) alternatives.push_back(Typed(s, type, where, nesting));
+    if (alternatives.size() == 1) return alternatives[0];
+    return Add({.kind = JsonSchema::Node::kAnyOf, .alternatives = std::move(alternatives)});
+  }
+
+  int32_t Literals(const Json& s, const std::vector<std::string>& types, const std::string& where) {
+    if (s.contains("enum") && s.contains("const")) return Fail(where, "'enum' beside 'const' is not supported");
+    const Json values = s.contains("const") ? Json::array({s["const"]}) : s["enum"];
+    if (!values.is_array()) return Fail(where, "'enum' must be an array");
+    JsonSchema::Node node{.kind = JsonSchema::Node::kLiterals};
+    for (const Json& v : values) {
+      const bool typed = types.empty() || std::any_of(types.begin(), types.end(), [&](const auto& t) { return HasType(v, t); });
+      std::string text = Compact(v);
+      if (typed && std::find(node.literals.begin(), node.literals.end(), text) == node.literals.end()) {
+        node.literals.push_back(std::move(text));
+      }
+    }
+    if (node.literals.empty()) return Fail(where, "'enum' has no value of the schema's 'type'");
+    return Add(std::move(node));
+  }
+
+  int32_t Typed(const Json& s, const std::string& type, const std::string& where, int nesting) {
+    using Node = JsonSchema::Node;
+    if (type == "boolean") return Add({.kind = Node::kLiterals, .literals = {"true", "false"}});
+    if (type == "null") return Add({.kind = Node::kLiterals, .literals = {"null"}});
+    if (type == "number") return Add({.kind = Node::kNumber});
+    if (type == "integer") return Add({.kind = Node::kInteger});
+    if (type == "string" || type == "array") {
+      const char* min_key = type == "string" ? "minLength" : "minItems";
+      const char* max_key = type == "string" ? "maxLength" : "maxItems";
+      Node node{.kind = type == "string" ? Node::kString : Node::kArray};
+      node.min = Count(s, min_key, where).value_or(0);
+      node.max = Count(s, max_key, where).value_or(JsonSchema::kUnbounded);
+      if (status_.ok() && node.min > node.max) Fail(where, absl::StrCat("'", min_key, "' is more than '", max_key, "'"));
+      if (type == "array") {
+        if (s.contains("items") && s["items"].is_array()) return Fail(where, "'items' as a list (a tuple) is not supported");
+        if (s.contains("items") && s["items"] == false) {  // no items: the empty array
+          if (node.min > 0) return Fail(where, "'minItems' with 'items': false admits nothing");
+          node.max = 0;
+          node.items = Any();
+        } else {
+          node.items = s.contains("items") ? Compile(s["items"], where + "/items", nesting + 1) : Any();
+        }
+      }
+      return Add(std::move(node));
+    }
+    // An object.
+    Node node{.kind = Node::kObject};
+    const Json empty = Json::object();
+    const Json& properties = s.contains("properties") ? s["properties"] : empty;
+    if (!properties.is_object()) return Fail(where, "'properties' must be an object");
+    for (const auto& [name, sub] : properties.items()) {
+      node.properties.push_back({.key = Compact(Json(name)),
+                                 .node = Compile(sub, absl::StrCat(where, "/properties/", Pointer(name)), nesting + 1)});
+    }
+    if (s.contains("required")) {
+      const Json& required = s["required"];
+      if (!required.is_array()) return Fail(where, "'required' must be an array of names");
+      for (const Json& name : required) {
+        if (!name.is_string()) return Fail(where, "'required' must be an array of names");
+        const std::string key = Compact(name);
+        const auto p = std::find_if(node.properties.begin(), node.properties.end(), [&](const auto& q) { return q.key == key; });
+        if (p == node.properties.end()) {
+          return Fail(where, absl::StrCat("'required' names ", key, ", which 'properties' does not"));
+        }
+        p->required = true;
+      }
+    }
+    const Json& additional = s.contains("additionalProperties") ? s["additionalProperties"] : Json(nullptr);
+    if (!node.properties.empty()) {
+      if (!additional.is_null() && additional != false) {
+        return Fail(where, "'additionalProperties' beside 'properties' must be false (an object writes only its properties)");
+      }
+    } else if (additional.is_null() || additional == true) {
+      node.values = Any();
+    } else if (additional != false) {
+      node.values = Compile(additional, where + "/additionalProperties", nesting + 1);
+    }
+    return Add(std::move(node));
+  }
+
+  static std::string Pointer(const std::string& name) {
+    std::string out;
+    for (const char c : name) out += c == '~' ? std::string("~0") : c == '/' ? std::string("~1") : std::string(1, c);
+    return out;
+  }
+
+  // A $ref within the document: a kRef node now, its target once every schema is compiled.
+  int32_t Reference(const std::string& ref, const std::string& where, int nesting) {
+    if (ref.empty() || ref[0] != '#') return Fail(where, absl::StrCat("'$ref' ", ref, " is not within the document"));
+    if (const auto it = by_pointer_.find(ref); it != by_pointer_.end()) return it->second;
+    const int32_t slot = Add({.kind = JsonSchema::Node::kRef});
+    by_pointer_[ref] = slot;
+    const Json* target = &document_;
+    if (ref.size() > 1) {
+      try {
+        target = &document_.at(Json::json_pointer(ref.substr(1)));
+      } catch (const Json::exception&) {
+        return Fail(where, absl::StrCat("'$ref' ", ref, " names nothing in the document"));
+      }
+    }
+    const int32_t compiled = Compile(*target, ref.substr(1), nesting + 1);
+    (*nodes_)[static_cast<size_t>(slot)].target = compiled;
+    return slot;
+  }
+
+  // Every reference to a kRef node made a reference to what it names; anyOf lists flattened.
+  bool ResolveReferences(int32_t root, int32_t* resolved_root) {
+    auto resolve = [&](int32_t i) {
+      for (size_t hops = 0; i >= 0 && (*nodes_)[static_cast<size_t>(i)].kind == JsonSchema::Node::kRef; ++hops) {
+        if (hops > nodes_->size()) return -1;
+        i = (*nodes_)[static_cast<size_t>(i)].target;
+      }
+      return i;
+    };
+    *resolved_root = resolve(root);
+    if (*resolved_root < 0) return Fail("", "'$ref' names only itself") >= 0;
+    for (JsonSchema::Node& n : *nodes_) {
+      for (JsonSchema::Property& p : n.properties) p.node = resolve(p.node);
+      if (n.values >= 0) n.values = resolve(n.values);
+      if (n.items >= 0) n.items = resolve(n.items);
+      for (int32_t& a : n.alternatives) a = resolve(a);
+      if (std::any_of(n.properties.begin(), n.properties.end(), [](const auto& p) { return p.node < 0; }) ||
+          (n.kind == JsonSchema::Node::kArray && n.items < 0) ||
+          std::find(n.alternatives.begin(), n.alternatives.end(), -1) != n.alternatives.end()) {
+        return Fail("", "'$ref' names only itself") >= 0;
+      }
+    }
+    // anyOf within anyOf: one list of the alternatives that are not (an anyOf that reaches itself adds nothing).
+    for (size_t i = 0; i < nodes_->size(); ++i) {
+      if ((*nodes_)[i].kind != JsonSchema::Node::kAnyOf) continue;
+      std::vector<int32_t> flat;
+      absl::flat_hash_set<int32_t> seen = {static_cast<int32_t>(i)};
+      std::vector<int32_t> todo((*nodes_)[i].alternatives.rbegin(), (*nodes_)[i].alternatives.rend());
+      while (!todo.empty()) {
+        const int32_t a = todo.back();
+        todo.pop_back();
+        if (!seen.insert(a).second) continue;
+        const JsonSchema::Node& n = (*nodes_)[static_cast<size_t>(a)];
+        if (n.kind == JsonSchema::Node::kAnyOf) {
+          todo.insert(todo.end(), n.alternatives.rbegin(), n.alternatives.rend());
+        } else {
+          flat.push_back(a);
+        }
+      }
+      if (flat.empty()) return Fail("", "an 'anyOf' names only itself") >= 0;
+      (*nodes_)[i].alternatives = std::move(flat);
+    }
+    return true;
+  }
+
+  // Each node's shortest document's depth in frames, to a fixed point (recursion through required
+  // properties or minItems may leave a node without a finite one).
+  void ComputeDepths() {
+    for (JsonSchema::Node& n : *nodes_) n.depth = kInfinite;
+    auto depth = [&](int32_t i) { return (*nodes_)[static_cast<size_t>(i)].depth; };
+    auto plus_one = [](uint32_t d) { return d == kInfinite ? kInfinite : d + 1; };
+    for (bool changed = true; changed;) {
+      changed = false;
+      for (JsonSchema::Node& n : *nodes_) {
+        uint32_t d = 1;
+        switch (n.kind) {
+          case JsonSchema::Node::kObject:
+            for (const JsonSchema::Property& p : n.properties) {
+              if (p.required) d = std::max(d, plus_one(depth(p.node)));
+            }
+            break;
+          case JsonSchema::Node::kArray:
+            if (n.min > 0) d = plus_one(depth(n.items));
+            break;
+          case JsonSchema::Node::kAnyOf:
+            d = kInfinite;
+            for (const int32_t a : n.alternatives) d = std::min(d, depth(a));
+            break;
+          case JsonSchema::Node::kRef:
+            d = kInfinite;
+            break;
+          default:
+            break;
+        }
+        if (d < n.depth) {
+          n.depth = d;
+          changed = true;
+        }
+      }
+    }
+  }
+
+  const Json& document_;
+  std::vector<JsonSchema::Node>* nodes_ = nullptr;
+  absl::Status status_;
+  int32_t any_ = -1;
+  absl::flat_hash_map<std::string, int32_t> by_pointer_;
+};
+
+absl::StatusOr<std::shared_ptr<const JsonSchema>> JsonSchema::Compile(absl::string_view text) {
+  const Json document = Json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (document.is_discarded()) return absl::InvalidArgumentError("the schema is not valid JSON");
+  return SchemaCompiler(document).Run();
+}
+
+}  // namespace ag::runtime

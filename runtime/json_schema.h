@@ -1,0 +1,158 @@
+// Structured output by JSON Schema (OpenAI's response_format {"type": "json_schema"}): a schema
+// compiled to a small grammar of nodes, and the byte automaton that walks it, so that the answer is
+// one JSON document the schema validates -- enforced token by token like JSON mode.
+//
+// What it takes (and how it narrows what a validator would accept):
+//   type (one or a list), properties, required, additionalProperties, items, minItems, maxItems,
+//   minLength, maxLength, enum, const, anyOf, oneOf (as anyOf: alternatives are tried together),
+//   allOf of one schema, $ref within the document (#, #/$defs/..., #/definitions/..., recursion too),
+//   $defs/definitions, and annotations (title, description, default, examples, format, ...).
+// Objects write their properties in the schema's order, each at most once, optional ones skippable;
+// an object with properties takes no others (OpenAI's strict mode: additionalProperties false); an
+// object without properties takes any keys, their values `additionalProperties` (any JSON by
+// default). Whitespace between tokens is none, one space, or a newline and up to 20 spaces or tabs
+// (a model that keeps writing whitespace still ends). Integers are written without fraction or exponent; strings escape no surrogate
+// (\uD800-\uDFFF: a character past the BMP is written as UTF-8), so a character is one of
+// minLength/maxLength's; enum and const values are written as compact JSON.
+// Anything else that asserts (pattern, minimum, multipleOf, not, if/then, prefixItems, ...) is an
+// error naming where it is: refused, never ignored into an answer the schema does not validate.
+#ifndef AUTOGLM_RUNTIME_JSON_SCHEMA_H_
+#define AUTOGLM_RUNTIME_JSON_SCHEMA_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/container/inlined_vector.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "runtime/constraint.h"
+#include "runtime/json_constraint.h"
+
+namespace ag::runtime {
+
+class JsonSchema {
+ public:
+  static constexpr uint32_t kUnbounded = UINT32_MAX;
+  static constexpr size_t kMaxDepth = 64;  // frames open at once: nested values, and the document's own
+  static constexpr size_t kMaxNodes = 4096;  // a bigger schema is refused (compiling costs nodes squared at worst)
+
+  struct Property {
+    std::string key;  // the name as JSON text, quotes included
+    int32_t node = -1;
+    bool required = false;
+  };
+  struct Node {
+    enum Kind : uint8_t { kObject, kArray, kString, kNumber, kInteger, kLiterals, kAnyOf, kRef };
+    Kind kind = kLiterals;
+    std::vector<Property> properties;   // kObject
+    int32_t values = -1;                // kObject without properties: every value's node (-1: no keys at all)
+    int32_t items = -1;                 // kArray
+    uint32_t min = 0, max = kUnbounded;  // kArray: items; kString: characters
+    std::vector<std::string> literals;  // kLiterals: each value as compact JSON
+    std::vector<int32_t> alternatives;  // kAnyOf: none of them an anyOf
+    int32_t target = -1;                // kRef, while compiling only
+    uint32_t depth = 0;                 // frames the node's shortest document opens
+  };
+
+  // The schema as JSON text (its properties' order is the answer's). An unsupported or unsatisfiable
+  // schema is an InvalidArgument naming the place, as a JSON pointer, and the keyword.
+  static absl::StatusOr<std::shared_ptr<const JsonSchema>> Compile(absl::string_view text);
+
+  const std::vector<Node>& nodes() const { return nodes_; }
+  const Node& node(int32_t i) const { return nodes_[static_cast<size_t>(i)]; }
+  int32_t root() const { return root_; }
+  int32_t key_node() const { return key_node_; }  // a plain string: the keys of an object without properties
+
+ private:
+  friend class SchemaCompiler;
+  std::vector<Node> nodes_;
+  int32_t root_ = -1;
+  int32_t key_node_ = -1;
+};
+
+// Where a byte stream is in the documents a schema validates: the set of paths still open (anyOf's
+// alternatives and an object's candidate keys are followed side by side), each a stack of frames.
+class SchemaState {
+ public:
+  explicit SchemaState(const JsonSchema* schema);  // the schema outlives the state
+  SchemaState() = default;                         // for arrays of states; Feed fails until assigned
+
+  bool Feed(uint8_t c);
+  bool Feed(absl::string_view bytes);
+  // A document is whole: the sequence may end here.
+  bool Complete() const;
+  // Everything that decides what may follow, as bytes (the mask cache's key).
+  std::string Key() const;
+
+  // Readings of the text followed at once. A schema whose alternatives stay ambiguous for longer (a
+  // hostile one's) is followed along the first of them: narrower, never stuck, and a mask never
+  // costs more than this many times a plain one's.
+  static constexpr size_t kMaxPaths = 32;
+
+  struct Frame {
+    int32_t node = -1;  // -1: the document itself
+    uint8_t phase = 0;
+    uint8_t left = 0;   // string: UTF-8 continuation bytes or hex digits owed; object, array: whitespace so far
+    uint8_t lo = 0x80, hi = 0xBF;  // string: the next continuation byte's range
+    uint32_t count = 0;  // object: the property; array: items, string: characters (both saturated); literals: which
+    uint32_t pos = 0;    // a key's or literal's next byte; string: in \uD, the escape may be a surrogate
+    bool operator==(const Frame&) const = default;
+  };
+  using Path = absl::InlinedVector<Frame, 8>;
+  using Paths = absl::InlinedVector<Path, 2>;
+
+ private:
+  void Step(Path& p, uint8_t c, Paths& out) const;
+  void StepObject(Path& p, uint8_t c, Paths& out) const;
+  void StepArray(Path& p, uint8_t c, Paths& out) const;
+  void StepString(Path& p, uint8_t c, Paths& out) const;
+  void StepNumber(Path& p, uint8_t c, Paths& out) const;
+  void Enter(Path& p, int32_t node, uint8_t c, Paths& out) const;
+  void Finish(Path& p, Paths& out) const;
+  bool Fits(const Path& p, int32_t node) const;
+  static void ChildDone(Path& p, const JsonSchema& schema);
+  bool PathComplete(const Path& p) const;
+
+  const JsonSchema* schema_ = nullptr;
+  Paths paths_;
+};
+
+// A compiled schema over a vocabulary, with the masks of the states met so far. Thread-safe.
+class JsonSchemaGrammar : public std::enable_shared_from_this<JsonSchemaGrammar> {
+ public:
+  // Fails when the vocabulary cannot write some byte the schema's keys or literals need.
+  static absl::StatusOr<std::shared_ptr<JsonSchemaGrammar>> Create(std::shared_ptr<const JsonSchema> schema,
+                                                                   std::shared_ptr<JsonVocabulary> vocabulary);
+  Mask Allowed(const SchemaState& state);
+  SchemaState Start() const { return SchemaState(schema_.get()); }
+  const JsonVocabulary& vocabulary() const { return *vocabulary_; }
+  // A fresh constraint (a request's n choices: one each).
+  std::unique_ptr<TokenConstraint> NewConstraint();
+
+  JsonSchemaGrammar(std::shared_ptr<const JsonSchema> schema, std::shared_ptr<JsonVocabulary> vocabulary)
+      : schema_(std::move(schema)), vocabulary_(std::move(vocabulary)) {}
+
+ private:
+  std::shared_ptr<const JsonSchema> schema_;
+  std::shared_ptr<JsonVocabulary> vocabulary_;
+  MaskCache masks_{JsonVocabulary::kMaxCachedMasks};
+};
+
+// The grammars of the schemas met so far, by schema text, over one vocabulary (a client sends the
+// same schema with every request: it is compiled, and its masks computed, once). Thread-safe.
+class JsonSchemaGrammars {
+ public:
+  explicit JsonSchemaGrammars(std::shared_ptr<JsonVocabulary> vocabulary, size_t capacity = 64);
+  // The schema's grammar, compiled now if it is not cached; a schema that does not compile is an error each time.
+  absl::StatusOr<std::shared_ptr<JsonSchemaGrammar>> Get(const std::string& schema_text);
+
+ private:
+  std::shared_ptr<JsonVocabulary> vocabulary_;
+  LruCache<std::shared_ptr<JsonSchemaGrammar>> grammars_;
+};
+
+}  // namespace ag::runtime
+
+#endif  // AUTOGLM_RUNTIME_JSON_SCHEMA_H_

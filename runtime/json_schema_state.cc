@@ -1,0 +1,471 @@
+// The automaton of a compiled JSON Schema (json_schema.h), and its grammar over a vocabulary.
+#include <algorithm>
+#include <cstring>
+#include <type_traits>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "runtime/json_schema.h"
+
+namespace ag::runtime {
+namespace {
+
+using Node = JsonSchema::Node;
+using Frame = SchemaState::Frame;
+
+static_assert(sizeof(Frame) == 16 && std::has_unique_object_representations_v<Frame>,
+              "paths are compared and keyed by their bytes");
+
+// Each frame kind's phases.
+enum DocumentPhase : uint8_t { kDocValue, kDocDone };
+enum ObjectPhase : uint8_t { kObjStart, kFirstKey, kNextKey, kKey, kColon, kValue, kObjAfter, kFreeKey };
+enum ArrayPhase : uint8_t { kArrStart, kFirstItem, kItem, kInItem, kArrAfter };
+enum StringPhase : uint8_t { kStrStart, kBody, kEscape, kUnicode };
+enum NumberPhase : uint8_t { kNumStart, kMinus, kZero, kInt, kDot, kFrac, kE, kESign, kExp };
+
+bool IsSpace(uint8_t c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
+
+// Whitespace between tokens, as llama.cpp's JSON grammars allow it: none, one space, or a newline
+// and up to 20 spaces or tabs of indentation -- a model that keeps writing whitespace still ends.
+// A container's frame counts it in `left` (0: none yet, 1-21: a newline and left-1 more, kSpaced:
+// no more); any other byte starts the count again.
+constexpr uint8_t kMaxIndent = 20, kSpaced = 0xFF;
+bool TakeSpace(Frame& f, uint8_t c) {
+  if (f.left == 0) {
+    f.left = c == '\n' ? 1 : c == ' ' ? kSpaced : 0;
+    return f.left != 0;
+  }
+  if (f.left == kSpaced || f.left > kMaxIndent || (c != ' ' && c != '\t')) return false;
+  ++f.left;
+  return true;
+}
+bool IsDigit(uint8_t c) { return c >= '0' && c <= '9'; }
+bool IsHex(uint8_t c) { return IsDigit(c) || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F'); }
+
+// Counts (items, characters) only matter up to the bound a comparison needs.
+uint32_t Saturated(uint32_t count, const Node& n) {
+  const uint32_t cap = n.max != JsonSchema::kUnbounded ? n.max : n.min;
+  return std::min(count + 1, cap);
+}
+
+bool ByBytes(const SchemaState::Path& a, const SchemaState::Path& b) {
+  if (a.size() != b.size()) return a.size() < b.size();
+  return std::memcmp(a.data(), b.data(), a.size() * sizeof(Frame)) < 0;
+}
+
+}  // namespace
+
+SchemaState::SchemaState(const JsonSchema* schema) : schema_(schema) { paths_.push_back(Path{Frame{}}); }
+
+bool SchemaState::Feed(uint8_t c) {
+  Paths out;
+  for (const Path& p : paths_) {
+    Path q = p;
+    Step(q, c, out);
+  }
+  if (out.size() > 1) {  // two alternatives that reached the same place are one
+    std::sort(out.begin(), out.end(), ByBytes);
+    out.erase(std::unique(out.begin(), out.end()), out.end());
+    // Every path can still be written to a whole document, so keeping some keeps a way to the end.
+    if (out.size() > kMaxPaths) out.resize(kMaxPaths);
+  }
+  paths_ = std::move(out);
+  return !paths_.empty();
+}
+
+bool SchemaState::Feed(absl::string_view bytes) {
+  for (const char c : bytes) {
+    if (!Feed(static_cast<uint8_t>(c))) return false;
+  }
+  return true;
+}
+
+bool SchemaState::PathComplete(const Path& p) const {
+  if (p.size() == 1) return p[0].phase == kDocDone;
+  if (p.size() != 2) return false;  // a number at the top ends with the text; anything else owes bytes
+  const Node& n = schema_->node(p[1].node);
+  const uint8_t ph = p[1].phase;
+  return (n.kind == Node::kNumber || n.kind == Node::kInteger) && (ph == kZero || ph == kInt || ph == kFrac || ph == kExp);
+}
+
+bool SchemaState::Complete() const {
+  return std::any_of(paths_.begin(), paths_.end(), [&](const Path& p) { return PathComplete(p); });
+}
+
+std::string SchemaState::Key() const {
+  std::string key;
+  for (const Path& p : paths_) {
+    key += static_cast<char>(p.size());
+    key.append(reinterpret_cast<const char*>(p.data()), p.size() * sizeof(Frame));
+  }
+  return key;
+}
+
+void SchemaState::Finish(Path& p, Paths& out) const {
+  p.pop_back();
+  ChildDone(p, *schema_);
+  out.push_back(std::move(p));
+}
+
+void SchemaState::ChildDone(Path& p, const JsonSchema& schema) {
+  Frame& f = p.back();
+  if (f.node < 0) {
+    f.phase = kDocDone;
+    return;
+  }
+  const Node& n = schema.node(f.node);
+  if (n.kind == Node::kObject) {
+    if (f.phase == kFreeKey) {
+      f.phase = kColon;
+    } else {
+      f.phase = kObjAfter;
+      if (!n.properties.empty()) ++f.count;
+    }
+  } else {  // an array
+    f.phase = kArrAfter;
+    f.count = Saturated(f.count, n);
+  }
+}
+
+// Whether a value of `node` can still be written whole above `p`: frames opened on the way to
+// a document are promises (a key promises its value, a comma an item), made only where they fit.
+bool SchemaState::Fits(const Path& p, int32_t node) const {
+  return p.size() + schema_->node(node).depth <= JsonSchema::kMaxDepth;
+}
+
+// A value of `node` begins with `c` below the top of `p` (whose phase already waits for it).
+void SchemaState::Enter(Path& p, int32_t node, uint8_t c, Paths& out) const {
+  const Node& n = schema_->node(node);
+  if (n.kind == Node::kAnyOf) {
+    for (const int32_t a : n.alternatives) {
+      Path q = p;
+      Enter(q, a, c, out);  // alternatives are never anyOf: one level
+    }
+    return;
+  }
+  if (!Fits(p, node)) return;
+  if (n.kind == Node::kLiterals) {
+    for (uint32_t k = 0; k < n.literals.size(); ++k) {
+      if (static_cast<uint8_t>(n.literals[k][0]) != c) continue;
+      Path q = p;
+      q.push_back(Frame{.node = node, .count = k, .pos = 1});
+      if (n.literals[k].size() == 1) {
+        Finish(q, out);
+      } else {
+        out.push_back(std::move(q));
+      }
+    }
+    return;
+  }
+  p.push_back(Frame{.node = node});
+  Step(p, c, out);
+}
+
+void SchemaState::Step(Path& p, uint8_t c, Paths& out) const {
+  Frame& f = p.back();
+  if (f.node < 0) {
+    if (f.phase == kDocValue) Enter(p, schema_->root(), c, out);  // no whitespace around the document
+    return;
+  }
+  const Node& n = schema_->node(f.node);
+  switch (n.kind) {
+    case Node::kObject:
+      return StepObject(p, c, out);
+    case Node::kArray:
+      return StepArray(p, c, out);
+    case Node::kString:
+      return StepString(p, c, out);
+    case Node::kNumber:
+    case Node::kInteger:
+      return StepNumber(p, c, out);
+    case Node::kLiterals: {
+      const std::string& literal = n.literals[f.count];
+      if (c != static_cast<uint8_t>(literal[f.pos])) return;
+      if (++f.pos == literal.size()) return Finish(p, out);
+      out.push_back(std::move(p));
+      return;
+    }
+    default:
+      return;
+  }
+}
+
+void SchemaState::StepObject(Path& p, uint8_t c, Paths& out) const {
+  Frame& f = p.back();
+  if (!IsSpace(c)) f.left = 0;
+  const Node& n = schema_->node(f.node);
+  const bool declared = !n.properties.empty();
+  auto may_close = [&] {
+    return std::none_of(n.properties.begin() + f.count, n.properties.end(), [](const auto& q) { return q.required; });
+  };
+  // The keys that may come next: any property from here up to the next required one, each while its
+  // value fits (a key is a promise of its value); an object without properties, any key.
+  auto candidates = [&] {
+    std::vector<uint32_t> keys;
+    if (!declared) {
+      if (n.values >= 0 && Fits(p, schema_->key_node()) && Fits(p, n.values)) keys.push_back(0);
+      return keys;
+    }
+    for (uint32_t j = f.count; j < n.properties.size(); ++j) {
+      if (Fits(p, n.properties[j].node)) keys.push_back(j);
+      if (n.properties[j].required) break;
+    }
+    return keys;
+  };
+  switch (f.phase) {
+    case kObjStart:
+      if (c != '{') return;
+      f.phase = kFirstKey;
+      break;
+    case kFirstKey:
+    case kNextKey: {
+      if (IsSpace(c)) {
+        if (!TakeSpace(f, c)) return;
+        break;
+      }
+      if (c == '}' && f.phase == kFirstKey && may_close()) return Finish(p, out);
+      if (c != '"') return;
+      const std::vector<uint32_t> keys = candidates();
+      if (!declared && !keys.empty()) {
+        f.phase = kFreeKey;
+        return Enter(p, schema_->key_node(), c, out);
+      }
+      for (const uint32_t j : keys) {  // one path each, until the key's bytes tell them apart
+        Path q = p;
+        q.back().phase = kKey;
+        q.back().count = j;
+        q.back().pos = 1;  // its opening quote
+        out.push_back(std::move(q));
+      }
+      return;
+    }
+    case kKey: {
+      const std::string& key = n.properties[f.count].key;
+      if (c != static_cast<uint8_t>(key[f.pos])) return;
+      if (++f.pos == key.size()) f.phase = kColon;
+      break;
+    }
+    case kColon:
+      if (IsSpace(c)) {
+        if (!TakeSpace(f, c)) return;
+        break;
+      }
+      if (c != ':') return;
+      f.phase = kValue;
+      break;
+    case kValue:
+      if (IsSpace(c)) {
+        if (!TakeSpace(f, c)) return;
+        break;
+      }
+      return Enter(p, declared ? n.properties[f.count].node : n.values, c, out);
+    case kObjAfter:
+      if (IsSpace(c)) {
+        if (!TakeSpace(f, c)) return;
+        break;
+      }
+      if (c == '}' && may_close()) return Finish(p, out);
+      if (c != ',' || candidates().empty()) return;
+      f.phase = kNextKey;
+      break;
+    default:
+      return;
+  }
+  out.push_back(std::move(p));
+}
+
+void SchemaState::StepArray(Path& p, uint8_t c, Paths& out) const {
+  Frame& f = p.back();
+  if (!IsSpace(c)) f.left = 0;
+  const Node& n = schema_->node(f.node);
+  switch (f.phase) {
+    case kArrStart:
+      if (c != '[') return;
+      f.phase = kFirstItem;
+      break;
+    case kFirstItem:
+    case kItem:
+      if (IsSpace(c)) {
+        if (!TakeSpace(f, c)) return;
+        break;
+      }
+      if (c == ']') {
+        if (f.phase == kFirstItem && n.min == 0) return Finish(p, out);
+        return;
+      }
+      if (n.max == 0) return;
+      f.phase = kInItem;
+      return Enter(p, n.items, c, out);
+    case kArrAfter:
+      if (IsSpace(c)) {
+        if (!TakeSpace(f, c)) return;
+        break;
+      }
+      if (c == ']' && f.count >= n.min) return Finish(p, out);
+      if (c != ',' || f.count >= n.max || !Fits(p, n.items)) return;  // a comma promises an item
+      f.phase = kItem;
+      break;
+    default:
+      return;
+  }
+  out.push_back(std::move(p));
+}
+
+void SchemaState::StepString(Path& p, uint8_t c, Paths& out) const {
+  Frame& f = p.back();
+  const Node& n = schema_->node(f.node);
+  switch (f.phase) {
+    case kStrStart:
+      if (c != '"') return;
+      f.phase = kBody;
+      break;
+    case kBody:
+      if (f.left > 0) {  // inside a multi-byte character
+        if (c < f.lo || c > f.hi) return;
+        --f.left;
+        f.lo = 0x80;
+        f.hi = 0xBF;
+        break;
+      }
+      if (c == '"') {
+        if (f.count >= n.min) return Finish(p, out);
+        return;
+      }
+      if (c < 0x20 || f.count >= n.max) return;  // a control character, or one character too many
+      if (c == '\\') {
+        f.phase = kEscape;
+      } else if (c >= 0x80) {
+        // UTF-8's lead bytes and the range of the byte after each (no overlong forms, no surrogates, <= U+10FFFF).
+        if (c >= 0xC2 && c <= 0xDF) {
+          f.left = 1;
+        } else if (c >= 0xE0 && c <= 0xEF) {
+          f.left = 2;
+          if (c == 0xE0) f.lo = 0xA0;
+          if (c == 0xED) f.hi = 0x9F;
+        } else if (c >= 0xF0 && c <= 0xF4) {
+          f.left = 3;
+          if (c == 0xF0) f.lo = 0x90;
+          if (c == 0xF4) f.hi = 0x8F;
+        } else {
+          return;
+        }
+      }
+      f.count = Saturated(f.count, n);
+      break;
+    case kEscape:
+      if (c == 'u') {
+        f.phase = kUnicode;
+        f.left = 4;
+        f.pos = 0;
+      } else if (c == '"' || c == '\\' || c == '/' || c == 'b' || c == 'f' || c == 'n' || c == 'r' || c == 't') {
+        f.phase = kBody;
+      } else {
+        return;
+      }
+      break;
+    case kUnicode:
+      if (!IsHex(c)) return;
+      if (f.left == 4 && (c == 'd' || c == 'D')) f.pos = 1;  // \uD...: a surrogate if the next digit is 8-F
+      if (f.left == 3 && f.pos == 1 && !(c >= '0' && c <= '7')) return;
+      if (--f.left == 0) {
+        f.phase = kBody;
+        f.pos = 0;
+      }
+      break;
+    default:
+      return;
+  }
+  out.push_back(std::move(p));
+}
+
+void SchemaState::StepNumber(Path& p, uint8_t c, Paths& out) const {
+  Frame& f = p.back();
+  const bool integer = schema_->node(f.node).kind == Node::kInteger;
+  switch (f.phase) {
+    case kNumStart:
+      if (c == '-') {
+        f.phase = kMinus;
+        break;
+      }
+      [[fallthrough]];
+    case kMinus:
+      if (!IsDigit(c)) return;
+      f.phase = c == '0' ? kZero : kInt;
+      break;
+    case kZero:
+    case kInt:
+    case kFrac:
+    case kExp:
+      if (IsDigit(c) && f.phase != kZero) break;
+      if (c == '.' && (f.phase == kZero || f.phase == kInt) && !integer) {
+        f.phase = kDot;
+        break;
+      }
+      if ((c == 'e' || c == 'E') && f.phase != kExp && !integer) {
+        f.phase = kE;
+        break;
+      }
+      // The number ended before this byte, which is its container's.
+      p.pop_back();
+      ChildDone(p, *schema_);
+      return Step(p, c, out);
+    case kDot:
+      if (!IsDigit(c)) return;
+      f.phase = kFrac;
+      break;
+    case kE:
+      if (c == '+' || c == '-') {
+        f.phase = kESign;
+        break;
+      }
+      [[fallthrough]];
+    case kESign:
+      if (!IsDigit(c)) return;
+      f.phase = kExp;
+      break;
+    default:
+      return;
+  }
+  out.push_back(std::move(p));
+}
+
+absl::StatusOr<std::shared_ptr<JsonSchemaGrammar>> JsonSchemaGrammar::Create(std::shared_ptr<const JsonSchema> schema,
+                                                                             std::shared_ptr<JsonVocabulary> vocabulary) {
+  for (const Node& n : schema->nodes()) {
+    std::vector<const std::string*> texts;
+    for (const JsonSchema::Property& p : n.properties) texts.push_back(&p.key);
+    for (const std::string& l : n.literals) texts.push_back(&l);
+    for (const std::string* t : texts) {
+      for (const char c : *t) {
+        if (!vocabulary->HasByteToken(static_cast<uint8_t>(c))) {
+          return absl::FailedPreconditionError(absl::StrFormat(
+              "the tokenizer has no token for byte 0x%02X, which the schema's %s needs", static_cast<uint8_t>(c), *t));
+        }
+      }
+    }
+  }
+  return std::make_shared<JsonSchemaGrammar>(std::move(schema), std::move(vocabulary));
+}
+
+Mask JsonSchemaGrammar::Allowed(const SchemaState& state) {
+  return *masks_.Get(state.Key(), [&]() -> absl::StatusOr<Mask> {
+    return std::make_shared<const std::vector<uint64_t>>(vocabulary_->Walk(state));
+  });
+}
+
+JsonSchemaGrammars::JsonSchemaGrammars(std::shared_ptr<JsonVocabulary> vocabulary, size_t capacity)
+    : vocabulary_(std::move(vocabulary)), grammars_(capacity) {}
+
+absl::StatusOr<std::shared_ptr<JsonSchemaGrammar>> JsonSchemaGrammars::Get(const std::string& schema_text) {
+  return grammars_.Get(schema_text, [&]() -> absl::StatusOr<std::shared_ptr<JsonSchemaGrammar>> {
+    absl::StatusOr<std::shared_ptr<const JsonSchema>> schema = JsonSchema::Compile(schema_text);
+    if (!schema.ok()) return schema.status();
+    return JsonSchemaGrammar::Create(*std::move(schema), vocabulary_);
+  });
+}
+
+std::unique_ptr<TokenConstraint> JsonSchemaGrammar::NewConstraint() {
+  return std::make_unique<AutomatonConstraint<JsonSchemaGrammar, SchemaState>>(shared_from_this(), *vocabulary_, Start());
+}
+
+}  // namespace ag::runtime

@@ -1,0 +1,482 @@
+#include "runtime/json_schema.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <functional>
+#include <random>
+#include <regex>
+
+#include "nlohmann/json.hpp"
+#include "runtime/cpu_backend.h"
+#include "runtime/engine.h"
+#include "tests/testing/tiny_glm.h"
+
+namespace ag::runtime {
+namespace {
+
+using Json = nlohmann::ordered_json;
+
+// The reference: a validator written from the JSON Schema specification over parsed documents (not
+// bytes), for the keywords the compiler takes. It follows the specification where the automaton is
+// narrower (extra properties and any key order are valid here; oneOf means exactly one).
+class Validator {
+ public:
+  explicit Validator(const Json& root) : root_(root) {}
+  bool Valid(const Json& v) const { return Valid(root_, v); }
+
+ private:
+  static size_t Characters(const std::string& s) {
+    return static_cast<size_t>(std::count_if(s.begin(), s.end(), [](char c) { return (static_cast<uint8_t>(c) & 0xC0) != 0x80; }));
+  }
+  static bool HasType(const std::string& t, const Json& v) {
+    if (t == "integer") return v.is_number_integer() || (v.is_number_float() && v.get<double>() == std::floor(v.get<double>()));
+    if (t == "number") return v.is_number();
+    if (t == "string") return v.is_string();
+    if (t == "boolean") return v.is_boolean();
+    if (t == "null") return v.is_null();
+    if (t == "object") return v.is_object();
+    return t == "array" && v.is_array();
+  }
+  bool Valid(const Json& s, const Json& v) const {
+    if (s.is_boolean()) return s.get<bool>();
+    if (s.contains("$ref")) return Valid(root_.at(Json::json_pointer(s["$ref"].get<std::string>().substr(1))), v);
+    if (s.contains("anyOf")) {
+      return std::any_of(s["anyOf"].begin(), s["anyOf"].end(), [&](const Json& a) { return Valid(a, v); });
+    }
+    if (s.contains("oneOf")) {
+      return std::count_if(s["oneOf"].begin(), s["oneOf"].end(), [&](const Json& a) { return Valid(a, v); }) == 1;
+    }
+    if (s.contains("allOf")) {
+      return std::all_of(s["allOf"].begin(), s["allOf"].end(), [&](const Json& a) { return Valid(a, v); });
+    }
+    if (s.contains("const") && s["const"] != v) return false;
+    if (s.contains("enum") && std::find(s["enum"].begin(), s["enum"].end(), v) == s["enum"].end()) return false;
+    if (s.contains("type")) {
+      const Json types = s["type"].is_array() ? s["type"] : Json::array({s["type"]});
+      if (std::none_of(types.begin(), types.end(), [&](const Json& t) { return HasType(t.get<std::string>(), v); })) return false;
+    }
+    if (v.is_string()) {
+      if (s.contains("minLength") && Characters(v.get<std::string>()) < s["minLength"].get<size_t>()) return false;
+      if (s.contains("maxLength") && Characters(v.get<std::string>()) > s["maxLength"].get<size_t>()) return false;
+    }
+    if (v.is_array()) {
+      if (s.contains("minItems") && v.size() < s["minItems"].get<size_t>()) return false;
+      if (s.contains("maxItems") && v.size() > s["maxItems"].get<size_t>()) return false;
+      if (s.contains("items") && std::any_of(v.begin(), v.end(), [&](const Json& i) { return !Valid(s["items"], i); })) return false;
+    }
+    if (v.is_object()) {
+      for (const Json& r : s.value("required", Json::array())) {
+        if (!v.contains(r.get<std::string>())) return false;
+      }
+      const Json properties = s.value("properties", Json::object());
+      for (const auto& [k, value] : v.items()) {
+        if (properties.contains(k)) {
+          if (!Valid(properties[k], value)) return false;
+        } else if (s.contains("additionalProperties") && !Valid(s["additionalProperties"], value)) {
+          return false;
+        }
+      }
+    }
+    return true;
+  }
+  const Json& root_;
+};
+
+std::shared_ptr<const JsonSchema> MustCompile(const std::string& text) {
+  absl::StatusOr<std::shared_ptr<const JsonSchema>> schema = JsonSchema::Compile(text);
+  EXPECT_TRUE(schema.ok()) << schema.status();
+  return schema.ok() ? *schema : nullptr;
+}
+
+bool Whole(const JsonSchema& schema, absl::string_view text) {
+  SchemaState s(&schema);
+  return s.Feed(text) && s.Complete();
+}
+
+// Parses what the automaton wrote; an exponent past a double's range (valid JSON, which the
+// reference parser refuses) is made 1 first.
+std::optional<Json> Parse(const std::string& text) {
+  Json j = Json::parse(text, nullptr, false);
+  if (j.is_discarded()) j = Json::parse(std::regex_replace(text, std::regex("([eE][+-]?)[0-9]+"), "$011"), nullptr, false);
+  if (j.is_discarded()) return std::nullopt;
+  return j;
+}
+
+// The schemas the tests walk: every keyword the compiler takes, recursion, a document that is not an object.
+const std::vector<std::string>& Schemas() {
+  static const auto* const kSchemas = new std::vector<std::string>{
+      R"({"type": "object", "title": "person", "properties": {
+           "name": {"type": "string", "minLength": 1, "maxLength": 6, "description": "a name"},
+           "age": {"type": "integer"}, "email": {"type": ["string", "null"], "format": "email"},
+           "tags": {"type": "array", "items": {"enum": ["a", "b\u00e9", 1, null, true]}, "maxItems": 3},
+           "score": {"type": "number"}, "ok": {"type": "boolean"}},
+         "required": ["name", "age"], "additionalProperties": false})",
+      R"({"type": "object", "properties": {"thought": {"type": "string", "maxLength": 12},
+           "action": {"anyOf": [
+             {"type": "object", "properties": {"type": {"const": "tap"}, "x": {"type": "integer"}, "y": {"type": "integer"}},
+              "required": ["type", "x", "y"]},
+             {"type": "object", "properties": {"type": {"const": "type"}, "text": {"type": "string", "maxLength": 5}},
+              "required": ["type", "text"]},
+             {"type": "object", "properties": {"type": {"const": "finish"}}, "required": ["type"]}]}},
+         "required": ["thought", "action"]})",
+      R"({"$defs": {"node": {"type": "object", "properties": {"value": {"type": "integer"},
+           "children": {"type": "array", "items": {"$ref": "#/$defs/node"}, "maxItems": 2}}, "required": ["value"]}},
+         "$ref": "#/$defs/node"})",
+      R"({"type": "object", "additionalProperties": {"type": "array", "items": {"type": "number"}, "minItems": 1, "maxItems": 2}})",
+      R"({"oneOf": [{"type": "integer"}, {"type": "string", "minLength": 2, "maxLength": 3}, {"const": [1, {"a": null}]},
+                    {"type": "array", "items": false, "maxItems": 0}]})",
+      R"({"type": "array", "items": {}, "minItems": 1})",
+      // Ambiguous past kMaxPaths: 40 alternatives alike up to their last property's value.
+      R"({"$defs": {"a": {"type": "object", "properties": {"k": {"type": "string", "maxLength": 1}, "v": {"type": "integer"}},
+           "required": ["k", "v"]}}, "anyOf": [)" + [] {
+        std::string list;
+        for (int i = 0; i < 40; ++i) list += std::string(i ? ", " : "") + R"({"$ref": "#/$defs/a"}, {"type": "object", "properties": {"k": {"type": "string"}, "v": {"const": )" + std::to_string(i) + "}}}";
+        return list;
+      }() + "]}",
+      R"({"allOf": [{"$ref": "#/definitions/pair"}], "definitions": {"pair": {"type": "array", "minItems": 2, "maxItems": 2,
+           "items": {"type": "string", "maxLength": 2}}}})",
+  };
+  return *kSchemas;
+}
+
+// A random document the schema validates, written as the automaton writes it (properties in the
+// schema's order, compact enum values), or nullopt where a choice led nowhere (items: false).
+std::optional<Json> Generate(const Json& root, const Json& s, std::mt19937& rng, int depth) {
+  if (s.is_boolean()) return s.get<bool>() ? std::optional<Json>(Json(static_cast<int>(rng() % 10))) : std::nullopt;
+  if (s.contains("$ref")) return Generate(root, root.at(Json::json_pointer(s["$ref"].get<std::string>().substr(1))), rng, depth);
+  for (const char* list : {"anyOf", "oneOf", "allOf"}) {
+    if (s.contains(list)) return Generate(root, s[list][rng() % s[list].size()], rng, depth);
+  }
+  if (s.contains("const")) return s["const"];
+  if (s.contains("enum")) return s["enum"][rng() % s["enum"].size()];
+  const Json types = !s.contains("type") ? Json::array({"object", "array", "string", "number", "integer", "boolean", "null"})
+                     : s["type"].is_array() ? s["type"] : Json::array({s["type"]});
+  std::string type = types[rng() % types.size()].get<std::string>();
+  if (depth > 3 && (type == "object" || type == "array") && !s.contains("properties") && !s.contains("items")) type = "null";
+  const size_t min = s.value("minItems", s.value("minLength", 0u)), max = s.value("maxItems", s.value("maxLength", 4u));
+  const size_t count = min + rng() % (std::min<size_t>(max, min + 3) - min + 1);
+  if (type == "integer") return Json(static_cast<int64_t>(rng() % 2001) - 1000);
+  if (type == "number") return rng() % 2 ? Json(static_cast<int64_t>(rng() % 100)) : Json(std::ldexp(static_cast<double>(rng() % 1000) - 500, static_cast<int>(rng() % 60) - 30));
+  if (type == "boolean") return Json(rng() % 2 == 0);
+  if (type == "null") return Json(nullptr);
+  if (type == "string") {
+    static const std::vector<std::string> kCharacters = {"a", "Z", " ", "\"", "\\", "\n", "/", "\xC3\xA9", "\xE2\x82\xAC", "\xF0\x9F\x98\x80", "\x01"};
+    std::string text;
+    for (size_t i = 0; i < count; ++i) text += kCharacters[rng() % kCharacters.size()];
+    return Json(text);
+  }
+  if (type == "array") {
+    Json a = Json::array();
+    for (size_t i = 0; i < count; ++i) {
+      std::optional<Json> item = Generate(root, s.contains("items") ? s["items"] : Json::object(), rng, depth + 1);
+      if (!item) return std::nullopt;
+      a.push_back(*item);
+    }
+    return a;
+  }
+  Json o = Json::object();
+  const Json required = s.value("required", Json::array());
+  if (s.contains("properties")) {
+    for (const auto& [k, sub] : s["properties"].items()) {
+      if (std::find(required.begin(), required.end(), Json(k)) == required.end() && (rng() % 2 == 0 || depth > 3)) continue;
+      std::optional<Json> value = Generate(root, sub, rng, depth + 1);
+      if (!value) return std::nullopt;
+      o[k] = *value;
+    }
+  } else if (s.value("additionalProperties", Json(true)) != false) {
+    for (size_t i = rng() % 3; i > 0; --i) {
+      std::optional<Json> value = Generate(root, s.value("additionalProperties", Json::object()), rng, depth + 1);
+      if (!value) return std::nullopt;
+      o["k\xC3\xA9" + std::to_string(rng() % 5)] = *value;
+    }
+  }
+  return o;
+}
+
+// Random documents each schema validates are taken whole, every prefix on the way; the same mutated
+// by a byte inserted, dropped or replaced are taken only if the reference validates them.
+TEST(SchemaState, AgreesWithAValidator) {
+  std::mt19937 rng(7);
+  const std::string alphabet = "{}[],:\"\\ \n-.0123456789trufalsn\xC3\xA9";
+  for (const std::string& text : Schemas()) {
+    const Json root = Json::parse(text);
+    std::shared_ptr<const JsonSchema> schema = MustCompile(text);
+    ASSERT_NE(schema, nullptr);
+    const Validator validator(root);
+    int taken = 0, refused = 0;
+    for (int trial = 0; trial < 1500; ++trial) {
+      const std::optional<Json> document = Generate(root, root, rng, 0);
+      if (!document) continue;
+      ASSERT_TRUE(validator.Valid(*document)) << document->dump();
+      const bool has_literal_containers = text.find("\"const\": [") != std::string::npos;
+      std::string doc = document->dump(trial % 3 == 0 && !has_literal_containers ? 2 : -1, ' ', false);
+      // The ambiguous schema is followed along its first kMaxPaths readings: narrower there.
+      const bool narrowed = text.find(R"("v": {"const": 39})") != std::string::npos;
+      if (!narrowed) ASSERT_TRUE(Whole(*schema, doc)) << text << "\n" << doc;
+      const size_t at = rng() % (doc.size() + 1);
+      const char c = alphabet[rng() % alphabet.size()];
+      switch (rng() % 3) {
+        case 0: doc.insert(doc.begin() + static_cast<std::ptrdiff_t>(at), c); break;
+        case 1: if (at < doc.size()) doc.erase(at, 1); break;
+        default: if (at < doc.size()) doc[at] = c; break;
+      }
+      if (Whole(*schema, doc)) {
+        const std::optional<Json> parsed = Parse(doc);
+        ASSERT_TRUE(parsed && validator.Valid(*parsed)) << text << "\n" << doc;
+        ++taken;
+      } else {
+        ++refused;
+      }
+    }
+    EXPECT_GT(taken, 20) << text;
+    EXPECT_GT(refused, 300) << text;
+  }
+}
+
+// Random walks, a byte at a time among those the state takes: the automaton is never stuck (some
+// byte continues it or it is whole), and every time it is whole the reference validates the text.
+TEST(SchemaState, NeverStuckAndWholeOnlyWhenValid) {
+  std::mt19937 rng(11);
+  const std::string structural = "\"{}[],:0123456789-tfn";
+  for (const std::string& text : Schemas()) {
+    const Json root = Json::parse(text);
+    std::shared_ptr<const JsonSchema> schema = MustCompile(text);
+    ASSERT_NE(schema, nullptr);
+    const Validator validator(root);
+    int whole = 0;
+    for (int walk = 0; walk < 200; ++walk) {
+      SchemaState s(schema.get());
+      std::string written;
+      for (int step = 0; step < 600; ++step) {
+        if (s.Complete()) {
+          const std::optional<Json> parsed = Parse(written);
+          ASSERT_TRUE(parsed && validator.Valid(*parsed)) << text << "\n" << written;
+          ++whole;
+          if (rng() % 2 == 0) break;
+        }
+        std::vector<uint8_t> next, preferred;
+        for (int b = 0; b < 256; ++b) {
+          SchemaState t = s;
+          if (!t.Feed(static_cast<uint8_t>(b))) continue;
+          next.push_back(static_cast<uint8_t>(b));
+          if (structural.find(static_cast<char>(b)) != std::string::npos) preferred.push_back(static_cast<uint8_t>(b));
+        }
+        if (next.empty()) {
+          ASSERT_TRUE(s.Complete()) << "stuck: " << text << "\n" << written;
+          break;
+        }
+        const std::vector<uint8_t>& pool = !preferred.empty() && rng() % 4 != 0 ? preferred : next;
+        const uint8_t b = pool[rng() % pool.size()];
+        ASSERT_TRUE(s.Feed(b));
+        written += static_cast<char>(b);
+      }
+    }
+    EXPECT_GT(whole, 50) << text;
+  }
+}
+
+TEST(SchemaState, WritesPropertiesInOrderAndNothingElse) {
+  std::shared_ptr<const JsonSchema> schema = MustCompile(Schemas()[0]);
+  EXPECT_TRUE(Whole(*schema, R"({"name":"ab","age":-3})"));
+  EXPECT_TRUE(Whole(*schema, "{ \"name\" : \"\xC3\xA9\\u00e9\" ,\n \"age\": 0, \"ok\": true}"));
+  EXPECT_TRUE(Whole(*schema, "{\"name\":\"a\",\"age\":1,\"email\":null,\"tags\":[\"b\xC3\xA9\",1,null],\"score\":-2.5e+3}"));
+  EXPECT_FALSE(Whole(*schema, R"({"name":"a","age":1,"tags":["b\u00e9"]})")) << "enum values are written as compact JSON";
+  for (const char* refused : {
+           R"({"age":1,"name":"a"})",                     // out of order
+           R"({"name":"a"})",                             // age is required
+           R"({"name":"","age":1})",                      // minLength
+           R"({"name":"abcdefg","age":1})",               // maxLength, in characters
+           R"({"name":"a","age":1.5})",                   // an integer
+           R"({"name":"a","age":1e3})",                   // integers are written plainly
+           R"({"name":"a","age":1,"extra":1})",           // no other properties
+           R"({"name":"a","age":1,"name":"b"})",          // once each
+           R"({"name":"a","age":1,"tags":["c"]})",        // enum
+           R"({"name":"a","age":1,"tags":["a","a","a","a"]})",  // maxItems
+           R"({"name":"\ud83d\ude00","age":1})",          // no surrogate escapes
+           R"( {"name":"a","age":1})",                    // nothing around the document
+           R"({"name":"a","age":1,})",
+           "{\"name\":\"a\",  \"age\":1}",             // one space, or a newline and indentation
+           "{\"name\":\"a\",\n\n\"age\":1}",
+           "{\"name\":\"a\", \n\"age\":1}",
+       }) {
+    EXPECT_FALSE(Whole(*schema, refused)) << refused;
+  }
+  EXPECT_TRUE(Whole(*schema, "{\n\t\"name\": \"a\",\n" + std::string(20, ' ') + "\"age\": 1\n}"));
+  EXPECT_FALSE(Whole(*schema, "{\n\t\"name\": \"a\",\n" + std::string(21, ' ') + "\"age\": 1\n}"));
+  std::shared_ptr<const JsonSchema> scalar = MustCompile(Schemas()[4]);
+  for (const char* taken : {"12", "-0", R"("abc")", R"([1,{"a":null}])", "[]"}) EXPECT_TRUE(Whole(*scalar, taken)) << taken;
+  for (const char* refused : {"1.5", R"("a")", R"([1, {"a":null}])", "[1]", "12 "}) EXPECT_FALSE(Whole(*scalar, refused)) << refused;
+  SchemaState s(scalar.get());
+  ASSERT_TRUE(s.Feed("12"));
+  EXPECT_TRUE(s.Complete());  // a number at the top ends where the text does
+  EXPECT_TRUE(s.Feed("3"));
+}
+
+// Nesting stops where the shortest document still fits: arrays of arrays take 63 '[' and then only ']'.
+TEST(SchemaState, NestingStopsWhereTheDocumentStillFits) {
+  std::shared_ptr<const JsonSchema> schema = MustCompile(R"({"type": "array", "items": {"$ref": "#"}})");
+  SchemaState s(schema.get());
+  for (size_t i = 1; i < JsonSchema::kMaxDepth; ++i) ASSERT_TRUE(s.Feed('[')) << i;
+  SchemaState deeper = s;
+  EXPECT_FALSE(deeper.Feed('['));
+  for (size_t i = 1; i < JsonSchema::kMaxDepth; ++i) ASSERT_TRUE(s.Feed(']')) << i;
+  EXPECT_TRUE(s.Complete());
+  // A key promises its value: the 63rd object takes no key, whose value would be the 65th frame.
+  std::shared_ptr<const JsonSchema> chain =
+      MustCompile(R"({"type": "object", "properties": {"next": {"anyOf": [{"$ref": "#"}, {"type": "null"}]}}})");
+  SchemaState c(chain.get());
+  for (size_t i = 2; i < JsonSchema::kMaxDepth; ++i) ASSERT_TRUE(c.Feed("{\"next\":")) << i;
+  SchemaState last = c;
+  ASSERT_TRUE(last.Feed('{'));
+  SchemaState key = last;
+  EXPECT_FALSE(key.Feed('"'));
+  EXPECT_TRUE(last.Feed('}'));
+  EXPECT_TRUE(c.Feed("null"));
+}
+
+TEST(JsonSchema, RefusesWhatItCannotEnforce) {
+  const std::vector<std::pair<std::string, std::string>> cases{
+      {R"({"type": "string", "pattern": "a+"})", "'#': 'pattern' is not supported"},
+      {R"({"type": "object", "properties": {"n": {"type": "integer", "minimum": 0}}})", "'#/properties/n': 'minimum' is not supported"},
+      {R"({"type": "object", "properties": {"a/b~": {"not": {}}}})", "'#/properties/a~1b~0': 'not' is not supported"},
+      {R"({"type": "object", "properties": {"a": {}}, "required": ["b"]})", "'required' names \"b\""},
+      {R"({"type": "object", "properties": {"a": {}}, "additionalProperties": true})", "must be false"},
+      {R"({"type": "array", "items": [{"type": "string"}]})", "a tuple"},
+      {R"({"type": "string", "enum": [1, 2]})", "no value of the schema's 'type'"},
+      {R"({"type": "string", "minLength": 3, "maxLength": 2})", "'minLength' is more than 'maxLength'"},
+      {R"({"type": "array", "minItems": -1})", "'minItems' must be a non-negative integer"},
+      {R"(false)", "admits nothing"},
+      {R"({"$ref": "#/$defs/missing"})", "names nothing in the document"},
+      {R"({"$ref": "http://example.com/s.json"})", "not within the document"},
+      {R"({"$ref": "#"})", "names only itself"},
+      {R"({"anyOf": [{"$ref": "#"}]})", "names only itself"},
+      {R"({"type": "object", "properties": {"a": {"$ref": "#"}}, "required": ["a"]})", "no finite document"},
+      {R"({"allOf": [{"type": "string"}, {"maxLength": 2}]})", "'allOf' of more than one"},
+      {R"({"type": "object", "anyOf": [{}]})", "'type' beside 'anyOf'"},
+      {R"({"type": "strin"})", "'type' must be one of"},
+      {R"({"minLength": 1, "minItems": 1})", "keywords of several types"},
+      {R"({"anyOf": []})", "'anyOf' must be a non-empty array"},
+      {R"({"foo": 1})", "'foo' is not supported"},
+      {R"({"type": "object")", "not valid JSON"},
+      {"{\"anyOf\": [" + [] {
+         std::string list = "{}";
+         for (int i = 0; i < 5000; ++i) list += ", {\"type\": \"null\"}";
+         return list;
+       }() + "]}",
+       "more than 4096 subschemas"},
+  };
+  for (const auto& [text, want] : cases) {
+    absl::StatusOr<std::shared_ptr<const JsonSchema>> schema = JsonSchema::Compile(text);
+    ASSERT_FALSE(schema.ok()) << text;
+    EXPECT_NE(schema.status().message().find(want), std::string::npos) << text << ": " << schema.status();
+  }
+  // Annotations, x- keywords and true pass.
+  EXPECT_TRUE(JsonSchema::Compile(R"({"x-order": 1, "examples": [], "$comment": "c", "properties": {"a": true}})").ok());
+}
+
+// A vocabulary of all 256 bytes and multi-byte pieces: the mask of every state along documents is
+// exactly the set of tokens whose bytes the state takes, cached; the constraint takes a whole document.
+TEST(JsonSchemaGrammar, MasksAreTheTokensAStateTakes) {
+  std::vector<std::string> tokens;
+  for (int b = 0; b < 256; ++b) tokens.push_back(std::string(1, static_cast<char>(b)));
+  for (const char* t : {"{\"", "\":", "\",\"", "\"name", "name\":", "age", "\"age\":", "true", "null", "12", "-1", "1.",
+                        "e+", "},", "}}", "]}", "[{", "\xC3\xA9", "\"b\xC3\xA9\"", "\"a\"", ",\n", "tap", "\"type\":\"", "\"}"}) {
+    tokens.push_back(t);
+  }
+  const int32_t ordinary = static_cast<int32_t>(tokens.size()), vocab = ordinary + 3;
+  auto bytes = [&](int32_t id, std::string* out) {
+    *out = tokens[static_cast<size_t>(id)];
+    return true;
+  };
+  std::shared_ptr<JsonVocabulary> v = *JsonVocabulary::Build(ordinary, vocab, bytes);
+  int states = 0;
+  for (const auto& [index, text] : std::vector<std::pair<int, std::string>>{
+           {0, "{\"name\":\"ab\",\"age\":12,\"tags\":[\"b\xC3\xA9\",1,null]}"},
+           {1, R"({"thought":"x","action":{"type":"tap","x":1,"y":-1}})"},
+           {4, "12"}}) {
+    std::shared_ptr<JsonSchemaGrammar> g = *JsonSchemaGrammar::Create(MustCompile(Schemas()[index]), v);
+    SchemaState s = g->Start();
+    for (size_t i = 0; i <= text.size(); ++i) {
+      const std::shared_ptr<const std::vector<uint64_t>> mask = g->Allowed(s);
+      for (int32_t id = 0; id < vocab; ++id) {
+        SchemaState t = s;
+        const bool takes = id < ordinary && t.Feed(tokens[static_cast<size_t>(id)]);
+        ASSERT_EQ(MaskAllows(*mask, vocab, id), takes) << "after " << i << " bytes of " << text << ", token " << id;
+      }
+      EXPECT_EQ(g->Allowed(s), mask) << "cached";
+      ++states;
+      if (i < text.size()) ASSERT_TRUE(s.Feed(static_cast<uint8_t>(text[i])));
+    }
+    EXPECT_TRUE(s.Complete());
+    std::unique_ptr<TokenConstraint> c = g->NewConstraint();
+    for (const char ch : text) ASSERT_TRUE(c->Accept(static_cast<uint8_t>(ch)));
+    EXPECT_TRUE(c->Complete());
+  }
+  EXPECT_GT(states, 80);
+  // A key the vocabulary cannot write.
+  std::vector<std::string> ascii(tokens.begin(), tokens.begin() + 128);
+  std::shared_ptr<JsonVocabulary> narrow = *JsonVocabulary::Build(128, 128, [&](int32_t id, std::string* out) {
+    *out = ascii[static_cast<size_t>(id)];
+    return true;
+  });
+  absl::StatusOr<std::shared_ptr<JsonSchemaGrammar>> g = JsonSchemaGrammar::Create(MustCompile(Schemas()[0]), narrow);
+  ASSERT_FALSE(g.ok());
+  EXPECT_NE(g.status().message().find("0xC3"), std::string::npos) << g.status();
+}
+
+// On the engine, tiny-glm's ids 0-255 read as bytes: every answer that ended on eos is a document
+// the schema validates, every other one a prefix of one, on both sampling paths alike.
+TEST(JsonSchemaGrammar, EngineAnswersValidate) {
+  testing::TinyGlm tiny;
+  std::shared_ptr<JsonVocabulary> v = *JsonVocabulary::Build(256, 300, [](int32_t id, std::string* b) {
+    *b = std::string(1, static_cast<char>(id));
+    return true;
+  });
+  const Json root = Json::parse(Schemas()[1]);
+  const Validator validator(root);
+  std::shared_ptr<JsonSchemaGrammar> grammar = *JsonSchemaGrammar::Create(MustCompile(Schemas()[1]), v);
+  std::vector<std::vector<int32_t>> first;
+  for (const bool device_like : {false, true}) {
+    CpuBackend backend(device_like);
+    std::unique_ptr<Engine> engine = *Engine::Create(tiny.plan, backend, *tiny.weights, {});
+    std::vector<int> ids;
+    for (uint64_t seed = 0; seed < 10; ++seed) {
+      Request r;
+      r.prompt = {15, 292, 121, 86, 283, 147, 287};
+      r.max_new_tokens = 96;
+      r.sampling.temperature = 1.0f;
+      r.sampling.seed = seed;
+      r.sampling.logit_bias = {{1, 100.0f}, {'"', 4.0f}, {'}', 3.0f}};  // close strings and objects soon; eos when it may
+      r.constraint = [grammar] { return grammar->NewConstraint(); };
+      ids.push_back(*engine->Submit(r));
+    }
+    while (engine->HasWork()) ASSERT_TRUE(engine->Step().ok());
+    int whole = 0;
+    std::vector<std::vector<int32_t>> answers;
+    for (const int id : ids) {
+      std::vector<int32_t> tokens = engine->new_tokens(id);
+      answers.push_back(tokens);
+      const bool ended = engine->finish_reason(id) == FinishReason::kEos;
+      if (ended) tokens.pop_back();
+      std::string text;
+      for (const int32_t t : tokens) text += static_cast<char>(t);
+      SchemaState s = grammar->Start();
+      ASSERT_TRUE(s.Feed(text)) << text;
+      if (ended) {
+        const std::optional<Json> parsed = Parse(text);
+        ASSERT_TRUE(parsed && validator.Valid(*parsed)) << text;
+        ++whole;
+      }
+    }
+    EXPECT_GT(whole, 3);
+    if (first.empty()) {
+      first = answers;
+    } else {
+      EXPECT_EQ(answers, first);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace ag::runtime
