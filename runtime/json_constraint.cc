@@ -56,6 +56,7 @@ bool JsonState::Close(uint8_t c) {
 }
 
 bool JsonState::Feed(uint8_t c) {
+  if (!IsSpace(c)) space_ = 0;
   switch (mode_) {
     case kStart:  // the answer starts with its object's brace
       if (c != '{') return false;
@@ -63,24 +64,24 @@ bool JsonState::Feed(uint8_t c) {
       mode_ = kObjectFirst;
       return true;
     case kValue:
-      return IsSpace(c) || StartValue(c);
+      return IsSpace(c) ? TakeJsonSpace(space_, c) : StartValue(c);
     case kArrayFirst:
-      return IsSpace(c) || (c == ']' ? Close(c) : StartValue(c));
+      return IsSpace(c) ? TakeJsonSpace(space_, c) : c == ']' ? Close(c) : StartValue(c);
     case kObjectFirst:
     case kKey:
-      if (IsSpace(c)) return true;
+      if (IsSpace(c)) return TakeJsonSpace(space_, c);
       if (c == '}' && mode_ == kObjectFirst) return Close(c);
       if (c != '"') return false;
       mode_ = kString;
       key_ = true;
       return true;
     case kColon:
-      if (IsSpace(c)) return true;
+      if (IsSpace(c)) return TakeJsonSpace(space_, c);
       if (c != ':') return false;
       mode_ = kValue;
       return true;
     case kAfter:
-      if (IsSpace(c)) return true;
+      if (IsSpace(c)) return TakeJsonSpace(space_, c);
       if (c == ',') {
         mode_ = stack_.back() == '{' ? kKey : kValue;
         return true;
@@ -196,7 +197,8 @@ bool JsonState::Feed(absl::string_view bytes) {
 std::string JsonState::Key() const {
   std::string key = {static_cast<char>(mode_), static_cast<char>(key_), static_cast<char>(utf8_left_),
                      static_cast<char>(utf8_lo_), static_cast<char>(utf8_hi_), static_cast<char>(hex_left_),
-                     static_cast<char>(number_), static_cast<char>(literal_), static_cast<char>(literal_pos_)};
+                     static_cast<char>(number_), static_cast<char>(literal_), static_cast<char>(literal_pos_),
+                     static_cast<char>(space_)};
   return key + stack_;
 }
 

@@ -1,6 +1,6 @@
 // OpenAI's JSON mode (response_format {"type": "json_object"}): the answer is one JSON object
 // (RFC 8259: strings valid UTF-8 with their escapes, numbers in JSON's grammar, true/false/null,
-// whitespace between tokens as JSON allows it), with nothing before its '{' and nothing after its
+// whitespace between tokens bounded: TakeJsonSpace), with nothing before its '{' and nothing after its
 // '}' -- the sequence ends there. Enforced token by token: a token may come next when all of its
 // bytes continue a prefix of such an object.
 #ifndef AUTOGLM_RUNTIME_JSON_CONSTRAINT_H_
@@ -20,6 +20,21 @@
 #include "runtime/lru_cache.h"
 
 namespace ag::runtime {
+
+// Whitespace between JSON tokens, as llama.cpp's JSON grammars allow it: none, one space, or a
+// newline and up to 20 spaces or tabs of indentation -- a model that keeps writing whitespace still
+// ends (JSON itself allows any run). `run` counts the current run (0: none yet, 1-21: a newline and
+// run-1 more, 0xFF: a space, nothing more); the caller zeroes it at any other byte. False: refused.
+inline bool TakeJsonSpace(uint8_t& run, uint8_t c) {
+  constexpr uint8_t kMaxIndent = 20, kSpaced = 0xFF;
+  if (run == 0) {
+    run = c == '\n' ? 1 : c == ' ' ? kSpaced : 0;
+    return run != 0;
+  }
+  if (run == kSpaced || run > kMaxIndent || (c != ' ' && c != '\t')) return false;
+  ++run;
+  return true;
+}
 
 // Where a byte stream is in the grammar of one JSON object. Small and copied freely.
 class JsonState {
@@ -48,6 +63,7 @@ class JsonState {
   uint8_t hex_left_ = 0;                       // kUnicode: hex digits owed
   Number number_ = kMinus;                     // kNumber
   uint8_t literal_ = 0, literal_pos_ = 0;      // kLiteral: true, false or null, the next letter
+  uint8_t space_ = 0;                          // between tokens: the whitespace run (TakeJsonSpace)
   std::string stack_;                          // '{' and '[' of the open containers
 };
 

@@ -19,14 +19,37 @@ bool Whole(absl::string_view text) {
   return s.Feed(text) && s.Complete();
 }
 
-// The reference: nlohmann's validator (RFC 8259, UTF-8 checked), an object, nothing around it.
+// Whitespace outside strings in runs of none, one space, or a newline and at most 20 spaces or tabs.
+bool SpacesBounded(const std::string& text) {
+  bool in_string = false, escaped = false;
+  for (size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (in_string) {
+      in_string = escaped || c != '"';
+      escaped = !escaped && c == '\\';
+      continue;
+    }
+    in_string = c == '"';
+    if (c != ' ' && c != '\n' && c != '\t' && c != '\r') continue;
+    size_t j = i;
+    while (j < text.size() && (text[j] == ' ' || text[j] == '\n' || text[j] == '\t' || text[j] == '\r')) ++j;
+    const std::string run = text.substr(i, j - i);
+    const bool indent = run[0] == '\n' && run.size() <= 21 && run.find_first_not_of(" \t", 1) == std::string::npos;
+    if (run != " " && !indent) return false;
+    i = j - 1;
+  }
+  return true;
+}
+
+// The reference: nlohmann's validator (RFC 8259, UTF-8 checked), an object, nothing around it, and
+// whitespace as bounded.
 bool WholeByReference(const std::string& text) {
-  return !text.empty() && text.front() == '{' && text.back() == '}' && nlohmann::json::accept(text);
+  return !text.empty() && text.front() == '{' && text.back() == '}' && nlohmann::json::accept(text) && SpacesBounded(text);
 }
 
 TEST(JsonState, TakesObjectsAndEveryPrefixOfThem) {
   for (const std::string text : {
-           std::string(R"({})"), std::string(R"({"a":1})"), std::string("{ \"a\" :\t[1, -2.5e+3, 0, 0.25, 1E9, -0] ,\n\"b\":{}}"),
+           std::string(R"({})"), std::string(R"({"a":1})"), std::string("{ \"a\" : [1, -2.5e+3, 0, 0.25, 1E9, -0] ,\n\t\"b\":{}}"),
            std::string(R"({"s":"esc \" \\ \/ \b\f\n\r\t \u00e9\uD83D\uDE00","t":true,"f":false,"n":null})"),
            std::string("{\"utf8\":\"h\xC3\xA9 \xE2\x82\xAC \xF0\x9F\x98\x80 \xED\x9F\xBF\"}"),
            std::string(R"({"deep":[[[{"x":[]}]],[{}],"",[null]]})")}) {
@@ -51,7 +74,10 @@ TEST(JsonState, RefusesWhatJsonDoesNot) {
            std::string(R"({"a":True})"), std::string(R"({"a":1]})"), std::string(R"({"a":[1}})"),
            std::string("{\"a\":\"\x01\"}"), std::string("{\"a\":\"\xC0\x80\"}"), std::string("{\"a\":\"\xED\xA0\x80\"}"),
            std::string("{\"a\":\"\xF5\x80\x80\x80\"}"), std::string("{\"a\":\"\xE0\x80\xAF\"}"),
-           std::string("{\"a\":\"\xF4\x90\x80\x80\"}"), std::string("{\"a\":\"\xC3\"}"), std::string("{\"a\":\"\x80\"}")}) {
+           std::string("{\"a\":\"\xF4\x90\x80\x80\"}"), std::string("{\"a\":\"\xC3\"}"), std::string("{\"a\":\"\x80\"}"),
+           // whitespace past the bound: two spaces, a tab alone, two newlines, 21 spaces of indentation
+           std::string("{\"a\":  1}"), std::string("{\"a\":\t1}"), std::string("{\n\n\"a\":1}"),
+           std::string("{\n") + std::string(21, ' ') + "\"a\":1}"}) {
     EXPECT_FALSE(Whole(text)) << text;
     EXPECT_FALSE(WholeByReference(text)) << text;
   }

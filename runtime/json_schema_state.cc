@@ -24,21 +24,6 @@ enum StringPhase : uint8_t { kStrStart, kBody, kEscape, kUnicode };
 enum NumberPhase : uint8_t { kNumStart, kMinus, kZero, kInt, kDot, kFrac, kE, kESign, kExp };
 
 bool IsSpace(uint8_t c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
-
-// Whitespace between tokens, as llama.cpp's JSON grammars allow it: none, one space, or a newline
-// and up to 20 spaces or tabs of indentation -- a model that keeps writing whitespace still ends.
-// A container's frame counts it in `left` (0: none yet, 1-21: a newline and left-1 more, kSpaced:
-// no more); any other byte starts the count again.
-constexpr uint8_t kMaxIndent = 20, kSpaced = 0xFF;
-bool TakeSpace(Frame& f, uint8_t c) {
-  if (f.left == 0) {
-    f.left = c == '\n' ? 1 : c == ' ' ? kSpaced : 0;
-    return f.left != 0;
-  }
-  if (f.left == kSpaced || f.left > kMaxIndent || (c != ' ' && c != '\t')) return false;
-  ++f.left;
-  return true;
-}
 bool IsDigit(uint8_t c) { return c >= '0' && c <= '9'; }
 bool IsHex(uint8_t c) { return IsDigit(c) || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F'); }
 
@@ -220,7 +205,7 @@ void SchemaState::StepObject(Path& p, uint8_t c, Paths& out) const {
     case kFirstKey:
     case kNextKey: {
       if (IsSpace(c)) {
-        if (!TakeSpace(f, c)) return;
+        if (!TakeJsonSpace(f.left, c)) return;
         break;
       }
       if (c == '}' && f.phase == kFirstKey && may_close()) return Finish(p, out);
@@ -247,7 +232,7 @@ void SchemaState::StepObject(Path& p, uint8_t c, Paths& out) const {
     }
     case kColon:
       if (IsSpace(c)) {
-        if (!TakeSpace(f, c)) return;
+        if (!TakeJsonSpace(f.left, c)) return;
         break;
       }
       if (c != ':') return;
@@ -255,13 +240,13 @@ void SchemaState::StepObject(Path& p, uint8_t c, Paths& out) const {
       break;
     case kValue:
       if (IsSpace(c)) {
-        if (!TakeSpace(f, c)) return;
+        if (!TakeJsonSpace(f.left, c)) return;
         break;
       }
       return Enter(p, declared ? n.properties[f.count].node : n.values, c, out);
     case kObjAfter:
       if (IsSpace(c)) {
-        if (!TakeSpace(f, c)) return;
+        if (!TakeJsonSpace(f.left, c)) return;
         break;
       }
       if (c == '}' && may_close()) return Finish(p, out);
@@ -286,7 +271,7 @@ void SchemaState::StepArray(Path& p, uint8_t c, Paths& out) const {
     case kFirstItem:
     case kItem:
       if (IsSpace(c)) {
-        if (!TakeSpace(f, c)) return;
+        if (!TakeJsonSpace(f.left, c)) return;
         break;
       }
       if (c == ']') {
@@ -298,7 +283,7 @@ void SchemaState::StepArray(Path& p, uint8_t c, Paths& out) const {
       return Enter(p, n.items, c, out);
     case kArrAfter:
       if (IsSpace(c)) {
-        if (!TakeSpace(f, c)) return;
+        if (!TakeJsonSpace(f.left, c)) return;
         break;
       }
       if (c == ']' && f.count >= n.min) return Finish(p, out);

@@ -86,6 +86,15 @@ def main(out, compile_tool):
                                              "include_stop_str_in_output": True, "skip_special_tokens": False}))
     put(out, "openai", "json-mode", json.dumps({"model": "glm", "messages": [{"role": "user", "content": "{}"}],
                                                 "response_format": {"type": "json_object"}, "max_tokens": 8}))
+    step = {"type": "object", "properties": {"thought": {"type": "string", "maxLength": 8},
+            "action": {"anyOf": [{"$ref": "#/$defs/tap"}, {"type": "object", "properties": {"type": {"const": "finish"}}}]}},
+            "required": ["thought", "action"], "$defs": {"tap": {"type": "object", "properties": {
+                "type": {"const": "tap"}, "xy": {"type": "array", "items": {"type": "integer"}, "minItems": 2, "maxItems": 2}},
+                "required": ["type", "xy"]}}}
+    put(out, "json_schema", "step", json.dumps(step) + "\0" + '{"thought": "ok", "action": {"type": "tap", "xy": [1, -20]}}')
+    put(out, "json_schema", "tree", json.dumps({"type": "array", "items": {"anyOf": [{"$ref": "#"}, {"type": ["number", "null"]}]}}) +
+        "\0" + "[[1.5e3, null], [[]], -0]")
+    put(out, "json_schema", "map", json.dumps({"additionalProperties": {"enum": ["a", 1, [True]]}}) + "\0" + '{"k": [true], "\\u00e9": 1}')
 
 
 if __name__ == "__main__":

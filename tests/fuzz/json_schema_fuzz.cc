@@ -1,0 +1,44 @@
+// Fuzz target: the JSON Schema compiler and its automaton (runtime/json_schema.h). The input is a
+// schema, a NUL byte, then bytes fed to the compiled schema's automaton; a byte it refuses is
+// skipped, so the walk goes deep. A schema compiles or is refused with a message. Whenever the
+// text taken so far is whole, it is valid JSON (checked where it holds no e or E: an exponent past
+// a double's range is JSON the reference refuses), and wherever the walk stops the automaton is not
+// stuck: some byte continues it, or it is whole.
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include <nlohmann/json.hpp>
+
+#include "runtime/json_schema.h"
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  const std::string_view input(reinterpret_cast<const char*>(data), size);
+  const size_t nul = input.find('\0');
+  const absl::StatusOr<std::shared_ptr<const ag::runtime::JsonSchema>> schema =
+      ag::runtime::JsonSchema::Compile(input.substr(0, nul));
+  if (!schema.ok()) {
+    if (schema.status().message().empty()) __builtin_trap();
+    return 0;
+  }
+  if (nul == std::string_view::npos) return 0;
+  ag::runtime::SchemaState state(schema->get());
+  std::string written;
+  for (const char c : input.substr(nul + 1)) {
+    ag::runtime::SchemaState next = state;
+    if (!next.Feed(static_cast<uint8_t>(c))) continue;
+    state = next;
+    written += c;
+    if (state.Complete() && written.find_first_of("eE") == std::string::npos && !nlohmann::json::accept(written)) {
+      __builtin_trap();
+    }
+  }
+  bool continues = state.Complete();
+  for (int b = 0; b < 256 && !continues; ++b) {
+    ag::runtime::SchemaState next = state;
+    continues = next.Feed(static_cast<uint8_t>(b));
+  }
+  if (!continues) __builtin_trap();
+  return 0;
+}
