@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <limits>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
@@ -227,6 +228,20 @@ absl::Status CpuBackend::ReadLogits(int64_t rows, std::vector<float>* out) {
   if (plan_ == nullptr) return absl::FailedPreconditionError("read before Load");
   out->resize(static_cast<size_t>(rows * plan_->model.vocab_size));
   return ReadOutput("logits", static_cast<int64_t>(out->size()), out->data(), sizeof(float));
+}
+
+absl::Status CpuBackend::ReadLogitRows(int64_t rows, const std::vector<int64_t>& wanted, std::vector<float>* out) {
+  if (plan_ == nullptr) return absl::FailedPreconditionError("read before Load");
+  const int index = plan_->decoder().FindOutput("logits");
+  if (index < 0) return absl::NotFoundError("plan has no output logits");
+  const int64_t vocab = plan_->model.vocab_size;
+  out->assign(static_cast<size_t>(rows * vocab), std::numeric_limits<float>::quiet_NaN());
+  const float* logits = static_cast<const float*>(ArenaPointer(0, plan_->decoder().outputs[index].index));
+  for (const int64_t row : wanted) {
+    if (row < 0 || row >= rows) return absl::InvalidArgumentError("no such logits row");
+    std::memcpy(out->data() + row * vocab, logits + row * vocab, static_cast<size_t>(vocab) * sizeof(float));
+  }
+  return absl::OkStatus();
 }
 
 absl::Status CpuBackend::SampleRows(const std::vector<RowSampling>& rows, std::vector<int32_t>* out) {

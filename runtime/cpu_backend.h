@@ -31,6 +31,8 @@ class CpuBackend : public Backend {
   absl::Status RunProgram(absl::string_view program, const StepBatch& batch, absl::string_view output,
                           UninitializedVector<float>* out) override;
   absl::Status ReadLogits(int64_t rows, std::vector<float>* out) override;
+  // The rows not wanted are NaN: an engine that reads one it did not ask for shows it.
+  absl::Status ReadLogitRows(int64_t rows, const std::vector<int64_t>& wanted, std::vector<float>* out) override;
   absl::Status ReadNextTokens(int64_t rows, std::vector<int32_t>* out) override;
   absl::Status SampleRows(const std::vector<RowSampling>& rows, std::vector<int32_t>* out) override;
   bool SamplesWhereLogitsAre() const override { return sample_where_logits_are_; }

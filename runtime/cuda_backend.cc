@@ -100,6 +100,7 @@ class CudaBackend : public Backend {
   absl::Status RunProgram(absl::string_view program, const StepBatch& batch, absl::string_view output,
                           UninitializedVector<float>* out) override;
   absl::Status ReadLogits(int64_t rows, std::vector<float>* out) override;
+  absl::Status ReadLogitRows(int64_t rows, const std::vector<int64_t>& wanted, std::vector<float>* out) override;
   absl::Status ReadNextTokens(int64_t rows, std::vector<int32_t>* out) override;
   absl::Status SampleRows(const std::vector<RowSampling>& rows, std::vector<int32_t>* out) override;
   bool SamplesWhereLogitsAre() const override { return true; }
@@ -812,6 +813,39 @@ absl::Status CudaBackend::ReadLogits(int64_t rows, std::vector<float>* out) {
   RETURN_IF_ERROR(ReadOutput("logits", count * 2, bits.data()));
   out->resize(count);
   BF16sToFloats(bits.data(), static_cast<int64_t>(count), out->data());
+  return absl::OkStatus();
+}
+
+// Each run of consecutive wanted rows comes over the bus in one copy, all before one synchronise,
+// into the same offsets of the pinned staging buffer; only those rows are widened to float.
+absl::Status CudaBackend::ReadLogitRows(int64_t rows, const std::vector<int64_t>& wanted, std::vector<float>* out) {
+  CUDA_RETURN_IF_ERROR(cudaSetDevice(options_.device));
+  ASSIGN_OR_RETURN(const __nv_bfloat16* logits, DeviceLogits());
+  const int64_t vocab = plan_->model.vocab_size;
+  const size_t row_bytes = static_cast<size_t>(vocab) * sizeof(__nv_bfloat16);
+  if (static_cast<size_t>(rows) * row_bytes > staging_bytes_) return absl::InternalError("output larger than the staging buffer");
+  out->resize(static_cast<size_t>(rows * vocab));
+  std::vector<std::pair<int64_t, int64_t>> runs;  // [first, end)
+  for (const int64_t row : wanted) {
+    if (row < 0 || row >= rows || (!runs.empty() && row < runs.back().second)) {
+      return absl::InvalidArgumentError("logits rows must be ascending and within the step");
+    }
+    if (!runs.empty() && runs.back().second == row) {
+      ++runs.back().second;
+    } else {
+      runs.emplace_back(row, row + 1);
+    }
+  }
+  char* staging = static_cast<char*>(output_staging_.get());
+  for (const auto& [first, end] : runs) {
+    CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(staging + first * row_bytes, logits + first * vocab, (end - first) * row_bytes,
+                                         cudaMemcpyDeviceToHost, stream_));
+  }
+  CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
+  for (const auto& [first, end] : runs) {
+    BF16sToFloats(reinterpret_cast<const uint16_t*>(staging + first * row_bytes), (end - first) * vocab,
+                  out->data() + first * vocab);
+  }
   return absl::OkStatus();
 }
 

@@ -562,17 +562,26 @@ absl::StatusOr<std::vector<TokenEvent>> Engine::Step() {
   RETURN_IF_ERROR(StepImages(tokens, stats));
   const std::vector<Slice> slices = Schedule(tokens, stats);
 
-  // Logits come back only when someone needs them; greedy tokens come from the device's argmax.
-  bool need_logits = false, need_next = false;
+  // Logits rows come back only for those who need them (kept rows: all of the slice's; sampling on
+  // the host: the rows that choose); greedy tokens come from the device's argmax.
+  std::vector<int64_t> logit_rows;
+  bool need_next = false;
   for (const Slice& s : slices) {
     if (s.logit_positions.empty()) continue;
     const Request& r = s.seq->request;
-    need_logits = need_logits || r.prompt_logits || r.keep_logits ||
-                  (s.seq->sampler.has_value() && !s.seq->sample_where_logits_are);
+    const int64_t count = static_cast<int64_t>(s.logit_positions.size());
+    if (r.prompt_logits || r.keep_logits) {
+      for (int64_t i = 0; i < count; ++i) logit_rows.push_back(s.first_logit + i);
+    } else if (s.emits_token && s.seq->sampler.has_value() && !s.seq->sample_where_logits_are) {
+      for (int64_t i = 0; i <= s.drafts; ++i) logit_rows.push_back(s.choice_row() + i);
+    }
     need_next = need_next || (s.emits_token && !s.seq->sampler.has_value());
   }
   RETURN_IF_ERROR(backend_.Execute(batch_));
-  if (need_logits) RETURN_IF_ERROR(backend_.ReadLogits(batch_.num_logit_rows, &logits_buffer_));
+  if (!logit_rows.empty()) {
+    std::sort(logit_rows.begin(), logit_rows.end());  // slices take rows in order already; cheap either way
+    RETURN_IF_ERROR(backend_.ReadLogitRows(batch_.num_logit_rows, logit_rows, &logits_buffer_));
+  }
   if (need_next) RETURN_IF_ERROR(backend_.ReadNextTokens(batch_.num_logit_rows, &next_buffer_));
   // Sampling where the logits are: each sequence's next draw goes down with each row it chooses from
   // (a draft row's penalties count the drafts before it), only the ids come back.

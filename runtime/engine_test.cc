@@ -53,6 +53,55 @@ TEST_F(EngineTest, StopsOnAnyOfTheEosIds) {
   EXPECT_EQ(engine->finish_reason(all), FinishReason::kLength);
 }
 
+// Where the logits are sampled (the CUDA backend's way), a step brings back only the rows the host
+// samples: one constrained sequence among greedy ones reads its own row, not the batch's, and every
+// answer is what it is alone (the CPU backend leaves the rows not asked for NaN).
+TEST_F(EngineTest, OnlyTheRowsSampledOnTheHostComeBack) {
+  class RowRecorder : public CpuBackend {
+   public:
+    RowRecorder() : CpuBackend(/*device_like=*/true) {}
+    absl::Status ReadLogitRows(int64_t rows, const std::vector<int64_t>& wanted, std::vector<float>* out) override {
+      reads.push_back(wanted);
+      return CpuBackend::ReadLogitRows(rows, wanted, out);
+    }
+    std::vector<std::vector<int64_t>> reads;
+  };
+  class AnyToken : public TokenConstraint {  // takes everything: the answer is the sampler's
+    void Mask(float*, int64_t) override {}
+    bool Accept(int32_t) override { return true; }
+    bool Complete() const override { return true; }
+  };
+  Request sampled;
+  sampled.prompt = kPrompt;
+  sampled.max_new_tokens = 12;
+  sampled.sampling.temperature = 0.8f;
+  sampled.sampling.seed = 9;
+  sampled.constraint = [] { return std::make_unique<AnyToken>(); };
+  std::vector<int32_t> alone;
+  {
+    RowRecorder backend;
+    std::unique_ptr<Engine> engine = *Engine::Create(plan_, backend, *tiny_.weights, {});
+    const int id = *engine->Submit(sampled);
+    Drain(*engine);
+    alone = engine->new_tokens(id);
+  }
+  RowRecorder backend;
+  std::unique_ptr<Engine> engine = *Engine::Create(plan_, backend, *tiny_.weights, {});
+  Request greedy;
+  greedy.prompt = kPrompt;
+  greedy.max_new_tokens = 16;
+  const int first = *engine->Submit(greedy);
+  const int id = *engine->Submit(sampled);
+  const int last = *engine->Submit(greedy);
+  Drain(*engine);
+  EXPECT_EQ(engine->new_tokens(id), alone);
+  EXPECT_EQ(engine->new_tokens(first), kGreedy);
+  EXPECT_EQ(engine->new_tokens(last), kGreedy);
+  ASSERT_EQ(backend.reads.size(), alone.size());  // one read a token it chose
+  for (const std::vector<int64_t>& rows : backend.reads) EXPECT_EQ(rows.size(), 1u);
+  EXPECT_EQ(backend.reads.back(), std::vector<int64_t>{1}) << "the middle of three decoding rows";
+}
+
 // vLLM's min_tokens: the eos and stop ids are not drawn before that many new tokens (greedy takes
 // the next best there), and the request still ends on them after; on the host sampler and where the
 // logits are alike. min_new_tokens past max_new_tokens is refused.

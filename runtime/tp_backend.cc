@@ -85,6 +85,10 @@ absl::Status MultiRankBackend::ReadLogits(int64_t rows, std::vector<float>* out)
   return ranks_[0]->ReadLogits(rows, out);
 }
 
+absl::Status MultiRankBackend::ReadLogitRows(int64_t rows, const std::vector<int64_t>& wanted, std::vector<float>* out) {
+  return ranks_[0]->ReadLogitRows(rows, wanted, out);
+}
+
 absl::Status MultiRankBackend::ReadNextTokens(int64_t rows, std::vector<int32_t>* out) {
   return ranks_[0]->ReadNextTokens(rows, out);
 }

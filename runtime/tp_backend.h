@@ -38,6 +38,7 @@ class MultiRankBackend : public Backend {
   absl::Status RunProgram(absl::string_view program, const StepBatch& batch, absl::string_view output,
                           UninitializedVector<float>* out) override;
   absl::Status ReadLogits(int64_t rows, std::vector<float>* out) override;
+  absl::Status ReadLogitRows(int64_t rows, const std::vector<int64_t>& wanted, std::vector<float>* out) override;
   absl::Status ReadNextTokens(int64_t rows, std::vector<int32_t>* out) override;
   absl::Status SampleRows(const std::vector<RowSampling>& rows, std::vector<int32_t>* out) override;
   bool SamplesWhereLogitsAre() const override { return ranks_[0]->SamplesWhereLogitsAre(); }

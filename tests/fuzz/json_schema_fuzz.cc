@@ -7,14 +7,14 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
-#include <string_view>
 
 #include <nlohmann/json.hpp>
 
+#include "absl/strings/string_view.h"
 #include "runtime/json_schema.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  const std::string_view input(reinterpret_cast<const char*>(data), size);
+  const absl::string_view input(reinterpret_cast<const char*>(data), size);
   const size_t nul = input.find('\0');
   const absl::StatusOr<std::shared_ptr<const ag::runtime::JsonSchema>> schema =
       ag::runtime::JsonSchema::Compile(input.substr(0, nul));
@@ -22,7 +22,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (schema.status().message().empty()) __builtin_trap();
     return 0;
   }
-  if (nul == std::string_view::npos) return 0;
+  if (nul == absl::string_view::npos) return 0;
   ag::runtime::SchemaState state(schema->get());
   std::string written;
   for (const char c : input.substr(nul + 1)) {

@@ -86,6 +86,9 @@ def main(out, compile_tool):
                                              "include_stop_str_in_output": True, "skip_special_tokens": False}))
     put(out, "openai", "json-mode", json.dumps({"model": "glm", "messages": [{"role": "user", "content": "{}"}],
                                                 "response_format": {"type": "json_object"}, "max_tokens": 8}))
+    put(out, "openai", "json-schema", json.dumps({"model": "glm", "prompt": "x", "max_tokens": 8, "response_format": {
+        "type": "json_schema", "json_schema": {"name": "s", "strict": True, "schema": {
+            "type": "object", "properties": {"b": {"type": "integer"}, "a": {"enum": ["x", 1]}}, "required": ["b"]}}}}))
     step = {"type": "object", "properties": {"thought": {"type": "string", "maxLength": 8},
             "action": {"anyOf": [{"$ref": "#/$defs/tap"}, {"type": "object", "properties": {"type": {"const": "finish"}}}]}},
             "required": ["thought", "action"], "$defs": {"tap": {"type": "object", "properties": {
