@@ -8,7 +8,9 @@
 #include <cstring>
 #include <functional>
 #include <map>
-#include <tuple>
+#include <array>
+#include <memory>
+#include <optional>
 
 #include "absl/algorithm/container.h"
 #include "absl/status/status.h"
@@ -22,6 +24,7 @@
 #include "kernels/ref/parallel.h"
 #include "runtime/cuda_buffers.h"
 #include "runtime/cuda_step.h"
+#include "runtime/lru_cache.h"
 #include "runtime/memory_check.h"
 #include "runtime/quant_storage.h"
 #include "runtime/step_profile.h"
@@ -87,7 +90,7 @@ class CudaBackend : public Backend {
  public:
   explicit CudaBackend(const CudaBackendOptions& options) : options_(options) {}
   ~CudaBackend() override {
-    for (auto& [key, exec] : graphs_) cudaGraphExecDestroy(exec);
+    graphs_.Clear();
     for (cudaEvent_t e : input_copied_) {
       if (e != nullptr) cudaEventDestroy(e);
     }
@@ -111,7 +114,7 @@ class CudaBackend : public Backend {
  private:
   // Tokens, sequences, logit rows, context bucket, block-table width, leading decode sequences
   // (StepBatch::LeadingDecodeSeqs: the attention's split): everything a captured step bakes in.
-  using GraphKey = std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, int64_t>;
+  using GraphKey = std::array<int64_t, 6>;  // tokens, seqs, logits rows, context bucket, block-table width, leading decodes
 
   absl::Status UploadWeight(const compiler::WeightEntry& entry, const WeightSource& source, bool interleave,
                             void* dst);
@@ -186,8 +189,12 @@ class CudaBackend : public Backend {
   int64_t input_blocks_capacity_ = -1;  // block-table width the input buffers hold
   int64_t workspace_floats_ = 0;
   std::map<std::string, size_t> input_offsets_;  // byte offset of each runtime input in inputs_
-  std::map<GraphKey, cudaGraphExec_t> graphs_;
-  std::map<GraphKey, int> seen_;  // eager runs per key before capture
+  // The captured graphs of the step shapes run most recently (speculative decoding's verify steps
+  // multiply the shapes a server meets); one dropped is destroyed, and captured again if it returns.
+  using GraphExec = std::shared_ptr<CUgraphExec_st>;
+  static constexpr size_t kMaxGraphs = 512;
+  LruCache<GraphExec> graphs_{kMaxGraphs};  // by GraphKey's bytes
+  std::map<GraphKey, int> seen_;  // eager runs per key before capture (forgotten past 8 * kMaxGraphs shapes)
   int64_t scratch_k_ = 0;          // widest linear input: sizes the tensor-core paths' scratch
 };
 
@@ -544,8 +551,7 @@ absl::Status CudaBackend::Load(const compiler::Plan& plan, const WeightSource& w
 }
 
 void CudaBackend::DropGraphs() {
-  for (auto& [key, exec] : graphs_) cudaGraphExecDestroy(exec);
-  graphs_.clear();
+  graphs_.Clear();
   seen_.clear();
 }
 
@@ -767,25 +773,27 @@ absl::Status CudaBackend::Execute(const StepBatch& batch) {
   if (!graph) return LaunchSteps(batch, bucket, /*nvtx=*/true);
   const GraphKey key{batch.num_tokens, batch.num_seqs, batch.num_logit_rows, bucket, batch.max_blocks,
                      batch.LeadingDecodeSeqs()};
-  auto it = graphs_.find(key);
-  if (it == graphs_.end()) {
+  const std::string key_bytes(reinterpret_cast<const char*>(key.data()), sizeof(key));
+  std::optional<GraphExec> exec = graphs_.Find(key_bytes);
+  if (!exec) {
     // The first run of a shape is eager (kernel attributes get set outside capture); the second captures it.
+    if (seen_.size() > 8 * kMaxGraphs) seen_.clear();
     if (seen_[key]++ == 0) return LaunchSteps(batch, bucket, /*nvtx=*/true);
     cudaGraph_t captured = nullptr;
     CUDA_RETURN_IF_ERROR(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
     const absl::Status launched = LaunchSteps(batch, bucket, /*nvtx=*/false);
     const cudaError_t ended = cudaStreamEndCapture(stream_, &captured);
-    cudaGraphExec_t exec = nullptr;
+    cudaGraphExec_t instance = nullptr;
     cudaError_t instantiated = cudaErrorUnknown;
-    if (launched.ok() && ended == cudaSuccess) instantiated = cudaGraphInstantiate(&exec, captured, 0);
+    if (launched.ok() && ended == cudaSuccess) instantiated = cudaGraphInstantiate(&instance, captured, 0);
     if (captured != nullptr) cudaGraphDestroy(captured);  // also when a launch in the capture failed
     RETURN_IF_ERROR(launched);
     CUDA_RETURN_IF_ERROR(ended);
     CUDA_RETURN_IF_ERROR(instantiated);
-    it = graphs_.emplace(key, exec).first;
+    exec = graphs_.Put(key_bytes, GraphExec(instance, [](cudaGraphExec_t e) { cudaGraphExecDestroy(e); }));
   }
   nvtxRangePushA("decode step (CUDA graph)");
-  const cudaError_t replayed = cudaGraphLaunch(it->second, stream_);
+  const cudaError_t replayed = cudaGraphLaunch(exec->get(), stream_);
   nvtxRangePop();
   CUDA_RETURN_IF_ERROR(replayed);
   return absl::OkStatus();
