@@ -1,6 +1,8 @@
 // Structured output: a per-sequence rule on which tokens may come next (OpenAI's response_format).
 // The engine applies it where the host sees the logits: a constrained sequence samples on the host
-// (its logits row comes back from the device), and runs no speculative drafts.
+// (its logits row comes back from the device). Its speculative drafts need nothing more: a step's
+// rows are chosen in order, each masked by the constraint as the tokens before it left it, and a
+// draft the mask refuses is never the token chosen.
 #ifndef AUTOGLM_RUNTIME_CONSTRAINT_H_
 #define AUTOGLM_RUNTIME_CONSTRAINT_H_
 

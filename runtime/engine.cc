@@ -325,7 +325,7 @@ void Engine::AddDrafts(std::vector<int64_t>& tokens, int64_t& budget) {
   if (spec.disable_by_batch_size > 0 && static_cast<int64_t>(running_.size()) > spec.disable_by_batch_size) return;
   for (size_t i = 0; i < running_.size() && budget > 0; ++i) {
     Sequence* seq = running_[i];
-    if (tokens[i] != 1 || seq->pending() != 1 || seq->constraint != nullptr) continue;
+    if (tokens[i] != 1 || seq->pending() != 1) continue;
     // All drafts kept, the step emits one token more than it has drafts: within max_new_tokens, and
     // every row's position inside the context (the sequence finishes at its end first).
     const int64_t generated = static_cast<int64_t>(seq->generated.size());

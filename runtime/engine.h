@@ -63,7 +63,7 @@ struct Request {
   SamplingParams sampling;
   // Structured output (OpenAI's response_format): each choice's tokens follow its constraint, and it
   // may end (eos with stop_on_eos, or a stop id) only once the constraint is complete -- then it must.
-  // Needs an end (stop_on_eos or stop_ids) and no min_new_tokens. Sampled on the host, no drafts.
+  // Needs an end (stop_on_eos or stop_ids) and no min_new_tokens. Sampled on the host.
   ConstraintFactory constraint;
 };
 

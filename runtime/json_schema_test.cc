@@ -426,7 +426,8 @@ TEST(JsonSchemaGrammar, MasksAreTheTokensAStateTakes) {
 }
 
 // On the engine, tiny-glm's ids 0-255 read as bytes: every answer that ended on eos is a document
-// the schema validates, every other one a prefix of one, on both sampling paths alike.
+// the schema validates, every other one a prefix of one, on both sampling paths and with
+// speculative drafts alike.
 TEST(JsonSchemaGrammar, EngineAnswersValidate) {
   testing::TinyGlm tiny;
   std::shared_ptr<JsonVocabulary> v = *JsonVocabulary::Build(256, 300, [](int32_t id, std::string* b) {
@@ -437,9 +438,11 @@ TEST(JsonSchemaGrammar, EngineAnswersValidate) {
   const Validator validator(root);
   std::shared_ptr<JsonSchemaGrammar> grammar = *JsonSchemaGrammar::Create(MustCompile(Schemas()[1]), v);
   std::vector<std::vector<int32_t>> first;
-  for (const bool device_like : {false, true}) {
+  for (const auto& [device_like, drafts] : std::vector<std::pair<bool, bool>>{{false, false}, {true, false}, {true, true}}) {
     CpuBackend backend(device_like);
-    std::unique_ptr<Engine> engine = *Engine::Create(tiny.plan, backend, *tiny.weights, {});
+    EngineOptions options;
+    if (drafts) options.speculative = {4, 1, 3, 0};
+    std::unique_ptr<Engine> engine = *Engine::Create(tiny.plan, backend, *tiny.weights, options);
     std::vector<int> ids;
     for (uint64_t seed = 0; seed < 10; ++seed) {
       Request r;
@@ -470,6 +473,7 @@ TEST(JsonSchemaGrammar, EngineAnswersValidate) {
       }
     }
     EXPECT_GT(whole, 3);
+    EXPECT_EQ(engine->spec_drafts() > 0, drafts);
     if (first.empty()) {
       first = answers;
     } else {

@@ -576,8 +576,8 @@ class TensorParallel(unittest.TestCase):
 
 class Speculative(unittest.TestCase):
     """--speculative-config (vLLM's ngram method): every answer is the plain server's, token for token
-    and logprob for logprob, greedy or seeded, streamed or not, n choices included; the drafts show in
-    /metrics; a bad config is a one-line error at start-up."""
+    and logprob for logprob, greedy or seeded, streamed or not, n choices and structured output
+    included; the drafts show in /metrics; a bad config is a one-line error at start-up."""
 
     def test_drafts_change_no_answer(self):
         plain = Server()
@@ -590,6 +590,13 @@ class Speculative(unittest.TestCase):
                 bodies.append({**base, "temperature": 0})
                 bodies.append({**base, "temperature": 0, "top_p": 0.85, "frequency_penalty": 0.2, "logprobs": 2})
                 bodies.append({**base, "temperature": 0.8, "seed": 5, "n": 2, "presence_penalty": 0.5})
+            # Constrained answers take drafts too: JSON mode and a schema, sampled.
+            json_base = {"model": NAME, "prompt": '{"a": [1, 2], "a": [1, 2]}', "max_tokens": 60, "return_token_ids": True,
+                         "temperature": 0.9, "seed": 3, "logit_bias": {"1": 100, str(ord('"')): 3, str(ord("}")): 2}}
+            bodies.append({**json_base, "response_format": {"type": "json_object"}, "n": 2})
+            bodies.append({**json_base, "response_format": {"type": "json_schema", "json_schema": {"name": "a", "schema": {
+                "type": "object", "properties": {"a": {"type": "array", "items": {"type": "integer"}, "maxItems": 4},
+                                                 "b": {"type": "string", "maxLength": 6}}, "required": ["a"]}}}})
             for body in bodies:
                 a_status, a = plain.post("/v1/completions", body)
                 b_status, b = spec.post("/v1/completions", body)
