@@ -382,4 +382,18 @@ absl::StatusOr<std::shared_ptr<const JsonSchema>> JsonSchema::Compile(absl::stri
   return SchemaCompiler(document).Run();
 }
 
+absl::StatusOr<std::shared_ptr<const JsonSchema>> JsonSchema::Choice(const std::vector<std::string>& choices) {
+  if (choices.empty()) return absl::InvalidArgumentError("no choices");
+  auto schema = std::make_shared<JsonSchema>();
+  Node literals{.kind = Node::kLiterals, .depth = 1};
+  for (const std::string& c : choices) {
+    if (c.empty()) return absl::InvalidArgumentError("a choice is empty");
+    if (std::find(literals.literals.begin(), literals.literals.end(), c) == literals.literals.end()) literals.literals.push_back(c);
+  }
+  schema->nodes_ = {std::move(literals), Node{.kind = Node::kString, .depth = 1}};
+  schema->root_ = 0;
+  schema->key_node_ = 1;
+  return std::shared_ptr<const JsonSchema>(std::move(schema));
+}
+
 }  // namespace ag::runtime

@@ -59,6 +59,9 @@ class JsonSchema {
   // The schema as JSON text (its properties' order is the answer's). An unsupported or unsatisfiable
   // schema is an InvalidArgument naming the place, as a JSON pointer, and the keyword.
   static absl::StatusOr<std::shared_ptr<const JsonSchema>> Compile(absl::string_view text);
+  // The answer is exactly one of `choices`, as text (vLLM's guided_choice): a grammar of one
+  // literals node, its strings taken as they are. Each must be non-empty.
+  static absl::StatusOr<std::shared_ptr<const JsonSchema>> Choice(const std::vector<std::string>& choices);
 
   const std::vector<Node>& nodes() const { return nodes_; }
   const Node& node(int32_t i) const { return nodes_[static_cast<size_t>(i)]; }
@@ -147,8 +150,12 @@ class JsonSchemaGrammars {
   explicit JsonSchemaGrammars(std::shared_ptr<JsonVocabulary> vocabulary, size_t capacity = 64);
   // The schema's grammar, compiled now if it is not cached; a schema that does not compile is an error each time.
   absl::StatusOr<std::shared_ptr<JsonSchemaGrammar>> Get(const std::string& schema_text);
+  // The grammar of JsonSchema::Choice, cached the same way.
+  absl::StatusOr<std::shared_ptr<JsonSchemaGrammar>> GetChoice(const std::vector<std::string>& choices);
 
  private:
+  absl::StatusOr<std::shared_ptr<JsonSchemaGrammar>> Build(absl::StatusOr<std::shared_ptr<const JsonSchema>> schema) const;
+
   std::shared_ptr<JsonVocabulary> vocabulary_;
   LruCache<std::shared_ptr<JsonSchemaGrammar>> grammars_;
 };

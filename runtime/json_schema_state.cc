@@ -441,12 +441,20 @@ Mask JsonSchemaGrammar::Allowed(const SchemaState& state) {
 JsonSchemaGrammars::JsonSchemaGrammars(std::shared_ptr<JsonVocabulary> vocabulary, size_t capacity)
     : vocabulary_(std::move(vocabulary)), grammars_(capacity) {}
 
+absl::StatusOr<std::shared_ptr<JsonSchemaGrammar>> JsonSchemaGrammars::Build(
+    absl::StatusOr<std::shared_ptr<const JsonSchema>> schema) const {
+  if (!schema.ok()) return schema.status();
+  return JsonSchemaGrammar::Create(*std::move(schema), vocabulary_);
+}
+
 absl::StatusOr<std::shared_ptr<JsonSchemaGrammar>> JsonSchemaGrammars::Get(const std::string& schema_text) {
-  return grammars_.Get(schema_text, [&]() -> absl::StatusOr<std::shared_ptr<JsonSchemaGrammar>> {
-    absl::StatusOr<std::shared_ptr<const JsonSchema>> schema = JsonSchema::Compile(schema_text);
-    if (!schema.ok()) return schema.status();
-    return JsonSchemaGrammar::Create(*std::move(schema), vocabulary_);
-  });
+  return grammars_.Get(schema_text, [&] { return Build(JsonSchema::Compile(schema_text)); });
+}
+
+absl::StatusOr<std::shared_ptr<JsonSchemaGrammar>> JsonSchemaGrammars::GetChoice(const std::vector<std::string>& choices) {
+  std::string key(1, '\0');  // no schema's text starts so
+  for (const std::string& c : choices) absl::StrAppend(&key, c.size(), ":", c);
+  return grammars_.Get(key, [&] { return Build(JsonSchema::Choice(choices)); });
 }
 
 std::unique_ptr<TokenConstraint> JsonSchemaGrammar::NewConstraint() {

@@ -313,6 +313,21 @@ TEST(SchemaState, WritesPropertiesInOrderAndNothingElse) {
   EXPECT_TRUE(s.Feed("3"));
 }
 
+// vLLM's guided_choice: exactly one of the strings, as text; one that is a prefix of another may end
+// there or go on; repeats are one.
+TEST(JsonSchema, ChoiceIsOneOfTheStrings) {
+  absl::StatusOr<std::shared_ptr<const JsonSchema>> choice = JsonSchema::Choice({"yes", "yes sir", "no", "\xC3\xA9t\xC3\xA9", "no"});
+  ASSERT_TRUE(choice.ok()) << choice.status();
+  for (const char* taken : {"yes", "yes sir", "no", "\xC3\xA9t\xC3\xA9"}) EXPECT_TRUE(Whole(**choice, taken)) << taken;
+  for (const char* refused : {"ye", "yes si", "nos", "\"no\"", " no", "No", "yes sir "}) EXPECT_FALSE(Whole(**choice, refused)) << refused;
+  SchemaState s(choice->get());
+  ASSERT_TRUE(s.Feed("yes"));
+  EXPECT_TRUE(s.Complete());
+  EXPECT_TRUE(SchemaState(s).Feed(" sir"));
+  EXPECT_FALSE(JsonSchema::Choice({}).ok());
+  EXPECT_FALSE(JsonSchema::Choice({"a", ""}).ok());
+}
+
 // Nesting stops where the shortest document still fits: arrays of arrays take 63 '[' and then only ']'.
 TEST(SchemaState, NestingStopsWhereTheDocumentStillFits) {
   std::shared_ptr<const JsonSchema> schema = MustCompile(R"({"type": "array", "items": {"$ref": "#"}})");

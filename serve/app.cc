@@ -236,17 +236,18 @@ bool App::Admit(const GenerationOptions& options, int64_t prompt_tokens, const s
       return false;
     }
   }
-  if ((options.json_object || options.json_schema) && model_.json_vocabulary == nullptr) {
-    Error(out, 400, "'response_format': this model's tokenizer cannot write every JSON character", "response_format");
+  if ((options.json_object || options.json_schema || !options.choice.empty()) && model_.json_vocabulary == nullptr) {
+    Error(out, 400, absl::StrCat("'", options.structured_param, "': this model's tokenizer cannot write every JSON character"),
+          options.structured_param);
     return false;
   }
   if (options.json_object) {
     *constraint = [vocabulary = model_.json_vocabulary] { return vocabulary->NewConstraint(); };
-  } else if (options.json_schema) {
-    absl::StatusOr<std::shared_ptr<runtime::JsonSchemaGrammar>> grammar = json_schemas_->Get(*options.json_schema);
+  } else if (options.json_schema || !options.choice.empty()) {
+    absl::StatusOr<std::shared_ptr<runtime::JsonSchemaGrammar>> grammar =
+        options.json_schema ? json_schemas_->Get(*options.json_schema) : json_schemas_->GetChoice(options.choice);
     if (!grammar.ok()) {
-      Error(out, 400, absl::StrCat("'response_format.json_schema.schema': ", grammar.status().message()),
-            "response_format.json_schema.schema");
+      Error(out, 400, absl::StrCat("'", options.structured_param, "': ", grammar.status().message()), options.structured_param);
       return false;
     }
     *constraint = [grammar = *std::move(grammar)] { return grammar->NewConstraint(); };

@@ -134,6 +134,19 @@ void CheckMinTokens(Reader& r, const GenerationOptions& o) {
   }
 }
 
+// The value at `path` in the body as compact JSON text, its objects' keys in the order the client
+// wrote them (the request's parsed JSON sorts them), or nullopt. A schema's properties are written
+// in that order.
+std::optional<std::string> OrderedText(std::string_view body, const std::vector<const char*>& path) {
+  const nlohmann::ordered_json ordered = nlohmann::ordered_json::parse(body, nullptr, /*allow_exceptions=*/false);
+  const nlohmann::ordered_json* at = &ordered;
+  for (const char* key : path) {
+    if (!at->is_object() || !at->contains(key)) return std::nullopt;
+    at = &(*at)[key];
+  }
+  return at->dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
 // response_format: {"type": "text"} (the default), {"type": "json_object"}, or {"type": "json_schema",
 // "json_schema": {"name", "schema", "description", "strict"}}. The schema is compiled where the model
 // is (its vocabulary makes the grammar); here it is taken as text in the order the client wrote it
@@ -151,6 +164,7 @@ void ReadResponseFormat(Reader& r, std::string_view body, GenerationOptions& o) 
                                      "{\"type\": \"json_schema\", \"json_schema\": {\"name\": ..., \"schema\": {...}}}");
   }
   if (*type == "text") return;
+  o.structured_param = "response_format";
   if (*type == "json_schema") {
     const json& js = f["json_schema"];
     const bool fields_known = js.is_object() && std::all_of(js.items().begin(), js.items().end(), [](const auto& item) {
@@ -166,13 +180,10 @@ void ReadResponseFormat(Reader& r, std::string_view body, GenerationOptions& o) 
     if (js.contains("schema") && !js["schema"].is_object() && !js["schema"].is_boolean()) {
       return r.Fail("response_format.json_schema.schema", "'response_format.json_schema.schema' must be a JSON Schema object");
     }
-    if (!js.contains("schema")) {
-      o.json_schema = "true";  // OpenAI's schema is optional: any JSON
-    } else {
-      const nlohmann::ordered_json ordered = nlohmann::ordered_json::parse(body, nullptr, /*allow_exceptions=*/false);
-      if (ordered.is_discarded()) return r.Fail("response_format", "the body could not be read again in order");
-      o.json_schema = ordered["response_format"]["json_schema"]["schema"].dump(-1, ' ', false, json::error_handler_t::replace);
-    }
+    // OpenAI's schema is optional: any JSON.
+    o.json_schema = js.contains("schema") ? OrderedText(body, {"response_format", "json_schema", "schema"}) : "true";
+    o.structured_param = "response_format.json_schema.schema";
+    if (!o.json_schema) return r.Fail("response_format", "the body could not be read again in order");
   } else {
     o.json_object = true;
   }
@@ -182,6 +193,71 @@ void ReadResponseFormat(Reader& r, std::string_view body, GenerationOptions& o) 
   } else if (o.min_tokens > 0) {
     r.Fail("min_tokens", absl::StrCat("'min_tokens' cannot go with 'response_format' ", type->get<std::string>(),
                                       ": the answer ends with its JSON"));
+  }
+}
+
+// vLLM's structured output fields (extra_body): guided_json (a schema: an object, or its text),
+// guided_choice (the answer is one of the strings), or the same as structured_outputs {"json": ...}
+// or {"choice": [...]}. One structured output a request; regular expressions and grammars are refused.
+void ReadGuided(Reader& r, std::string_view body, GenerationOptions& o) {
+  if (!r.ok()) return;
+  const char* present = nullptr;
+  const json* schema = nullptr;
+  const json* choice = nullptr;
+  std::vector<const char*> schema_path;  // where the schema is, for OrderedText
+  for (const char* refused : {"guided_regex", "guided_grammar"}) {
+    if (r.Has(refused)) return r.Fail(refused, absl::StrCat("'", refused, "' is not supported here; guided_json and guided_choice are"));
+  }
+  if (r.Has("guided_json")) {
+    present = "guided_json";
+    schema = &r["guided_json"];
+    schema_path = {"guided_json"};
+  }
+  if (r.Has("guided_choice")) {
+    if (present != nullptr) return r.Fail("guided_choice", "one structured output a request: 'guided_choice' beside 'guided_json'");
+    present = "guided_choice";
+    choice = &r["guided_choice"];
+  }
+  if (r.Has("structured_outputs")) {
+    const json& so = r["structured_outputs"];
+    if (present != nullptr) return r.Fail("structured_outputs", absl::StrCat("one structured output a request: 'structured_outputs' beside '", present, "'"));
+    if (!so.is_object() || so.size() != 1 || (!so.contains("json") && !so.contains("choice"))) {
+      return r.Fail("structured_outputs", "'structured_outputs' must be {\"json\": a JSON Schema} or {\"choice\": [strings]} "
+                                          "(regex, grammar and structural_tag are not supported here)");
+    }
+    present = "structured_outputs";
+    schema = so.contains("json") ? &so["json"] : nullptr;
+    choice = so.contains("choice") ? &so["choice"] : nullptr;
+    schema_path = {"structured_outputs", "json"};
+  }
+  if (present == nullptr) return;
+  if (o.json_object || o.json_schema) {
+    return r.Fail(present, absl::StrCat("one structured output a request: '", present, "' beside 'response_format'"));
+  }
+  o.structured_param = present;
+  if (schema != nullptr) {
+    if (schema->is_string()) {  // the schema's text
+      const nlohmann::ordered_json parsed = nlohmann::ordered_json::parse(schema->get<std::string>(), nullptr, false);
+      if (parsed.is_discarded()) return r.Fail(present, absl::StrCat("'", present, "' is not valid JSON"));
+      o.json_schema = parsed.dump(-1, ' ', false, json::error_handler_t::replace);
+    } else if (schema->is_object() || schema->is_boolean()) {
+      o.json_schema = OrderedText(body, schema_path);
+      if (!o.json_schema) return r.Fail(present, "the body could not be read again in order");
+    } else {
+      return r.Fail(present, absl::StrCat("'", present, "' must be a JSON Schema (an object or its text)"));
+    }
+  } else {
+    const bool strings = choice->is_array() && !choice->empty() && choice->size() <= 1024 &&
+                         std::all_of(choice->begin(), choice->end(), [](const json& c) {
+                           return c.is_string() && !c.get<std::string>().empty() && c.get<std::string>().size() <= 4096;
+                         });
+    if (!strings) return r.Fail(present, absl::StrCat("'", present, "' choices must be 1-1,024 non-empty strings"));
+    for (const json& c : *choice) o.choice.push_back(c.get<std::string>());
+  }
+  if (o.ignore_eos) {
+    r.Fail("ignore_eos", absl::StrCat("'ignore_eos' cannot go with '", present, "': the answer ends with its choice or JSON"));
+  } else if (o.min_tokens > 0) {
+    r.Fail("min_tokens", absl::StrCat("'min_tokens' cannot go with '", present, "': the answer ends with its choice or JSON"));
   }
 }
 
@@ -254,6 +330,7 @@ void ReadOptions(Reader& r, std::string_view body, const RequestLimits& limits, 
   r.Neutral("tools", json::array());
   r.Neutral("tool_choice", "none");
   ReadResponseFormat(r, body, o);
+  ReadGuided(r, body, o);
 }
 
 // A string member of `j`, or null when absent or of another type (never an exception).
@@ -434,7 +511,8 @@ ChatResult ParseChatRequest(std::string_view body, const RequestLimits& limits) 
                "top_p", "top_k", "min_p", "repetition_penalty", "seed", "n", "stop", "logprobs", "top_logprobs", "ignore_eos",
                "user", "frequency_penalty", "presence_penalty", "logit_bias", "tools", "tool_choice",
                "response_format", "stop_token_ids", "include_stop_str_in_output", "skip_special_tokens",
-               "spaces_between_special_tokens", "min_tokens"});
+               "spaces_between_special_tokens", "min_tokens", "guided_json", "guided_choice", "guided_regex",
+               "guided_grammar", "structured_outputs"});
   ChatRequest req;
   ReadOptions(r, body, limits, req.options);
   CheckMinTokens(r, req.options);
@@ -455,7 +533,7 @@ CompletionResult ParseCompletionRequest(std::string_view body, const RequestLimi
                "repetition_penalty", "seed", "n", "stop", "logprobs", "echo", "return_token_ids", "ignore_eos", "user",
                "frequency_penalty", "presence_penalty", "logit_bias", "suffix", "best_of", "stop_token_ids",
                "include_stop_str_in_output", "skip_special_tokens", "spaces_between_special_tokens", "min_tokens",
-               "response_format"});
+               "response_format", "guided_json", "guided_choice", "guided_regex", "guided_grammar", "structured_outputs"});
   CompletionRequest req;
   ReadOptions(r, body, limits, req.options);
   if (!req.options.max_tokens) req.options.max_tokens = 16;  // OpenAI's default for completions

@@ -66,6 +66,10 @@ struct GenerationOptions {
   // response_format {"type": "json_schema"}: the schema's text, its objects' properties in the
   // client's order; the answer is one document it validates.
   std::optional<std::string> json_schema;
+  // vLLM's guided_choice (or structured_outputs.choice): the answer is exactly one of these strings.
+  std::vector<std::string> choice;
+  // Where the structured output came from ("response_format", "guided_json", ...): errors name it.
+  std::string structured_param;
 };
 
 struct ChatRequest {

@@ -146,6 +146,20 @@ TEST(OpenAi, ParsesResponseFormat) {
   ASSERT_TRUE(std::holds_alternative<CompletionRequest>(any));
   EXPECT_EQ(std::get<CompletionRequest>(any).options.json_schema, "true");
   EXPECT_FALSE(std::get<CompletionRequest>(text).options.json_schema);
+  // vLLM's guided_json (an object or its text), guided_choice and structured_outputs.
+  for (const char* guided : {R"("guided_json": {"type": "object", "properties": {"z": {}, "a": {}}})",
+                             R"("guided_json": "{\"type\": \"object\", \"properties\": {\"z\": {}, \"a\": {}}}")",
+                             R"("structured_outputs": {"json": {"type": "object", "properties": {"z": {}, "a": {}}}})"}) {
+    const CompletionResult g = ParseCompletionRequest(absl::StrCat(R"({"model": "m", "prompt": "x", )", guided, "}"));
+    ASSERT_TRUE(std::holds_alternative<CompletionRequest>(g)) << guided << std::get<ApiError>(g).message;
+    EXPECT_EQ(std::get<CompletionRequest>(g).options.json_schema, R"({"type":"object","properties":{"z":{},"a":{}}})") << guided;
+  }
+  for (const char* guided : {R"("guided_choice": ["yes", "no"])", R"("structured_outputs": {"choice": ["yes", "no"]})"}) {
+    const ChatResult g = ParseChatRequest(
+        absl::StrCat(R"({"model": "m", "messages": [{"role": "user", "content": "x"}], )", guided, "}"));
+    ASSERT_TRUE(std::holds_alternative<ChatRequest>(g)) << guided << std::get<ApiError>(g).message;
+    EXPECT_EQ(std::get<ChatRequest>(g).options.choice, (std::vector<std::string>{"yes", "no"})) << guided;
+  }
   const struct {
     const char* fields;
     const char* param;
@@ -160,6 +174,19 @@ TEST(OpenAi, ParsesResponseFormat) {
        "response_format.json_schema.schema"},
       {R"("response_format": {"type": "json_schema", "json_schema": {"name": "x"}}, "ignore_eos": true)", "ignore_eos"},
       {R"("response_format": {"type": "json_object", "json_schema": {"name": "x"}})", "response_format"},
+      {R"("guided_regex": "a+")", "guided_regex"},
+      {R"("guided_grammar": "root ::= x")", "guided_grammar"},
+      {R"("guided_json": "{nope")", "guided_json"},
+      {R"("guided_json": 3)", "guided_json"},
+      {R"("guided_choice": [])", "guided_choice"},
+      {R"("guided_choice": ["a", ""])", "guided_choice"},
+      {R"("guided_choice": "a")", "guided_choice"},
+      {R"("guided_choice": ["a"], "guided_json": {})", "guided_choice"},
+      {R"("guided_choice": ["a"], "response_format": {"type": "json_object"})", "guided_choice"},
+      {R"("structured_outputs": {"regex": "a"})", "structured_outputs"},
+      {R"("structured_outputs": {"json": {}, "choice": ["a"]})", "structured_outputs"},
+      {R"("structured_outputs": {"choice": ["a"]}, "guided_json": {})", "structured_outputs"},
+      {R"("guided_choice": ["a"], "min_tokens": 1)", "min_tokens"},
       {R"("response_format": "json_object")", "response_format"},
       {R"("response_format": {"type": "yaml"})", "response_format"},
       {R"("response_format": {})", "response_format"},

@@ -321,6 +321,19 @@ class Main(unittest.TestCase):
                                  extra_body={"response_format": ints})
         value = json.loads(r.choices[0].text)
         self.assertTrue(2 <= len(value) <= 3 and set(value) <= {1, 2, 3}, value)
+        # vLLM's extensions: guided_choice and guided_json (the schema's text too), structured_outputs.
+        for extra in ({"guided_choice": ["yes", "no", "maybe not"]}, {"structured_outputs": {"choice": ["yes", "no", "maybe not"]}}):
+            answers = {c.completions.create(model=NAME, prompt="x", max_tokens=20, temperature=1.0, seed=seed,
+                                            logit_bias={"1": 100}, extra_body=extra).choices[0].text for seed in range(4)}
+            self.assertTrue(answers <= {"yes", "no", "maybe not"}, answers)
+            for first, answer in (("y", "yes"), ("n", "no")):  # a push on the first letter picks the choice
+                r = c.completions.create(model=NAME, prompt="x", max_tokens=20, temperature=1.0, seed=1,
+                                         logit_bias={"1": 100, str(ord(first)): 50}, extra_body=extra)
+                self.assertEqual((r.choices[0].text, r.choices[0].finish_reason), (answer, "stop"))
+        for schema in (to_strict_json_schema(Step), json.dumps(to_strict_json_schema(Step))):
+            g = c.chat.completions.create(model=NAME, messages=messages, max_tokens=200, seed=5, logit_bias=bias,
+                                          extra_body={"guided_json": schema})
+            self.assertEqual(g.choices[0].message.content, parsed.choices[0].message.content)
         for body, param, says in (
                 ({"json_schema": {"name": "a", "schema": {"type": "string", "pattern": "a+"}}},
                  "response_format.json_schema.schema", "'pattern' is not supported"),
@@ -333,6 +346,9 @@ class Main(unittest.TestCase):
                                                         "response_format": {"type": "json_schema", **body}})
             self.assertEqual((status, r["error"]["param"]), (400, param), r)
             self.assertIn(says, r["error"]["message"])
+        status, r = self.s.post("/v1/completions", {"model": NAME, "prompt": "x", "guided_json": {"not": {}}})
+        self.assertEqual((status, r["error"]["param"]), (400, "guided_json"), r)
+        self.assertIn("'not' is not supported", r["error"]["message"])
 
     def test_vllm_stop_extensions(self):
         body = {"model": NAME, "prompt": "the thing", "max_tokens": 12, "temperature": 0, "ignore_eos": True,
