@@ -175,9 +175,26 @@ void SchemaState::Step(Path& p, uint8_t c, Paths& out) const {
   }
 }
 
+namespace {
+
+// Whitespace between a container's tokens (phases that wait for one): taken as TakeJsonSpace allows.
+// True when `c` was whitespace there (taken or refused); any other byte starts the run again.
+bool SpaceBetweenTokens(SchemaState::Path& p, uint8_t c, bool waits, SchemaState::Paths& out) {
+  Frame& f = p.back();
+  if (!IsSpace(c)) {
+    f.left = 0;
+    return false;
+  }
+  if (!waits) return false;
+  if (TakeJsonSpace(f.left, c)) out.push_back(std::move(p));
+  return true;
+}
+
+}  // namespace
+
 void SchemaState::StepObject(Path& p, uint8_t c, Paths& out) const {
   Frame& f = p.back();
-  if (!IsSpace(c)) f.left = 0;
+  if (SpaceBetweenTokens(p, c, f.phase != kObjStart && f.phase != kKey && f.phase != kFreeKey, out)) return;
   const Node& n = schema_->node(f.node);
   const bool declared = !n.properties.empty();
   auto may_close = [&] {
@@ -204,10 +221,6 @@ void SchemaState::StepObject(Path& p, uint8_t c, Paths& out) const {
       break;
     case kFirstKey:
     case kNextKey: {
-      if (IsSpace(c)) {
-        if (!TakeJsonSpace(f.left, c)) return;
-        break;
-      }
       if (c == '}' && f.phase == kFirstKey && may_close()) return Finish(p, out);
       if (c != '"') return;
       const std::vector<uint32_t> keys = candidates();
@@ -231,24 +244,12 @@ void SchemaState::StepObject(Path& p, uint8_t c, Paths& out) const {
       break;
     }
     case kColon:
-      if (IsSpace(c)) {
-        if (!TakeJsonSpace(f.left, c)) return;
-        break;
-      }
       if (c != ':') return;
       f.phase = kValue;
       break;
     case kValue:
-      if (IsSpace(c)) {
-        if (!TakeJsonSpace(f.left, c)) return;
-        break;
-      }
       return Enter(p, declared ? n.properties[f.count].node : n.values, c, out);
     case kObjAfter:
-      if (IsSpace(c)) {
-        if (!TakeJsonSpace(f.left, c)) return;
-        break;
-      }
       if (c == '}' && may_close()) return Finish(p, out);
       if (c != ',' || candidates().empty()) return;
       f.phase = kNextKey;
@@ -261,7 +262,7 @@ void SchemaState::StepObject(Path& p, uint8_t c, Paths& out) const {
 
 void SchemaState::StepArray(Path& p, uint8_t c, Paths& out) const {
   Frame& f = p.back();
-  if (!IsSpace(c)) f.left = 0;
+  if (SpaceBetweenTokens(p, c, f.phase != kArrStart && f.phase != kInItem, out)) return;
   const Node& n = schema_->node(f.node);
   switch (f.phase) {
     case kArrStart:
@@ -270,10 +271,6 @@ void SchemaState::StepArray(Path& p, uint8_t c, Paths& out) const {
       break;
     case kFirstItem:
     case kItem:
-      if (IsSpace(c)) {
-        if (!TakeJsonSpace(f.left, c)) return;
-        break;
-      }
       if (c == ']') {
         if (f.phase == kFirstItem && n.min == 0) return Finish(p, out);
         return;
@@ -282,10 +279,6 @@ void SchemaState::StepArray(Path& p, uint8_t c, Paths& out) const {
       f.phase = kInItem;
       return Enter(p, n.items, c, out);
     case kArrAfter:
-      if (IsSpace(c)) {
-        if (!TakeJsonSpace(f.left, c)) return;
-        break;
-      }
       if (c == ']' && f.count >= n.min) return Finish(p, out);
       if (c != ',' || f.count >= n.max || !Fits(p, n.items)) return;  // a comma promises an item
       f.phase = kItem;
