@@ -212,4 +212,32 @@ void BM_JsonSchemaMask(benchmark::State& state) {
 }
 BENCHMARK(BM_JsonSchemaMask)->DenseRange(0, 3)->Unit(benchmark::kMillisecond);
 
+// A step's mask inside a string with maxLength 500, 100 characters in (its key merges every length
+// more than 32 from the bound): the cached mask of the key with the long tokens' bits set afresh,
+// what each such step costs once the key's mask is cached.
+void BM_JsonSchemaBoundedStringStep(benchmark::State& state) {
+  auto tokenizer = ag::glm::Tokenizer::Load(TokenizerDir());
+  if (!tokenizer.ok()) {
+    state.SkipWithError(std::string(tokenizer.status().message()).c_str());
+    return;
+  }
+  const auto schema = ag::runtime::JsonSchema::Compile(
+      R"({"type": "object", "properties": {"thought": {"type": "string", "maxLength": 500}}, "required": ["thought"]})");
+  const auto grammar = ag::runtime::JsonSchemaGrammar::Create(*schema, *ag::runtime::JsonVocabulary::Build(**tokenizer));
+  ag::runtime::SchemaState s = (*grammar)->Start();
+  if (!s.Feed("{\"thought\": \"" + std::string(100, 'x'))) {
+    state.SkipWithError("bad prefix");
+    return;
+  }
+  (*grammar)->Allowed(s);  // the key's mask, cached
+  int64_t allowed = 0;
+  for (auto _ : state) {
+    const ag::runtime::Mask mask = (*grammar)->Allowed(s);
+    allowed = 0;
+    for (const uint64_t w : *mask) allowed += __builtin_popcountll(w);
+  }
+  state.counters["allowed"] = static_cast<double>(allowed);
+}
+BENCHMARK(BM_JsonSchemaBoundedStringStep)->Unit(benchmark::kMillisecond);
+
 BENCHMARK_MAIN();

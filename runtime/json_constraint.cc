@@ -221,26 +221,36 @@ absl::StatusOr<std::shared_ptr<JsonVocabulary>> JsonVocabulary::Build(
                        std::string(1, static_cast<char>(c)), "'"));
     }
   }
-  v->ids_.resize(tokens.size());
-  std::iota(v->ids_.begin(), v->ids_.end(), 0);
-  std::sort(v->ids_.begin(), v->ids_.end(), [&](int32_t a, int32_t b) { return tokens[a] < tokens[b]; });
-  v->offsets_.push_back(0);
+  std::vector<int32_t> all(tokens.size()), longer;
+  std::iota(all.begin(), all.end(), 0);
+  for (const int32_t id : all) {
+    if (tokens[static_cast<size_t>(id)].size() > kShortToken) longer.push_back(id);
+  }
+  v->all_ = SortedTokens::Of(tokens, std::move(all));
+  v->long_ = SortedTokens::Of(tokens, std::move(longer));
   v->sorted_index_.resize(tokens.size());
-  for (size_t i = 0; i < v->ids_.size(); ++i) v->sorted_index_[static_cast<size_t>(v->ids_[i])] = static_cast<uint32_t>(i);
+  for (size_t i = 0; i < v->all_.ids.size(); ++i) v->sorted_index_[static_cast<size_t>(v->all_.ids[i])] = static_cast<uint32_t>(i);
+  return v;
+}
+
+SortedTokens SortedTokens::Of(const std::vector<std::string>& tokens, std::vector<int32_t> ids) {
+  SortedTokens t;
+  std::sort(ids.begin(), ids.end(), [&](int32_t a, int32_t b) { return tokens[a] < tokens[b]; });
   const std::string* previous = nullptr;
-  for (const int32_t id : v->ids_) {
-    const std::string& t = tokens[id];
+  for (const int32_t id : ids) {
+    const std::string& token = tokens[static_cast<size_t>(id)];
     size_t shared = 0;
     if (previous != nullptr) {
-      while (shared < t.size() && shared < previous->size() && t[shared] == (*previous)[shared]) ++shared;
+      while (shared < token.size() && shared < previous->size() && token[shared] == (*previous)[shared]) ++shared;
     }
-    v->shared_.push_back(static_cast<uint32_t>(shared));
-    v->bytes_ += t;
-    v->offsets_.push_back(static_cast<uint32_t>(v->bytes_.size()));
-    v->longest_ = std::max(v->longest_, t.size());
-    previous = &t;
+    t.shared.push_back(static_cast<uint32_t>(shared));
+    t.bytes += token;
+    t.offsets.push_back(static_cast<uint32_t>(t.bytes.size()));
+    t.longest = std::max(t.longest, token.size());
+    previous = &token;
   }
-  return v;
+  t.ids = std::move(ids);
+  return t;
 }
 
 absl::StatusOr<std::shared_ptr<JsonVocabulary>> JsonVocabulary::Build(const glm::Tokenizer& tokenizer) {
@@ -251,7 +261,7 @@ absl::StatusOr<std::shared_ptr<JsonVocabulary>> JsonVocabulary::Build(const glm:
 bool JsonVocabulary::TokenBytesOf(int32_t id, std::string* bytes) const {
   if (id < 0 || static_cast<size_t>(id) >= sorted_index_.size()) return false;
   const uint32_t i = sorted_index_[static_cast<size_t>(id)];
-  bytes->assign(bytes_, offsets_[i], offsets_[i + 1] - offsets_[i]);
+  bytes->assign(all_.bytes, all_.offsets[i], all_.offsets[i + 1] - all_.offsets[i]);
   return true;
 }
 

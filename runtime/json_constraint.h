@@ -70,6 +70,22 @@ class JsonState {
 using Mask = std::shared_ptr<const std::vector<uint64_t>>;  // a bit an id
 using MaskCache = LruCache<Mask>;                             // masks by state key
 
+// Tokens as bytes, sorted so that tokens sharing a prefix feed it once (a walk of the trie).
+struct SortedTokens {
+  std::string bytes;                 // back to back, in sorted order
+  std::vector<uint32_t> offsets{0};  // sorted token i is bytes[offsets[i], offsets[i + 1])
+  std::vector<int32_t> ids;          // sorted token i's id
+  std::vector<uint32_t> shared;      // bytes sorted token i shares with i - 1
+  size_t longest = 0;
+
+  // The tokens `ids` of `tokens` (indexed by id).
+  static SortedTokens Of(const std::vector<std::string>& tokens, std::vector<int32_t> ids);
+  // Sets the bit of each of these tokens whose bytes a byte automaton takes from `state` (State:
+  // copyable, Feed(uint8_t)).
+  template <class State>
+  void Walk(const State& state, std::vector<uint64_t>& mask) const;
+};
+
 // A tokenizer's ordinary tokens as bytes, sorted so that tokens sharing a prefix feed it once, and
 // the masks of the states met so far (a long string's every step is one state: one lookup).
 class JsonVocabulary : public std::enable_shared_from_this<JsonVocabulary> {
@@ -88,7 +104,21 @@ class JsonVocabulary : public std::enable_shared_from_this<JsonVocabulary> {
   std::vector<uint64_t> Compute(const JsonState& state) const { return Walk(state); }
   // The tokens whose bytes a byte automaton takes from `state` (State: copyable, Feed(uint8_t)).
   template <class State>
-  std::vector<uint64_t> Walk(const State& state) const;
+  std::vector<uint64_t> Walk(const State& state) const {
+    std::vector<uint64_t> mask(static_cast<size_t>(vocab_) / 64 + 1, 0);
+    all_.Walk(state, mask);
+    return mask;
+  }
+  // Tokens longer than kShortToken bytes are few (GLM-4: 227 of 151,329, 15 KB together); a state
+  // whose counts matter further ahead than that (JsonSchema's lengths and items) has its mask made
+  // from one computed for a state that agrees on everything short tokens can reach, their bits set
+  // afresh here.
+  static constexpr uint32_t kShortToken = 32;
+  template <class State>
+  void RedoLongTokens(const State& state, std::vector<uint64_t>& mask) const {
+    for (const int32_t id : long_.ids) mask[static_cast<size_t>(id) / 64] &= ~(uint64_t{1} << (id % 64));
+    long_.Walk(state, mask);
+  }
   int32_t vocab() const { return vocab_; }
   // An ordinary token's bytes; false for any other id.
   bool TokenBytesOf(int32_t id, std::string* bytes) const;
@@ -101,12 +131,9 @@ class JsonVocabulary : public std::enable_shared_from_this<JsonVocabulary> {
 
  private:
   int32_t vocab_ = 0;
-  std::string bytes_;                      // the ordinary tokens' bytes, in sorted order, back to back
-  std::vector<uint32_t> offsets_;          // sorted token i is bytes_[offsets_[i], offsets_[i + 1])
-  std::vector<int32_t> ids_;               // sorted token i's id
-  std::vector<uint32_t> shared_;           // bytes sorted token i shares with i - 1
-  std::vector<uint32_t> sorted_index_;     // an ordinary id's place in the sorted order
-  size_t longest_ = 0;
+  SortedTokens all_;                    // the ordinary tokens
+  SortedTokens long_;                   // those longer than kShortToken bytes
+  std::vector<uint32_t> sorted_index_;  // an ordinary id's place in all_
   std::bitset<256> byte_tokens_;
   MaskCache masks_{kMaxCachedMasks};  // by JsonState::Key
 };
@@ -125,10 +152,10 @@ class AutomatonConstraint : public TokenConstraint {
   AutomatonConstraint(std::shared_ptr<Masks> masks, const JsonVocabulary& vocabulary, State start)
       : masks_(std::move(masks)), vocabulary_(vocabulary), state_(std::move(start)) {}
   void Mask(float* logits, int64_t n) override { ApplyMask(*masks_->Allowed(state_), vocabulary_.vocab(), logits, n); }
+  // A token is allowed exactly when its bytes feed (what Mask's walk tests), so it is fed directly.
   bool Accept(int32_t token) override {
-    if (!MaskAllows(*masks_->Allowed(state_), vocabulary_.vocab(), token)) return false;
     bytes_.clear();
-    return vocabulary_.TokenBytesOf(token, &bytes_) && state_.Feed(bytes_);
+    return vocabulary_.TokenBytesOf(token, &bytes_) && !bytes_.empty() && state_.Feed(bytes_);
   }
   bool Complete() const override { return state_.Complete(); }
 
@@ -140,26 +167,24 @@ class AutomatonConstraint : public TokenConstraint {
 };
 
 template <class State>
-std::vector<uint64_t> JsonVocabulary::Walk(const State& state) const {
-  std::vector<uint64_t> mask(static_cast<size_t>(vocab_) / 64 + 1, 0);
+void SortedTokens::Walk(const State& state, std::vector<uint64_t>& mask) const {
   // states[d]: the state after the current token's first d bytes; valid for d <= fed. Tokens in
   // sorted order share their prefix with the one before, whose states stand for it: each prefix is
-  // fed once (a walk of the vocabulary's trie), and a prefix that failed fails every token under it.
-  std::vector<State> states(longest_ + 1);
+  // fed once, and a prefix that failed fails every token under it.
+  std::vector<State> states(longest + 1);
   states[0] = state;
   size_t fed = 0;
-  for (size_t i = 0; i < ids_.size(); ++i) {
-    const absl::string_view t(bytes_.data() + offsets_[i], offsets_[i + 1] - offsets_[i]);
-    size_t d = shared_[i];
+  for (size_t i = 0; i < ids.size(); ++i) {
+    const absl::string_view t(bytes.data() + offsets[i], offsets[i + 1] - offsets[i]);
+    size_t d = shared[i];
     if (d > fed) continue;  // its prefix includes the byte that failed (fed stays: the prefix is the same)
     for (; d < t.size(); ++d) {
       states[d + 1] = states[d];
       if (!states[d + 1].Feed(static_cast<uint8_t>(t[d]))) break;
     }
     fed = d;
-    if (d == t.size() && !t.empty()) mask[static_cast<size_t>(ids_[i]) / 64] |= uint64_t{1} << (ids_[i] % 64);
+    if (d == t.size() && !t.empty()) mask[static_cast<size_t>(ids[i]) / 64] |= uint64_t{1} << (ids[i] % 64);
   }
-  return mask;
 }
 
 }  // namespace ag::runtime

@@ -86,8 +86,12 @@ class SchemaState {
   bool Feed(absl::string_view bytes);
   // A document is whole: the sequence may end here.
   bool Complete() const;
-  // Everything that decides what may follow, as bytes (the mask cache's key).
-  std::string Key() const;
+  // Everything that decides which tokens of up to `horizon` bytes may follow, as bytes (the mask
+  // cache's key): a length or item count enters as its distances to minLength/maxLength or
+  // minItems/maxItems, each capped past the horizon, so that a long bounded string is a few keys,
+  // not one a character. `*counted`: some count was so merged (tokens longer than the horizon then
+  // need their bits afresh: JsonVocabulary::RedoLongTokens).
+  std::string Key(uint32_t horizon, bool* counted) const;
 
   // Readings of the text followed at once. A schema whose alternatives stay ambiguous for longer (a
   // hostile one's) is followed along the first of them: narrower, never stuck, and a mask never
@@ -145,9 +149,11 @@ class JsonSchemaGrammar : public std::enable_shared_from_this<JsonSchemaGrammar>
 
 // The grammars of the schemas met so far, by schema text, over one vocabulary (a client sends the
 // same schema with every request: it is compiled, and its masks computed, once). Thread-safe.
+// Each grammar keeps up to kMaxCachedMasks masks of vocab/8 bytes (19 KB at GLM-4's vocabulary):
+// 16 grammars hold at most ~80 MB, however many schemas clients send.
 class JsonSchemaGrammars {
  public:
-  explicit JsonSchemaGrammars(std::shared_ptr<JsonVocabulary> vocabulary, size_t capacity = 64);
+  explicit JsonSchemaGrammars(std::shared_ptr<JsonVocabulary> vocabulary, size_t capacity = 16);
   // The schema's grammar, compiled now if it is not cached; a schema that does not compile is an error each time.
   absl::StatusOr<std::shared_ptr<JsonSchemaGrammar>> Get(const std::string& schema_text);
   // The grammar of JsonSchema::Choice, cached the same way.

@@ -77,11 +77,24 @@ bool SchemaState::Complete() const {
   return std::any_of(paths_.begin(), paths_.end(), [&](const Path& p) { return PathComplete(p); });
 }
 
-std::string SchemaState::Key() const {
+std::string SchemaState::Key(uint32_t horizon, bool* counted) const {
   std::string key;
+  *counted = false;
   for (const Path& p : paths_) {
     key += static_cast<char>(p.size());
-    key.append(reinterpret_cast<const char*>(p.data()), p.size() * sizeof(Frame));
+    for (Frame f : p) {
+      const Node* n = f.node >= 0 ? &schema_->node(f.node) : nullptr;
+      if (n != nullptr && (n->kind == Node::kString || n->kind == Node::kArray) &&
+          (n->min > 0 || n->max != JsonSchema::kUnbounded)) {
+        // The next `horizon` bytes add at most `horizon` to the count: they see it only through these.
+        const uint32_t far = horizon + 1;
+        const uint32_t to_min = n->min > f.count ? std::min(n->min - f.count, far) : 0;
+        const uint32_t to_max = n->max == JsonSchema::kUnbounded ? far : std::min(n->max - f.count, far);
+        f.count = to_min * (far + 1) + to_max;
+        *counted = true;
+      }
+      key.append(reinterpret_cast<const char*>(&f), sizeof(Frame));
+    }
   }
   return key;
 }
@@ -426,9 +439,16 @@ absl::StatusOr<std::shared_ptr<JsonSchemaGrammar>> JsonSchemaGrammar::Create(std
 }
 
 Mask JsonSchemaGrammar::Allowed(const SchemaState& state) {
-  return *masks_.Get(state.Key(), [&]() -> absl::StatusOr<Mask> {
+  bool counted = false;
+  const std::string key = state.Key(JsonVocabulary::kShortToken, &counted);
+  Mask mask = *masks_.Get(key, [&]() -> absl::StatusOr<Mask> {
     return std::make_shared<const std::vector<uint64_t>>(vocabulary_->Walk(state));
   });
+  if (!counted) return mask;
+  // The cached mask may be another state's with the same key: right for every short token.
+  auto exact = std::make_shared<std::vector<uint64_t>>(*mask);
+  vocabulary_->RedoLongTokens(state, *exact);
+  return exact;
 }
 
 JsonSchemaGrammars::JsonSchemaGrammars(std::shared_ptr<JsonVocabulary> vocabulary, size_t capacity)

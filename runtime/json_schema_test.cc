@@ -399,6 +399,11 @@ TEST(JsonSchemaGrammar, MasksAreTheTokensAStateTakes) {
                         "e+", "},", "}}", "]}", "[{", "\xC3\xA9", "\"b\xC3\xA9\"", "\"a\"", ",\n", "tap", "\"type\":\"", "\"}"}) {
     tokens.push_back(t);
   }
+  // Tokens longer than JsonVocabulary::kShortToken, whose bits a bounded count's mask sets afresh.
+  for (const std::string t : {std::string(35, 'a'), std::string(40, ' '), std::string(33, 'b') + "\"", "1," + std::string(33, '2'),
+                              std::string(34, 'a') + "\",\"l\":[", std::string(45, 'a')}) {
+    tokens.push_back(t);
+  }
   const int32_t ordinary = static_cast<int32_t>(tokens.size()), vocab = ordinary + 3;
   auto bytes = [&](int32_t id, std::string* out) {
     *out = tokens[static_cast<size_t>(id)];
@@ -409,8 +414,16 @@ TEST(JsonSchemaGrammar, MasksAreTheTokensAStateTakes) {
   for (const auto& [index, text] : std::vector<std::pair<int, std::string>>{
            {0, "{\"name\":\"ab\",\"age\":12,\"tags\":[\"b\xC3\xA9\",1,null]}"},
            {1, R"({"thought":"x","action":{"type":"tap","x":1,"y":-1}})"},
-           {4, "12"}}) {
-    std::shared_ptr<JsonSchemaGrammar> g = *JsonSchemaGrammar::Create(MustCompile(Schemas()[index]), v);
+           {4, "12"},
+           {-1, "{\"s\":\"" + std::string(44, 'a') + "\",\"l\":[1,22,333" + [] {
+              std::string items;
+              for (int i = 0; i < 36; ++i) items += ",4";
+              return items;
+            }() + "]}"}}) {
+    // -1: lengths and item counts near their bounds, where the long tokens' bits change.
+    const std::string bounded = R"({"type": "object", "properties": {"s": {"type": "string", "minLength": 2, "maxLength": 45},
+        "l": {"type": "array", "items": {"type": "integer"}, "minItems": 3, "maxItems": 40}}, "required": ["s", "l"]})";
+    std::shared_ptr<JsonSchemaGrammar> g = *JsonSchemaGrammar::Create(MustCompile(index < 0 ? bounded : Schemas()[index]), v);
     SchemaState s = g->Start();
     for (size_t i = 0; i <= text.size(); ++i) {
       const std::shared_ptr<const std::vector<uint64_t>> mask = g->Allowed(s);
@@ -419,7 +432,7 @@ TEST(JsonSchemaGrammar, MasksAreTheTokensAStateTakes) {
         const bool takes = id < ordinary && t.Feed(tokens[static_cast<size_t>(id)]);
         ASSERT_EQ(MaskAllows(*mask, vocab, id), takes) << "after " << i << " bytes of " << text << ", token " << id;
       }
-      EXPECT_EQ(g->Allowed(s), mask) << "cached";
+      EXPECT_EQ(*g->Allowed(s), *mask) << "again";
       ++states;
       if (i < text.size()) ASSERT_TRUE(s.Feed(static_cast<uint8_t>(text[i])));
     }
