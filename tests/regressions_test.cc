@@ -114,5 +114,18 @@ TEST_F(Regressions, TokenizerFilesAndChatInput) {
   }
 }
 
+// The schema part (up to the NUL) of each json_schema input as autoglm-run's --json-schema file: a
+// schema that compiles answers, any other is a one-line error.
+TEST_F(Regressions, JsonSchemas) {
+  for (const fs::path& input : Files("json_schema")) {
+    const std::string whole = testing::ReadWhole(input);
+    const fs::path schema = dir_ / "schema.json";
+    std::ofstream(schema, std::ios::binary) << whole.substr(0, whole.find('\0'));
+    Expect(run_ + " --model " + testing::TestDataDir() + "/tiny-glm4 --prompt x --max-new-tokens 8 --json-schema " +
+               schema.string(),
+           input, /*may_succeed=*/true);
+  }
+}
+
 }  // namespace
 }  // namespace ag

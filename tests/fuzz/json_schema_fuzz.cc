@@ -6,7 +6,9 @@
 // stuck: some byte continues it, or it is whole.
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -14,6 +16,27 @@
 #include "runtime/json_schema.h"
 
 namespace {
+
+const std::vector<std::string>& Tokens() {
+  static const auto* const kTokens = [] {
+    auto* t = new std::vector<std::string>;
+    for (int b = 0; b < 256; ++b) t->push_back(std::string(1, static_cast<char>(b)));
+    for (const char* piece : {"\":", "\",\"", "true", "null", "12", "[{", "}]", "\\u00"}) t->push_back(piece);
+    for (const char c : std::string("a 1,\"")) t->push_back(std::string(33 + c % 7, c));  // long runs
+    t->push_back(std::string(40, 'a') + "\"");
+    return t;
+  }();
+  return *kTokens;
+}
+
+std::shared_ptr<ag::runtime::JsonVocabulary> Vocabulary() {
+  static const auto vocabulary = *ag::runtime::JsonVocabulary::Build(
+      static_cast<int32_t>(Tokens().size()), static_cast<int32_t>(Tokens().size()), [](int32_t id, std::string* bytes) {
+        *bytes = Tokens()[static_cast<size_t>(id)];
+        return true;
+      });
+  return vocabulary;
+}
 
 bool InDoubleRange(const std::string& text) {
   size_t digits = 0;
@@ -46,6 +69,17 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     written += c;
     if (state.Complete() && InDoubleRange(written) && !nlohmann::json::accept(written)) {
       __builtin_trap();
+    }
+  }
+  absl::StatusOr<std::shared_ptr<ag::runtime::JsonSchemaGrammar>> grammar =
+      ag::runtime::JsonSchemaGrammar::Create(*schema, Vocabulary());
+  if (grammar.ok()) {
+    const ag::runtime::Mask mask = (*grammar)->Allowed(state);
+    for (int32_t id = 0; id < static_cast<int32_t>(Tokens().size()); ++id) {
+      ag::runtime::SchemaState next = state;
+      if (ag::runtime::MaskAllows(*mask, static_cast<int32_t>(Tokens().size()), id) != next.Feed(Tokens()[static_cast<size_t>(id)])) {
+        __builtin_trap();
+      }
     }
   }
   bool continues = state.Complete();

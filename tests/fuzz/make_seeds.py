@@ -89,6 +89,13 @@ def main(out, compile_tool):
     put(out, "openai", "json-schema", json.dumps({"model": "glm", "prompt": "x", "max_tokens": 8, "response_format": {
         "type": "json_schema", "json_schema": {"name": "s", "strict": True, "schema": {
             "type": "object", "properties": {"b": {"type": "integer"}, "a": {"enum": ["x", 1]}}, "required": ["b"]}}}}))
+    put(out, "openai", "guided", json.dumps({"model": "glm", "messages": [{"role": "user", "content": "x"}],
+                                             "guided_choice": ["yes", "no"], "max_tokens": 4}))
+    put(out, "openai", "guided-json", json.dumps({"model": "glm", "prompt": "x", "guided_json": '{"type": "array"}',
+                                                  "structured_outputs": {"choice": ["a"]}}))
+    put(out, "json_schema", "bounded", json.dumps({"type": "object", "properties": {"s": {"type": "string", "minLength": 2,
+        "maxLength": 40}, "l": {"type": "array", "items": {"type": "integer"}, "minItems": 2, "maxItems": 36}}}) + "\0" +
+        '{"s": "' + "a" * 38 + '", "l": [' + ",".join(["1"] * 34))
     step = {"type": "object", "properties": {"thought": {"type": "string", "maxLength": 8},
             "action": {"anyOf": [{"$ref": "#/$defs/tap"}, {"type": "object", "properties": {"type": {"const": "finish"}}}]}},
             "required": ["thought", "action"], "$defs": {"tap": {"type": "object", "properties": {
