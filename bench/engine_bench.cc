@@ -5,6 +5,11 @@
 //   BM_EngineDecodeStep/B/C/P: B sequences decoding at context C from a GLM-4-9B plan (max
 //   batch 64); P = 1 with the phone agent's sampling (temperature 0, frequency_penalty 0.2: every
 //   row sampled where the logits are, with its penalty entries), 0 plain greedy (the argmax's ids).
+//   P = 2: JSON mode (response_format json_object), greedy (P = 3: at temperature 1, OpenAI's
+//   default): each row comes back (the null backend
+//   writes it, as the CUDA backend widens bf16), is masked and chosen on the host; the model writes
+//   one key's string for ever, a state whose mask is cached (needs GLM-4's tokenizer:
+//   AUTOGLM_GLM4_TOKENIZER, default ../shared/tokenizers/glm4; skipped without it).
 //   /S = 1: prompt-lookup drafts on (4 a step, n-grams of 1-3): the proposer's scan of each
 //   sequence's whole context every step, and the draft rows' sampling requests (the null backend's
 //   ids rarely equal a draft, so this is the cost of looking, the case where it buys nothing).
@@ -12,6 +17,7 @@
 #include <benchmark/benchmark.h>
 
 #include <cstdint>
+#include <cstdlib>
 #include <memory>
 #include <string>
 #include <vector>
@@ -20,8 +26,10 @@
 #include "bench/glm4_9b.h"
 #include "compiler/driver.h"
 #include "models/glm/config.h"
+#include "models/glm/tokenizer.h"
 #include "runtime/backend.h"
 #include "runtime/engine.h"
+#include "runtime/json_constraint.h"
 
 namespace ag::bench {
 namespace {
@@ -44,6 +52,21 @@ class NullBackend : public runtime::Backend {
   }
   absl::Status ReadLogits(int64_t, std::vector<float>*) override {
     return absl::UnimplementedError("no logits here");
+  }
+  // Rows favouring 'a' (a JSON string's letter: JSON mode stays inside one), the rest a ramp: each
+  // copied from one made once, as the CUDA backend widens a row from its pinned staging buffer.
+  absl::Status ReadLogitRows(int64_t rows, const std::vector<int64_t>& wanted, std::vector<float>* out) override {
+    out->resize(static_cast<size_t>(rows * vocab_));
+    for (const int64_t r : wanted) std::copy(row_.begin(), row_.end(), out->begin() + r * vocab_);
+    return absl::OkStatus();
+  }
+  void set_vocab(int64_t vocab) {
+    vocab_ = vocab;
+    row_.resize(static_cast<size_t>(vocab));
+    for (int64_t i = 0; i < vocab; ++i) row_[static_cast<size_t>(i)] = static_cast<float>(i % 97) * 0.01f;
+    row_['a'] = 10.0f;
+    row_['{'] = 9.0f;
+    row_['"'] = 8.0f;
   }
   absl::Status ReadNextTokens(int64_t rows, std::vector<int32_t>* out) override {
     out->resize(static_cast<size_t>(rows));
@@ -70,6 +93,8 @@ class NullBackend : public runtime::Backend {
   // Ids 1000-5999: a few thousand distinct ids over a long decode, as text has.
   int32_t Token(int64_t row) const { return static_cast<int32_t>(1000 + (row * 7919 + calls_ * 104729) % 5000); }
   int64_t calls_ = 0;
+  int64_t vocab_ = 0;
+  std::vector<float> row_;
 };
 
 class NoWeights : public runtime::WeightSource {
@@ -83,7 +108,17 @@ constexpr int64_t kSteps = 2000;  // decode steps timed, at most (each run's ite
 
 void BM_EngineDecodeStep(benchmark::State& state) {
   const int64_t batch = state.range(0), context = state.range(1);
-  const bool agent_sampling = state.range(2) == 1, speculate = state.range(3) == 1;
+  const bool agent_sampling = state.range(2) == 1, json_mode = state.range(2) >= 2, speculate = state.range(3) == 1;
+  std::shared_ptr<runtime::JsonVocabulary> json_vocabulary;
+  if (json_mode) {
+    const char* dir = std::getenv("AUTOGLM_GLM4_TOKENIZER");
+    absl::StatusOr<std::unique_ptr<glm::Tokenizer>> tokenizer = glm::Tokenizer::Load(dir != nullptr ? dir : "../shared/tokenizers/glm4");
+    if (!tokenizer.ok()) {
+      state.SkipWithError(tokenizer.status().ToString().c_str());
+      return;
+    }
+    json_vocabulary = *runtime::JsonVocabulary::Build(**tokenizer);
+  }
   absl::StatusOr<glm::ModelConfig> config = glm::ParseModelConfig(kGlm4_9BConfig, "GLM-4-9B");
   compiler::CompileOptions options;
   options.build.dtype = ir::DType::kBF16;
@@ -96,6 +131,7 @@ void BM_EngineDecodeStep(benchmark::State& state) {
     return;
   }
   NullBackend backend;
+  backend.set_vocab(compiled->plan.model.vocab_size);
   NoWeights weights;
   runtime::EngineOptions engine_options;
   engine_options.kv_cache_tokens = batch * (context + 2 * kSteps + 64);
@@ -114,6 +150,11 @@ void BM_EngineDecodeStep(benchmark::State& state) {
     }
     r.max_new_tokens = 2 * kSteps;  // past the timed steps, however staggered the prefills left the sequences
     if (agent_sampling) r.sampling.frequency_penalty = 0.2f;
+    if (json_mode) {
+      r.sampling.temperature = state.range(2) == 3 ? 1.0f : 0.0f;
+      r.sampling.vocab_limit = json_vocabulary->vocab();
+      r.constraint = [json_vocabulary] { return json_vocabulary->NewConstraint(); };
+    }
     if (absl::StatusOr<int> id = (*engine)->Submit(std::move(r)); !id.ok()) {
       state.SkipWithError(id.status().ToString().c_str());
       return;
@@ -144,7 +185,7 @@ void BM_EngineDecodeStep(benchmark::State& state) {
   state.SetItemsProcessed(state.iterations() * batch);
 }
 BENCHMARK(BM_EngineDecodeStep)
-    ->ArgsProduct({{1, 8, 64}, {512, 4096}, {0, 1}, {0, 1}})
+    ->ArgsProduct({{1, 8, 64}, {512, 4096}, {0, 1, 2, 3}, {0, 1}})
     ->Iterations(kSteps)
     ->Unit(benchmark::kMicrosecond);
 

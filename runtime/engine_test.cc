@@ -53,6 +53,35 @@ TEST_F(EngineTest, StopsOnAnyOfTheEosIds) {
   EXPECT_EQ(engine->finish_reason(all), FinishReason::kLength);
 }
 
+// A seed gives the same answer whether its rows are sampled on the host or where the logits are
+// (one rule, ref::SampleFiltered, and one stream of draws): every knob, penalties and biases.
+TEST_F(EngineTest, HostAndWhereTheLogitsAreSampleAlike) {
+  std::vector<std::vector<int32_t>> answers[2];
+  for (const bool device_like : {false, true}) {
+    CpuBackend backend(device_like);
+    std::unique_ptr<Engine> engine = *Engine::Create(plan_, backend, *tiny_.weights, {});
+    std::vector<int> ids;
+    for (uint64_t seed = 0; seed < 6; ++seed) {
+      Request r;
+      r.prompt = kPrompt;
+      r.max_new_tokens = 12;
+      r.sampling.temperature = 0.7f + 0.1f * static_cast<float>(seed);
+      r.sampling.seed = seed;
+      r.sampling.top_p = seed % 2 == 0 ? 0.9f : 1.0f;
+      r.sampling.top_k = seed % 3 == 0 ? 40 : 0;
+      r.sampling.min_p = seed == 4 ? 0.05f : 0.0f;
+      r.sampling.frequency_penalty = seed == 1 ? 0.5f : 0.0f;
+      r.sampling.repetition_penalty = seed == 2 ? 1.3f : 1.0f;
+      r.sampling.logit_bias = {{kGreedy[0], seed == 3 ? 5.0f : 0.0f}};
+      ids.push_back(*engine->Submit(r));
+    }
+    Drain(*engine);
+    for (const int id : ids) answers[device_like].push_back(engine->new_tokens(id));
+  }
+  EXPECT_EQ(answers[0], answers[1]);
+  EXPECT_NE(answers[0][0], answers[0][5]) << "seeds sample apart";
+}
+
 // Where the logits are sampled (the CUDA backend's way), a step brings back only the rows the host
 // samples: one constrained sequence among greedy ones reads its own row, not the batch's, and every
 // answer is what it is alone (the CPU backend leaves the rows not asked for NaN).

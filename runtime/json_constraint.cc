@@ -1,6 +1,7 @@
 #include "runtime/json_constraint.h"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <numeric>
 
@@ -271,12 +272,10 @@ Mask JsonVocabulary::Allowed(const JsonState& state) {
 
 void ApplyMask(const std::vector<uint64_t>& allowed, int32_t vocab, float* logits, int64_t n) {
   const int64_t known = std::min<int64_t>(n, vocab);
-  for (int64_t word = 0; word * 64 < known; ++word) {  // inside a string most words are all ones
-    const uint64_t bits = allowed[static_cast<size_t>(word)];
-    if (bits == ~uint64_t{0}) continue;
-    for (int64_t id = word * 64; id < std::min(known, word * 64 + 64); ++id) {
-      if ((bits >> (id % 64) & 1) == 0) logits[id] = -INFINITY;
-    }
+  for (int64_t word = 0; word * 64 < known; ++word) {  // only the refused ids are touched: few in a string
+    uint64_t refused = ~allowed[static_cast<size_t>(word)];
+    if (known - word * 64 < 64) refused &= (uint64_t{1} << (known - word * 64)) - 1;
+    for (; refused != 0; refused &= refused - 1) logits[word * 64 + std::countr_zero(refused)] = -INFINITY;
   }
   for (int64_t id = known; id < n; ++id) logits[id] = -INFINITY;  // past the tokenizer: padding rows
 }

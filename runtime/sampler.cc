@@ -133,52 +133,14 @@ int32_t Sampler::Sample(std::vector<float>& logits, std::span<const ref::Penalty
   const int32_t n = static_cast<int32_t>(logits.size());
   ref::ApplyPenalties(logits.data(), n, penalties);
   if (params_.IsGreedy()) {
-    return static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+    int32_t best = 0;
+    ref::Argmax(logits.data(), 1, n, &best);  // std::max_element's answer, vectorised
+    return best;
   }
-  // Candidates, best first, cut to top-k.
-  order_.resize(n);
-  std::iota(order_.begin(), order_.end(), 0);
-  int32_t k = params_.top_k > 0 ? std::min(params_.top_k, n) : n;
-  auto better = [&](int32_t a, int32_t b) { return logits[a] > logits[b] || (logits[a] == logits[b] && a < b); };
-  std::partial_sort(order_.begin(), order_.begin() + k, order_.end(), better);
-  order_.resize(k);
-  // Softmax over the candidates at this temperature (in double: stable sums).
-  const double max_logit = logits[order_[0]];
-  std::vector<double> probs(k);
-  double total = 0;
-  for (int32_t i = 0; i < k; ++i) {
-    probs[i] = std::exp((static_cast<double>(logits[order_[i]]) - max_logit) / params_.temperature);
-    total += probs[i];
-  }
-  // Min-p: the candidates at least min_p times as likely as the first (they come best first).
-  if (params_.min_p > 0.0f) {
-    int32_t above = 1;
-    while (above < k && probs[above] >= params_.min_p) ++above;
-    k = above;
-    total = 0;
-    for (int32_t i = 0; i < k; ++i) total += probs[i];
-  }
-  // Top-p: the smallest prefix whose mass reaches p (at least one token).
-  int32_t keep = k;
-  if (params_.top_p < 1.0f) {
-    double mass = 0;
-    for (int32_t i = 0; i < k; ++i) {
-      mass += probs[i] / total;
-      if (mass >= params_.top_p) {
-        keep = i + 1;
-        break;
-      }
-    }
-  }
-  double kept = 0;
-  for (int32_t i = 0; i < keep; ++i) kept += probs[i];
-  const double u = std::uniform_real_distribution<double>(0.0, kept)(rng_);
-  double acc = 0;
-  for (int32_t i = 0; i < keep; ++i) {
-    acc += probs[i];
-    if (u < acc) return order_[i];
-  }
-  return order_[keep - 1];
+  // The rule and the draw of sampling where the logits are (ref::SampleFiltered, the CUDA sampler's
+  // reference): a seed picks the same token on either side, and no sort is needed without top_p.
+  const ref::SampleParams p{params_.temperature, params_.top_k, params_.top_p, 0, NextUniform(), params_.min_p};
+  return ref::SampleFiltered(logits.data(), n, p);
 }
 
 }  // namespace ag::runtime

@@ -109,7 +109,6 @@ class Sampler {
   static float Uniform(std::mt19937_64& rng);
   SamplingParams params_;
   std::mt19937_64 rng_;
-  std::vector<int32_t> order_;  // scratch
 };
 
 }  // namespace ag::runtime

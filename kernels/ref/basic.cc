@@ -92,14 +92,30 @@ void GatherRows(const float* x, const int32_t* rows, int64_t num_rows, int64_t w
   }
 }
 
+// The first index of the largest value that is not NaN (0 when the first value is NaN: nothing
+// beats it). A scan keeping the best index waits on each compare (~2.6 ns an element: 0.4 ms for a
+// 151,552-id row); eight independent running maxima vectorise, then the first index holding the
+// maximum is found.
 void Argmax(const float* x, int64_t rows, int64_t n, int32_t* out) {
+  constexpr int kLanes = 8;
   for (int64_t r = 0; r < rows; ++r) {
     const float* xr = x + r * n;
-    int64_t best = 0;
-    for (int64_t i = 1; i < n; ++i) {
-      if (xr[i] > xr[best]) best = i;
+    if (n <= 0 || std::isnan(xr[0])) {
+      out[r] = 0;
+      continue;
     }
-    out[r] = static_cast<int32_t>(best);
+    float lane[kLanes];
+    std::fill(lane, lane + kLanes, xr[0]);
+    int64_t i = 0;
+    for (; i + kLanes <= n; i += kLanes) {
+      for (int j = 0; j < kLanes; ++j) lane[j] = lane[j] < xr[i + j] ? xr[i + j] : lane[j];  // a NaN never wins
+    }
+    float best = lane[0];
+    for (int j = 1; j < kLanes; ++j) best = best < lane[j] ? lane[j] : best;
+    for (; i < n; ++i) best = best < xr[i] ? xr[i] : best;
+    int64_t at = 0;
+    while (!(xr[at] == best)) ++at;  // best is one of the values: found
+    out[r] = static_cast<int32_t>(at);
   }
 }
 

@@ -1,5 +1,6 @@
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <numeric>
 #include <random>
@@ -71,6 +72,21 @@ TEST(Ref, ArgmaxTakesTheFirstOfEqualMaxima) {
   Argmax(x.data(), 2, 4, out);
   EXPECT_EQ(out[0], 1);
   EXPECT_EQ(out[1], 1);
+}
+
+// Against std::max_element (the first of the maxima; a NaN never wins, unless it comes first) on
+// rows of every length up to 40 with repeats, infinities, signed zeros and NaNs.
+TEST(Ref, ArgmaxIsMaxElement) {
+  std::mt19937 rng(5);
+  const float pool[] = {0.0f, -0.0f, 1.5f, -2.0f, 7.0f, INFINITY, -INFINITY, NAN, 3.25f, 7.0f};
+  for (int trial = 0; trial < 20000; ++trial) {
+    const int64_t n = 1 + static_cast<int64_t>(rng() % 40);
+    std::vector<float> x(static_cast<size_t>(n));
+    for (float& v : x) v = pool[rng() % (trial % 2 == 0 ? 7 : 10)];
+    int32_t got = -1;
+    Argmax(x.data(), 1, n, &got);
+    ASSERT_EQ(got, std::max_element(x.begin(), x.end()) - x.begin()) << trial;
+  }
 }
 
 TEST(Ref, SliceGatherSilu) {
