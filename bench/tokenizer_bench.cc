@@ -143,6 +143,22 @@ BENCHMARK(BM_EncodeAgentChat)
 
 }  // namespace
 
+// GLM-4's vocabulary for JSON mode and schemas, or null (the benchmark skipped) without the tokenizer.
+std::shared_ptr<ag::runtime::JsonVocabulary> Glm4JsonVocabulary(benchmark::State& state) {
+  auto tokenizer = ag::glm::Tokenizer::Load(TokenizerDir());
+  if (!tokenizer.ok()) {
+    state.SkipWithError(std::string(tokenizer.status().message()).c_str());
+    return nullptr;
+  }
+  return *ag::runtime::JsonVocabulary::Build(**tokenizer);
+}
+
+int64_t Allowed(const std::vector<uint64_t>& mask) {
+  int64_t n = 0;
+  for (const uint64_t w : mask) n += __builtin_popcountll(w);
+  return n;
+}
+
 // JSON mode over GLM-4's 151,329 ordinary tokens: building the sorted vocabulary (once a server),
 // and one mask computed afresh (once per state a request meets; cached after) for a state: /0 the
 // answer's start, /1 inside a string value, /2 a value expected after a key, /3 inside a number.
@@ -157,12 +173,8 @@ void BM_JsonVocabularyBuild(benchmark::State& state) {
 BENCHMARK(BM_JsonVocabularyBuild)->Unit(benchmark::kMillisecond);
 
 void BM_JsonMask(benchmark::State& state) {
-  auto tokenizer = ag::glm::Tokenizer::Load(TokenizerDir());
-  if (!tokenizer.ok()) {
-    state.SkipWithError(std::string(tokenizer.status().message()).c_str());
-    return;
-  }
-  const auto vocabulary = *ag::runtime::JsonVocabulary::Build(**tokenizer);
+  const auto vocabulary = Glm4JsonVocabulary(state);
+  if (vocabulary == nullptr) return;
   const char* prefixes[] = {"", "{\"name\": \"GLM", "{\"name\": ", "{\"n\": 12"};
   ag::runtime::JsonState s;
   if (!s.Feed(prefixes[state.range(0)])) {
@@ -170,11 +182,7 @@ void BM_JsonMask(benchmark::State& state) {
     return;
   }
   int64_t allowed = 0;
-  for (auto _ : state) {
-    const std::vector<uint64_t> mask = vocabulary->Compute(s);
-    allowed = 0;
-    for (const uint64_t w : mask) allowed += __builtin_popcountll(w);
-  }
+  for (auto _ : state) allowed = Allowed(vocabulary->Compute(s));
   state.counters["allowed"] = static_cast<double>(allowed);
 }
 BENCHMARK(BM_JsonMask)->DenseRange(0, 3)->Unit(benchmark::kMillisecond);
@@ -183,18 +191,15 @@ BENCHMARK(BM_JsonMask)->DenseRange(0, 3)->Unit(benchmark::kMillisecond);
 // thought, then one of three actions): /0 the start, /1 inside the thought, /2 the action's value
 // (three alternatives side by side), /3 inside the tap's x.
 void BM_JsonSchemaMask(benchmark::State& state) {
-  auto tokenizer = ag::glm::Tokenizer::Load(TokenizerDir());
-  if (!tokenizer.ok()) {
-    state.SkipWithError(std::string(tokenizer.status().message()).c_str());
-    return;
-  }
+  const auto vocabulary = Glm4JsonVocabulary(state);
+  if (vocabulary == nullptr) return;
   const auto schema = ag::runtime::JsonSchema::Compile(R"({"type": "object", "properties": {
       "thought": {"type": "string"}, "action": {"anyOf": [
         {"type": "object", "properties": {"type": {"const": "tap"}, "x": {"type": "integer"}, "y": {"type": "integer"}}, "required": ["type", "x", "y"]},
         {"type": "object", "properties": {"type": {"const": "type"}, "text": {"type": "string"}}, "required": ["type", "text"]},
         {"type": "object", "properties": {"type": {"const": "finish"}}, "required": ["type"]}]}},
       "required": ["thought", "action"]})");
-  const auto grammar = ag::runtime::JsonSchemaGrammar::Create(*schema, *ag::runtime::JsonVocabulary::Build(**tokenizer));
+  const auto grammar = ag::runtime::JsonSchemaGrammar::Create(*schema, vocabulary);
   const char* prefixes[] = {"", "{\"thought\": \"The", "{\"thought\": \"ok\", \"action\": ",
                             "{\"thought\": \"ok\", \"action\": {\"type\": \"tap\", \"x\": 12"};
   ag::runtime::SchemaState s = (*grammar)->Start();
@@ -203,11 +208,7 @@ void BM_JsonSchemaMask(benchmark::State& state) {
     return;
   }
   int64_t allowed = 0;
-  for (auto _ : state) {
-    const std::vector<uint64_t> mask = (*grammar)->vocabulary().Walk(s);
-    allowed = 0;
-    for (const uint64_t w : mask) allowed += __builtin_popcountll(w);
-  }
+  for (auto _ : state) allowed = Allowed((*grammar)->vocabulary().Walk(s));
   state.counters["allowed"] = static_cast<double>(allowed);
 }
 BENCHMARK(BM_JsonSchemaMask)->DenseRange(0, 3)->Unit(benchmark::kMillisecond);
@@ -216,14 +217,11 @@ BENCHMARK(BM_JsonSchemaMask)->DenseRange(0, 3)->Unit(benchmark::kMillisecond);
 // more than 32 from the bound): the cached mask of the key with the long tokens' bits set afresh,
 // what each such step costs once the key's mask is cached.
 void BM_JsonSchemaBoundedStringStep(benchmark::State& state) {
-  auto tokenizer = ag::glm::Tokenizer::Load(TokenizerDir());
-  if (!tokenizer.ok()) {
-    state.SkipWithError(std::string(tokenizer.status().message()).c_str());
-    return;
-  }
+  const auto vocabulary = Glm4JsonVocabulary(state);
+  if (vocabulary == nullptr) return;
   const auto schema = ag::runtime::JsonSchema::Compile(
       R"({"type": "object", "properties": {"thought": {"type": "string", "maxLength": 500}}, "required": ["thought"]})");
-  const auto grammar = ag::runtime::JsonSchemaGrammar::Create(*schema, *ag::runtime::JsonVocabulary::Build(**tokenizer));
+  const auto grammar = ag::runtime::JsonSchemaGrammar::Create(*schema, vocabulary);
   ag::runtime::SchemaState s = (*grammar)->Start();
   if (!s.Feed("{\"thought\": \"" + std::string(100, 'x'))) {
     state.SkipWithError("bad prefix");
@@ -231,11 +229,7 @@ void BM_JsonSchemaBoundedStringStep(benchmark::State& state) {
   }
   (*grammar)->Allowed(s);  // the key's mask, cached
   int64_t allowed = 0;
-  for (auto _ : state) {
-    const ag::runtime::Mask mask = (*grammar)->Allowed(s);
-    allowed = 0;
-    for (const uint64_t w : *mask) allowed += __builtin_popcountll(w);
-  }
+  for (auto _ : state) allowed = Allowed(*(*grammar)->Allowed(s));
   state.counters["allowed"] = static_cast<double>(allowed);
 }
 BENCHMARK(BM_JsonSchemaBoundedStringStep)->Unit(benchmark::kMillisecond);
