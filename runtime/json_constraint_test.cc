@@ -165,7 +165,9 @@ TEST(JsonVocabulary, MasksAreTheTokensAStateTakes) {
       }
       EXPECT_EQ((*v)->Allowed(s), mask) << "cached";
       ++states;
-      if (i < text.size()) ASSERT_TRUE(s.Feed(static_cast<uint8_t>(text[i])));
+      if (i < text.size()) {
+        ASSERT_TRUE(s.Feed(static_cast<uint8_t>(text[i])));
+      }
     }
     EXPECT_TRUE(s.Complete());
   }

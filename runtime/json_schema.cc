@@ -376,7 +376,34 @@ class SchemaCompiler {
   absl::flat_hash_map<std::string, int32_t> by_pointer_;
 };
 
+namespace {
+
+// How deep the text's arrays and objects nest (outside strings). Printing a value recurses (an
+// enum's values are printed), so a schema file of a few hundred KB of '[' would end the process.
+size_t Nesting(absl::string_view text) {
+  size_t depth = 0, deepest = 0;
+  bool in_string = false, escaped = false;
+  for (const char c : text) {
+    if (in_string) {
+      in_string = escaped || c != '"';
+      escaped = !escaped && c == '\\';
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      deepest = std::max(deepest, ++depth);
+    } else if ((c == ']' || c == '}') && depth > 0) {
+      --depth;
+    }
+  }
+  return deepest;
+}
+
+}  // namespace
+
 absl::StatusOr<std::shared_ptr<const JsonSchema>> JsonSchema::Compile(absl::string_view text) {
+  if (Nesting(text) > kMaxTextNesting) {
+    return absl::InvalidArgumentError(absl::StrCat("the schema nests deeper than ", kMaxTextNesting, " levels"));
+  }
   const Json document = Json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (document.is_discarded()) return absl::InvalidArgumentError("the schema is not valid JSON");
   return SchemaCompiler(document).Run();

@@ -36,7 +36,8 @@ class JsonSchema {
  public:
   static constexpr uint32_t kUnbounded = UINT32_MAX;
   static constexpr size_t kMaxDepth = 64;  // frames open at once: nested values, and the document's own
-  static constexpr size_t kMaxNodes = 4096;  // a bigger schema is refused (compiling costs nodes squared at worst)
+  static constexpr size_t kMaxNodes = 4096;
+  static constexpr size_t kMaxTextNesting = 128;  // arrays and objects in the schema's text  // a bigger schema is refused (compiling costs nodes squared at worst)
 
   struct Property {
     std::string key;  // the name as JSON text, quotes included

@@ -213,7 +213,9 @@ TEST(SchemaState, AgreesWithAValidator) {
       std::string doc = document->dump(trial % 3 == 0 && !has_literal_containers ? 2 : -1, ' ', false);
       // The ambiguous schema is followed along its first kMaxPaths readings: narrower there.
       const bool narrowed = text.find(R"("v": {"const": 39})") != std::string::npos;
-      if (!narrowed) ASSERT_TRUE(Whole(*schema, doc)) << text << "\n" << doc;
+      if (!narrowed) {
+        ASSERT_TRUE(Whole(*schema, doc)) << text << "\n" << doc;
+      }
       const size_t at = rng() % (doc.size() + 1);
       const char c = alphabet[rng() % alphabet.size()];
       switch (rng() % 3) {
@@ -380,10 +382,16 @@ TEST(JsonSchema, RefusesWhatItCannotEnforce) {
          return list;
        }() + "]}",
        "more than 4096 subschemas"},
+      {R"({"enum": [)" + std::string(200000, '[') + std::string(200000, ']') + "]}", "nests deeper than 128"},
+      {R"({"description": "[[[[", "enum": [[[1]]]})", ""},  // brackets in strings do not count: it compiles
   };
   for (const auto& [text, want] : cases) {
     absl::StatusOr<std::shared_ptr<const JsonSchema>> schema = JsonSchema::Compile(text);
-    ASSERT_FALSE(schema.ok()) << text;
+    if (want.empty()) {
+      EXPECT_TRUE(schema.ok()) << text << ": " << schema.status();
+      continue;
+    }
+    ASSERT_FALSE(schema.ok()) << text.substr(0, 200);
     EXPECT_NE(schema.status().message().find(want), std::string::npos) << text << ": " << schema.status();
   }
   // Annotations, x- keywords and true pass.
@@ -434,7 +442,9 @@ TEST(JsonSchemaGrammar, MasksAreTheTokensAStateTakes) {
       }
       EXPECT_EQ(*g->Allowed(s), *mask) << "again";
       ++states;
-      if (i < text.size()) ASSERT_TRUE(s.Feed(static_cast<uint8_t>(text[i])));
+      if (i < text.size()) {
+        ASSERT_TRUE(s.Feed(static_cast<uint8_t>(text[i])));
+      }
     }
     EXPECT_TRUE(s.Complete());
     std::unique_ptr<TokenConstraint> c = g->NewConstraint();
