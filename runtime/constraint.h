@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <span>
 
 namespace ag::runtime {
 
@@ -22,6 +23,11 @@ class TokenConstraint {
   virtual bool Accept(int32_t token) = 0;
   // Whether the text so far is a whole answer (the sequence may end, and nothing else may come).
   virtual bool Complete() const = 0;
+  // Works out now what Mask will need next: the current state's mask and, for a step with speculative
+  // drafts, those of the states the drafts lead to (while Accept takes exactly those tokens). The
+  // engine calls it while the device runs the step, so a state met for the first time (a schema's
+  // mask is up to ~10 ms of host time) costs no time of its own. Optional: Mask works without it.
+  virtual void Prepare(std::span<const int32_t> drafts) { (void)drafts; }
 };
 
 // Makes one sequence's constraint (each of a request's n choices gets its own).

@@ -11,6 +11,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <span>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -151,19 +152,47 @@ class AutomatonConstraint : public TokenConstraint {
  public:
   AutomatonConstraint(std::shared_ptr<Masks> masks, const JsonVocabulary& vocabulary, State start)
       : masks_(std::move(masks)), vocabulary_(vocabulary), state_(std::move(start)) {}
-  void Mask(float* logits, int64_t n) override { ApplyMask(*masks_->Allowed(state_), vocabulary_.vocab(), logits, n); }
+  void Mask(float* logits, int64_t n) override {
+    const runtime::Mask mask = next_ < prepared_.size() ? prepared_[next_] : masks_->Allowed(state_);
+    ApplyMask(*mask, vocabulary_.vocab(), logits, n);
+  }
   // A token is allowed exactly when its bytes feed (what Mask's walk tests), so it is fed directly.
   bool Accept(int32_t token) override {
-    bytes_.clear();
-    return vocabulary_.TokenBytesOf(token, &bytes_) && !bytes_.empty() && state_.Feed(bytes_);
+    // The prepared masks stay right while the tokens taken are the drafts they were made for.
+    if (next_ < drafts_.size() && token == drafts_[next_]) {
+      ++next_;
+    } else {
+      prepared_.clear();
+      next_ = 0;
+    }
+    return Feed(state_, token);
   }
   bool Complete() const override { return state_.Complete(); }
+  void Prepare(std::span<const int32_t> drafts) override {
+    drafts_.assign(drafts.begin(), drafts.end());
+    next_ = 0;
+    prepared_.clear();
+    State state = state_;
+    prepared_.push_back(masks_->Allowed(state));
+    for (const int32_t token : drafts) {
+      if (!Feed(state, token)) break;
+      prepared_.push_back(masks_->Allowed(state));
+    }
+  }
 
  private:
+  bool Feed(State& state, int32_t token) {
+    bytes_.clear();
+    return vocabulary_.TokenBytesOf(token, &bytes_) && !bytes_.empty() && state.Feed(bytes_);
+  }
+
   std::shared_ptr<Masks> masks_;
   const JsonVocabulary& vocabulary_;  // owned by masks_
   State state_;
   std::string bytes_;
+  std::vector<runtime::Mask> prepared_;  // Prepare's: the state's mask, then one a draft taken
+  std::vector<int32_t> drafts_;          // the drafts they were made for
+  size_t next_ = 0;                      // prepared_[next_] is the current state's
 };
 
 template <class State>

@@ -48,7 +48,7 @@ bool WholeByReference(const std::string& text) {
 }
 
 TEST(JsonState, TakesObjectsAndEveryPrefixOfThem) {
-  for (const std::string text : {
+  for (const std::string& text : {
            std::string(R"({})"), std::string(R"({"a":1})"), std::string("{ \"a\" : [1, -2.5e+3, 0, 0.25, 1E9, -0] ,\n\t\"b\":{}}"),
            std::string(R"({"s":"esc \" \\ \/ \b\f\n\r\t \u00e9\uD83D\uDE00","t":true,"f":false,"n":null})"),
            std::string("{\"utf8\":\"h\xC3\xA9 \xE2\x82\xAC \xF0\x9F\x98\x80 \xED\x9F\xBF\"}"),
@@ -65,7 +65,7 @@ TEST(JsonState, TakesObjectsAndEveryPrefixOfThem) {
 }
 
 TEST(JsonState, RefusesWhatJsonDoesNot) {
-  for (const std::string text : {
+  for (const std::string& text : {
            std::string(" {}"), std::string("[1]"), std::string("\"s\""), std::string("1"), std::string("{}x"),
            std::string("{} "), std::string(R"({"a":01})"), std::string(R"({"a":1.})"), std::string(R"({"a":-})"),
            std::string(R"({"a":.5})"), std::string(R"({"a":1e})"), std::string(R"({a:1})"), std::string(R"({"a":1,})"),
@@ -152,7 +152,7 @@ TEST(JsonVocabulary, MasksAreTheTokensAStateTakes) {
       });
   ASSERT_TRUE(v.ok()) << v.status();
   int states = 0;
-  for (const std::string text : {std::string(R"({"a": [1, -2.5e+3, true, {"b": null}], "c": "x\u00e9\n"})"),
+  for (const std::string& text : {std::string(R"({"a": [1, -2.5e+3, true, {"b": null}], "c": "x\u00e9\n"})"),
                                  std::string("{\"\xC3\xA9\xE2\x82\xAC\":\"}}\"}")}) {
     JsonState s;
     for (size_t i = 0; i <= text.size(); ++i) {
@@ -187,6 +187,52 @@ TEST(JsonVocabulary, MasksAreTheTokensAStateTakes) {
   std::fill(logits.begin(), logits.end(), 1.0f);
   c->Mask(logits.data(), static_cast<int64_t>(logits.size()));
   EXPECT_TRUE(std::all_of(logits.begin(), logits.end(), [](float x) { return std::isinf(x); })) << "nothing after it";
+}
+
+// Prepare (what the engine calls while the device runs a step) changes no mask: along a document,
+// with drafts the answer then takes (some or all) and drafts it does not, each mask is the one an
+// unprepared constraint in the same state applies.
+TEST(JsonVocabulary, PreparedMasksAreTheStatesOwn) {
+  std::shared_ptr<JsonVocabulary> v = *JsonVocabulary::Build(256, 260, [](int32_t id, std::string* b) {
+    *b = std::string(1, static_cast<char>(id));
+    return true;
+  });
+  const std::string text = R"({"ab": [1, -2.5, {"c": "x y"}], "d": true})";
+  std::unique_ptr<TokenConstraint> prepared = v->NewConstraint(), plain = v->NewConstraint();
+  std::vector<float> a(260), b(260);
+  int compared = 0;
+  for (size_t i = 0; i < text.size(); ++i) {
+    // Every third position: drafts that follow the text for 0-3 tokens, then a wrong one.
+    if (i % 3 == 0) {
+      std::vector<int32_t> drafts;
+      for (size_t k = i + 1; k < std::min(text.size(), i + 1 + i % 4); ++k) drafts.push_back(text[k]);
+      if (i % 2 == 0) drafts.push_back('#');  // refused: the masks stop there
+      prepared->Prepare(drafts);
+    }
+    std::fill(a.begin(), a.end(), 1.0f);
+    std::fill(b.begin(), b.end(), 1.0f);
+    prepared->Mask(a.data(), 260);
+    plain->Mask(b.data(), 260);
+    ASSERT_EQ(a, b) << "after " << i << " bytes";
+    ++compared;
+    ASSERT_TRUE(prepared->Accept(text[i]));
+    ASSERT_TRUE(plain->Accept(text[i]));
+  }
+  EXPECT_TRUE(prepared->Complete());
+  EXPECT_EQ(compared, static_cast<int>(text.size()));
+  // Prepared for drafts the answer leaves: the next mask is still the state's own.
+  std::unique_ptr<TokenConstraint> c = v->NewConstraint(), d = v->NewConstraint();
+  const std::vector<int32_t> drafts = {'{', '"', 'a'};
+  c->Prepare(drafts);
+  for (const int32_t token : {'{', '}'}) {  // the first draft taken, then an object closed instead
+    ASSERT_TRUE(c->Accept(token));
+    ASSERT_TRUE(d->Accept(token));
+    std::fill(a.begin(), a.end(), 1.0f);
+    std::fill(b.begin(), b.end(), 1.0f);
+    c->Mask(a.data(), 260);
+    d->Mask(b.data(), 260);
+    EXPECT_EQ(a, b) << static_cast<char>(token);
+  }
 }
 
 TEST(JsonVocabulary, NeedsEveryPrintableCharacter) {
@@ -294,6 +340,23 @@ TEST_F(ConstrainedEngine, AnswersAreJsonObjects) {
       first = answers;
     } else {
       EXPECT_EQ(answers, first);
+    }
+  }
+}
+
+// The host samples a batch's constrained rows in parallel: each sequence answers as it does alone.
+TEST_F(ConstrainedEngine, ABatchAnswersAsEachAlone) {
+  for (const bool device_like : {false, true}) {
+    CpuBackend backend(device_like);
+    std::unique_ptr<Engine> together = *Engine::Create(tiny_.plan, backend, *tiny_.weights, {});
+    std::vector<int> ids;
+    for (uint64_t seed = 0; seed < 8; ++seed) ids.push_back(*together->Submit(JsonRequest(seed)));
+    while (together->HasWork()) ASSERT_TRUE(together->Step().ok());
+    for (uint64_t seed = 0; seed < 8; ++seed) {
+      std::unique_ptr<Engine> alone = *Engine::Create(tiny_.plan, backend, *tiny_.weights, {});
+      const int id = *alone->Submit(JsonRequest(seed));
+      while (alone->HasWork()) ASSERT_TRUE(alone->Step().ok());
+      EXPECT_EQ(alone->new_tokens(id), together->new_tokens(ids[seed])) << "seed " << seed;
     }
   }
 }

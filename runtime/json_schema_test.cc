@@ -408,7 +408,7 @@ TEST(JsonSchemaGrammar, MasksAreTheTokensAStateTakes) {
     tokens.push_back(t);
   }
   // Tokens longer than JsonVocabulary::kShortToken, whose bits a bounded count's mask sets afresh.
-  for (const std::string t : {std::string(35, 'a'), std::string(40, ' '), std::string(33, 'b') + "\"", "1," + std::string(33, '2'),
+  for (const std::string& t : {std::string(35, 'a'), std::string(40, ' '), std::string(33, 'b') + "\"", "1," + std::string(33, '2'),
                               std::string(34, 'a') + "\",\"l\":[", std::string(45, 'a')}) {
     tokens.push_back(t);
   }
