@@ -10,8 +10,8 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
-#include <string>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -163,6 +163,7 @@ class AutomatonConstraint : public TokenConstraint {
       ++next_;
     } else {
       prepared_.clear();
+      drafts_.clear();
       next_ = 0;
     }
     return Feed(state_, token);

@@ -30,7 +30,7 @@ int32_t SampleFiltered(const float* logits, int64_t vocab, const SampleParams& p
   }
   const float inv_t = 1.0f / p.temperature;
   // z, then (in place) each kept id's weight exp(z - max_z); -1 marks an id not kept. The host samples
-  // a constrained row this way at 151,552 ids: eight ids at a time (exp4.h), a float sum per block of
+  // a constrained row this way at 151,552 ids: four ids at a time (exp4.h), a float sum per block of
   // ids (which the draw then walks block by block), no value waiting on the one before.
   const int64_t padded = (n + 3) / 4 * 4;
   std::vector<float> w(static_cast<size_t>(padded), -INFINITY);  // past n: never kept
