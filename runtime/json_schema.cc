@@ -29,8 +29,15 @@ const absl::flat_hash_set<std::string>& Annotations() {
 const absl::flat_hash_set<std::string>& Handled() {
   static const auto* const kSet = new absl::flat_hash_set<std::string>{
       "type",      "properties", "required", "additionalProperties", "items", "minItems", "maxItems", "minLength",
-      "maxLength", "enum",       "const",    "anyOf",                "oneOf", "allOf",    "$ref"};
+      "maxLength", "enum",       "const",    "anyOf",                "oneOf", "allOf",    "$ref",
+      "minimum",   "maximum",    "exclusiveMinimum", "exclusiveMaximum"};
   return *kSet;
+}
+
+constexpr const char* kBounds[] = {"minimum", "exclusiveMinimum", "maximum", "exclusiveMaximum"};
+
+bool HasBounds(const Json& s) {
+  return std::any_of(std::begin(kBounds), std::end(kBounds), [&](const char* k) { return s.contains(k); });
 }
 
 std::string Compact(const Json& j) { return j.dump(-1, ' ', /*ensure_ascii=*/false, Json::error_handler_t::strict); }
@@ -165,6 +172,9 @@ class SchemaCompiler {
       }
       if (types.empty()) return Fail(where, "'type' must name a type");
     }
+    if ((s.contains("enum") || s.contains("const")) && HasBounds(s)) {
+      return Fail(where, "bounds ('minimum', ...) beside 'enum' or 'const' are not supported");
+    }
     if (s.contains("enum") || s.contains("const")) return Literals(s, types, where);
     if (types.empty()) {  // the type follows from its keywords, or it is any value
       for (const auto& [type, keywords] : std::vector<std::pair<std::string, std::vector<std::string>>>{
@@ -178,6 +188,7 @@ class SchemaCompiler {
           }
         }
       }
+      if (types.empty() && HasBounds(s)) return Fail(where, "bounds ('minimum', ...) need \"type\": \"integer\"");
       if (types.empty()) return Any();
     }
     std::vector<int32_t> alternatives;
@@ -202,12 +213,38 @@ class SchemaCompiler {
     return Add(std::move(node));
   }
 
+  // An integer within its bounds: each a JSON number within +-kMaxBound, a fractional one rounded
+  // inward (minimum 2.5 is 3), the exclusive ones a step further.
+  int32_t Integer(const Json& s, const std::string& where) {
+    JsonSchema::Node node{.kind = JsonSchema::Node::kInteger};
+    for (const char* key : kBounds) {
+      if (!s.contains(key)) continue;
+      const Json& b = s[key];
+      if (!b.is_number() || !(std::fabs(b.get<double>()) <= static_cast<double>(JsonSchema::kMaxBound))) {
+        return Fail(where, absl::StrCat("'", key, "' must be a number within +-10^15"));
+      }
+      const std::string k = key;
+      const bool whole = b.is_number_integer();
+      const double d = b.get<double>();
+      const int64_t v = whole ? b.get<int64_t>() : 0;
+      if (k == "minimum") node.lo = std::max(node.lo, whole ? v : static_cast<int64_t>(std::ceil(d)));
+      if (k == "exclusiveMinimum") node.lo = std::max(node.lo, whole ? v + 1 : static_cast<int64_t>(std::floor(d)) + 1);
+      if (k == "maximum") node.hi = std::min(node.hi, whole ? v : static_cast<int64_t>(std::floor(d)));
+      if (k == "exclusiveMaximum") node.hi = std::min(node.hi, whole ? v - 1 : static_cast<int64_t>(std::ceil(d)) - 1);
+    }
+    if (node.lo > node.hi) return Fail(where, "the bounds admit no integer");
+    return Add(std::move(node));
+  }
+
   int32_t Typed(const Json& s, const std::string& type, const std::string& where, int nesting) {
     using Node = JsonSchema::Node;
     if (type == "boolean") return Add({.kind = Node::kLiterals, .literals = {"true", "false"}});
     if (type == "null") return Add({.kind = Node::kLiterals, .literals = {"null"}});
-    if (type == "number") return Add({.kind = Node::kNumber});
-    if (type == "integer") return Add({.kind = Node::kInteger});
+    if (type == "number") {
+      if (HasBounds(s)) return Fail(where, "bounds ('minimum', ...) are supported on integers only, not on numbers");
+      return Add({.kind = Node::kNumber});
+    }
+    if (type == "integer") return Integer(s, where);
     if (type == "string" || type == "array") {
       const char* min_key = type == "string" ? "minLength" : "minItems";
       const char* max_key = type == "string" ? "maxLength" : "maxItems";

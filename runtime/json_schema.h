@@ -4,7 +4,8 @@
 //
 // What it takes (and how it narrows what a validator would accept):
 //   type (one or a list), properties, required, additionalProperties, items, minItems, maxItems,
-//   minLength, maxLength, enum, const, anyOf, oneOf (as anyOf: alternatives are tried together),
+//   minLength, maxLength, minimum, maximum, exclusiveMinimum, exclusiveMaximum (on integers, bounds
+//   within +-10^15; a fractional bound rounds inward), enum, const, anyOf, oneOf (as anyOf: alternatives are tried together),
 //   allOf of one schema, $ref within the document (#, #/$defs/..., #/definitions/..., recursion too),
 //   $defs/definitions, and annotations (title, description, default, examples, format, ...).
 // Objects write their properties in the schema's order, each at most once, optional ones skippable;
@@ -14,7 +15,7 @@
 // (a model that keeps writing whitespace still ends). Integers are written without fraction or exponent; strings escape no surrogate
 // (\uD800-\uDFFF: a character past the BMP is written as UTF-8), so a character is one of
 // minLength/maxLength's; enum and const values are written as compact JSON.
-// Anything else that asserts (pattern, minimum, multipleOf, not, if/then, prefixItems, ...) is an
+// Anything else that asserts (pattern, bounds on a number, multipleOf, not, if/then, prefixItems, ...) is an
 // error naming where it is: refused, never ignored into an answer the schema does not validate.
 #ifndef AUTOGLM_RUNTIME_JSON_SCHEMA_H_
 #define AUTOGLM_RUNTIME_JSON_SCHEMA_H_
@@ -35,6 +36,7 @@ namespace ag::runtime {
 class JsonSchema {
  public:
   static constexpr uint32_t kUnbounded = UINT32_MAX;
+  static constexpr int64_t kMaxBound = 1'000'000'000'000'000;  // |minimum| and the others, at most
   static constexpr size_t kMaxDepth = 64;  // frames open at once: nested values, and the document's own
   static constexpr size_t kMaxNodes = 4096;
   static constexpr size_t kMaxTextNesting = 128;  // arrays and objects in the schema's text  // a bigger schema is refused (compiling costs nodes squared at worst)
@@ -55,6 +57,8 @@ class JsonSchema {
     std::vector<int32_t> alternatives;  // kAnyOf: none of them an anyOf
     int32_t target = -1;                // kRef, while compiling only
     uint32_t depth = 0;                 // frames the node's shortest document opens
+    int64_t lo = INT64_MIN, hi = INT64_MAX;  // kInteger: the values allowed (from minimum, maximum, ...)
+    bool bounded() const { return lo != INT64_MIN || hi != INT64_MAX; }
   };
 
   // The schema as JSON text (its properties' order is the answer's). An unsupported or unsatisfiable
@@ -106,6 +110,7 @@ class SchemaState {
     uint8_t lo = 0x80, hi = 0xBF;  // string: the next continuation byte's range
     uint32_t count = 0;  // object: the property; array: items, string: characters (both saturated); literals: which
     uint32_t pos = 0;    // a key's or literal's next byte; string: in \uD, the escape may be a surrogate
+                         // (a bounded integer: its digits' value in count and pos, its sign in left)
     bool operator==(const Frame&) const = default;
   };
   using Path = absl::InlinedVector<Frame, 8>;

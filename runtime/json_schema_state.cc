@@ -33,6 +33,36 @@ uint32_t Saturated(uint32_t count, const Node& n) {
   return std::min(count + 1, cap);
 }
 
+// A bounded integer's digits so far, as a magnitude (count: low 32 bits, pos: high), saturated
+// past every bound: a value beyond kFar compares with the bounds as kFar does.
+constexpr uint64_t kFar = 10 * static_cast<uint64_t>(JsonSchema::kMaxBound);
+uint64_t Magnitude(const Frame& f) { return uint64_t{f.pos} << 32 | f.count; }
+void SetMagnitude(Frame& f, uint64_t v) {
+  v = std::min(v, kFar + 1);
+  f.count = static_cast<uint32_t>(v);
+  f.pos = static_cast<uint32_t>(v >> 32);
+}
+int64_t Value(const Frame& f) {
+  const int64_t m = static_cast<int64_t>(Magnitude(f));
+  return f.left == 1 ? -m : m;
+}
+bool InBounds(const Node& n, const Frame& f) { return Value(f) >= n.lo && Value(f) <= n.hi; }
+
+// Whether some integer this prefix can still become (its digits so far, and `more` of them to come
+// or not: after a leading 0 none) lies within the node's bounds -- a digit is taken only then, so a
+// bounded integer never leaves a path without a way to end.
+bool Reaches(const Node& n, const Frame& f, bool more) {
+  uint64_t low = Magnitude(f), high = low;  // the magnitudes with j more digits: [v 10^j, (v + 1) 10^j - 1]
+  while (true) {
+    const int64_t a = static_cast<int64_t>(std::min(low, kFar)), b = static_cast<int64_t>(std::min(high, kFar));
+    const int64_t from = f.left == 1 ? -b : a, to = f.left == 1 ? -a : b;
+    if (from <= n.hi && to >= n.lo) return true;
+    if (!more || low == 0 || low > kFar) return false;
+    low *= 10;
+    high = high * 10 + 9;
+  }
+}
+
 bool ByBytes(const SchemaState::Path& a, const SchemaState::Path& b) {
   if (a.size() != b.size()) return a.size() < b.size();
   return std::memcmp(a.data(), b.data(), a.size() * sizeof(Frame)) < 0;
@@ -70,7 +100,8 @@ bool SchemaState::PathComplete(const Path& p) const {
   if (p.size() != 2) return false;  // a number at the top ends with the text; anything else owes bytes
   const Node& n = schema_->node(p[1].node);
   const uint8_t ph = p[1].phase;
-  return (n.kind == Node::kNumber || n.kind == Node::kInteger) && (ph == kZero || ph == kInt || ph == kFrac || ph == kExp);
+  return (n.kind == Node::kNumber || n.kind == Node::kInteger) && (ph == kZero || ph == kInt || ph == kFrac || ph == kExp) &&
+         (!n.bounded() || InBounds(n, p[1]));
 }
 
 bool SchemaState::Complete() const {
@@ -371,23 +402,36 @@ void SchemaState::StepString(Path& p, uint8_t c, Paths& out) const {
 
 void SchemaState::StepNumber(Path& p, uint8_t c, Paths& out) const {
   Frame& f = p.back();
-  const bool integer = schema_->node(f.node).kind == Node::kInteger;
+  const Node& n = schema_->node(f.node);
+  const bool integer = n.kind == Node::kInteger, bounded = n.bounded();
   switch (f.phase) {
     case kNumStart:
       if (c == '-') {
+        if (bounded && n.lo > 0) return;  // '-' writes -0 or a negative integer
         f.phase = kMinus;
+        f.left = 1;
         break;
       }
       [[fallthrough]];
     case kMinus:
       if (!IsDigit(c)) return;
       f.phase = c == '0' ? kZero : kInt;
+      if (bounded) {
+        SetMagnitude(f, c - '0');
+        if (!Reaches(n, f, f.phase == kInt)) return;
+      }
       break;
     case kZero:
     case kInt:
     case kFrac:
     case kExp:
-      if (IsDigit(c) && f.phase != kZero) break;
+      if (IsDigit(c) && f.phase != kZero) {
+        if (bounded) {  // an integer's digits (kInt: bounds are on integers only)
+          SetMagnitude(f, Magnitude(f) * 10 + (c - '0'));
+          if (!Reaches(n, f, true)) return;
+        }
+        break;
+      }
       if (c == '.' && (f.phase == kZero || f.phase == kInt) && !integer) {
         f.phase = kDot;
         break;
@@ -396,6 +440,7 @@ void SchemaState::StepNumber(Path& p, uint8_t c, Paths& out) const {
         f.phase = kE;
         break;
       }
+      if (bounded && !InBounds(n, f)) return;
       // The number ended before this byte, which is its container's.
       p.pop_back();
       ChildDone(p, *schema_);

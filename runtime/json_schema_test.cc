@@ -7,6 +7,7 @@
 #include <random>
 #include <regex>
 
+#include "absl/container/flat_hash_set.h"
 #include "nlohmann/json.hpp"
 #include "runtime/cpu_backend.h"
 #include "runtime/engine.h"
@@ -55,6 +56,13 @@ class Validator {
     if (s.contains("type")) {
       const Json types = s["type"].is_array() ? s["type"] : Json::array({s["type"]});
       if (std::none_of(types.begin(), types.end(), [&](const Json& t) { return HasType(t.get<std::string>(), v); })) return false;
+    }
+    if (v.is_number()) {
+      const double x = v.get<double>();
+      if (s.contains("minimum") && x < s["minimum"].get<double>()) return false;
+      if (s.contains("maximum") && x > s["maximum"].get<double>()) return false;
+      if (s.contains("exclusiveMinimum") && x <= s["exclusiveMinimum"].get<double>()) return false;
+      if (s.contains("exclusiveMaximum") && x >= s["exclusiveMaximum"].get<double>()) return false;
     }
     if (v.is_string()) {
       if (s.contains("minLength") && Characters(v.get<std::string>()) < s["minLength"].get<size_t>()) return false;
@@ -127,6 +135,11 @@ const std::vector<std::string>& Schemas() {
       R"({"oneOf": [{"type": "integer"}, {"type": "string", "minLength": 2, "maxLength": 3}, {"const": [1, {"a": null}]},
                     {"type": "array", "items": false, "maxItems": 0}]})",
       R"({"type": "array", "items": {}, "minItems": 1})",
+      R"({"type": "object", "properties": {"n": {"type": "integer", "minimum": -5, "maximum": 120},
+           "p": {"type": "integer", "exclusiveMinimum": 0}, "neg": {"type": ["integer", "null"], "maximum": -10},
+           "f": {"type": "integer", "minimum": 2.5, "exclusiveMaximum": 1e6}, "z": {"type": "integer", "minimum": 0, "maximum": 0},
+           "big": {"type": "integer", "minimum": -1000000000000000, "exclusiveMaximum": -999999999999990}},
+         "required": ["n", "p", "neg", "f", "z", "big"]})",
       // Ambiguous past kMaxPaths: 40 alternatives alike up to their last property's value.
       R"({"$defs": {"a": {"type": "object", "properties": {"k": {"type": "string", "maxLength": 1}, "v": {"type": "integer"}},
            "required": ["k", "v"]}}, "anyOf": [)" + [] {
@@ -156,7 +169,15 @@ std::optional<Json> Generate(const Json& root, const Json& s, std::mt19937& rng,
   if (depth > 3 && (type == "object" || type == "array") && !s.contains("properties") && !s.contains("items")) type = "null";
   const size_t min = s.value("minItems", s.value("minLength", 0u)), max = s.value("maxItems", s.value("maxLength", 4u));
   const size_t count = min + rng() % (std::min<size_t>(max, min + 3) - min + 1);
-  if (type == "integer") return Json(static_cast<int64_t>(rng() % 2001) - 1000);
+  if (type == "integer") {  // within the bounds, or -1000 .. 1000 where there are none
+    std::optional<int64_t> lo, hi;
+    if (s.contains("minimum")) lo = static_cast<int64_t>(std::ceil(s["minimum"].get<double>()));
+    if (s.contains("exclusiveMinimum")) lo = std::max(lo.value_or(INT64_MIN), static_cast<int64_t>(std::floor(s["exclusiveMinimum"].get<double>())) + 1);
+    if (s.contains("maximum")) hi = static_cast<int64_t>(std::floor(s["maximum"].get<double>()));
+    if (s.contains("exclusiveMaximum")) hi = std::min(hi.value_or(INT64_MAX), static_cast<int64_t>(std::ceil(s["exclusiveMaximum"].get<double>())) - 1);
+    const int64_t from = lo.value_or(hi ? *hi - 2000 : -1000), to = std::min(hi.value_or(from + 2000), from + 2000);
+    return Json(from + static_cast<int64_t>(rng() % static_cast<uint64_t>(to - from + 1)));
+  }
   if (type == "number") return rng() % 2 ? Json(static_cast<int64_t>(rng() % 100)) : Json(std::ldexp(static_cast<double>(rng() % 1000) - 500, static_cast<int>(rng() % 60) - 30));
   if (type == "boolean") return Json(rng() % 2 == 0);
   if (type == "null") return Json(nullptr);
@@ -317,6 +338,50 @@ TEST(SchemaState, WritesPropertiesInOrderAndNothingElse) {
 
 // vLLM's guided_choice: exactly one of the strings, as text; one that is a prefix of another may end
 // there or go on; repeats are one.
+// A bounded integer at the top: every integer text from -1,100 to 1,100 is whole exactly when its
+// value is within the bounds, and a prefix is taken exactly when some integer it begins is.
+TEST(SchemaState, BoundedIntegersStayWithinTheirBounds) {
+  struct Case {
+    std::string schema;
+    int64_t lo, hi;
+  };
+  for (const Case& c : std::vector<Case>{{R"({"type": "integer", "minimum": -12, "maximum": 345})", -12, 345},
+                                         {R"({"type": "integer", "exclusiveMinimum": 0})", 1, INT64_MAX},
+                                         {R"({"type": "integer", "maximum": -7.5})", INT64_MIN, -8},
+                                         {R"({"type": "integer", "minimum": 0, "exclusiveMaximum": 1})", 0, 0},
+                                         {R"({"type": "integer", "minimum": 90, "maximum": 110})", 90, 110}}) {
+    std::shared_ptr<const JsonSchema> schema = MustCompile(c.schema);
+    ASSERT_NE(schema, nullptr);
+    // Every prefix of an integer in range (those within +-20,000 suffice for texts up to +-1,100).
+    absl::flat_hash_set<std::string> prefixes;
+    for (int64_t v = std::max<int64_t>(c.lo, -20000); v <= std::min<int64_t>(c.hi, 20000); ++v) {
+      const std::string t = std::to_string(v);
+      for (size_t k = 1; k <= t.size(); ++k) prefixes.insert(t.substr(0, k));
+    }
+    if (c.lo <= 0) prefixes.insert("-");                   // -0, or a negative integer
+    if (c.lo <= 0 && c.hi >= 0) prefixes.insert("-0");     // 0, written so
+    auto begins = [&](const std::string& prefix) { return prefixes.contains(prefix); };
+    for (int64_t v = -1100; v <= 1100; ++v) {
+      const std::string text = std::to_string(v);
+      EXPECT_EQ(Whole(*schema, text), v >= c.lo && v <= c.hi) << c.schema << " " << text;
+      for (size_t k = 1; k <= text.size(); ++k) {
+        SchemaState s(schema.get());
+        EXPECT_EQ(s.Feed(text.substr(0, k)), begins(text.substr(0, k))) << c.schema << " " << text.substr(0, k);
+      }
+    }
+    EXPECT_EQ(Whole(*schema, "-0"), c.lo <= 0 && c.hi >= 0) << c.schema;
+    EXPECT_FALSE(Whole(*schema, "1.0")) << "integers have no fraction";
+  }
+  // Near the largest bounds: digits count past what 32 bits hold.
+  std::shared_ptr<const JsonSchema> big = MustCompile(R"({"type": "integer", "minimum": 999999999999999})");
+  EXPECT_FALSE(Whole(*big, "99999999999999"));
+  EXPECT_TRUE(Whole(*big, "999999999999999"));
+  EXPECT_TRUE(Whole(*big, "123456789012345678901234567890"));
+  SchemaState small(big.get());
+  EXPECT_TRUE(small.Feed("99999999999999"));  // 14 digits: one more makes it
+  EXPECT_FALSE(SchemaState(big.get()).Feed("-"));
+}
+
 TEST(JsonSchema, ChoiceIsOneOfTheStrings) {
   absl::StatusOr<std::shared_ptr<const JsonSchema>> choice = JsonSchema::Choice({"yes", "yes sir", "no", "\xC3\xA9t\xC3\xA9", "no"});
   ASSERT_TRUE(choice.ok()) << choice.status();
@@ -355,7 +420,14 @@ TEST(SchemaState, NestingStopsWhereTheDocumentStillFits) {
 TEST(JsonSchema, RefusesWhatItCannotEnforce) {
   const std::vector<std::pair<std::string, std::string>> cases{
       {R"({"type": "string", "pattern": "a+"})", "'#': 'pattern' is not supported"},
-      {R"({"type": "object", "properties": {"n": {"type": "integer", "minimum": 0}}})", "'#/properties/n': 'minimum' is not supported"},
+      {R"({"type": "object", "properties": {"n": {"type": "number", "minimum": 0}}})",
+       "'#/properties/n': bounds ('minimum', ...) are supported on integers only"},
+      {R"({"minimum": 0})", "need \"type\": \"integer\""},
+      {R"({"type": "integer", "minimum": 3, "exclusiveMaximum": 3})", "the bounds admit no integer"},
+      {R"({"type": "integer", "maximum": 1e16})", "'maximum' must be a number within +-10^15"},
+      {R"({"type": "integer", "exclusiveMinimum": true})", "'exclusiveMinimum' must be a number"},
+      {R"({"type": "integer", "enum": [1, 2], "minimum": 2})", "beside 'enum' or 'const'"},
+      {R"({"type": "integer", "multipleOf": 2})", "'multipleOf' is not supported"},
       {R"({"type": "object", "properties": {"a/b~": {"not": {}}}})", "'#/properties/a~1b~0': 'not' is not supported"},
       {R"({"type": "object", "properties": {"a": {}}, "required": ["b"]})", "'required' names \"b\""},
       {R"({"type": "object", "properties": {"a": {}}, "additionalProperties": true})", "must be false"},
@@ -423,6 +495,7 @@ TEST(JsonSchemaGrammar, MasksAreTheTokensAStateTakes) {
            {0, "{\"name\":\"ab\",\"age\":12,\"tags\":[\"b\xC3\xA9\",1,null]}"},
            {1, R"({"thought":"x","action":{"type":"tap","x":1,"y":-1}})"},
            {4, "12"},
+           {6, R"({"n":120,"p":12,"neg":-12,"f":999999,"z":0,"big":-999999999999991})"},  // bounded integers
            {-1, "{\"s\":\"" + std::string(44, 'a') + "\",\"l\":[1,22,333" + [] {
               std::string items;
               for (int i = 0; i < 36; ++i) items += ",4";

@@ -104,6 +104,10 @@ def main(out, compile_tool):
     put(out, "json_schema", "step", json.dumps(step) + "\0" + '{"thought": "ok", "action": {"type": "tap", "xy": [1, -20]}}')
     put(out, "json_schema", "tree", json.dumps({"type": "array", "items": {"anyOf": [{"$ref": "#"}, {"type": ["number", "null"]}]}}) +
         "\0" + "[[1.5e3, null], [[]], -0]")
+    put(out, "json_schema", "integer-bounds", json.dumps({"type": "object", "properties": {
+        "x": {"type": "integer", "minimum": 0, "maximum": 1080}, "y": {"type": "integer", "exclusiveMinimum": -3.5,
+        "exclusiveMaximum": 2400}, "n": {"type": ["integer", "null"], "maximum": -999999999999990}}}) + "\0" +
+        '{"x": 1080, "y": -3, "n": -1000000000000000}')
     put(out, "json_schema", "map", json.dumps({"additionalProperties": {"enum": ["a", 1, [True]]}}) + "\0" + '{"k": [true], "\\u00e9": 1}')
 
 

@@ -276,10 +276,10 @@ class Main(unittest.TestCase):
         from typing import Literal, Union
         from pydantic import BaseModel, Field
 
-        class Tap(BaseModel):
+        class Tap(BaseModel):  # the phone agent's screen: integer bounds
             type: Literal["tap"]
-            x: int
-            y: int
+            x: int = Field(ge=0, le=1080)
+            y: int = Field(ge=0, lt=2400)
 
         class Finish(BaseModel):
             type: Literal["finish"]
@@ -337,9 +337,9 @@ class Main(unittest.TestCase):
         for body, param, says in (
                 ({"json_schema": {"name": "a", "schema": {"type": "string", "pattern": "a+"}}},
                  "response_format.json_schema.schema", "'pattern' is not supported"),
-                ({"json_schema": {"name": "a", "schema": {"type": "object", "properties": {"n": {"type": "integer",
+                ({"json_schema": {"name": "a", "schema": {"type": "object", "properties": {"n": {"type": "number",
                                                                                                  "minimum": 0}}}}},
-                 "response_format.json_schema.schema", "'#/properties/n': 'minimum' is not supported"),
+                 "response_format.json_schema.schema", "'#/properties/n': bounds ('minimum', ...) are supported on integers only"),
                 ({"json_schema": {"schema": {}}}, "response_format.json_schema", "name"),
                 ({}, "response_format", "json_schema")):
             status, r = self.s.post("/v1/completions", {"model": NAME, "prompt": "x",
