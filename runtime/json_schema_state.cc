@@ -409,7 +409,7 @@ void SchemaState::StepNumber(Path& p, uint8_t c, Paths& out) const {
       if (c == '-') {
         if (bounded && n.lo > 0) return;  // '-' writes -0 or a negative integer
         f.phase = kMinus;
-        f.left = 1;
+        if (bounded) f.left = 1;  // (an unbounded number's sign changes nothing after it: one key for both)
         break;
       }
       [[fallthrough]];
