@@ -226,6 +226,9 @@ class Engine {
   // A constrained sequence's logits row before it samples: the constraint's mask, and the ends
   // (end-of-sequence ids, stop ids) let through exactly when the constraint is complete.
   void Constrain(const Sequence& seq, std::vector<float>& logits) const;
+  // The token the host samples for `seq` from the step's logits row `logit_row` (copied into
+  // `scratch`, masked by the sequence's constraint, with its penalties).
+  int32_t SampleOnHost(Sequence& seq, int64_t logit_row, std::vector<float>& scratch) const;
   // The constraints' masks for this step's rows, worked out while the device runs it.
   void PrepareConstraints(const std::vector<Slice>& slices);
   // The token of each slice the host samples that has no drafts, the slices in parallel (a

@@ -360,13 +360,12 @@ TEST(SchemaState, BoundedIntegersStayWithinTheirBounds) {
     }
     if (c.lo <= 0) prefixes.insert("-");                   // -0, or a negative integer
     if (c.lo <= 0 && c.hi >= 0) prefixes.insert("-0");     // 0, written so
-    auto begins = [&](const std::string& prefix) { return prefixes.contains(prefix); };
     for (int64_t v = -1100; v <= 1100; ++v) {
       const std::string text = std::to_string(v);
       EXPECT_EQ(Whole(*schema, text), v >= c.lo && v <= c.hi) << c.schema << " " << text;
       for (size_t k = 1; k <= text.size(); ++k) {
         SchemaState s(schema.get());
-        EXPECT_EQ(s.Feed(text.substr(0, k)), begins(text.substr(0, k))) << c.schema << " " << text.substr(0, k);
+        EXPECT_EQ(s.Feed(text.substr(0, k)), prefixes.contains(text.substr(0, k))) << c.schema << " " << text.substr(0, k);
       }
     }
     EXPECT_EQ(Whole(*schema, "-0"), c.lo <= 0 && c.hi >= 0) << c.schema;
