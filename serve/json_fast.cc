@@ -328,7 +328,75 @@ class Parser {
   const int max_depth_;
 };
 
+const char* SkipSpaceIn(const char* p, const char* end) {
+  while (p < end && (*p == ' ' || *p == '\n' || *p == '\r' || *p == '\t')) ++p;
+  return p;
+}
+
+// Past the string starting at `p` (its opening quote), or nullptr.
+const char* SkipString(const char* p, const char* end) {
+  for (++p;;) {
+    p = SkipPlain(p, end);
+    if (p == end) return nullptr;
+    if (*p == '"') return p + 1;
+    p += *p == '\\' ? 2 : 1;  // an escape's two bytes (a \uXXXX's hex digits are plain), or one other byte
+    if (p > end) return nullptr;
+  }
+}
+
+// Past the value starting at `p`, or nullptr.
+const char* SkipValue(const char* p, const char* end) {
+  if (p == end) return nullptr;
+  if (*p == '"') return SkipString(p, end);
+  if (*p != '{' && *p != '[') {
+    while (p < end && *p != ',' && *p != '}' && *p != ']' && *p != ' ' && *p != '\n' && *p != '\r' && *p != '\t') ++p;
+    return p;
+  }
+  int depth = 0;
+  while (p < end) {
+    const char c = *p;
+    if (c == '"') {
+      p = SkipString(p, end);
+      if (p == nullptr) return nullptr;
+      continue;
+    }
+    if (c == '{' || c == '[') ++depth;
+    if ((c == '}' || c == ']') && --depth == 0) return p + 1;
+    ++p;
+  }
+  return nullptr;
+}
+
 }  // namespace
+
+std::optional<std::string_view> FindMemberText(std::string_view object, std::string_view key) {
+  const char* p = SkipSpaceIn(object.data(), object.data() + object.size());
+  const char* const end = object.data() + object.size();
+  if (p == end || *p != '{') return std::nullopt;
+  p = SkipSpaceIn(p + 1, end);
+  std::optional<std::string_view> found;
+  if (p < end && *p == '}') return std::nullopt;
+  for (;;) {
+    if (p == end || *p != '"') return std::nullopt;
+    const char* const key_end = SkipString(p, end);
+    if (key_end == nullptr) return std::nullopt;
+    const std::string_view raw(p + 1, static_cast<size_t>(key_end - 1 - (p + 1)));
+    if (raw.find('\\') != std::string_view::npos) return std::nullopt;
+    p = SkipSpaceIn(key_end, end);
+    if (p == end || *p != ':') return std::nullopt;
+    p = SkipSpaceIn(p + 1, end);
+    const char* const value_end = SkipValue(p, end);
+    if (value_end == nullptr || value_end == p) return std::nullopt;
+    if (raw == key) found = std::string_view(p, static_cast<size_t>(value_end - p));
+    p = SkipSpaceIn(value_end, end);
+    if (p < end && *p == ',') {
+      p = SkipSpaceIn(p + 1, end);
+      continue;
+    }
+    if (p < end && *p == '}') return found;
+    return std::nullopt;
+  }
+}
 
 std::optional<nlohmann::json> ParseJsonFast(std::string_view text, int max_depth) {
   return Parser(text, max_depth).Document();

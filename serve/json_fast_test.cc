@@ -25,6 +25,29 @@ std::string AgentBody() {
                   "\"stream\": true, \"extra\": [null, false, -1, 1e-3, 12345678901234567890, -0]}\r\n";
 }
 
+// A member's text, found without parsing the rest: it parses to the member nlohmann finds.
+TEST(JsonFast, FindsAMembersText) {
+  const std::string body = AgentBody();
+  const json whole = Nlohmann(body);
+  for (const char* key : {"model", "messages", "max_tokens", "temperature", "stream", "extra"}) {
+    const std::optional<std::string_view> text = FindMemberText(body, key);
+    ASSERT_TRUE(text.has_value()) << key;
+    EXPECT_EQ(Nlohmann(*text), whole[key]) << key;
+  }
+  EXPECT_FALSE(FindMemberText(body, "absent").has_value());
+  EXPECT_FALSE(FindMemberText(body, "content").has_value()) << "only the object's own members";
+  EXPECT_EQ(FindMemberText(R"({"a": 1, "b": {"a": 2}, "a": [3, "]}"]})", "a"), R"([3, "]}"])") << "the last one, as parsed";
+  EXPECT_EQ(FindMemberText(R"( { "a" :"x\"}" } )", "a"), R"("x\"}")");
+  EXPECT_EQ(FindMemberText(R"({"a":true,"b":-1.5e3})", "b"), "-1.5e3");
+  EXPECT_EQ(FindMemberText(R"({"a":{}})", "a"), "{}");
+  // Declined: a key written with escapes, an array, broken text.
+  EXPECT_FALSE(FindMemberText(R"({"\u0061": 1})", "a").has_value());
+  EXPECT_FALSE(FindMemberText(R"([1])", "a").has_value());
+  EXPECT_FALSE(FindMemberText(R"({"a": [1, 2})", "a").has_value());
+  EXPECT_FALSE(FindMemberText(R"({"a": "x)", "a").has_value());
+  EXPECT_FALSE(FindMemberText("", "a").has_value());
+}
+
 TEST(JsonFast, TakesWhatNlohmannTakesAndGivesTheSame) {
   const std::vector<std::string> texts = {
       AgentBody(),

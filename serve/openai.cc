@@ -134,17 +134,28 @@ void CheckMinTokens(Reader& r, const GenerationOptions& o) {
   }
 }
 
-// The value at `path` in the body as compact JSON text, its objects' keys in the order the client
-// wrote them (the request's parsed JSON sorts them), or nullopt. A schema's properties are written
-// in that order.
-std::optional<std::string> OrderedText(std::string_view body, const std::vector<const char*>& path) {
-  const nlohmann::ordered_json ordered = nlohmann::ordered_json::parse(body, nullptr, /*allow_exceptions=*/false);
-  const nlohmann::ordered_json* at = &ordered;
-  for (const char* key : path) {
-    if (!at->is_object() || !at->contains(key)) return std::nullopt;
-    at = &(*at)[key];
+// The value at `path` in the body, its objects' keys in the order the client wrote them (the
+// request's parsed JSON sorts them), or nullopt. Only the top-level member's text is parsed again
+// (a body's screenshot is skipped, not read twice). A schema's properties are written in that
+// order; tools are rendered in it.
+std::optional<nlohmann::ordered_json> OrderedValue(std::string_view body, const std::vector<const char*>& path) {
+  const std::optional<std::string_view> member = path.empty() ? std::nullopt : FindMemberText(body, path[0]);
+  const std::string_view text = member ? *member : body;
+  nlohmann::ordered_json ordered = nlohmann::ordered_json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (ordered.is_discarded()) return std::nullopt;
+  nlohmann::ordered_json* at = &ordered;
+  for (size_t i = member ? 1 : 0; i < path.size(); ++i) {
+    if (!at->is_object() || !at->contains(path[i])) return std::nullopt;
+    at = &(*at)[path[i]];
   }
-  return at->dump(-1, ' ', false, json::error_handler_t::replace);
+  return std::move(*at);
+}
+
+// The same as compact JSON text.
+std::optional<std::string> OrderedText(std::string_view body, const std::vector<const char*>& path) {
+  const std::optional<nlohmann::ordered_json> value = OrderedValue(body, path);
+  if (!value) return std::nullopt;
+  return value->dump(-1, ' ', false, json::error_handler_t::replace);
 }
 
 // response_format: {"type": "text"} (the default), {"type": "json_object"}, or {"type": "json_schema",
