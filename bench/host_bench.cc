@@ -52,7 +52,8 @@ std::string ScreenshotPngOrFile() {
 
 // The body Open-AutoGLM's client sends for a step (its shape: scripts/sample_messages_en.json of
 // zai-org/Open-AutoGLM): a system prompt, the task, the screen as a data URL.
-std::string AgentRequestBody() {
+// What the phone agent's client sends each step; with `extra` (response_format, tools) merged in.
+std::string AgentRequestBody(const nlohmann::json& extra = nlohmann::json::object()) {
   nlohmann::json body = {
       {"model", "autoglm-phone-9b"},
       {"max_tokens", 3000},
@@ -67,6 +68,7 @@ std::string AgentRequestBody() {
           {{{"type", "text"}, {"text", "Open the settings.\n\n** Screen Info **\n\n{\"current_app\": \"System Home\"}"}},
            {{"type", "image_url"},
             {"image_url", {{"url", "data:image/png;base64," + absl::Base64Escape(ScreenshotPngOrFile())}}}}}}}}}};
+  body.update(extra);
   return body.dump();
 }
 
@@ -82,15 +84,25 @@ void BM_ParseRequest(benchmark::State& state) {
 }
 BENCHMARK(BM_ParseRequest)->Arg(1)->Arg(0)->Unit(benchmark::kMillisecond)->UseRealTime();
 
+// range(0): 0 the agent's body, 1 with a response_format json_schema, 2 with two tools (both read
+// again in the client's key order).
 void BM_ParseChatRequest(benchmark::State& state) {
-  const std::string body = AgentRequestBody();
+  const nlohmann::json action = {{"type", "object"},
+                                 {"properties", {{"x", {{"type", "integer"}}}, {"y", {{"type", "integer"}}}}},
+                                 {"required", {"x", "y"}}};
+  const nlohmann::json extras[] = {
+      nlohmann::json::object(),
+      {{"response_format", {{"type", "json_schema"}, {"json_schema", {{"name", "tap"}, {"schema", action}}}}}},
+      {{"tools", {{{"type", "function"}, {"function", {{"name", "tap"}, {"parameters", action}}}},
+                  {{"type", "function"}, {"function", {{"name", "back"}}}}}}}};
+  const std::string body = AgentRequestBody(extras[state.range(0)]);
   for (auto _ : state) {
     serve::ChatResult request = serve::ParseChatRequest(body);
     if (std::holds_alternative<serve::ApiError>(request)) state.SkipWithError("the body was refused");
     benchmark::DoNotOptimize(request);
   }
 }
-BENCHMARK(BM_ParseChatRequest)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_ParseChatRequest)->DenseRange(0, 2)->Unit(benchmark::kMillisecond)->UseRealTime();
 
 void BM_DataUrl(benchmark::State& state) {
   const std::string url = "data:image/png;base64," + absl::Base64Escape(ScreenshotPngOrFile());

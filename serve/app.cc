@@ -288,11 +288,13 @@ bool App::Admit(const GenerationOptions& options, int64_t prompt_tokens, const s
 
 void App::Run(const GenerationOptions& options, std::vector<int32_t> prompt, bool chat, int logprobs,
               std::string echo, bool return_token_ids, runtime::ConstraintFactory constraint, std::shared_ptr<Responder> out,
-              std::vector<std::shared_ptr<const image::Patches>> images, int64_t expanded_tokens) {
+              std::vector<std::shared_ptr<const image::Patches>> images, int64_t expanded_tokens,
+              std::vector<std::string> tool_names) {
   const int64_t prompt_tokens = expanded_tokens >= 0 ? expanded_tokens : static_cast<int64_t>(prompt.size());
   GenerationSpec spec;
   spec.chat = chat;
   spec.reasoning = chat && options_.reasoning_parser;
+  spec.tool_names = std::move(tool_names);
   spec.stream = options.stream;
   spec.include_usage = options.include_usage;
   spec.n = options.n;
@@ -358,13 +360,45 @@ void App::Chat(const HttpRequest& http, std::shared_ptr<Responder> out) {
   ChatRequest& req = std::get<ChatRequest>(parsed);
   std::vector<std::shared_ptr<const image::Patches>> images;
   if (!LoadImages(req.messages, &images, out)) return;
-  absl::StatusOr<std::vector<int32_t>> prompt = glm::EncodeChat(*model_.tokenizer, req.messages, model_.chat);
-  if (!prompt.ok()) return Error(out, 400, std::string(prompt.status().message()), "messages");
+  absl::StatusOr<std::vector<int32_t>> prompt = glm::EncodeChat(*model_.tokenizer, req.messages, model_.chat, req.tools);
+  if (!prompt.ok()) return Error(out, 400, std::string(prompt.status().message()), req.tools.empty() ? "messages" : "tools");
   const int64_t expanded = ExpandedLength(*prompt, images);
   runtime::ConstraintFactory constraint;
   if (!Admit(req.options, expanded, out, "messages", &constraint)) return;
+  if ((req.tool_choice == ToolChoice::kRequired || req.tool_choice == ToolChoice::kFunction) &&
+      !ToolCallConstraint(req.tools, out, &constraint)) {
+    return;
+  }
+  std::vector<std::string> tool_names;
+  for (const glm::ToolFunction& f : req.tools) tool_names.push_back(f.name);
   Run(req.options, std::move(*prompt), /*chat=*/true, req.logprobs ? req.top_logprobs : -1, "", false,
-      std::move(constraint), std::move(out), std::move(images), expanded);
+      std::move(constraint), std::move(out), std::move(images), expanded, std::move(tool_names));
+}
+
+bool App::ToolCallConstraint(const std::vector<glm::ToolFunction>& tools, const std::shared_ptr<Responder>& out,
+                             runtime::ConstraintFactory* constraint) {
+  if (model_.json_vocabulary == nullptr) {
+    Error(out, 400, "'tool_choice': this model's tokenizer cannot write every JSON character", "tool_choice");
+    return false;
+  }
+  std::vector<runtime::ToolCallGrammar::Function> functions;
+  for (size_t i = 0; i < tools.size(); ++i) {
+    absl::StatusOr<std::shared_ptr<runtime::JsonSchemaGrammar>> arguments = json_schemas_->Get(ToolParametersSchema(tools[i]));
+    if (!arguments.ok()) {
+      const std::string param = absl::StrCat("tools[", i, "].function.parameters");
+      Error(out, 400, absl::StrCat("'", param, "' (function '", tools[i].name, "'): ", arguments.status().message()), param);
+      return false;
+    }
+    functions.push_back({tools[i].name, *std::move(arguments)});
+  }
+  absl::StatusOr<std::shared_ptr<runtime::ToolCallGrammar>> grammar =
+      runtime::ToolCallGrammar::Create(std::move(functions), model_.json_vocabulary);
+  if (!grammar.ok()) {
+    Error(out, 400, absl::StrCat("'tools': ", grammar.status().message()), "tools");
+    return false;
+  }
+  *constraint = [grammar = *std::move(grammar)] { return grammar->NewConstraint(); };
+  return true;
 }
 
 bool App::LoadImages(const std::vector<glm::ChatMessage>& messages,

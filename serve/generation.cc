@@ -168,7 +168,22 @@ void Generation::AddToken(Choice& c, int index, const runtime::StreamEvent& e) {
   if (spec_.stream) Flush(c, index, false);
 }
 
+std::optional<glm::ToolCall> Generation::CallOf(const Choice& c) const {
+  if (spec_.tool_names.empty() || c.finish_reason != "stop") return std::nullopt;
+  return glm::ParseToolCall(c.text, spec_.tool_names);
+}
+
+json Generation::ToolCallJson(const glm::ToolCall& call, bool with_index) {
+  json j = {{"id", NewId("call_")}, {"type", "function"}, {"function", {{"name", call.name}, {"arguments", call.arguments}}}};
+  if (with_index) j["index"] = 0;
+  return j;
+}
+
 void Generation::Flush(Choice& c, int index, bool all) {
+  if (!spec_.tool_names.empty() && !c.is_content) {
+    if (!all && glm::MayBecomeToolCall(c.text, spec_.tool_names)) return;  // held until the call or the reply shows
+    c.is_content = true;
+  }
   size_t end = c.text.size();
   if (!all && !spec_.stop.empty()) {
     size_t hold = 0;
@@ -184,7 +199,8 @@ void Generation::Flush(Choice& c, int index, bool all) {
   SendChunk(index, delta, "");
 }
 
-void Generation::SendChunk(int index, const std::string& delta, const std::string& finish_reason) {
+void Generation::SendChunk(int index, const std::string& delta, const std::string& finish_reason,
+                           const json& tool_calls) {
   Choice& c = choices_[index];
   json choice = {{"index", index}};
   json logprobs = nullptr;
@@ -219,6 +235,7 @@ void Generation::SendChunk(int index, const std::string& delta, const std::strin
     }
     if (!parts.reasoning.empty()) d["reasoning_content"] = parts.reasoning;
     if (!parts.content.empty() || d.contains("role")) d["content"] = parts.content;
+    if (!tool_calls.is_null()) d["tool_calls"] = tool_calls;
     choice["delta"] = d;
   } else {
     choice["text"] = delta;
@@ -241,6 +258,13 @@ void Generation::Finish(Choice& c, int index, const std::string& reason) {
   if (!c.stopped) c.text += c.decoder.Finish();
   record_.finish_reasons.push_back(reason);
   if (spec_.stream) {
+    if (!c.is_content) {
+      if (const std::optional<glm::ToolCall> call = CallOf(c)) {
+        SendChunk(index, "", "", json::array({ToolCallJson(*call, /*with_index=*/true)}));
+        SendChunk(index, "", "tool_calls");
+        return;
+      }
+    }
     Flush(c, index, true);
     SendChunk(index, "", reason);
   }
@@ -276,6 +300,7 @@ void Generation::Complete() {
     for (size_t i = 0; i < choices_.size(); ++i) {
       const Choice& c = choices_[i];
       json choice = {{"index", i}};
+      const std::optional<glm::ToolCall> call = spec_.chat ? CallOf(c) : std::nullopt;
       if (spec_.chat) {
         choice["message"] = {{"role", "assistant"}, {"content", c.text}};
         if (spec_.reasoning) {
@@ -285,6 +310,11 @@ void Generation::Complete() {
           choice["message"]["reasoning_content"] = parts.reasoning + rest.reasoning;
         }
         choice["logprobs"] = spec_.logprobs >= 0 ? json{{"content", c.logprobs}} : json(nullptr);
+        if (call) {
+          choice["message"] = {{"role", "assistant"},
+                               {"content", nullptr},
+                               {"tool_calls", json::array({ToolCallJson(*call, /*with_index=*/false)})}};
+        }
       } else {
         choice["text"] = spec_.echo_text + c.text;
         choice["logprobs"] = spec_.logprobs >= 0 ? c.logprobs : json(nullptr);
@@ -293,7 +323,7 @@ void Generation::Complete() {
           choice["prompt_token_ids"] = spec_.prompt_ids;
         }
       }
-      choice["finish_reason"] = c.finish_reason;
+      choice["finish_reason"] = call ? "tool_calls" : c.finish_reason;
       choices.push_back(choice);
     }
     const json body = {{"id", id_},

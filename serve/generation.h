@@ -13,6 +13,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -49,6 +50,10 @@ struct GenerationSpec {
   absl::flat_hash_set<int32_t> hidden_ids;  // ids that end a choice and never appear in its text
   int logprobs = -1;  // -1: none; else alternatives per token (chat: top_logprobs)
   bool reasoning = false;  // chat: <think>...</think> goes to reasoning_content (--reasoning-parser glm45)
+  // Chat: the functions the model was shown. An answer that ends as a call to one (models/glm/tools.h)
+  // is given as tool_calls with finish_reason "tool_calls"; a stream holds the text back while it may
+  // still become one.
+  std::vector<std::string> tool_names;
   // Completions only:
   std::string echo_text;  // prepended to each choice's text (echo)
   bool return_token_ids = false;
@@ -77,8 +82,12 @@ class Generation : public std::enable_shared_from_this<Generation> {
     ReasoningSplitter splitter;  // with spec.reasoning, streaming
     bool done = false;
     bool stopped = false;  // by a stop string or a hidden id
+    bool is_content = false;  // with tool_names: the text is a reply, not a call (so far: undecided)
     std::string finish_reason;
   };
+  // The call a finished choice's text makes, if it ended as one.
+  std::optional<glm::ToolCall> CallOf(const Choice& c) const;
+  static nlohmann::json ToolCallJson(const glm::ToolCall& call, bool with_index);
   void OnEvent(const runtime::StreamEvent& e);
   void Handle(const runtime::StreamEvent& e);
   void AddToken(Choice& c, int index, const runtime::StreamEvent& e);
@@ -86,7 +95,8 @@ class Generation : public std::enable_shared_from_this<Generation> {
   void Fail(const absl::Status& status);
   // Streams whatever of the choice's text can no longer become part of a stop string.
   void Flush(Choice& c, int index, bool all);
-  void SendChunk(int index, const std::string& delta, const std::string& finish_reason);
+  void SendChunk(int index, const std::string& delta, const std::string& finish_reason,
+                 const nlohmann::json& tool_calls = nullptr);
   void Complete();
   nlohmann::json Usage() const;
 

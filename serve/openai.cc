@@ -338,10 +338,106 @@ void ReadOptions(Reader& r, std::string_view body, const RequestLimits& limits, 
   o.skip_special_tokens = r.Bool("skip_special_tokens", true);
   r.Neutral("spaces_between_special_tokens", true);
   o.min_tokens = r.Int("min_tokens", 0, limits.max_tokens).value_or(0);
-  r.Neutral("tools", json::array());
-  r.Neutral("tool_choice", "none");
   ReadResponseFormat(r, body, o);
   ReadGuided(r, body, o);
+}
+
+// Whether `name` is a function name OpenAI takes: 1-64 of a-z, A-Z, 0-9, '_' and '-'.
+bool ValidFunctionName(const std::string& name) {
+  return !name.empty() && name.size() <= 64 && std::all_of(name.begin(), name.end(), [](char c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' || c == '-';
+  });
+}
+
+// tools: [{"type": "function", "function": {"name", "description"?, "parameters"?, "strict"?}}];
+// tool_choice: "none", "auto" (the default when there are tools), "required", or {"type":
+// "function", "function": {"name": ...}}; parallel_tool_calls: a boolean (GLM-4 writes one call a
+// turn, which either value allows). The functions are read in the client's key order: the prompt
+// shows them so.
+void ReadTools(Reader& r, std::string_view body, const RequestLimits& limits, ChatRequest& req) {
+  r.Bool("parallel_tool_calls", true);
+  if (!r.ok()) return;
+  if (r.Has("tools")) {
+    const json& tools = r["tools"];
+    if (!tools.is_array() || tools.size() > limits.max_tools) {
+      return r.Fail("tools", absl::StrCat("'tools' must be a list of at most ", limits.max_tools, " functions"));
+    }
+    const std::optional<nlohmann::ordered_json> ordered =
+        tools.empty() ? nlohmann::ordered_json::array() : OrderedValue(body, {"tools"});
+    if (!ordered || !ordered->is_array() || ordered->size() != tools.size()) {
+      return r.Fail("tools", "the body could not be read again in order");
+    }
+    absl::flat_hash_set<std::string> names;
+    for (size_t i = 0; i < ordered->size(); ++i) {
+      const nlohmann::ordered_json& t = (*ordered)[i];
+      const std::string where = absl::StrCat("tools[", i, "]");
+      const bool shaped = t.is_object() && t.size() == 2 && t.contains("type") && t["type"] == "function" &&
+                          t.contains("function") && t["function"].is_object();
+      if (!shaped) return r.Fail(where, absl::StrCat("'", where, "' must be {\"type\": \"function\", \"function\": {...}}"));
+      const nlohmann::ordered_json& f = t["function"];
+      for (const auto& [key, value] : f.items()) {
+        const bool known = (key == "name" && value.is_string()) || (key == "description" && value.is_string()) ||
+                           (key == "parameters" && value.is_object()) || (key == "strict" && (value.is_boolean() || value.is_null()));
+        if (!known) {
+          return r.Fail(where + ".function." + key,
+                        absl::StrCat("'", where, ".function' takes name, description (a string), parameters (a JSON "
+                                     "Schema object) and strict (a boolean); '", key.substr(0, 64), "' is not one of them"));
+        }
+      }
+      const std::string name = f.contains("name") ? f["name"].get<std::string>() : "";
+      if (!ValidFunctionName(name)) {
+        return r.Fail(where + ".function.name", absl::StrCat("'", where, ".function.name' must be 1-64 characters of "
+                                                             "a-z, A-Z, 0-9, '_' and '-'"));
+      }
+      if (!names.insert(name).second) {
+        return r.Fail(where + ".function.name", absl::StrCat("'tools' names the function '", name, "' twice"));
+      }
+      req.tools.push_back({name, f});
+    }
+  }
+  req.tool_choice = req.tools.empty() ? ToolChoice::kNone : ToolChoice::kAuto;
+  if (r.Has("tool_choice")) {
+    const json& choice = r["tool_choice"];
+    std::string named;
+    if (choice == "none") {
+      req.tool_choice = ToolChoice::kNone;
+    } else if (choice == "auto") {
+      req.tool_choice = ToolChoice::kAuto;
+    } else if (choice == "required") {
+      req.tool_choice = ToolChoice::kRequired;
+    } else if (choice.is_object() && choice.size() == 2 && choice.contains("type") && choice["type"] == "function" &&
+               choice.contains("function") && choice["function"].is_object() && choice["function"].size() == 1 &&
+               choice["function"].contains("name") && choice["function"]["name"].is_string()) {
+      req.tool_choice = ToolChoice::kFunction;
+      named = choice["function"]["name"].get<std::string>();
+    } else {
+      return r.Fail("tool_choice", "'tool_choice' must be \"none\", \"auto\", \"required\" or {\"type\": \"function\", "
+                                   "\"function\": {\"name\": ...}}");
+    }
+    if (req.tool_choice != ToolChoice::kNone && req.tools.empty()) {
+      return r.Fail("tool_choice", "'tool_choice' asks for a call, but the request has no 'tools'");
+    }
+    if (req.tool_choice == ToolChoice::kFunction) {
+      const auto it = std::find_if(req.tools.begin(), req.tools.end(), [&](const glm::ToolFunction& f) { return f.name == named; });
+      if (it == req.tools.end()) {
+        return r.Fail("tool_choice", absl::StrCat("'tool_choice' names the function '", named.substr(0, 64),
+                                                  "', which 'tools' does not have"));
+      }
+      glm::ToolFunction only = std::move(*it);
+      req.tools = {std::move(only)};  // GLM-4's server shows the model only the function it must call
+    }
+  }
+  if (req.tool_choice == ToolChoice::kNone) req.tools.clear();  // nothing to call: nothing shown
+  const GenerationOptions& o = req.options;
+  const bool forced = req.tool_choice == ToolChoice::kRequired || req.tool_choice == ToolChoice::kFunction;
+  if (forced && (o.json_object || o.json_schema || !o.choice.empty())) {
+    return r.Fail("tool_choice", absl::StrCat("a forced tool call cannot go with '", o.structured_param,
+                                              "': the answer is the call"));
+  }
+  if (forced && (o.ignore_eos || o.min_tokens > 0)) {
+    return r.Fail("tool_choice", absl::StrCat("a forced tool call cannot go with '", o.ignore_eos ? "ignore_eos" : "min_tokens",
+                                              "': the answer ends with the call"));
+  }
 }
 
 // A string member of `j`, or null when absent or of another type (never an exception).
@@ -380,6 +476,28 @@ std::optional<glm::ContentPart> Part(const json& part, const std::string& where,
 }
 
 // 'messages': a non-empty list of {role, content}; content a string or a list of parts.
+// An assistant message's tool_calls: [{"id"?, "type": "function", "function": {"name", "arguments": JSON text}}].
+bool ReadToolCalls(const json& calls, const std::string& where, std::vector<glm::ToolCall>* out, std::string* error) {
+  if (!calls.is_array()) {
+    *error = absl::StrCat("'", where, "' must be a list of calls");
+    return false;
+  }
+  for (size_t i = 0; i < calls.size(); ++i) {
+    const json& c = calls[i];
+    const json* f = c.is_object() && c.contains("function") ? &c["function"] : nullptr;
+    const bool valid = f != nullptr && (!c.contains("type") || c["type"] == "function") &&
+                       (!c.contains("id") || c["id"].is_string()) && StringMember(*f, "name") != nullptr &&
+                       StringMember(*f, "arguments") != nullptr;
+    if (!valid) {
+      *error = absl::StrCat("'", where, "[", i, "]' must be {\"id\": ..., \"type\": \"function\", \"function\": {\"name\": "
+                            "a string, \"arguments\": JSON text}}");
+      return false;
+    }
+    out->push_back({*StringMember(*f, "name"), *StringMember(*f, "arguments")});
+  }
+  return true;
+}
+
 void ReadMessages(Reader& r, std::vector<glm::ChatMessage>* out) {
   if (!r.ok()) return;
   if (!r.Has("messages") || !r["messages"].is_array() || r["messages"].empty()) {
@@ -391,11 +509,28 @@ void ReadMessages(Reader& r, std::vector<glm::ChatMessage>* out) {
     const std::string where = absl::StrCat("messages[", i, "]");
     const std::string* role = StringMember(m, "role");
     if (role == nullptr) return r.Fail(where + ".role", absl::StrCat("'", where, ".role' must be a string"));
-    if (*role != "system" && *role != "user" && *role != "assistant" && *role != "observation") {
-      return r.Fail(where + ".role", absl::StrCat("'", where, ".role' must be system, user, assistant or observation"));
+    if (*role != "system" && *role != "user" && *role != "assistant" && *role != "tool" && *role != "observation") {
+      return r.Fail(where + ".role", absl::StrCat("'", where, ".role' must be system, user, assistant, tool or observation"));
     }
     const json* content = m.is_object() && m.contains("content") ? &m["content"] : nullptr;
-    glm::ChatMessage message{*role, "", {}, false};
+    // A function's result is GLM's observation turn (the call it answers is the assistant turn before it).
+    glm::ChatMessage message{*role == "tool" ? "observation" : *role, "", {}, false};
+    if (*role == "tool" && m.contains("tool_call_id") && !m["tool_call_id"].is_string()) {
+      return r.Fail(where + ".tool_call_id", absl::StrCat("'", where, ".tool_call_id' must be a string"));
+    }
+    if (m.contains("tool_calls") && !m["tool_calls"].is_null()) {
+      std::string error;
+      const std::string calls_where = where + ".tool_calls";
+      if (*role != "assistant" || !ReadToolCalls(m["tool_calls"], calls_where, &message.tool_calls, &error)) {
+        return r.Fail(calls_where, *role != "assistant" ? absl::StrCat("'", calls_where, "' belongs to an assistant message")
+                                                        : error);
+      }
+      // An assistant message that made calls may have no content (OpenAI sends null).
+      if (content == nullptr || content->is_null()) {
+        out->push_back(std::move(message));
+        continue;
+      }
+    }
     if (content != nullptr && content->is_string()) {
       message.content = content->get<std::string>();
     } else if (content != nullptr && content->is_array()) {
@@ -523,9 +658,10 @@ ChatResult ParseChatRequest(std::string_view body, const RequestLimits& limits) 
                "user", "frequency_penalty", "presence_penalty", "logit_bias", "tools", "tool_choice",
                "response_format", "stop_token_ids", "include_stop_str_in_output", "skip_special_tokens",
                "spaces_between_special_tokens", "min_tokens", "guided_json", "guided_choice", "guided_regex",
-               "guided_grammar", "structured_outputs"});
+               "guided_grammar", "structured_outputs", "parallel_tool_calls"});
   ChatRequest req;
   ReadOptions(r, body, limits, req.options);
+  ReadTools(r, body, limits, req);
   CheckMinTokens(r, req.options);
   req.logprobs = r.Bool("logprobs", false);
   req.top_logprobs = static_cast<int>(r.Int("top_logprobs", 0, limits.max_top_logprobs).value_or(0));
@@ -570,6 +706,11 @@ CompletionResult ParseCompletionRequest(std::string_view body, const RequestLimi
   }
   if (!r.ok()) return *r.error();
   return req;
+}
+
+std::string ToolParametersSchema(const glm::ToolFunction& function) {
+  if (!function.object.contains("parameters")) return R"({"type":"object","additionalProperties":false})";
+  return function.object["parameters"].dump(-1, ' ', false, json::error_handler_t::replace);
 }
 
 }  // namespace ag::serve

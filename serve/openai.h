@@ -42,6 +42,7 @@ struct RequestLimits {
   size_t max_logit_bias = 1024;     // biased ids (each goes down with every step's row)
   size_t max_stop_token_ids = 64;
   size_t max_prompt_ids = 1 << 20;  // a prompt given as ids
+  size_t max_tools = 128;           // functions a request offers, as OpenAI
 };
 
 // What both endpoints share.
@@ -72,12 +73,24 @@ struct GenerationOptions {
   std::string structured_param;
 };
 
+// OpenAI's tool_choice: no call (the tools are not shown to the model), a call or a reply as the
+// model chooses, some call, or a call to the one function named.
+enum class ToolChoice { kNone, kAuto, kRequired, kFunction };
+
 struct ChatRequest {
   GenerationOptions options;
-  std::vector<glm::ChatMessage> messages;
+  std::vector<glm::ChatMessage> messages;  // role "tool" is read as GLM's "observation"
   bool logprobs = false;
   int top_logprobs = 0;
+  // The functions the prompt lists (models/glm/tools.h): all of `tools`, only the one tool_choice
+  // names, or none for "none". Each one's object is in the client's key order.
+  std::vector<glm::ToolFunction> tools;
+  ToolChoice tool_choice = ToolChoice::kNone;
 };
+
+// The JSON Schema of a function's arguments, as text in the client's order: its `parameters`, or,
+// without them, an object with no properties (OpenAI: no parameters).
+std::string ToolParametersSchema(const glm::ToolFunction& function);
 
 struct CompletionRequest {
   GenerationOptions options;

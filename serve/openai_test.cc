@@ -203,6 +203,97 @@ TEST(OpenAi, ParsesResponseFormat) {
 }
 
 // Each bad body is a 400 naming the field at fault.
+// OpenAI's tools: the functions in the client's key order, tool_choice, calls and results in the history.
+TEST(OpenAi, ParsesTools) {
+  const char* tools = R"("tools": [
+      {"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object",
+          "properties": {"zip": {"type": "string"}, "city": {"type": "string"}}, "required": ["city"]},
+          "description": "Weather", "strict": true}},
+      {"type": "function", "function": {"name": "now"}}])";
+  const std::string history = R"("messages": [{"role": "user", "content": "weather?"},
+      {"role": "assistant", "content": null, "tool_calls": [{"id": "call_1", "type": "function",
+          "function": {"name": "get_weather", "arguments": "{\"city\": \"Paris\"}"}}]},
+      {"role": "tool", "tool_call_id": "call_1", "content": [{"type": "text", "text": "21 C"}]}])";
+  ChatResult r = ParseChatRequest(absl::StrCat("{\"model\": \"m\", ", history, ", ", tools, ", \"parallel_tool_calls\": false}"));
+  ASSERT_TRUE(std::holds_alternative<ChatRequest>(r)) << std::get<ApiError>(r).message;
+  const ChatRequest& c = std::get<ChatRequest>(r);
+  EXPECT_EQ(c.tool_choice, ToolChoice::kAuto);
+  ASSERT_EQ(c.tools.size(), 2u);
+  EXPECT_EQ(c.tools[0].name, "get_weather");
+  EXPECT_EQ(c.tools[0].object.dump(), R"({"name":"get_weather","parameters":{"type":"object","properties":{"zip":{"type":"string"},)"
+                                      R"("city":{"type":"string"}},"required":["city"]},"description":"Weather","strict":true})")
+      << "the client's order";
+  EXPECT_EQ(ToolParametersSchema(c.tools[0]),
+            R"({"type":"object","properties":{"zip":{"type":"string"},"city":{"type":"string"}},"required":["city"]})");
+  EXPECT_EQ(ToolParametersSchema(c.tools[1]), R"({"type":"object","additionalProperties":false})");
+  ASSERT_EQ(c.messages.size(), 3u);
+  EXPECT_TRUE(c.messages[1].content.empty());
+  ASSERT_EQ(c.messages[1].tool_calls.size(), 1u);
+  EXPECT_EQ(c.messages[1].tool_calls[0].name, "get_weather");
+  EXPECT_EQ(c.messages[1].tool_calls[0].arguments, R"({"city": "Paris"})");
+  EXPECT_EQ(c.messages[2].role, "observation");
+  // tool_choice: none shows no tools; a named function is the only one shown.
+  r = ParseChatRequest(absl::StrCat("{\"model\": \"m\", ", history, ", ", tools, R"(, "tool_choice": "none"})"));
+  ASSERT_TRUE(std::holds_alternative<ChatRequest>(r));
+  EXPECT_EQ(std::get<ChatRequest>(r).tool_choice, ToolChoice::kNone);
+  EXPECT_TRUE(std::get<ChatRequest>(r).tools.empty());
+  r = ParseChatRequest(absl::StrCat("{\"model\": \"m\", ", history, ", ", tools, R"(, "tool_choice": {"type": "function", "function": {"name": "now"}}})"));
+  ASSERT_TRUE(std::holds_alternative<ChatRequest>(r));
+  EXPECT_EQ(std::get<ChatRequest>(r).tool_choice, ToolChoice::kFunction);
+  ASSERT_EQ(std::get<ChatRequest>(r).tools.size(), 1u);
+  EXPECT_EQ(std::get<ChatRequest>(r).tools[0].name, "now");
+  r = ParseChatRequest(absl::StrCat("{\"model\": \"m\", ", history, ", ", tools, R"(, "tool_choice": "required"})"));
+  ASSERT_TRUE(std::holds_alternative<ChatRequest>(r));
+  EXPECT_EQ(std::get<ChatRequest>(r).tool_choice, ToolChoice::kRequired);
+  EXPECT_EQ(std::get<ChatRequest>(r).tools.size(), 2u);
+  // An empty list is no tools.
+  r = ParseChatRequest(R"({"model": "m", "messages": [{"role": "user", "content": "x"}], "tools": [], "tool_choice": "none"})");
+  ASSERT_TRUE(std::holds_alternative<ChatRequest>(r));
+  EXPECT_EQ(std::get<ChatRequest>(r).tool_choice, ToolChoice::kNone);
+
+  const std::string user = R"("messages": [{"role": "user", "content": "x"}])";
+  const struct {
+    std::string body;
+    const char* param;
+  } bad[] = {
+      {absl::StrCat("{\"model\": \"m\", ", user, R"(, "tools": {}})"), "tools"},
+      {absl::StrCat("{\"model\": \"m\", ", user, R"(, "tools": [{"type": "code_interpreter"}]})"), "tools[0]"},
+      {absl::StrCat("{\"model\": \"m\", ", user, R"(, "tools": [{"type": "function", "function": {"name": "a b"}}]})"), "tools[0].function.name"},
+      {absl::StrCat("{\"model\": \"m\", ", user, R"(, "tools": [{"type": "function", "function": {}}]})"), "tools[0].function.name"},
+      {absl::StrCat("{\"model\": \"m\", ", user, R"(, "tools": [{"type": "function", "function": {"name": ")", std::string(65, 'a'), R"("}}]})"),
+       "tools[0].function.name"},
+      {absl::StrCat("{\"model\": \"m\", ", user, R"(, "tools": [{"type": "function", "function": {"name": "a", "parameters": "{}"}}]})"),
+       "tools[0].function.parameters"},
+      {absl::StrCat("{\"model\": \"m\", ", user, R"(, "tools": [{"type": "function", "function": {"name": "a", "returns": 1}}]})"),
+       "tools[0].function.returns"},
+      {absl::StrCat("{\"model\": \"m\", ", user, R"(, "tools": [{"type": "function", "function": {"name": "a"}},
+                                              {"type": "function", "function": {"name": "a"}}]})"), "tools[1].function.name"},
+      {absl::StrCat("{\"model\": \"m\", ", user, R"(, "tool_choice": "auto"})"), "tool_choice"},
+      {absl::StrCat("{\"model\": \"m\", ", user, ", ", tools, R"(, "tool_choice": "any"})"), "tool_choice"},
+      {absl::StrCat("{\"model\": \"m\", ", user, ", ", tools, R"(, "tool_choice": {"type": "function", "function": {"name": "later"}}})"), "tool_choice"},
+      {absl::StrCat("{\"model\": \"m\", ", user, ", ", tools, R"(, "tool_choice": "required", "response_format": {"type": "json_object"}})"), "tool_choice"},
+      {absl::StrCat("{\"model\": \"m\", ", user, ", ", tools, R"(, "tool_choice": "required", "ignore_eos": true})"), "tool_choice"},
+      {absl::StrCat("{\"model\": \"m\", ", user, R"(, "parallel_tool_calls": 1})"), "parallel_tool_calls"},
+      {R"({"model": "m", "messages": [{"role": "user", "content": "x", "tool_calls": []}]})", "messages[0].tool_calls"},
+      {R"({"model": "m", "messages": [{"role": "assistant", "tool_calls": [{"function": {"name": "a", "arguments": {}}}]}]})",
+       "messages[0].tool_calls"},
+      {R"({"model": "m", "messages": [{"role": "assistant", "tool_calls": {}}]})", "messages[0].tool_calls"},
+      {R"({"model": "m", "messages": [{"role": "assistant", "content": null}]})", "messages[0].content"},
+      {R"({"model": "m", "messages": [{"role": "tool", "tool_call_id": 5, "content": "x"}]})", "messages[0].tool_call_id"},
+      {R"({"model": "m", "messages": [{"role": "function", "content": "x"}]})", "messages[0].role"},
+  };
+  for (const auto& c : bad) {
+    const ChatResult e = ParseChatRequest(c.body);
+    ASSERT_TRUE(std::holds_alternative<ApiError>(e)) << c.body;
+    EXPECT_EQ(std::get<ApiError>(e).param, c.param) << c.body << " -> " << std::get<ApiError>(e).message;
+  }
+  RequestLimits few;
+  few.max_tools = 1;
+  const ChatResult e = ParseChatRequest(absl::StrCat("{\"model\": \"m\", ", user, ", ", tools, "}"), few);
+  ASSERT_TRUE(std::holds_alternative<ApiError>(e));
+  EXPECT_EQ(std::get<ApiError>(e).param, "tools");
+}
+
 TEST(OpenAi, BadBodiesNameTheField) {
   const struct {
     const char* body;

@@ -175,6 +175,10 @@ absl::StatusOr<std::string> RenderGlm4vChat(const std::vector<ChatMessage>& mess
                                                      "', which GLM-4.1V's template does not render (system, user, "
                                                      "assistant)"));
     }
+    if (!m.tool_calls.empty()) {
+      return absl::InvalidArgumentError(absl::StrCat("chat message ", i, " has tool calls, which GLM-4.1V's template does "
+                                                     "not render"));
+    }
     ASSIGN_OR_RETURN(const std::string content, ContentText(m, i, options.content_format, m.role == "user"));
     absl::StrAppend(&out, "<|", m.role, "|>\n", content);
   }
@@ -190,8 +194,9 @@ absl::StatusOr<std::vector<int32_t>> EncodeChat(const Tokenizer& tokenizer, cons
 }
 
 absl::StatusOr<std::vector<int32_t>> EncodeChat(const Tokenizer& tokenizer, const std::vector<ChatMessage>& messages,
-                                                const ChatOptions& options) {
+                                                const ChatOptions& options, const std::vector<ToolFunction>& tools) {
   if (options.chat_template == ChatTemplate::kGlm4v) {
+    if (!tools.empty()) return absl::InvalidArgumentError("GLM-4.1V's chat template renders no tools");
     ASSIGN_OR_RETURN(const std::string text, RenderGlm4vChat(messages, options));
     return tokenizer.Encode(text, /*allow_special=*/true);
   }
@@ -205,18 +210,28 @@ absl::StatusOr<std::vector<int32_t>> EncodeChat(const Tokenizer& tokenizer, cons
     ASSIGN_OR_RETURN(const int32_t id, special(prefix));
     ids.push_back(id);
   }
+  // A turn: `<|role|>`, then the metadata (a call's function name), a newline and the content as text.
+  auto turn = [&](const std::string& role, absl::string_view metadata, absl::string_view content) -> absl::Status {
+    ASSIGN_OR_RETURN(const int32_t marker, special(absl::StrCat("<|", role, "|>")));
+    ids.push_back(marker);
+    const std::vector<int32_t> body = tokenizer.Encode(absl::StrCat(metadata, "\n", content));
+    ids.insert(ids.end(), body.begin(), body.end());
+    return absl::OkStatus();
+  };
+  if (!tools.empty()) RETURN_IF_ERROR(turn("system", "", ToolsSystemText(tools)));
   for (size_t i = 0; i < messages.size(); ++i) {
     const ChatMessage& m = messages[i];
     if (m.role != "system" && m.role != "user" && m.role != "assistant" && m.role != "observation") {
       return absl::InvalidArgumentError(absl::StrCat("chat message ", i, " has unknown role '", m.role,
                                                      "' (system, user, assistant, observation)"));
     }
-    ASSIGN_OR_RETURN(const int32_t role, special(absl::StrCat("<|", m.role, "|>")));
-    ids.push_back(role);
+    if (!m.tool_calls.empty() && m.role != "assistant") {
+      return absl::InvalidArgumentError(absl::StrCat("chat message ", i, " (", m.role, ") has tool calls"));
+    }
     // GLM-4 takes no images: a list of parts must be all text.
     ASSIGN_OR_RETURN(const std::string content, ContentText(m, i, ContentFormat::kString, /*images_in_place=*/false));
-    const std::vector<int32_t> body = tokenizer.Encode(absl::StrCat("\n", content));
-    ids.insert(ids.end(), body.begin(), body.end());
+    if (!content.empty()) RETURN_IF_ERROR(turn(m.role, "", content));
+    for (const ToolCall& call : m.tool_calls) RETURN_IF_ERROR(turn("assistant", call.name, call.arguments));
   }
   if (options.add_generation_prompt) {
     ASSIGN_OR_RETURN(const int32_t assistant, special("<|assistant|>"));

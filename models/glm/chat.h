@@ -18,6 +18,7 @@
 
 #include "absl/status/statusor.h"
 #include "models/glm/tokenizer.h"
+#include "models/glm/tools.h"
 
 namespace ag::glm {
 
@@ -33,6 +34,7 @@ struct ChatMessage {
   std::string content;             // the content, when it is a string
   std::vector<ContentPart> parts;  // the content, when it is a list (has_parts)
   bool has_parts = false;
+  std::vector<ToolCall> tool_calls;  // assistant: the calls it made, each a turn after its content (tools.h)
 };
 
 // The chat templates this engine renders.
@@ -67,9 +69,12 @@ int64_t CountImages(const std::vector<ChatMessage>& messages);
 // GLM-4.1V's template rendered to text (before tokenization).
 absl::StatusOr<std::string> RenderGlm4vChat(const std::vector<ChatMessage>& messages, const ChatOptions& options);
 
-// The chat as prompt ids: each image is one image token (the engine expands it).
+// The chat as prompt ids: each image is one image token (the engine expands it). `tools`, when
+// any, are a system turn in front (GLM-4's template only: GLM-4.1V's renders none). As GLM-4's
+// template does, a turn whose content is empty is left out (GLM-4.1V's renders it).
 absl::StatusOr<std::vector<int32_t>> EncodeChat(const Tokenizer& tokenizer, const std::vector<ChatMessage>& messages,
-                                                const ChatOptions& options = {});
+                                                const ChatOptions& options = {},
+                                                const std::vector<ToolFunction>& tools = {});
 absl::StatusOr<std::vector<int32_t>> EncodeChat(const Tokenizer& tokenizer, const std::vector<ChatMessage>& messages,
                                                 bool add_generation_prompt);
 

@@ -89,6 +89,14 @@ def main(out, compile_tool):
     put(out, "openai", "json-schema", json.dumps({"model": "glm", "prompt": "x", "max_tokens": 8, "response_format": {
         "type": "json_schema", "json_schema": {"name": "s", "strict": True, "schema": {
             "type": "object", "properties": {"b": {"type": "integer"}, "a": {"enum": ["x", 1]}}, "required": ["b"]}}}}))
+    put(out, "openai", "tools", json.dumps({"model": "glm", "messages": [
+        {"role": "user", "content": "x"},
+        {"role": "assistant", "content": None, "tool_calls": [{"id": "c", "type": "function",
+                                                                "function": {"name": "f", "arguments": "{}"}}]},
+        {"role": "tool", "tool_call_id": "c", "content": "1.5e-05"}],
+        "tools": [{"type": "function", "function": {"name": "f", "description": "\u5929\n", "parameters": {
+            "type": "object", "properties": {"b": {"type": "integer", "maximum": 1e-3}, "a": {"type": "string"}}}}}],
+        "tool_choice": {"type": "function", "function": {"name": "f"}}, "parallel_tool_calls": False}))
     put(out, "openai", "guided", json.dumps({"model": "glm", "messages": [{"role": "user", "content": "x"}],
                                              "guided_choice": ["yes", "no"], "max_tokens": 4}))
     put(out, "openai", "guided-json", json.dumps({"model": "glm", "prompt": "x", "guided_json": '{"type": "array"}',

@@ -25,7 +25,13 @@ void Check(const Result& r) {
 }
 
 void ParseEverywhere(std::string_view body) {
-  Check(ag::serve::ParseChatRequest(body));
+  const ag::serve::ChatResult chat = ag::serve::ParseChatRequest(body);
+  Check(chat);
+  if (const auto* req = std::get_if<ag::serve::ChatRequest>(&chat)) {  // what the prompt and a grammar take of the tools
+    for (const ag::glm::ToolFunction& f : req->tools) {
+      if (ag::glm::PythonJsonDumps(f.object, 4).empty() || ag::serve::ToolParametersSchema(f).empty()) __builtin_trap();
+    }
+  }
   Check(ag::serve::ParseCompletionRequest(body));
   Check(ag::serve::ParseTokenizeRequest(body));
   Check(ag::serve::ParseDetokenizeRequest(body, 300));
@@ -38,7 +44,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   ParseEverywhere(body);
   const size_t depth = 60 + size * 16 % 65536;
   for (const char* field : {"stop", "messages", "prompt", "tokens", "stream_options", "logit_bias", "stop_token_ids",
-                            "response_format"}) {
+                            "response_format", "tools", "tool_choice"}) {
     const std::string nested = std::string(R"({"model": "m", ")") + field + "\": " + std::string(depth, '[') +
                                std::string(body) + std::string(depth, ']') + "}";
     ParseEverywhere(nested);

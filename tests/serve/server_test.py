@@ -562,6 +562,114 @@ class Main(unittest.TestCase):
         self.assertEqual(completion(self.s, "the thing"), solo)
 
 
+class Tools(unittest.TestCase):
+    """Function calling, on a copy of the tiny model whose context holds GLM-4's tool prompt (its
+    Chinese preamble alone is ~250 of the byte-level fixture's tokens)."""
+
+    @classmethod
+    def setUpClass(cls):
+        ensure_tokenizer()
+        cls.dir = tempfile.TemporaryDirectory()
+        for name in os.listdir(MODEL):
+            if name != "config.json":
+                os.symlink(os.path.abspath(os.path.join(MODEL, name)), os.path.join(cls.dir.name, name))
+        with open(os.path.join(MODEL, "config.json")) as f:
+            config = json.load(f)
+        config["max_position_embeddings"] = 4096
+        with open(os.path.join(cls.dir.name, "config.json"), "w") as f:
+            json.dump(config, f)
+        cls.s = Server("--served-model-name", NAME, model=cls.dir.name)
+
+    @classmethod
+    def tearDownClass(cls):
+        code = cls.s.stop()
+        cls.dir.cleanup()
+        assert code == 0, "exit status %d; log:\n%s" % (code, "".join(cls.s.log))
+
+    def test_tools(self):
+        """Function calling in GLM-4's form through the openai client: a forced call (tool_choice
+        "required" or named) is a call to one of the functions with arguments its parameters schema
+        validates (pydantic's verdict), given as tool_calls with finish_reason "tool_calls",
+        streamed alike; the functions are in the prompt unless tool_choice is "none"; a call and its
+        result in the history are taken; a schema a forced call cannot enforce is a 400 naming it."""
+        from pydantic import BaseModel, Field
+
+        class Weather(BaseModel):
+            city: str = Field(max_length=8)
+
+        class Tap(BaseModel):
+            x: int = Field(ge=0, le=1080)
+            y: int = Field(ge=0, lt=2400)
+
+        def function(name, model):
+            return {"type": "function", "function": {"name": name, "description": f"the {name} function",
+                                                     "parameters": model.model_json_schema()}}
+
+        tools = [function("get_weather", Weather), function("tap", Tap)]
+        models = {"get_weather": Weather, "tap": Tap}
+        c = self.s.client()
+        messages = [{"role": "user", "content": "tap the weather"}]
+        bias = {"1": 100, str(ord('"')): 3, str(ord("}")): 3}
+        seen = set()
+        for seed in range(6):
+            r = c.chat.completions.create(model=NAME, messages=messages, tools=tools, tool_choice="required",
+                                          max_tokens=120, seed=seed, logit_bias=bias)
+            ch = r.choices[0]
+            self.assertEqual(ch.finish_reason, "tool_calls", ch.message)
+            self.assertIsNone(ch.message.content)
+            self.assertEqual(len(ch.message.tool_calls), 1)
+            call = ch.message.tool_calls[0]
+            self.assertTrue(call.id.startswith("call_"))
+            models[call.function.name].model_validate_json(call.function.arguments)  # pydantic's verdict
+            seen.add(call.function.name)
+            if seed == 0:  # the stream gives the same call in its delta
+                stream = list(c.chat.completions.create(model=NAME, messages=messages, tools=tools, tool_choice="required",
+                                                        max_tokens=120, seed=seed, logit_bias=bias, stream=True))
+                deltas = [d.choices[0].delta for d in stream if d.choices]
+                calls = [t for d in deltas for t in (d.tool_calls or [])]
+                self.assertEqual([(t.function.name, t.function.arguments) for t in calls],
+                                 [(call.function.name, call.function.arguments)])
+                self.assertEqual("".join(d.content or "" for d in deltas), "")
+                self.assertEqual(stream[-1].choices[0].finish_reason, "tool_calls")
+        self.assertGreater(len(seen), 0)
+        named = c.chat.completions.create(model=NAME, messages=messages, tools=tools, max_tokens=120, seed=1,
+                                          logit_bias=bias, n=3,
+                                          tool_choice={"type": "function", "function": {"name": "tap"}})
+        for ch in named.choices:
+            self.assertEqual((ch.finish_reason, ch.message.tool_calls[0].function.name), ("tool_calls", "tap"))
+            Tap.model_validate_json(ch.message.tool_calls[0].function.arguments)
+        # The functions are in the prompt (auto, the default), not with "none"; the history's call and result too.
+        plain = c.chat.completions.create(model=NAME, messages=messages, max_tokens=1).usage.prompt_tokens
+        auto = c.chat.completions.create(model=NAME, messages=messages, tools=tools, max_tokens=1).usage.prompt_tokens
+        none = c.chat.completions.create(model=NAME, messages=messages, tools=tools, tool_choice="none",
+                                         max_tokens=1).usage.prompt_tokens
+        self.assertGreater(auto, plain + 200)
+        self.assertEqual(none, plain)
+        history = messages + [{"role": "assistant", "content": None, "tool_calls": [{
+            "id": "call_1", "type": "function", "function": {"name": "tap", "arguments": '{"x": 1, "y": 2}'}}]},
+                              {"role": "tool", "tool_call_id": "call_1", "content": "tapped"}]
+        r = c.chat.completions.create(model=NAME, messages=history, tools=tools, max_tokens=8, seed=2)
+        self.assertGreater(r.usage.prompt_tokens, auto + len('tap\n{"x": 1, "y": 2}tapped'))
+        self.assertIn(r.choices[0].finish_reason, ("stop", "length", "tool_calls"))
+        # Greedy with auto: a reply (this model's) streams as content, the same as the whole answer.
+        whole = c.chat.completions.create(model=NAME, messages=messages, tools=tools, max_tokens=20, temperature=0)
+        streamed = c.chat.completions.create(model=NAME, messages=messages, tools=tools, max_tokens=20, temperature=0,
+                                             stream=True)
+        text = "".join(d.choices[0].delta.content or "" for d in streamed if d.choices)
+        if whole.choices[0].message.tool_calls is None:
+            self.assertEqual(text, whole.choices[0].message.content)
+        # A schema a forced call cannot enforce is refused by name; unforced, it is only shown.
+        odd = [{"type": "function", "function": {"name": "f", "parameters": {"type": "object", "properties": {
+            "s": {"type": "string", "pattern": "a+"}}}}}]
+        status, body = self.s.post("/v1/chat/completions", {"model": NAME, "messages": messages, "tools": odd,
+                                                            "tool_choice": "required", "max_tokens": 1})
+        self.assertEqual((status, body["error"]["param"]), (400, "tools[0].function.parameters"), body)
+        self.assertIn("'pattern' is not supported", body["error"]["message"])
+        status, body = self.s.post("/v1/chat/completions", {"model": NAME, "messages": messages, "tools": odd,
+                                                            "max_tokens": 1})
+        self.assertEqual(status, 200, body)
+
+
 class TensorParallel(unittest.TestCase):
     """--tp 2 on the CPU (two ranks as threads): the same greedy tokens as autoglm-run at tp 1,
     batched requests included; a degree the heads refuse is a one-line error at start-up."""

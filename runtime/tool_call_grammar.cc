@@ -1,0 +1,74 @@
+#include "runtime/tool_call_grammar.h"
+
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+
+namespace ag::runtime {
+
+bool ToolCallState::Feed(uint8_t c) {
+  if (grammar_ == nullptr) return false;
+  if (tool_ >= 0) return arguments_.Feed(c);
+  const std::vector<ToolCallGrammar::Function>& functions = grammar_->functions();
+  if (c == '\n') {
+    for (size_t i = 0; i < functions.size(); ++i) {
+      if (functions[i].name == name_) {
+        tool_ = static_cast<int>(i);
+        arguments_ = functions[i].arguments->Start();
+        name_.clear();
+        return true;
+      }
+    }
+    return false;
+  }
+  name_ += static_cast<char>(c);
+  for (const ToolCallGrammar::Function& f : functions) {
+    if (f.name.starts_with(name_)) return true;
+  }
+  return false;
+}
+
+bool ToolCallState::Feed(absl::string_view bytes) {
+  for (const char c : bytes) {
+    if (!Feed(static_cast<uint8_t>(c))) return false;
+  }
+  return true;
+}
+
+absl::StatusOr<std::shared_ptr<ToolCallGrammar>> ToolCallGrammar::Create(std::vector<Function> functions,
+                                                                         std::shared_ptr<JsonVocabulary> vocabulary) {
+  if (functions.empty()) return absl::InvalidArgumentError("a tool call needs at least one function");
+  if (!vocabulary->HasByteToken('\n')) {
+    return absl::FailedPreconditionError("the tokenizer has no token for the newline a tool call needs");
+  }
+  absl::flat_hash_set<std::string> seen;
+  for (const Function& f : functions) {
+    if (f.name.empty() || !seen.insert(f.name).second || f.arguments == nullptr ||
+        &f.arguments->vocabulary() != vocabulary.get()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("function '", f.name, "' is unnamed, named twice, or has no arguments' grammar over this vocabulary"));
+    }
+    for (const char c : f.name) {
+      if (c == '\n' || !vocabulary->HasByteToken(static_cast<uint8_t>(c))) {
+        return absl::FailedPreconditionError(absl::StrFormat(
+            "the tokenizer has no token for byte 0x%02X, which function '%s' needs", static_cast<uint8_t>(c), f.name));
+      }
+    }
+  }
+  return std::make_shared<ToolCallGrammar>(std::move(functions), std::move(vocabulary));
+}
+
+Mask ToolCallGrammar::Allowed(const ToolCallState& state) {
+  if (state.tool() >= 0) return functions_[static_cast<size_t>(state.tool())].arguments->Allowed(state.arguments());
+  // While the name is written every token is walked in full (a long one may reach into the
+  // arguments), so a name's prefix alone decides the mask.
+  return *name_masks_.Get(state.name(), [&]() -> absl::StatusOr<Mask> {
+    return std::make_shared<const std::vector<uint64_t>>(vocabulary_->Walk(state));
+  });
+}
+
+std::unique_ptr<TokenConstraint> ToolCallGrammar::NewConstraint() {
+  return std::make_unique<AutomatonConstraint<ToolCallGrammar, ToolCallState>>(shared_from_this(), *vocabulary_, Start());
+}
+
+}  // namespace ag::runtime

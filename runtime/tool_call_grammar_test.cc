@@ -1,0 +1,181 @@
+#include "runtime/tool_call_grammar.h"
+
+#include <gtest/gtest.h>
+
+#include <random>
+
+#include "models/glm/tools.h"
+
+namespace ag::runtime {
+namespace {
+
+constexpr char kWeather[] =
+    R"({"type": "object", "properties": {"city": {"type": "string", "maxLength": 8}}, "required": ["city"]})";
+constexpr char kNoArguments[] = R"({"type": "object", "additionalProperties": false})";
+constexpr char kTap[] = R"({"type": "object", "properties": {"x": {"type": "integer", "minimum": 0, "maximum": 1080},
+    "y": {"type": "integer", "minimum": 0, "maximum": 2400}}, "required": ["x", "y"]})";
+
+// Every byte a token, and pieces that cross from a name into its arguments.
+struct Vocabulary {
+  std::vector<std::string> tokens;
+  std::shared_ptr<JsonVocabulary> v;
+  int32_t ordinary = 0, vocab = 0;
+  Vocabulary() {
+    for (int b = 0; b < 256; ++b) tokens.push_back(std::string(1, static_cast<char>(b)));
+    for (const char* t : {"get", "_weather", "get_weather", "weather\n", "\n{", "\n{\"", "get\n{}", "tap\n{\"x\":", "\"city",
+                          "\":\"", "\"}", "12", "},", "\n", "ge", "t\n", "\n\n", "{\"x\":1,\"y\":2}"}) {
+      tokens.push_back(t);
+    }
+    ordinary = static_cast<int32_t>(tokens.size());
+    vocab = ordinary + 3;
+    v = *JsonVocabulary::Build(ordinary, vocab, [this](int32_t id, std::string* out) {
+      *out = tokens[static_cast<size_t>(id)];
+      return true;
+    });
+  }
+};
+
+std::shared_ptr<ToolCallGrammar> Grammar(const std::shared_ptr<JsonVocabulary>& v,
+                                         const std::vector<std::pair<std::string, const char*>>& functions) {
+  std::vector<ToolCallGrammar::Function> fs;
+  for (const auto& [name, schema] : functions) {
+    fs.push_back({name, *JsonSchemaGrammar::Create(*JsonSchema::Compile(schema), v)});
+  }
+  absl::StatusOr<std::shared_ptr<ToolCallGrammar>> g = ToolCallGrammar::Create(std::move(fs), v);
+  EXPECT_TRUE(g.ok()) << g.status();
+  return g.ok() ? *g : nullptr;
+}
+
+bool Whole(ToolCallGrammar& g, const std::string& text) {
+  ToolCallState s = g.Start();
+  return s.Feed(text) && s.Complete();
+}
+
+TEST(ToolCallGrammar, TakesANameANewlineAndArgumentsItsSchemaValidates) {
+  Vocabulary voc;
+  std::shared_ptr<ToolCallGrammar> g = Grammar(voc.v, {{"get_weather", kWeather}, {"get", kNoArguments}, {"tap", kTap}});
+  ASSERT_NE(g, nullptr);
+  for (const char* call : {"get_weather\n{\"city\":\"Paris\"}", "get\n{}", "tap\n{\"x\":1080,\"y\":0}",
+                           "tap\n{\"x\": 5, \"y\": 2399}"}) {
+    EXPECT_TRUE(Whole(*g, call)) << call;
+  }
+  for (const char* refused : {
+           "get_weather\n{}",                          // city is required
+           "get_weather\n{\"city\":\"Amsterdam!\"}",   // maxLength
+           "get\n{\"a\":1}",                           // no arguments
+           "tap\n{\"x\":1081,\"y\":0}",                // maximum
+           "get_weathe\n{\"city\":\"a\"}",             // not a function's name
+           "\nget\n{}",                                // a reply, not a call
+           "get_weather{\"city\":\"a\"}",              // the newline
+           "get_weather \n{\"city\":\"a\"}",
+           "Get\n{}",
+           "get\n{}\n",                                // nothing after the arguments
+       }) {
+    EXPECT_FALSE(Whole(*g, refused)) << refused;
+  }
+}
+
+// Along calls, every state's mask is exactly the tokens whose bytes the state takes -- in the name,
+// across the newline and in the arguments -- and the constraint takes the call token by token.
+TEST(ToolCallGrammar, MasksAreTheTokensAStateTakes) {
+  Vocabulary voc;
+  std::shared_ptr<ToolCallGrammar> g = Grammar(voc.v, {{"get_weather", kWeather}, {"get", kNoArguments}, {"tap", kTap}});
+  ASSERT_NE(g, nullptr);
+  int states = 0;
+  for (const std::string text : {"get_weather\n{\"city\":\"Paris\"}", "get\n{}", "tap\n{\"x\":12,\"y\":2400}"}) {
+    ToolCallState s = g->Start();
+    for (size_t i = 0; i <= text.size(); ++i) {
+      const Mask mask = g->Allowed(s);
+      for (int32_t id = 0; id < voc.vocab; ++id) {
+        ToolCallState t = s;
+        const bool takes = id < voc.ordinary && t.Feed(voc.tokens[static_cast<size_t>(id)]);
+        ASSERT_EQ(MaskAllows(*mask, voc.vocab, id), takes) << "after " << i << " bytes of " << text << ", token " << id;
+      }
+      ++states;
+      if (i < text.size()) ASSERT_TRUE(s.Feed(static_cast<uint8_t>(text[i])));
+    }
+    EXPECT_TRUE(s.Complete());
+    std::unique_ptr<TokenConstraint> c = g->NewConstraint();
+    c->Prepare({});
+    for (const char ch : text) ASSERT_TRUE(c->Accept(static_cast<uint8_t>(ch))) << text;
+    EXPECT_TRUE(c->Complete());
+  }
+  EXPECT_GT(states, 40);
+  // Tokens that cross from the name into the arguments are taken whole.
+  std::unique_ptr<TokenConstraint> c = g->NewConstraint();
+  const auto id_of = [&](const std::string& t) {
+    return static_cast<int32_t>(std::find(voc.tokens.begin(), voc.tokens.end(), t) - voc.tokens.begin());
+  };
+  EXPECT_TRUE(c->Accept(id_of("tap\n{\"x\":")));
+  EXPECT_FALSE(c->Complete());
+  EXPECT_TRUE(c->Accept(id_of("12")));
+  EXPECT_TRUE(c->Accept(id_of(",")));
+  std::unique_ptr<TokenConstraint> whole = g->NewConstraint();
+  EXPECT_TRUE(whole->Accept(id_of("get\n{}")));
+  EXPECT_TRUE(whole->Complete());
+}
+
+// Random walks by byte: never stuck before a call is whole, and every whole one is a call GLM-4's
+// parser reads back with its function's name.
+TEST(ToolCallGrammar, NeverStuckAndWholeOnlyAsACall) {
+  Vocabulary voc;
+  std::shared_ptr<ToolCallGrammar> g = Grammar(voc.v, {{"get_weather", kWeather}, {"get", kNoArguments}, {"tap", kTap}});
+  ASSERT_NE(g, nullptr);
+  const std::vector<std::string> names = {"get_weather", "get", "tap"};
+  std::mt19937 rng(3);
+  const std::string structural = "\"{}:,0123456789\n_getwarp";
+  int whole = 0;
+  for (int walk = 0; walk < 300; ++walk) {
+    ToolCallState s = g->Start();
+    std::string written;
+    for (int step = 0; step < 200 && !s.Complete(); ++step) {
+      std::vector<uint8_t> next, preferred;
+      for (int b = 0; b < 256; ++b) {
+        ToolCallState t = s;
+        if (!t.Feed(static_cast<uint8_t>(b))) continue;
+        next.push_back(static_cast<uint8_t>(b));
+        if (structural.find(static_cast<char>(b)) != std::string::npos) preferred.push_back(static_cast<uint8_t>(b));
+      }
+      ASSERT_FALSE(next.empty()) << "stuck after " << written;
+      const std::vector<uint8_t>& pool = !preferred.empty() && rng() % 4 != 0 ? preferred : next;
+      const uint8_t b = pool[rng() % pool.size()];
+      ASSERT_TRUE(s.Feed(b));
+      written += static_cast<char>(b);
+    }
+    if (!s.Complete()) continue;
+    ++whole;
+    const std::optional<glm::ToolCall> call = glm::ParseToolCall(written, names);
+    ASSERT_TRUE(call.has_value()) << written;
+    EXPECT_EQ(call->name, names[static_cast<size_t>(s.tool())]);
+  }
+  EXPECT_GT(whole, 100);
+}
+
+TEST(ToolCallGrammar, RefusesWhatItCannotWrite) {
+  Vocabulary voc;
+  auto arguments = *JsonSchemaGrammar::Create(*JsonSchema::Compile(kNoArguments), voc.v);
+  EXPECT_FALSE(ToolCallGrammar::Create({}, voc.v).ok());
+  EXPECT_FALSE(ToolCallGrammar::Create({{"", arguments}}, voc.v).ok());
+  EXPECT_FALSE(ToolCallGrammar::Create({{"a", arguments}, {"a", arguments}}, voc.v).ok());
+  EXPECT_FALSE(ToolCallGrammar::Create({{"a\nb", arguments}}, voc.v).ok());
+  // Arguments over another vocabulary.
+  Vocabulary other;
+  auto elsewhere = *JsonSchemaGrammar::Create(*JsonSchema::Compile(kNoArguments), other.v);
+  EXPECT_FALSE(ToolCallGrammar::Create({{"a", elsewhere}}, voc.v).ok());
+  // A vocabulary with no newline token.
+  std::vector<std::string> printable;
+  for (int b = 32; b < 127; ++b) printable.push_back(std::string(1, static_cast<char>(b)));
+  std::shared_ptr<JsonVocabulary> narrow =
+      *JsonVocabulary::Build(static_cast<int32_t>(printable.size()), static_cast<int32_t>(printable.size()),
+                             [&](int32_t id, std::string* out) {
+                               *out = printable[static_cast<size_t>(id)];
+                               return true;
+                             });
+  auto narrow_arguments = *JsonSchemaGrammar::Create(*JsonSchema::Compile(kNoArguments), narrow);
+  const absl::StatusOr<std::shared_ptr<ToolCallGrammar>> g = ToolCallGrammar::Create({{"a", narrow_arguments}}, narrow);
+  ASSERT_FALSE(g.ok());
+  EXPECT_NE(g.status().message().find("newline"), std::string::npos) << g.status();
+}
+
+}  // namespace
+}  // namespace ag::runtime
