@@ -41,6 +41,11 @@ TEST(Glm4vChat, TheCheckpointSaysWhichTemplate) {
   t = glm::DetectChatTemplate(tmp, glm::ChatTemplate::kGlm4v);
   ASSERT_TRUE(t.ok()) << t.status();
   EXPECT_EQ(*t, glm::ChatTemplate::kGlm4);
+  // GLM-4-0414's: its system messages in a loop of their own.
+  { std::ofstream(tmp + "/chat_template.jinja") << "[gMASK]<sop>{%- for message in messages if message.role != 'system' %}<|assistant|>"; }
+  t = glm::DetectChatTemplate(tmp, glm::ChatTemplate::kGlm4);
+  ASSERT_TRUE(t.ok()) << t.status();
+  EXPECT_EQ(*t, glm::ChatTemplate::kGlm4_0414);
   { std::ofstream(tmp + "/chat_template.jinja") << "{% for m in messages %}<|im_start|>{{ m.content }}{% endfor %}"; }
   t = glm::DetectChatTemplate(tmp, glm::ChatTemplate::kGlm4);
   EXPECT_EQ(t.status().message(), tmp + "/chat_template.jinja: a chat template this engine does not render (it "

@@ -2,6 +2,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <filesystem>
 
 #include "absl/status/status.h"
@@ -90,7 +91,11 @@ absl::StatusOr<ChatTemplate> ClassifyTemplate(absl::string_view text, const std:
   if (absl::StrContains(text, "<|begin_of_image|>") && absl::StrContains(text, "<|assistant|>")) {
     return ChatTemplate::kGlm4v;
   }
-  if (absl::StrContains(text, "[gMASK]") && absl::StrContains(text, "<|assistant|>")) return ChatTemplate::kGlm4;
+  if (absl::StrContains(text, "[gMASK]") && absl::StrContains(text, "<|assistant|>")) {
+    // GLM-4-0414's renders the system messages in a loop of their own, and names the company.
+    const bool glm4_0414 = absl::StrContains(text, "message.role != 'system'") || absl::StrContains(text, "智谱 AI 公司");
+    return glm4_0414 ? ChatTemplate::kGlm4_0414 : ChatTemplate::kGlm4;
+  }
   return absl::InvalidArgumentError(
       absl::StrCat(source, ": a chat template this engine does not render (it renders GLM-4's and GLM-4.1V's)"));
 }
@@ -218,8 +223,16 @@ absl::StatusOr<std::vector<int32_t>> EncodeChat(const Tokenizer& tokenizer, cons
     ids.insert(ids.end(), body.begin(), body.end());
     return absl::OkStatus();
   };
-  if (!tools.empty()) RETURN_IF_ERROR(turn("system", "", ToolsSystemText(tools)));
-  for (size_t i = 0; i < messages.size(); ++i) {
+  const bool glm4_0414 = options.chat_template == ChatTemplate::kGlm4_0414;
+  if (!tools.empty()) {
+    RETURN_IF_ERROR(turn("system", "", ToolsSystemText(tools, glm4_0414 ? ToolsWording::kGlm4_0414 : ToolsWording::kGlm4Chat)));
+  }
+  std::vector<size_t> order(messages.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  if (glm4_0414) {  // its template: the system turns, then the others
+    std::stable_partition(order.begin(), order.end(), [&](size_t i) { return messages[i].role == "system"; });
+  }
+  for (const size_t i : order) {
     const ChatMessage& m = messages[i];
     if (m.role != "system" && m.role != "user" && m.role != "assistant" && m.role != "observation") {
       return absl::InvalidArgumentError(absl::StrCat("chat message ", i, " has unknown role '", m.role,
@@ -230,7 +243,7 @@ absl::StatusOr<std::vector<int32_t>> EncodeChat(const Tokenizer& tokenizer, cons
     }
     // GLM-4 takes no images: a list of parts must be all text.
     ASSIGN_OR_RETURN(const std::string content, ContentText(m, i, ContentFormat::kString, /*images_in_place=*/false));
-    if (!content.empty()) RETURN_IF_ERROR(turn(m.role, "", content));
+    if (!content.empty() || (glm4_0414 && m.tool_calls.empty())) RETURN_IF_ERROR(turn(m.role, "", content));
     for (const ToolCall& call : m.tool_calls) RETURN_IF_ERROR(turn("assistant", call.name, call.arguments));
   }
   if (options.add_generation_prompt) {

@@ -37,8 +37,10 @@ struct ChatMessage {
   std::vector<ToolCall> tool_calls;  // assistant: the calls it made, each a turn after its content (tools.h)
 };
 
-// The chat templates this engine renders.
-enum class ChatTemplate { kGlm4, kGlm4v };
+// The chat templates this engine renders: glm-4-9b-chat's (the GLM-4 family's when a checkpoint
+// has none), GLM-4-0414's (system turns first, then the others, an empty one too; its tool turn's
+// own wording), GLM-4.1V's.
+enum class ChatTemplate { kGlm4, kGlm4_0414, kGlm4v };
 // How a content list reaches the template (vLLM's --chat-template-content-format):
 // kString flattens it first (image placeholders in front, then the texts, each
 // joined by a newline: vLLM's rule); kOpenai renders the parts in place.
@@ -70,8 +72,8 @@ int64_t CountImages(const std::vector<ChatMessage>& messages);
 absl::StatusOr<std::string> RenderGlm4vChat(const std::vector<ChatMessage>& messages, const ChatOptions& options);
 
 // The chat as prompt ids: each image is one image token (the engine expands it). `tools`, when
-// any, are a system turn in front (GLM-4's template only: GLM-4.1V's renders none). As GLM-4's
-// template does, a turn whose content is empty is left out (GLM-4.1V's renders it).
+// any, are a system turn in front (GLM-4's templates only: GLM-4.1V's renders none). As
+// glm-4-9b-chat's template does, a turn whose content is empty is left out there.
 absl::StatusOr<std::vector<int32_t>> EncodeChat(const Tokenizer& tokenizer, const std::vector<ChatMessage>& messages,
                                                 const ChatOptions& options = {},
                                                 const std::vector<ToolFunction>& tools = {});

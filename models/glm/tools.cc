@@ -11,9 +11,12 @@ namespace {
 
 using nlohmann::ordered_json;
 
-// glm-4-9b-chat's system turn for tools (its chat template's words).
+// The system turn for tools (the chat templates' words): glm-4-9b-chat's, GLM-4-0414's.
 constexpr char kToolsPreamble[] =
     "你是一个名为 ChatGLM 的人工智能助手。你是基于智谱AI训练的语言模型 GLM-4 模型开发的，"
+    "你的任务是针对用户的问题和要求提供适当的答复和支持。\n\n# 可用工具";
+constexpr char kToolsPreamble0414[] =
+    "你是一个名为 ChatGLM 的人工智能助手。你是基于智谱 AI 公司训练的语言模型 GLM-4 模型开发的，"
     "你的任务是针对用户的问题和要求提供适当的答复和支持。\n\n# 可用工具";
 constexpr char kToolsAfterFunction[] = "\n在调用上述函数时，请使用 Json 格式表示调用的参数。";
 
@@ -144,11 +147,11 @@ std::string PythonJsonDumps(const ordered_json& value, int indent) {
   return out;
 }
 
-std::string ToolsSystemText(const std::vector<ToolFunction>& tools) {
-  std::string out = kToolsPreamble;
+std::string ToolsSystemText(const std::vector<ToolFunction>& tools, ToolsWording wording) {
+  std::string out = wording == ToolsWording::kGlm4_0414 ? kToolsPreamble0414 : kToolsPreamble;
   for (const ToolFunction& f : tools) {
-    // The template writes two newlines before "##", but transformers renders templates with
-    // trim_blocks, which drops the one right after the `{% if %}` in front of them.
+    // Both templates write two newlines before "##", but transformers renders templates with
+    // trim_blocks, which drops the one right after the block tag in front of them.
     absl::StrAppend(&out, "\n## ", f.name, "\n\n", PythonJsonDumps(f.object, 4), kToolsAfterFunction);
   }
   return out;

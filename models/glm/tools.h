@@ -36,8 +36,12 @@ struct ToolCall {
 // ",\n" and ": " with the indentation, floats as Python's repr, only the escapes Python makes.
 std::string PythonJsonDumps(const nlohmann::ordered_json& value, int indent);
 
+// The wording of the tool turn: glm-4-9b-chat's, or the GLM-4-0414 templates' (the same turn,
+// its preamble naming the company: "基于智谱 AI 公司训练的").
+enum class ToolsWording { kGlm4Chat, kGlm4_0414 };
+
 // The text of the system turn that lists `tools` (what follows `<|system|>`).
-std::string ToolsSystemText(const std::vector<ToolFunction>& tools);
+std::string ToolsSystemText(const std::vector<ToolFunction>& tools, ToolsWording wording = ToolsWording::kGlm4Chat);
 
 // The call `text` (a reply, the end-of-sequence token not in it) makes, or nullopt when it is not
 // one: its first line is one of `names` exactly and the rest, trimmed of whitespace, is one JSON

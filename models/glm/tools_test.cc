@@ -95,6 +95,24 @@ TEST(ToolsChat, RendersAsGlm4ChatsTemplate) {
   EXPECT_FALSE(EncodeChat(**t, messages, glm4v, {}).ok()) << "a call GLM-4.1V's template cannot show";
   messages[1].tool_calls = {{"now", "{}"}};  // a user message with calls
   EXPECT_FALSE(EncodeChat(**t, messages, ChatOptions{}, tools).ok());
+
+  // GLM-4-0414's template (the tool part of GLM-Z1-0414's, verbatim): its own wording, the system
+  // turns first, an empty turn rendered; jinja2 again.
+  ChatOptions glm4_0414;
+  glm4_0414.chat_template = ChatTemplate::kGlm4_0414;
+  const std::vector<ToolFunction> two = {
+      {"get_weather", ordered_json::parse(R"({"name": "get_weather", "parameters": {"type": "object"}})")},
+      {"now", ordered_json::parse(R"({"name": "now"})")}};
+  messages = {{"user", "Weather?"}, {"system", "Be brief."}, {"assistant", ""}, {"observation", "21"}, {"user", ""}};
+  messages[2].tool_calls = {{"get_weather", "{}"}};
+  ids = EncodeChat(**t, messages, glm4_0414, two);
+  ASSERT_TRUE(ids.ok()) << ids.status();
+  EXPECT_EQ(*(*t)->Decode(*ids),
+            "[gMASK]<sop><|system|>\n你是一个名为 ChatGLM 的人工智能助手。你是基于智谱 AI 公司训练的语言模型 GLM-4 模型开发的，"
+            "你的任务是针对用户的问题和要求提供适当的答复和支持。\n\n# 可用工具\n## get_weather\n\n{\n    \"name\": "
+            "\"get_weather\",\n    \"parameters\": {\n        \"type\": \"object\"\n    }\n}\n在调用上述函数时，请使用 Json "
+            "格式表示调用的参数。\n## now\n\n{\n    \"name\": \"now\"\n}\n在调用上述函数时，请使用 Json 格式表示调用的参数。"
+            "<|system|>\nBe brief.<|user|>\nWeather?<|assistant|>get_weather\n{}<|observation|>\n21<|user|>\n<|assistant|>");
 }
 
 }  // namespace
