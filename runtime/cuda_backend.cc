@@ -22,6 +22,7 @@
 #include "kernels/cuda/vocab.cuh"
 #include "kernels/ref/half.h"
 #include "kernels/ref/parallel.h"
+#include "runtime/cuda_backend_impl.h"
 #include "runtime/cuda_buffers.h"
 #include "runtime/cuda_step.h"
 #include "runtime/lru_cache.h"
@@ -35,8 +36,6 @@ namespace {
 
 // Steps with at most this many tokens are replayed from CUDA graphs (decode).
 constexpr int64_t kGraphMaxTokens = 64;
-// SampleRows takes its rows this many at a time: its workspace holds a float copy of each penalised row.
-constexpr size_t kSampleRowsPerRound = 64;
 
 // Where each runtime input of `program` lives in its inputs buffer, sized for
 // `bounds`: int32 indices, float data as bf16 (the plan's storage).
@@ -86,117 +85,10 @@ int64_t NextPowerOfTwo(int64_t v) {
   return p;
 }
 
-class CudaBackend : public Backend {
- public:
-  explicit CudaBackend(const CudaBackendOptions& options) : options_(options) {}
-  ~CudaBackend() override {
-    graphs_.Clear();
-    for (cudaEvent_t e : input_copied_) {
-      if (e != nullptr) cudaEventDestroy(e);
-    }
-    if (stream_ != nullptr) cudaStreamDestroy(stream_);
-  }
+}  // namespace
 
-  absl::string_view name() const override { return "cuda"; }
-  absl::Status Load(const compiler::Plan& plan, const WeightSource& weights, int64_t kv_blocks) override;
-  absl::Status Execute(const StepBatch& batch) override;
-  absl::Status RunProgram(absl::string_view program, const StepBatch& batch, absl::string_view output,
-                          UninitializedVector<float>* out) override;
-  absl::Status ReadLogits(int64_t rows, std::vector<float>* out) override;
-  absl::Status ReadLogitRows(int64_t rows, const std::vector<int64_t>& wanted, std::vector<float>* out) override;
-  absl::Status ReadNextTokens(int64_t rows, std::vector<int32_t>* out) override;
-  absl::Status SampleRows(const std::vector<RowSampling>& rows, std::vector<int32_t>* out) override;
-  bool SamplesWhereLogitsAre() const override { return true; }
-  absl::Status RowLogprobs(const std::vector<LogprobRequest>& rows, std::vector<TokenLogprobs>* out) override;
-  absl::StatusOr<std::vector<double>> TimeExecute(const StepBatch& batch, int warmup, int iterations) override;
-  absl::StatusOr<std::vector<double>> ProfileExecute(const StepBatch& batch) override;
+namespace internal {
 
- private:
-  // Tokens, sequences, logit rows, context bucket, block-table width, leading decode sequences
-  // (StepBatch::LeadingDecodeSeqs: the attention's split): everything a captured step bakes in.
-  using GraphKey = std::array<int64_t, 6>;  // tokens, seqs, logits rows, context bucket, block-table width, leading decodes
-
-  absl::Status UploadWeight(const compiler::WeightEntry& entry, const WeightSource& source, bool interleave,
-                            void* dst);
-  // A weight stored quantized: its segments' codes, scales and zero points (runtime/quant_storage.h).
-  struct QuantWeight {
-    std::vector<DeviceBuffer> buffers;
-    std::vector<cuda::QuantSegment> segments;
-  };
-  absl::StatusOr<QuantWeight> UploadQuantWeight(const compiler::WeightEntry& entry, const WeightSource& source,
-                                                bool interleave);
-  // Bytes of the bf16 weight the prefill path dequantizes into: the largest quantized matrix a
-  // step multiplies with more than kQuantLinearMaxRows token rows. Once the weights are uploaded,
-  // only those the in-load GEMM cannot take here (not Hopper, act order); before, all of them.
-  absl::StatusOr<size_t> DequantScratchBytes(const compiler::Plan& plan, bool uploaded) const;
-  // Bytes of x put in an act-order weight's input order for the codes kernel: the most rows it
-  // takes there (kQuantLinearMaxRows, or a logit-row step's bound) times the inputs. Needs quant_.
-  absl::StatusOr<size_t> OrderScratchBytes(const compiler::Plan& plan) const;
-  absl::Status EnsureCapacity(const StepBatch& batch, int64_t context_bucket);
-  absl::Status UploadInputs(const StepBatch& batch);
-  // Launches the decoder's steps. With `events` (one more than it has steps), records events[i]
-  // before step i and the last after all.
-  absl::Status LaunchSteps(const StepBatch& batch, int64_t context_bucket, bool nvtx,
-                           const std::vector<cudaEvent_t>* events = nullptr);
-  // Launches a program's steps over `arena`, its runtime inputs at `inputs` + offsets.
-  absl::Status LaunchProgram(const compiler::Program& program, void* arena, char* inputs,
-                             const std::map<std::string, size_t>& offsets, const StepBatch& batch,
-                             int64_t context_bucket, bool nvtx, const std::vector<cudaEvent_t>* events);
-  absl::StatusOr<int64_t> PrepareStep(const StepBatch& batch);  // checks, capacity, inputs; returns the context bucket
-  absl::Status ReadOutput(absl::string_view name, size_t bytes, void* out);
-  void DropGraphs();
-
-  CudaBackendOptions options_;
-  const compiler::Plan* plan_ = nullptr;
-  cudaStream_t stream_ = nullptr;
-  int64_t kv_blocks_ = 0;
-  DeviceBuffer arena_, kv_, inputs_, attention_workspace_, linear_scratch_, gather_scratch_;
-  // The vision program (GLM-4.1V): its own arena and inputs, run eagerly.
-  DeviceBuffer vision_arena_, vision_inputs_;
-  PinnedBuffer vision_staging_;
-  std::map<std::string, size_t> vision_offsets_;
-  size_t vision_inputs_bytes_ = 0, vision_staging_bytes_ = 0;
-  RankInfo rank_;
-  DeviceBuffer sample_buffer_;  // SampleRows and RowLogprobs: the rows' parameters, then the results
-  size_t sample_buffer_bytes_ = 0;
-  DeviceBuffer sample_work_;  // SampleRows: penalised rows as float
-  size_t sample_work_bytes_ = 0;
-  // The last step's logits, on the device.
-  absl::StatusOr<const __nv_bfloat16*> DeviceLogits() const;
-  // SampleRows' and RowLogprobs' exchange: the `in_bytes` staged at the start of output_staging_ go
-  // to sample_buffer_, `launch` runs on it, and its bytes [out_offset, + out_bytes) come back to the
-  // start of output_staging_.
-  absl::Status RoundTrip(size_t in_bytes, size_t out_offset, size_t out_bytes,
-                         const std::function<cudaError_t(char* device)>& launch);
-  std::vector<DeviceBuffer> weights_;  // bf16 weights; empty for quantized ones, stored in quant_
-  // Weights kept in mapped pinned host memory (CudaBackendOptions::embedding_on_host), by index;
-  // weight_data_[i] is where a kernel reads weight i (device memory, or the mapped host table).
-  std::vector<PinnedBuffer> host_weights_;
-  std::vector<void*> weight_data_;
-  std::vector<QuantWeight> quant_;      // by weight index; no segments for bf16 weights
-  DeviceBuffer dequant_scratch_, order_scratch_;
-  DeviceBuffer kv_staging_;  // an 8-bit cache: the fused QKV step's fp32 K and V rows (KvStagingBytes)
-  DeviceBuffer kv_static_scales_;  // a checkpoint's static KV scales, [layers][K, V] fp32 (ReadStaticKvScales)
-  size_t dequant_bytes_ = 0, order_bytes_ = 0;
-  // Host side of the inputs, two halves used in turn: a step fills one while
-  // the previous step's copy may still read the other, so no step waits for
-  // the device. input_copied_[i] marks the end of the last copy out of half i.
-  PinnedBuffer input_staging_[2];
-  cudaEvent_t input_copied_[2] = {nullptr, nullptr};
-  int input_half_ = 0;
-  PinnedBuffer output_staging_;  // host side of the outputs
-  size_t staging_bytes_ = 0, inputs_bytes_ = 0;
-  int64_t input_blocks_capacity_ = -1;  // block-table width the input buffers hold
-  int64_t workspace_floats_ = 0;
-  std::map<std::string, size_t> input_offsets_;  // byte offset of each runtime input in inputs_
-  // The captured graphs of the step shapes run most recently (speculative decoding's verify steps
-  // multiply the shapes a server meets); one dropped is destroyed, and captured again if it returns.
-  using GraphExec = std::shared_ptr<CUgraphExec_st>;
-  static constexpr size_t kMaxGraphs = 512;
-  LruCache<GraphExec> graphs_{kMaxGraphs};  // by GraphKey's bytes
-  std::map<GraphKey, int> seen_;  // eager runs per key before capture (forgotten past 8 * kMaxGraphs shapes)
-  int64_t scratch_k_ = 0;          // widest linear input: sizes the tensor-core paths' scratch
-};
 
 absl::Status CudaBackend::UploadWeight(const compiler::WeightEntry& entry, const WeightSource& source, bool interleave,
                                        void* dst) {
@@ -799,193 +691,6 @@ absl::Status CudaBackend::Execute(const StepBatch& batch) {
   return absl::OkStatus();
 }
 
-absl::Status CudaBackend::ReadOutput(absl::string_view name, size_t bytes, void* out) {
-  if (plan_ == nullptr) return absl::FailedPreconditionError("read before Load");
-  const compiler::Program& decoder = plan_->decoder();
-  const int index = decoder.FindOutput(name);
-  if (index < 0) return absl::NotFoundError(absl::StrCat("plan has no output ", name));
-  if (bytes > staging_bytes_) return absl::InternalError("output larger than the staging buffer");
-  CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(output_staging_.get(),
-                                       static_cast<char*>(arena_.get()) + decoder.outputs[index].index, bytes,
-                                       cudaMemcpyDeviceToHost, stream_));
-  CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
-  std::memcpy(out, output_staging_.get(), bytes);
-  return absl::OkStatus();
-}
-
-absl::Status CudaBackend::ReadLogits(int64_t rows, std::vector<float>* out) {
-  CUDA_RETURN_IF_ERROR(cudaSetDevice(options_.device));
-  if (plan_ == nullptr) return absl::FailedPreconditionError("read before Load");
-  const size_t count = static_cast<size_t>(rows * plan_->model.vocab_size);
-  std::vector<uint16_t> bits(count);
-  RETURN_IF_ERROR(ReadOutput("logits", count * 2, bits.data()));
-  out->resize(count);
-  BF16sToFloats(bits.data(), static_cast<int64_t>(count), out->data());
-  return absl::OkStatus();
-}
-
-// Each run of consecutive wanted rows comes over the bus in one copy, all before one synchronise,
-// into the same offsets of the pinned staging buffer; only those rows are widened to float.
-absl::Status CudaBackend::ReadLogitRows(int64_t rows, const std::vector<int64_t>& wanted, std::vector<float>* out) {
-  CUDA_RETURN_IF_ERROR(cudaSetDevice(options_.device));
-  ASSIGN_OR_RETURN(const __nv_bfloat16* logits, DeviceLogits());
-  const int64_t vocab = plan_->model.vocab_size;
-  const size_t row_bytes = static_cast<size_t>(vocab) * sizeof(__nv_bfloat16);
-  if (static_cast<size_t>(rows) * row_bytes > staging_bytes_) return absl::InternalError("output larger than the staging buffer");
-  out->resize(static_cast<size_t>(rows * vocab));
-  std::vector<std::pair<int64_t, int64_t>> runs;  // [first, end)
-  for (const int64_t row : wanted) {
-    if (row < 0 || row >= rows || (!runs.empty() && row < runs.back().second)) {
-      return absl::InvalidArgumentError("logits rows must be ascending and within the step");
-    }
-    if (!runs.empty() && runs.back().second == row) {
-      ++runs.back().second;
-    } else {
-      runs.emplace_back(row, row + 1);
-    }
-  }
-  char* staging = static_cast<char*>(output_staging_.get());
-  for (const auto& [first, end] : runs) {
-    CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(staging + first * row_bytes, logits + first * vocab, (end - first) * row_bytes,
-                                         cudaMemcpyDeviceToHost, stream_));
-  }
-  CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
-  for (const auto& [first, end] : runs) {
-    BF16sToFloats(reinterpret_cast<const uint16_t*>(staging + first * row_bytes), (end - first) * vocab,
-                  out->data() + first * vocab);
-  }
-  return absl::OkStatus();
-}
-
-absl::StatusOr<const __nv_bfloat16*> CudaBackend::DeviceLogits() const {
-  if (plan_ == nullptr) return absl::FailedPreconditionError("sampling before Load");
-  const int index = plan_->decoder().FindOutput("logits");
-  if (index < 0) return absl::NotFoundError("plan has no output logits");
-  return reinterpret_cast<const __nv_bfloat16*>(static_cast<const char*>(arena_.get()) +
-                                                plan_->decoder().outputs[index].index);
-}
-
-absl::Status CudaBackend::RoundTrip(size_t in_bytes, size_t out_offset, size_t out_bytes,
-                                    const std::function<cudaError_t(char* device)>& launch) {
-  if (out_offset + out_bytes > staging_bytes_) return absl::InternalError("too many rows for the staging buffer");
-  if (out_offset + out_bytes > sample_buffer_bytes_) {
-    ASSIGN_OR_RETURN(sample_buffer_, DeviceAlloc(out_offset + out_bytes, "the sampler's rows"));
-    sample_buffer_bytes_ = out_offset + out_bytes;
-  }
-  char* device = static_cast<char*>(sample_buffer_.get());
-  CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(device, output_staging_.get(), in_bytes, cudaMemcpyHostToDevice, stream_));
-  CUDA_RETURN_IF_ERROR(launch(device));
-  CUDA_RETURN_IF_ERROR(
-      cudaMemcpyAsync(output_staging_.get(), device + out_offset, out_bytes, cudaMemcpyDeviceToHost, stream_));
-  CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
-  return absl::OkStatus();
-}
-
-absl::Status CudaBackend::SampleRows(const std::vector<RowSampling>& rows, std::vector<int32_t>* out) {
-  CUDA_RETURN_IF_ERROR(cudaSetDevice(options_.device));
-  out->clear();
-  if (rows.empty()) return absl::OkStatus();
-  ASSIGN_OR_RETURN(const __nv_bfloat16* logits, DeviceLogits());
-  const int64_t vocab = plan_->model.vocab_size;
-  // Groups of rows whose parameters, penalties and picks fit the staging buffer, one round trip each:
-  // on the device, the rows' parameters, their penalty entries, then the picks.
-  size_t first = 0;
-  while (first < rows.size()) {
-    size_t end = first, penalties = 0;
-    auto bytes = [&](size_t n, size_t p) {
-      return Round256(n * sizeof(cuda::SampleRow)) + Round256(p * sizeof(cuda::SamplePenalty)) + n * 4;
-    };
-    // At most kSampleRowsPerRound rows a round: penalised rows take a float copy each in a workspace
-    // that Load's memory check leaves room for (64 x 151,552 x 4 = 39 MB at GLM-4's vocabulary; speculative
-    // verify steps bring up to 1 + drafts rows a sequence).
-    while (end < rows.size() && end - first < kSampleRowsPerRound &&
-           bytes(end + 1 - first, penalties + rows[end].penalties.size()) <= staging_bytes_) {
-      penalties += rows[end].penalties.size();
-      ++end;
-    }
-    if (end == first) return absl::InternalError("a row's penalties do not fit the staging buffer");
-    const size_t n = end - first, params = Round256(n * sizeof(cuda::SampleRow));
-    const size_t penalty_bytes = Round256(penalties * sizeof(cuda::SamplePenalty));
-    auto* staged = static_cast<cuda::SampleRow*>(output_staging_.get());
-    auto* staged_penalties = reinterpret_cast<cuda::SamplePenalty*>(static_cast<char*>(output_staging_.get()) + params);
-    int32_t next_penalty = 0;
-    bool any_penalty = false;
-    for (size_t i = 0; i < n; ++i) {
-      const RowSampling& row = rows[first + i];
-      const ref::SampleParams& p = row.params;
-      if (row.row < 0 || row.row >= plan_->max_batch_tokens) return absl::InvalidArgumentError("no such logits row");
-      staged[i] = {static_cast<int32_t>(row.row), p.top_k, p.vocab_limit, p.temperature, p.top_p, p.uniform,
-                   next_penalty, static_cast<int32_t>(row.penalties.size()), p.min_p};
-      for (const ref::Penalty& e : row.penalties) staged_penalties[next_penalty++] = {e.id, e.delta, e.scale, e.bias};
-      any_penalty = any_penalty || !row.penalties.empty();
-    }
-    // Penalised rows are copied to a float workspace row each (the logits stay for logprobs).
-    const size_t work_bytes = any_penalty ? n * static_cast<size_t>(vocab) * sizeof(float) : 0;
-    if (work_bytes > sample_work_bytes_) {
-      ASSIGN_OR_RETURN(sample_work_, DeviceAlloc(work_bytes, "the sampler's penalised rows"));
-      sample_work_bytes_ = work_bytes;
-    }
-    RETURN_IF_ERROR(RoundTrip(params + penalty_bytes, params + penalty_bytes, n * 4, [&](char* device) {
-      return cuda::LaunchSampleRows(logits, vocab, reinterpret_cast<const cuda::SampleRow*>(device),
-                                    static_cast<int64_t>(n), reinterpret_cast<const cuda::SamplePenalty*>(device + params),
-                                    any_penalty ? static_cast<float*>(sample_work_.get()) : nullptr,
-                                    reinterpret_cast<int32_t*>(device + params + penalty_bytes), stream_);
-    }));
-    const size_t before = out->size();
-    out->resize(before + n);
-    std::memcpy(out->data() + before, output_staging_.get(), n * 4);
-    first = end;
-  }
-  return absl::OkStatus();
-}
-
-absl::Status CudaBackend::RowLogprobs(const std::vector<LogprobRequest>& rows, std::vector<TokenLogprobs>* out) {
-  CUDA_RETURN_IF_ERROR(cudaSetDevice(options_.device));
-  out->clear();
-  if (rows.empty()) return absl::OkStatus();
-  ASSIGN_OR_RETURN(const __nv_bfloat16* logits, DeviceLogits());
-  const size_t n = rows.size(), k = cuda::kMaxTopLogprobs;
-  // On the device: the rows' parameters, then logprob [n], top ids [n, k], top logprobs [n, k].
-  const size_t params = Round256(n * sizeof(cuda::LogprobRow)), lp = Round256(n * 4), ids = Round256(n * k * 4);
-  if (params > staging_bytes_) return absl::InternalError("too many rows for the staging buffer");
-  auto* staged = static_cast<cuda::LogprobRow*>(output_staging_.get());
-  for (size_t i = 0; i < n; ++i) {
-    const LogprobRequest& r = rows[i];
-    if (r.row < 0 || r.row >= plan_->max_batch_tokens || r.top < 0 || r.top > kMaxTopLogprobs) {
-      return absl::InvalidArgumentError("bad logprobs request");
-    }
-    staged[i] = {static_cast<int32_t>(r.row), r.token, r.top, r.vocab_limit};
-  }
-  RETURN_IF_ERROR(RoundTrip(n * sizeof(cuda::LogprobRow), params, lp + ids + n * k * 4, [&](char* device) {
-    return cuda::LaunchLogprobs(logits, plan_->model.vocab_size, reinterpret_cast<const cuda::LogprobRow*>(device),
-                                static_cast<int64_t>(n), reinterpret_cast<float*>(device + params),
-                                reinterpret_cast<int32_t*>(device + params + lp),
-                                reinterpret_cast<float*>(device + params + lp + ids), stream_);
-  }));
-  const char* host = static_cast<const char*>(output_staging_.get());
-  const auto* logprob = reinterpret_cast<const float*>(host);
-  const auto* top_ids = reinterpret_cast<const int32_t*>(host + lp);
-  const auto* top_lp = reinterpret_cast<const float*>(host + lp + ids);
-  const int64_t vocab = plan_->model.vocab_size;
-  for (size_t i = 0; i < n; ++i) {
-    TokenLogprobs t;
-    t.logprob = logprob[i];
-    const int64_t kept = rows[i].vocab_limit > 0 ? std::min<int64_t>(rows[i].vocab_limit, vocab) : vocab;
-    for (int j = 0; j < std::min<int64_t>(rows[i].top, kept); ++j) {
-      t.top_ids.push_back(top_ids[i * k + j]);
-      t.top_logprobs.push_back(top_lp[i * k + j]);
-    }
-    out->push_back(std::move(t));
-  }
-  return absl::OkStatus();
-}
-
-absl::Status CudaBackend::ReadNextTokens(int64_t rows, std::vector<int32_t>* out) {
-  CUDA_RETURN_IF_ERROR(cudaSetDevice(options_.device));
-  out->resize(static_cast<size_t>(rows));
-  return ReadOutput("next_tokens", out->size() * 4, out->data());
-}
-
 absl::StatusOr<std::vector<double>> CudaBackend::TimeExecute(const StepBatch& batch, int warmup, int iterations) {
   CUDA_RETURN_IF_ERROR(cudaSetDevice(options_.device));
   for (int i = 0; i < warmup; ++i) RETURN_IF_ERROR(Execute(batch));
@@ -1010,7 +715,7 @@ absl::StatusOr<std::vector<double>> CudaBackend::TimeExecute(const StepBatch& ba
   return ms;
 }
 
-}  // namespace
+}  // namespace internal
 
 bool CudaDeviceAvailable() {
   int count = 0;
@@ -1026,7 +731,7 @@ absl::StatusOr<std::unique_ptr<Backend>> CreateCudaBackend(const CudaBackendOpti
   if (options.device < 0 || options.device >= count) {
     return absl::InvalidArgumentError(absl::StrCat("CUDA device ", options.device, " does not exist"));
   }
-  return std::unique_ptr<Backend>(new CudaBackend(options));
+  return std::unique_ptr<Backend>(new internal::CudaBackend(options));
 }
 
 }  // namespace ag::runtime
