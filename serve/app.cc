@@ -473,7 +473,7 @@ void App::Completions(const HttpRequest& http, std::shared_ptr<Responder> out) {
 }
 
 void App::Tokenize(const HttpRequest& http, std::shared_ptr<Responder> out) {
-  std::variant<TokenizeRequest, ApiError> parsed = ParseTokenizeRequest(http.body);
+  std::variant<TokenizeRequest, ApiError> parsed = ParseTokenizeRequest(http.body, options_.limits);
   if (auto* e = std::get_if<ApiError>(&parsed)) return Send(out, *e);
   const TokenizeRequest& req = std::get<TokenizeRequest>(parsed);
   std::vector<int32_t> ids;
@@ -482,8 +482,10 @@ void App::Tokenize(const HttpRequest& http, std::shared_ptr<Responder> out) {
   } else {
     std::vector<std::shared_ptr<const image::Patches>> images;
     if (!LoadImages(req.messages, &images, out)) return;
-    absl::StatusOr<std::vector<int32_t>> encoded = glm::EncodeChat(*model_.tokenizer, req.messages, model_.chat);
-    if (!encoded.ok()) return Error(out, 400, std::string(encoded.status().message()), "messages");
+    absl::StatusOr<std::vector<int32_t>> encoded = glm::EncodeChat(*model_.tokenizer, req.messages, model_.chat, req.tools);
+    if (!encoded.ok()) {
+      return Error(out, 400, std::string(encoded.status().message()), req.tools.empty() ? "messages" : "tools");
+    }
     // The ids the model sees: each image token repeated for the image's rows.
     const int32_t image_token = model_.image_token_id;
     const int64_t per_token = model_.processor ? int64_t{model_.processor->merge_size} * model_.processor->merge_size : 1;

@@ -349,13 +349,9 @@ bool ValidFunctionName(const std::string& name) {
   });
 }
 
-// tools: [{"type": "function", "function": {"name", "description"?, "parameters"?, "strict"?}}];
-// tool_choice: "none", "auto" (the default when there are tools), "required", or {"type":
-// "function", "function": {"name": ...}}; parallel_tool_calls: a boolean (GLM-4 writes one call a
-// turn, which either value allows). The functions are read in the client's key order: the prompt
-// shows them so.
-void ReadTools(Reader& r, std::string_view body, const RequestLimits& limits, ChatRequest& req) {
-  r.Bool("parallel_tool_calls", true);
+// tools: [{"type": "function", "function": {"name", "description"?, "parameters"?, "strict"?}}],
+// read in the client's key order (the prompt shows them so).
+void ReadToolList(Reader& r, std::string_view body, const RequestLimits& limits, std::vector<glm::ToolFunction>* out) {
   if (!r.ok()) return;
   if (r.Has("tools")) {
     const json& tools = r["tools"];
@@ -392,9 +388,18 @@ void ReadTools(Reader& r, std::string_view body, const RequestLimits& limits, Ch
       if (!names.insert(name).second) {
         return r.Fail(where + ".function.name", absl::StrCat("'tools' names the function '", name, "' twice"));
       }
-      req.tools.push_back({name, f});
+      out->push_back({name, f});
     }
   }
+}
+
+// tools (ReadToolList); tool_choice: "none", "auto" (the default when there are tools), "required",
+// or {"type": "function", "function": {"name": ...}}; parallel_tool_calls: a boolean (GLM-4 writes
+// one call a turn, which either value allows).
+void ReadTools(Reader& r, std::string_view body, const RequestLimits& limits, ChatRequest& req) {
+  r.Bool("parallel_tool_calls", true);
+  ReadToolList(r, body, limits, &req.tools);
+  if (!r.ok()) return;
   req.tool_choice = req.tools.empty() ? ToolChoice::kNone : ToolChoice::kAuto;
   if (r.Has("tool_choice")) {
     const json& choice = r["tool_choice"];
@@ -599,17 +604,19 @@ std::variant<json, ApiError> ParseJsonObject(std::string_view body) {
   return j;
 }
 
-std::variant<TokenizeRequest, ApiError> ParseTokenizeRequest(std::string_view body) {
+std::variant<TokenizeRequest, ApiError> ParseTokenizeRequest(std::string_view body, const RequestLimits& limits) {
   ApiError error;
   const std::optional<json> j = ParseObject(body, &error);
   if (!j) return error;
   Reader r(*j);
-  r.OnlyKnown({"model", "prompt", "messages"});
+  r.OnlyKnown({"model", "prompt", "messages", "tools"});
   TokenizeRequest req;
   if (r.ok() && r.Has("prompt")) {
     req.prompt = r.String("prompt", true);
+    if (r.ok() && r.Has("tools")) r.Fail("tools", "'tools' goes with 'messages'");
   } else if (r.ok() && r.Has("messages")) {
     ReadMessages(r, &req.messages);
+    ReadToolList(r, body, limits, &req.tools);
   } else {
     r.Fail("prompt", "give 'prompt' (a string) or 'messages'");
   }

@@ -109,15 +109,17 @@ inline constexpr int kMaxJsonDepth = 64;
 // UTF-8), nested deeper than kMaxJsonDepth, or not an object.
 std::variant<nlohmann::json, ApiError> ParseJsonObject(std::string_view body);
 
-// POST /tokenize: {"prompt": text} or {"messages": [...]}; POST /detokenize: {"tokens": [ids]}.
+// POST /tokenize: {"prompt": text} or {"messages": [...], "tools"?: [...]}; POST /detokenize:
+// {"tokens": [ids]}.
 struct TokenizeRequest {
-  std::optional<std::string> prompt;      // set, or
-  std::vector<glm::ChatMessage> messages;  // the chat to render
+  std::optional<std::string> prompt;       // set, or
+  std::vector<glm::ChatMessage> messages;  // the chat to render,
+  std::vector<glm::ToolFunction> tools;    // with these functions shown (as a chat's tool_choice "auto")
 };
 struct DetokenizeRequest {
   std::vector<int32_t> tokens;
 };
-std::variant<TokenizeRequest, ApiError> ParseTokenizeRequest(std::string_view body);
+std::variant<TokenizeRequest, ApiError> ParseTokenizeRequest(std::string_view body, const RequestLimits& limits = {});
 // `vocab_size` bounds the ids.
 std::variant<DetokenizeRequest, ApiError> ParseDetokenizeRequest(std::string_view body, int64_t vocab_size);
 

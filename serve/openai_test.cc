@@ -287,6 +287,12 @@ TEST(OpenAi, ParsesTools) {
     ASSERT_TRUE(std::holds_alternative<ApiError>(e)) << c.body;
     EXPECT_EQ(std::get<ApiError>(e).param, c.param) << c.body << " -> " << std::get<ApiError>(e).message;
   }
+  // /tokenize renders a chat with its tools too.
+  const std::variant<TokenizeRequest, ApiError> t =
+      ParseTokenizeRequest(absl::StrCat("{\"model\": \"m\", ", user, ", ", tools, "}"));
+  ASSERT_TRUE(std::holds_alternative<TokenizeRequest>(t)) << std::get<ApiError>(t).message;
+  EXPECT_EQ(std::get<TokenizeRequest>(t).tools.size(), 2u);
+  EXPECT_TRUE(std::holds_alternative<ApiError>(ParseTokenizeRequest(absl::StrCat("{\"prompt\": \"x\", ", tools, "}"))));
   RequestLimits few;
   few.max_tools = 1;
   const ChatResult e = ParseChatRequest(absl::StrCat("{\"model\": \"m\", ", user, ", ", tools, "}"), few);

@@ -645,6 +645,8 @@ class Tools(unittest.TestCase):
                                          max_tokens=1).usage.prompt_tokens
         self.assertGreater(auto, plain + 200)
         self.assertEqual(none, plain)
+        status, tokenized = self.s.post("/tokenize", {"model": NAME, "messages": messages, "tools": tools})
+        self.assertEqual((status, tokenized["count"]), (200, auto), tokenized)
         history = messages + [{"role": "assistant", "content": None, "tool_calls": [{
             "id": "call_1", "type": "function", "function": {"name": "tap", "arguments": '{"x": 1, "y": 2}'}}]},
                               {"role": "tool", "tool_call_id": "call_1", "content": "tapped"}]
