@@ -188,7 +188,7 @@ class SchemaCompiler {
           }
         }
       }
-      if (types.empty() && HasBounds(s)) return Fail(where, "bounds ('minimum', ...) need \"type\": \"integer\"");
+      if (types.empty() && HasBounds(s)) return Fail(where, "bounds ('minimum', ...) need \"type\": \"integer\" or \"number\"");
       if (types.empty()) return Any();
     }
     std::vector<int32_t> alternatives;
@@ -236,14 +236,42 @@ class SchemaCompiler {
     return Add(std::move(node));
   }
 
+  // A number within whole-number bounds (pydantic's Field(ge=0, le=1) or PositiveFloat on a float),
+  // each within +-kMaxBound, the exclusive ones open (the tighter of two at one value). A fractional
+  // bound is refused: which prefixes can still land within it would need the fraction's digits kept.
+  int32_t Number(const Json& s, const std::string& where) {
+    JsonSchema::Node node{.kind = JsonSchema::Node::kNumber};
+    for (const char* key : kBounds) {
+      if (!s.contains(key)) continue;
+      const Json& b = s[key];
+      const double d = b.is_number() ? b.get<double>() : NAN;
+      if (!(std::fabs(d) <= static_cast<double>(JsonSchema::kMaxBound))) {
+        return Fail(where, absl::StrCat("'", key, "' must be a number within +-10^15"));
+      }
+      if (d != std::floor(d)) {
+        return Fail(where, absl::StrCat("'", key, "' on a number must be a whole number (", Compact(b),
+                                        " is not supported; on an integer it would be)"));
+      }
+      const int64_t v = static_cast<int64_t>(d);
+      const std::string k = key;
+      const bool open = k.starts_with("exclusive");
+      if (k == "minimum" || k == "exclusiveMinimum") {
+        if (v > node.lo || (v == node.lo && open)) node.lo = v, node.lo_open = open;
+      } else if (v < node.hi || (v == node.hi && open)) {
+        node.hi = v, node.hi_open = open;
+      }
+    }
+    if (node.lo > node.hi || (node.lo == node.hi && (node.lo_open || node.hi_open))) {
+      return Fail(where, "the bounds admit no number");
+    }
+    return Add(std::move(node));
+  }
+
   int32_t Typed(const Json& s, const std::string& type, const std::string& where, int nesting) {
     using Node = JsonSchema::Node;
     if (type == "boolean") return Add({.kind = Node::kLiterals, .literals = {"true", "false"}});
     if (type == "null") return Add({.kind = Node::kLiterals, .literals = {"null"}});
-    if (type == "number") {
-      if (HasBounds(s)) return Fail(where, "bounds ('minimum', ...) are supported on integers only, not on numbers");
-      return Add({.kind = Node::kNumber});
-    }
+    if (type == "number") return HasBounds(s) ? Number(s, where) : Add({.kind = Node::kNumber});
     if (type == "integer") return Integer(s, where);
     if (type == "string" || type == "array") {
       const char* min_key = type == "string" ? "minLength" : "minItems";

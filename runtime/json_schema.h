@@ -4,8 +4,9 @@
 //
 // What it takes (and how it narrows what a validator would accept):
 //   type (one or a list), properties, required, additionalProperties, items, minItems, maxItems,
-//   minLength, maxLength, minimum, maximum, exclusiveMinimum, exclusiveMaximum (on integers, bounds
-//   within +-10^15; a fractional bound rounds inward), enum, const, anyOf, oneOf (as anyOf: alternatives are tried together),
+//   minLength, maxLength, minimum, maximum, exclusiveMinimum, exclusiveMaximum (bounds within
+//   +-10^15; on an integer a fractional bound rounds inward, on a number it must be whole -- a
+//   bounded number is written without an exponent), enum, const, anyOf, oneOf (as anyOf: alternatives are tried together),
 //   allOf of one schema, $ref within the document (#, #/$defs/..., #/definitions/..., recursion too),
 //   $defs/definitions, and annotations (title, description, default, examples, format, ...).
 // Objects write their properties in the schema's order, each at most once, optional ones skippable;
@@ -15,7 +16,7 @@
 // (a model that keeps writing whitespace still ends). Integers are written without fraction or exponent; strings escape no surrogate
 // (\uD800-\uDFFF: a character past the BMP is written as UTF-8), so a character is one of
 // minLength/maxLength's; enum and const values are written as compact JSON.
-// Anything else that asserts (pattern, bounds on a number, multipleOf, not, if/then, prefixItems, ...) is an
+// Anything else that asserts (pattern, fractional bounds on a number, multipleOf, not, if/then, prefixItems, ...) is an
 // error naming where it is: refused, never ignored into an answer the schema does not validate.
 #ifndef AUTOGLM_RUNTIME_JSON_SCHEMA_H_
 #define AUTOGLM_RUNTIME_JSON_SCHEMA_H_
@@ -57,7 +58,9 @@ class JsonSchema {
     std::vector<int32_t> alternatives;  // kAnyOf: none of them an anyOf
     int32_t target = -1;                // kRef, while compiling only
     uint32_t depth = 0;                 // frames the node's shortest document opens
-    int64_t lo = INT64_MIN, hi = INT64_MAX;  // kInteger: the values allowed (from minimum, maximum, ...)
+    int64_t lo = INT64_MIN, hi = INT64_MAX;  // kInteger: the values allowed (from minimum, maximum, ...);
+                                             // kNumber: whole-number bounds,
+    bool lo_open = false, hi_open = false;   // kNumber: exclusive ones
     bool bounded() const { return lo != INT64_MIN || hi != INT64_MAX; }
   };
 
@@ -110,7 +113,8 @@ class SchemaState {
     uint8_t lo = 0x80, hi = 0xBF;  // string: the next continuation byte's range
     uint32_t count = 0;  // object: the property; array: items, string: characters (both saturated); literals: which
     uint32_t pos = 0;    // a key's or literal's next byte; string: in \uD, the escape may be a surrogate
-                         // (a bounded integer: its digits' value in count and pos, its sign in left)
+                         // (a bounded integer or number: its integer part's value in count and pos, its
+                         // sign in left; a bounded number's hi: 1 once its fraction has a digit not 0)
     bool operator==(const Frame&) const = default;
   };
   using Path = absl::InlinedVector<Frame, 8>;

@@ -63,6 +63,55 @@ bool Reaches(const Node& n, const Frame& f, bool more) {
   }
 }
 
+// A bounded number's bounds as they apply to its magnitude (the value with its sign taken off:
+// x <= hi is |x| >= -hi for a negative x, and so on), each whole, INT64_MIN/MAX where there is none.
+struct MagnitudeBounds {
+  int64_t lo, hi;
+  bool lo_open, hi_open;
+};
+MagnitudeBounds ForMagnitude(const Node& n, bool negative) {
+  if (!negative) return {n.lo, n.hi, n.lo_open, n.hi_open};
+  return {n.hi == INT64_MAX ? INT64_MIN : -n.hi, n.lo == INT64_MIN ? INT64_MAX : -n.lo, n.hi_open, n.lo_open};
+}
+
+// Whether some real magnitude in [a, b) (whole ends, a < b) lies within the bounds.
+bool Meets(const MagnitudeBounds& m, int64_t a, int64_t b) {
+  const int64_t low = std::max(a, m.lo), high = std::min(b, m.hi);
+  const bool low_closed = a > m.lo || !m.lo_open, high_closed = b > m.hi && !m.hi_open;
+  return low < high || (low == high && low_closed && high_closed);
+}
+
+// Whether some number this prefix can still become -- its integer part's digits so far, `more` of
+// them to come or not, then any fraction -- lies within the node's whole-number bounds.
+bool NumberReaches(const Node& n, const Frame& f, bool more) {
+  const MagnitudeBounds m = ForMagnitude(n, f.left == 1);
+  uint64_t low = Magnitude(f), high = low + 1;  // with j more digits and a fraction: [v 10^j, (v + 1) 10^j)
+  while (true) {
+    if (Meets(m, static_cast<int64_t>(std::min(low, kFar)), static_cast<int64_t>(std::min(high, kFar + 1)))) return true;
+    if (!more || low == 0 || low > kFar) return false;
+    low *= 10;
+    high *= 10;
+  }
+}
+
+// Whether a bounded number may end here: its magnitude is its integer part plus a fraction that is
+// zero, or (hi 1: a digit other than 0 came) strictly between 0 and 1 -- all the bounds can tell apart.
+bool NumberInBounds(const Node& n, const Frame& f) {
+  const MagnitudeBounds m = ForMagnitude(n, f.left == 1);
+  const int64_t v = static_cast<int64_t>(std::min(Magnitude(f), kFar));
+  if (f.phase == kFrac && f.hi == 1) return v >= m.lo && v < m.hi;
+  return (v > m.lo || (v == m.lo && !m.lo_open)) && (v < m.hi || (v == m.hi && !m.hi_open));
+}
+
+// A bounded number's fraction may only be zeros: its integer part is the largest magnitude allowed.
+bool FractionZerosOnly(const Node& n, const Frame& f) {
+  const MagnitudeBounds m = ForMagnitude(n, f.left == 1);
+  return static_cast<int64_t>(std::min(Magnitude(f), kFar)) == m.hi;
+}
+
+// The end test of a bounded integer or number.
+bool WithinBounds(const Node& n, const Frame& f) { return n.kind == Node::kInteger ? InBounds(n, f) : NumberInBounds(n, f); }
+
 bool ByBytes(const SchemaState::Path& a, const SchemaState::Path& b) {
   if (a.size() != b.size()) return a.size() < b.size();
   return std::memcmp(a.data(), b.data(), a.size() * sizeof(Frame)) < 0;
@@ -101,7 +150,7 @@ bool SchemaState::PathComplete(const Path& p) const {
   const Node& n = schema_->node(p[1].node);
   const uint8_t ph = p[1].phase;
   return (n.kind == Node::kNumber || n.kind == Node::kInteger) && (ph == kZero || ph == kInt || ph == kFrac || ph == kExp) &&
-         (!n.bounded() || InBounds(n, p[1]));
+         (!n.bounded() || WithinBounds(n, p[1]));
 }
 
 bool SchemaState::Complete() const {
@@ -404,10 +453,12 @@ void SchemaState::StepNumber(Path& p, uint8_t c, Paths& out) const {
   Frame& f = p.back();
   const Node& n = schema_->node(f.node);
   const bool integer = n.kind == Node::kInteger, bounded = n.bounded();
+  // Whether a bounded value can still land within its bounds (its integer part's digits so far).
+  auto reaches = [&](bool more) { return integer ? Reaches(n, f, more) : NumberReaches(n, f, more); };
   switch (f.phase) {
     case kNumStart:
-      if (c == '-') {
-        if (bounded && n.lo > 0) return;  // '-' writes -0 or a negative integer
+      if (c == '-') {  // -0 or a negative value
+        if (bounded && !(integer ? n.lo <= 0 : Meets(ForMagnitude(n, true), 0, kFar + 1))) return;
         f.phase = kMinus;
         if (bounded) f.left = 1;  // (an unbounded number's sign changes nothing after it: one key for both)
         break;
@@ -418,7 +469,7 @@ void SchemaState::StepNumber(Path& p, uint8_t c, Paths& out) const {
       f.phase = c == '0' ? kZero : kInt;
       if (bounded) {
         SetMagnitude(f, c - '0');
-        if (!Reaches(n, f, f.phase == kInt)) return;
+        if (!reaches(f.phase == kInt)) return;
       }
       break;
     case kZero:
@@ -426,21 +477,26 @@ void SchemaState::StepNumber(Path& p, uint8_t c, Paths& out) const {
     case kFrac:
     case kExp:
       if (IsDigit(c) && f.phase != kZero) {
-        if (bounded) {  // an integer's digits (kInt: bounds are on integers only)
+        if (bounded && f.phase == kInt) {  // the integer part's digits
           SetMagnitude(f, Magnitude(f) * 10 + (c - '0'));
-          if (!Reaches(n, f, true)) return;
+          if (!reaches(true)) return;
+        } else if (bounded && f.phase == kFrac) {  // a bounded number's fraction
+          if (c != '0' && FractionZerosOnly(n, f)) return;
+          if (c != '0') f.hi = 1;
         }
         break;
       }
       if (c == '.' && (f.phase == kZero || f.phase == kInt) && !integer) {
+        if (bounded && !reaches(false)) return;  // the integer part is whole now
         f.phase = kDot;
+        if (bounded) f.hi = 0;  // no digit other than 0 in the fraction yet
         break;
       }
-      if ((c == 'e' || c == 'E') && f.phase != kExp && !integer) {
+      if ((c == 'e' || c == 'E') && f.phase != kExp && !integer && !bounded) {  // bounded: written plainly
         f.phase = kE;
         break;
       }
-      if (bounded && !InBounds(n, f)) return;
+      if (bounded && !WithinBounds(n, f)) return;
       // The number ended before this byte, which is its container's.
       p.pop_back();
       ChildDone(p, *schema_);
@@ -448,6 +504,10 @@ void SchemaState::StepNumber(Path& p, uint8_t c, Paths& out) const {
     case kDot:
       if (!IsDigit(c)) return;
       f.phase = kFrac;
+      if (bounded && c != '0') {
+        if (FractionZerosOnly(n, f)) return;
+        f.hi = 1;
+      }
       break;
     case kE:
       if (c == '+' || c == '-') {

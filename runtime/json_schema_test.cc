@@ -149,6 +149,10 @@ const std::vector<std::string>& Schemas() {
       }() + "]}",
       R"({"allOf": [{"$ref": "#/definitions/pair"}], "definitions": {"pair": {"type": "array", "minItems": 2, "maxItems": 2,
            "items": {"type": "string", "maxLength": 2}}}})",
+      // Bounded numbers (pydantic's Field(ge=0, le=1) and PositiveFloat on floats).
+      R"({"type": "object", "properties": {"t": {"type": "number", "minimum": 0, "maximum": 1},
+           "p": {"type": "number", "exclusiveMinimum": 0}, "d": {"type": ["number", "null"], "minimum": -3, "exclusiveMaximum": 2}},
+         "required": ["t", "p", "d"]})",
   };
   return *kSchemas;
 }
@@ -177,6 +181,16 @@ std::optional<Json> Generate(const Json& root, const Json& s, std::mt19937& rng,
     if (s.contains("exclusiveMaximum")) hi = std::min(hi.value_or(INT64_MAX), static_cast<int64_t>(std::ceil(s["exclusiveMaximum"].get<double>())) - 1);
     const int64_t from = lo.value_or(hi ? *hi - 2000 : -1000), to = std::min(hi.value_or(from + 2000), from + 2000);
     return Json(from + static_cast<int64_t>(rng() % static_cast<uint64_t>(to - from + 1)));
+  }
+  if (type == "number" && (s.contains("minimum") || s.contains("exclusiveMinimum") || s.contains("maximum") ||
+                           s.contains("exclusiveMaximum"))) {  // whole bounds: a whole value inside, or one and a half
+    const int64_t lo = s.contains("minimum") ? s["minimum"].get<int64_t>()
+                       : s.contains("exclusiveMinimum") ? s["exclusiveMinimum"].get<int64_t>() + 1 : -1000;
+    const int64_t hi = s.contains("maximum") ? s["maximum"].get<int64_t>()
+                       : s.contains("exclusiveMaximum") ? s["exclusiveMaximum"].get<int64_t>() - 1 : lo + 1000;
+    const int64_t v = lo + static_cast<int64_t>(rng() % static_cast<uint64_t>(hi - lo + 1));
+    const bool below_top = s.contains("maximum") ? v < hi : true;
+    return below_top && rng() % 2 ? Json(static_cast<double>(v) + 0.5) : Json(v);
   }
   if (type == "number") return rng() % 2 ? Json(static_cast<int64_t>(rng() % 100)) : Json(std::ldexp(static_cast<double>(rng() % 1000) - 500, static_cast<int>(rng() % 60) - 30));
   if (type == "boolean") return Json(rng() % 2 == 0);
@@ -381,6 +395,73 @@ TEST(SchemaState, BoundedIntegersStayWithinTheirBounds) {
   EXPECT_FALSE(SchemaState(big.get()).Feed("-"));
 }
 
+// Numbers within whole-number bounds: every text of a grid of values (integer parts 0-130, either
+// sign, fractions of up to three digits) is whole exactly when its exact value is within the bounds
+// (compared in thousandths), and every prefix of such a text is taken.
+TEST(SchemaState, BoundedNumbersStayWithinTheirBounds) {
+  struct Case {
+    std::string schema;
+    int64_t lo, hi;  // in thousandths; INT64_MIN/MAX: none
+    bool lo_open, hi_open;
+  };
+  constexpr int64_t kNone = INT64_MAX;
+  for (const Case& c : std::vector<Case>{
+           {R"({"type": "number", "minimum": 0, "maximum": 1})", 0, 1000, false, false},
+           {R"({"type": "number", "exclusiveMinimum": 0})", 0, kNone, true, false},
+           {R"({"type": "number", "minimum": -3, "exclusiveMaximum": 2.0})", -3000, 2000, false, true},
+           {R"({"type": "number", "exclusiveMinimum": -1, "exclusiveMaximum": 1})", -1000, 1000, true, true},
+           {R"({"type": "number", "minimum": 5, "maximum": 5})", 5000, 5000, false, false},
+           {R"({"type": "number", "maximum": -10, "exclusiveMaximum": -10})", INT64_MIN, -10000, false, true},
+           {R"({"type": "number", "minimum": 100, "maximum": 120})", 100000, 120000, false, false}}) {
+    std::shared_ptr<const JsonSchema> schema = MustCompile(c.schema);
+    ASSERT_NE(schema, nullptr);
+    auto within = [&](int64_t v) {
+      return (c.lo == INT64_MIN || v > c.lo || (v == c.lo && !c.lo_open)) &&
+             (c.hi == kNone || v < c.hi || (v == c.hi && !c.hi_open));
+    };
+    std::vector<std::pair<std::string, int64_t>> texts;  // text, value in thousandths
+    for (const char* sign : {"", "-"}) {
+      for (int64_t whole = 0; whole <= 130; ++whole) {
+        for (const auto& [fraction, thousandths] : std::vector<std::pair<std::string, int64_t>>{
+                 {"", 0}, {".0", 0}, {".000", 0}, {".5", 500}, {".05", 50}, {".50", 500}, {".001", 1}, {".9", 900}, {".999", 999}}) {
+          const int64_t magnitude = whole * 1000 + thousandths;
+          texts.emplace_back(sign + std::to_string(whole) + fraction, *sign == '-' ? -magnitude : magnitude);
+        }
+      }
+    }
+    absl::flat_hash_set<std::string> prefixes;
+    for (const auto& [text, value] : texts) {
+      if (!within(value)) continue;
+      for (size_t k = 1; k <= text.size(); ++k) prefixes.insert(text.substr(0, k));
+    }
+    for (const auto& [text, value] : texts) {
+      EXPECT_EQ(Whole(*schema, text), within(value)) << c.schema << " " << text;
+      if (prefixes.contains(text)) {
+        SchemaState s(schema.get());
+        EXPECT_TRUE(s.Feed(text)) << c.schema << " " << text;
+      }
+    }
+    EXPECT_FALSE(Whole(*schema, "1e0")) << "bounded numbers are written plainly";
+  }
+  // Prefixes that can no longer land within the bounds are refused at once.
+  std::shared_ptr<const JsonSchema> unit = MustCompile(R"({"type": "number", "minimum": 0, "maximum": 1})");
+  for (const char* refused : {"2", "1.5", "1.01", "-0.1", "-1", "10", "01"}) {
+    EXPECT_FALSE(SchemaState(unit.get()).Feed(refused)) << refused;
+  }
+  for (const char* taken : {"-", "-0.", "-0.000", "1.", "1.000", "0.999999999"}) {
+    EXPECT_TRUE(SchemaState(unit.get()).Feed(taken)) << taken;
+  }
+  std::shared_ptr<const JsonSchema> positive = MustCompile(R"({"type": "number", "exclusiveMinimum": 0})");
+  EXPECT_FALSE(SchemaState(positive.get()).Feed("-"));
+  EXPECT_FALSE(Whole(*positive, "0.000"));
+  EXPECT_TRUE(Whole(*positive, "0.0001"));
+  EXPECT_TRUE(Whole(*positive, "123456789012345678901234567890.5")) << "no upper bound";
+  std::shared_ptr<const JsonSchema> hundreds = MustCompile(R"({"type": "number", "minimum": 100, "maximum": 120})");
+  EXPECT_TRUE(SchemaState(hundreds.get()).Feed("1"));    // 100-120 begin so
+  EXPECT_FALSE(SchemaState(hundreds.get()).Feed("1."));  // but 1.x is below them
+  EXPECT_FALSE(SchemaState(hundreds.get()).Feed("13"));
+}
+
 TEST(JsonSchema, ChoiceIsOneOfTheStrings) {
   absl::StatusOr<std::shared_ptr<const JsonSchema>> choice = JsonSchema::Choice({"yes", "yes sir", "no", "\xC3\xA9t\xC3\xA9", "no"});
   ASSERT_TRUE(choice.ok()) << choice.status();
@@ -419,9 +500,11 @@ TEST(SchemaState, NestingStopsWhereTheDocumentStillFits) {
 TEST(JsonSchema, RefusesWhatItCannotEnforce) {
   const std::vector<std::pair<std::string, std::string>> cases{
       {R"({"type": "string", "pattern": "a+"})", "'#': 'pattern' is not supported"},
-      {R"({"type": "object", "properties": {"n": {"type": "number", "minimum": 0}}})",
-       "'#/properties/n': bounds ('minimum', ...) are supported on integers only"},
-      {R"({"minimum": 0})", "need \"type\": \"integer\""},
+      {R"({"type": "object", "properties": {"n": {"type": "number", "minimum": 0.5}}})",
+       "'#/properties/n': 'minimum' on a number must be a whole number (0.5 is not supported"},
+      {R"({"type": "number", "exclusiveMinimum": 1, "maximum": 1})", "the bounds admit no number"},
+      {R"({"type": "number", "maximum": -1e16})", "'maximum' must be a number within +-10^15"},
+      {R"({"minimum": 0})", "need \"type\": \"integer\" or \"number\""},
       {R"({"type": "integer", "minimum": 3, "exclusiveMaximum": 3})", "the bounds admit no integer"},
       {R"({"type": "integer", "maximum": 1e16})", "'maximum' must be a number within +-10^15"},
       {R"({"type": "integer", "exclusiveMinimum": true})", "'exclusiveMinimum' must be a number"},
@@ -495,6 +578,7 @@ TEST(JsonSchemaGrammar, MasksAreTheTokensAStateTakes) {
            {1, R"({"thought":"x","action":{"type":"tap","x":1,"y":-1}})"},
            {4, "12"},
            {6, R"({"n":120,"p":12,"neg":-12,"f":999999,"z":0,"big":-999999999999991})"},  // bounded integers
+           {9, R"({"t":1.0,"p":12.25,"d":-2.75})"},                                         // bounded numbers
            {-1, "{\"s\":\"" + std::string(44, 'a') + "\",\"l\":[1,22,333" + [] {
               std::string items;
               for (int i = 0; i < 36; ++i) items += ",4";

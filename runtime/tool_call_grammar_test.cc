@@ -92,12 +92,16 @@ TEST(ToolCallGrammar, MasksAreTheTokensAStateTakes) {
         ASSERT_EQ(MaskAllows(*mask, voc.vocab, id), takes) << "after " << i << " bytes of " << text << ", token " << id;
       }
       ++states;
-      if (i < text.size()) ASSERT_TRUE(s.Feed(static_cast<uint8_t>(text[i])));
+      if (i < text.size()) {
+        ASSERT_TRUE(s.Feed(static_cast<uint8_t>(text[i])));
+      }
     }
     EXPECT_TRUE(s.Complete());
     std::unique_ptr<TokenConstraint> c = g->NewConstraint();
     c->Prepare({});
-    for (const char ch : text) ASSERT_TRUE(c->Accept(static_cast<uint8_t>(ch))) << text;
+    for (const char ch : text) {
+      ASSERT_TRUE(c->Accept(static_cast<uint8_t>(ch))) << text;
+    }
     EXPECT_TRUE(c->Complete());
   }
   EXPECT_GT(states, 40);

@@ -116,6 +116,10 @@ def main(out, compile_tool):
         "x": {"type": "integer", "minimum": 0, "maximum": 1080}, "y": {"type": "integer", "exclusiveMinimum": -3.5,
         "exclusiveMaximum": 2400}, "n": {"type": ["integer", "null"], "maximum": -999999999999990}}}) + "\0" +
         '{"x": 1080, "y": -3, "n": -1000000000000000}')
+    put(out, "json_schema", "number-bounds", json.dumps({"type": "object", "properties": {
+        "t": {"type": "number", "minimum": 0, "maximum": 1}, "p": {"type": "number", "exclusiveMinimum": 0},
+        "d": {"type": ["number", "null"], "minimum": -3, "exclusiveMaximum": 2.0}}}) + "\0" +
+        '{"t": 1.000, "p": 0.0001, "d": -2.999}')
     put(out, "json_schema", "map", json.dumps({"additionalProperties": {"enum": ["a", 1, [True]]}}) + "\0" + '{"k": [true], "\\u00e9": 1}')
 
 

@@ -288,6 +288,7 @@ class Main(unittest.TestCase):
         class Step(BaseModel):
             thought: str = Field(max_length=12)
             action: Union[Tap, Finish]
+            confidence: float = Field(ge=0, le=1)  # bounds on a number
 
         c = self.s.client()
         # eos as soon as the document may end; strings, numbers and objects pushed to close.
@@ -299,7 +300,7 @@ class Main(unittest.TestCase):
         for ch in parsed.choices:
             self.assertEqual(ch.finish_reason, "stop", ch.message.content)
             self.assertIsInstance(ch.message.parsed, Step)  # pydantic's verdict
-            self.assertEqual(list(json.loads(ch.message.content)), ["thought", "action"])
+            self.assertEqual(list(json.loads(ch.message.content)), ["thought", "action", "confidence"])
             kinds.add(ch.message.parsed.action.type)
         self.assertGreater(len(kinds), 0)
         from openai.lib._pydantic import to_strict_json_schema
@@ -338,8 +339,8 @@ class Main(unittest.TestCase):
                 ({"json_schema": {"name": "a", "schema": {"type": "string", "pattern": "a+"}}},
                  "response_format.json_schema.schema", "'pattern' is not supported"),
                 ({"json_schema": {"name": "a", "schema": {"type": "object", "properties": {"n": {"type": "number",
-                                                                                                 "minimum": 0}}}}},
-                 "response_format.json_schema.schema", "'#/properties/n': bounds ('minimum', ...) are supported on integers only"),
+                                                                                                 "minimum": 0.5}}}}},
+                 "response_format.json_schema.schema", "'#/properties/n': 'minimum' on a number must be a whole number"),
                 ({"json_schema": {"schema": {}}}, "response_format.json_schema", "name"),
                 ({}, "response_format", "json_schema")):
             status, r = self.s.post("/v1/completions", {"model": NAME, "prompt": "x",
