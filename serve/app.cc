@@ -289,12 +289,13 @@ bool App::Admit(const GenerationOptions& options, int64_t prompt_tokens, const s
 void App::Run(const GenerationOptions& options, std::vector<int32_t> prompt, bool chat, int logprobs,
               std::string echo, bool return_token_ids, runtime::ConstraintFactory constraint, std::shared_ptr<Responder> out,
               std::vector<std::shared_ptr<const image::Patches>> images, int64_t expanded_tokens,
-              std::vector<std::string> tool_names) {
+              std::vector<std::string> tool_names, bool tool_call_forced) {
   const int64_t prompt_tokens = expanded_tokens >= 0 ? expanded_tokens : static_cast<int64_t>(prompt.size());
   GenerationSpec spec;
   spec.chat = chat;
   spec.reasoning = chat && options_.reasoning_parser;
   spec.tool_names = std::move(tool_names);
+  spec.tool_call_forced = tool_call_forced;
   spec.stream = options.stream;
   spec.include_usage = options.include_usage;
   spec.n = options.n;
@@ -365,14 +366,12 @@ void App::Chat(const HttpRequest& http, std::shared_ptr<Responder> out) {
   const int64_t expanded = ExpandedLength(*prompt, images);
   runtime::ConstraintFactory constraint;
   if (!Admit(req.options, expanded, out, "messages", &constraint)) return;
-  if ((req.tool_choice == ToolChoice::kRequired || req.tool_choice == ToolChoice::kFunction) &&
-      !ToolCallConstraint(req.tools, out, &constraint)) {
-    return;
-  }
+  const bool forced = req.tool_choice == ToolChoice::kRequired || req.tool_choice == ToolChoice::kFunction;
+  if (forced && !ToolCallConstraint(req.tools, out, &constraint)) return;
   std::vector<std::string> tool_names;
   for (const glm::ToolFunction& f : req.tools) tool_names.push_back(f.name);
   Run(req.options, std::move(*prompt), /*chat=*/true, req.logprobs ? req.top_logprobs : -1, "", false,
-      std::move(constraint), std::move(out), std::move(images), expanded, std::move(tool_names));
+      std::move(constraint), std::move(out), std::move(images), expanded, std::move(tool_names), forced);
 }
 
 bool App::ToolCallConstraint(const std::vector<glm::ToolFunction>& tools, const std::shared_ptr<Responder>& out,

@@ -106,7 +106,7 @@ class App {
   void Run(const GenerationOptions& options, std::vector<int32_t> prompt, bool chat, int logprobs, std::string echo,
            bool return_token_ids, runtime::ConstraintFactory constraint, std::shared_ptr<Responder> out,
            std::vector<std::shared_ptr<const image::Patches>> images = {}, int64_t expanded_tokens = -1,
-           std::vector<std::string> tool_names = {});
+           std::vector<std::string> tool_names = {}, bool tool_call_forced = false);
   // A forced call to one of `tools` (tool_choice "required" or named): the constraint of its grammar,
   // each function's arguments by its parameters schema; on a schema it cannot enforce answers 400.
   bool ToolCallConstraint(const std::vector<glm::ToolFunction>& tools, const std::shared_ptr<Responder>& out,

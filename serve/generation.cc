@@ -179,18 +179,41 @@ json Generation::ToolCallJson(const glm::ToolCall& call, bool with_index) {
   return j;
 }
 
-void Generation::Flush(Choice& c, int index, bool all) {
-  if (!spec_.tool_names.empty() && !c.is_content) {
-    if (!all && glm::MayBecomeToolCall(c.text, spec_.tool_names)) return;  // held until the call or the reply shows
-    c.is_content = true;
-  }
+size_t Generation::SendableEnd(const Choice& c, size_t from, bool all) const {
   size_t end = c.text.size();
   if (!all && !spec_.stop.empty()) {
     size_t hold = 0;
     for (const std::string& s : spec_.stop) hold = std::max(hold, s.size() - 1);
-    end = end > c.sent + hold ? end - hold : c.sent;
-    while (end > c.sent && (static_cast<unsigned char>(c.text[end]) & 0xC0) == 0x80) --end;  // whole characters
+    end = end > from + hold ? end - hold : from;
+    while (end > from && (static_cast<unsigned char>(c.text[end]) & 0xC0) == 0x80) --end;  // whole characters
   }
+  return end;
+}
+
+void Generation::StreamCall(Choice& c, int index, bool all) {
+  if (c.call_sent == 0) {
+    const size_t newline = c.text.find('\n');
+    if (newline == std::string::npos) return;
+    json call = {{"index", 0}, {"id", NewId("call_")}, {"type", "function"},
+                 {"function", {{"name", c.text.substr(0, newline)}, {"arguments", ""}}}};
+    c.call_sent = newline + 1;
+    SendChunk(index, "", "", json::array({std::move(call)}));
+  }
+  const size_t end = SendableEnd(c, c.call_sent, all);
+  if (end > c.call_sent) {
+    json piece = {{"index", 0}, {"function", {{"arguments", c.text.substr(c.call_sent, end - c.call_sent)}}}};
+    c.call_sent = end;
+    SendChunk(index, "", "", json::array({std::move(piece)}));
+  }
+}
+
+void Generation::Flush(Choice& c, int index, bool all) {
+  if (!spec_.tool_names.empty() && !c.is_content) {
+    if (spec_.tool_call_forced) return StreamCall(c, index, all);
+    if (!all && glm::MayBecomeToolCall(c.text, spec_.tool_names)) return;  // held until the call or the reply shows
+    c.is_content = true;
+  }
+  const size_t end = SendableEnd(c, c.sent, all);
   const bool new_logprobs = spec_.logprobs >= 0 && (spec_.chat ? c.logprobs.size()
                                                                : c.logprobs["tokens"].size()) > c.streamed_logprobs;
   if (end == c.sent && !new_logprobs) return;
@@ -258,6 +281,11 @@ void Generation::Finish(Choice& c, int index, const std::string& reason) {
   if (!c.stopped) c.text += c.decoder.Finish();
   record_.finish_reasons.push_back(reason);
   if (spec_.stream) {
+    if (!c.is_content && spec_.tool_call_forced) {
+      StreamCall(c, index, /*all=*/true);
+      if (c.call_sent > 0) return SendChunk(index, "", CallOf(c) ? "tool_calls" : reason);
+      c.is_content = true;  // cut off before the name's line was whole: what there is, as text
+    }
     if (!c.is_content) {
       if (const std::optional<glm::ToolCall> call = CallOf(c)) {
         SendChunk(index, "", "", json::array({ToolCallJson(*call, /*with_index=*/true)}));

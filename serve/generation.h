@@ -51,9 +51,10 @@ struct GenerationSpec {
   int logprobs = -1;  // -1: none; else alternatives per token (chat: top_logprobs)
   bool reasoning = false;  // chat: <think>...</think> goes to reasoning_content (--reasoning-parser glm45)
   // Chat: the functions the model was shown. An answer that ends as a call to one (models/glm/tools.h)
-  // is given as tool_calls with finish_reason "tool_calls"; a stream holds the text back while it may
-  // still become one.
+  // is given as tool_calls with finish_reason "tool_calls"; a stream sends a forced call as it is
+  // written, and otherwise holds the text back while it may still become one.
   std::vector<std::string> tool_names;
+  bool tool_call_forced = false;  // the answer is a call (a grammar sees to it): streamed as it is written
   // Completions only:
   std::string echo_text;  // prepended to each choice's text (echo)
   bool return_token_ids = false;
@@ -83,6 +84,7 @@ class Generation : public std::enable_shared_from_this<Generation> {
     bool done = false;
     bool stopped = false;  // by a stop string or a hidden id
     bool is_content = false;  // with tool_names: the text is a reply, not a call (so far: undecided)
+    size_t call_sent = 0;     // a forced call, streaming: bytes of text sent (0: its name not yet)
     std::string finish_reason;
   };
   // The call a finished choice's text makes, if it ended as one.
@@ -95,6 +97,11 @@ class Generation : public std::enable_shared_from_this<Generation> {
   void Fail(const absl::Status& status);
   // Streams whatever of the choice's text can no longer become part of a stop string.
   void Flush(Choice& c, int index, bool all);
+  // Where the text that may be sent ends (all of it, or short of what a stop string may still take).
+  size_t SendableEnd(const Choice& c, size_t from, bool all) const;
+  // A forced call, streamed as it is written: its name once the name's line is whole (with the
+  // call's id), then the arguments' text in pieces.
+  void StreamCall(Choice& c, int index, bool all);
   void SendChunk(int index, const std::string& delta, const std::string& finish_reason,
                  const nlohmann::json& tool_calls = nullptr);
   void Complete();

@@ -623,13 +623,16 @@ class Tools(unittest.TestCase):
             self.assertTrue(call.id.startswith("call_"))
             models[call.function.name].model_validate_json(call.function.arguments)  # pydantic's verdict
             seen.add(call.function.name)
-            if seed == 0:  # the stream gives the same call in its delta
+            if seed == 0:  # the stream gives the same call: its name and id first, then the arguments in pieces
                 stream = list(c.chat.completions.create(model=NAME, messages=messages, tools=tools, tool_choice="required",
                                                         max_tokens=120, seed=seed, logit_bias=bias, stream=True))
                 deltas = [d.choices[0].delta for d in stream if d.choices]
                 calls = [t for d in deltas for t in (d.tool_calls or [])]
-                self.assertEqual([(t.function.name, t.function.arguments) for t in calls],
-                                 [(call.function.name, call.function.arguments)])
+                self.assertGreater(len(calls), 2)
+                self.assertEqual((calls[0].function.name, calls[0].function.arguments, calls[0].type), (call.function.name, "", "function"))
+                self.assertTrue(calls[0].id.startswith("call_"))
+                self.assertTrue(all(t.index == 0 and t.function.name is None and t.id is None for t in calls[1:]))
+                self.assertEqual("".join(t.function.arguments for t in calls), call.function.arguments)
                 self.assertEqual("".join(d.content or "" for d in deltas), "")
                 self.assertEqual(stream[-1].choices[0].finish_reason, "tool_calls")
         self.assertGreater(len(seen), 0)
