@@ -3,7 +3,8 @@
 // skipped, so the walk goes deep. A schema compiles or is refused with a message. Whenever the
 // text taken so far is whole, it is valid JSON (checked where it holds no e or E and no run of 300
 // digits: a number past a double's range is JSON the reference refuses), and wherever the walk stops the automaton is not
-// stuck: some byte continues it, or it is whole.
+// stuck: some byte continues it, or it is whole. The walk is also fed as a forced tool call's
+// arguments, which must agree with it.
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -14,6 +15,7 @@
 
 #include "absl/strings/string_view.h"
 #include "runtime/json_schema.h"
+#include "runtime/tool_call_grammar.h"
 
 namespace {
 
@@ -80,6 +82,24 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       if (ag::runtime::MaskAllows(*mask, static_cast<int32_t>(Tokens().size()), id) != next.Feed(Tokens()[static_cast<size_t>(id)])) {
         __builtin_trap();
       }
+    }
+    // The same walk as a forced tool call's arguments (runtime/tool_call_grammar.h): after "fn\n" it
+    // is the schema's state and mask; before, a mask is exactly the tokens the name's state takes.
+    absl::StatusOr<std::shared_ptr<ag::runtime::ToolCallGrammar>> call =
+        ag::runtime::ToolCallGrammar::Create({{"f", *grammar}, {"fn", *grammar}}, Vocabulary());
+    if (!call.ok()) __builtin_trap();
+    ag::runtime::ToolCallState named = (*call)->Start();
+    if (!named.Feed("f")) __builtin_trap();
+    const ag::runtime::Mask name_mask = (*call)->Allowed(named);
+    for (int32_t id = 0; id < static_cast<int32_t>(Tokens().size()); ++id) {
+      ag::runtime::ToolCallState next = named;
+      if (ag::runtime::MaskAllows(*name_mask, static_cast<int32_t>(Tokens().size()), id) != next.Feed(Tokens()[static_cast<size_t>(id)])) {
+        __builtin_trap();
+      }
+    }
+    if (!named.Feed("n\n") || !named.Feed(written) || named.Complete() != state.Complete() ||
+        *(*call)->Allowed(named) != *mask) {
+      __builtin_trap();
     }
   }
   bool continues = state.Complete();
