@@ -12,6 +12,7 @@
 #include "models/glm/tokenizer.h"
 #include "runtime/json_constraint.h"
 #include "runtime/json_schema.h"
+#include "runtime/tool_call_grammar.h"
 
 namespace {
 
@@ -233,5 +234,29 @@ void BM_JsonSchemaBoundedStringStep(benchmark::State& state) {
   state.counters["allowed"] = static_cast<double>(allowed);
 }
 BENCHMARK(BM_JsonSchemaBoundedStringStep)->Unit(benchmark::kMillisecond);
+
+// A forced tool call's mask computed afresh, GLM-4's vocabulary, two functions (get_weather, tap):
+// /0 the start, /1 within the name ("get_w"), /2 right after the name's newline (the arguments'
+// schema takes over; a token may cross). A request meets one name state a byte of the name written,
+// each computed while the device runs the step before (TokenConstraint::Prepare).
+void BM_ToolCallMask(benchmark::State& state) {
+  const auto vocabulary = Glm4JsonVocabulary(state);
+  if (vocabulary == nullptr) return;
+  ag::runtime::JsonSchemaGrammars schemas(vocabulary);
+  const auto weather = schemas.Get(R"({"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]})");
+  const auto tap = schemas.Get(R"({"type": "object", "properties": {"x": {"type": "integer", "minimum": 0, "maximum": 1080},
+      "y": {"type": "integer", "minimum": 0, "maximum": 2400}}, "required": ["x", "y"]})");
+  const auto grammar = ag::runtime::ToolCallGrammar::Create({{"get_weather", *weather}, {"tap", *tap}}, vocabulary);
+  const char* prefixes[] = {"", "get_w", "get_weather\n"};
+  ag::runtime::ToolCallState s = (*grammar)->Start();
+  if (!s.Feed(prefixes[state.range(0)])) {
+    state.SkipWithError("bad prefix");
+    return;
+  }
+  int64_t allowed = 0;
+  for (auto _ : state) allowed = Allowed(vocabulary->Walk(s));
+  state.counters["allowed"] = static_cast<double>(allowed);
+}
+BENCHMARK(BM_ToolCallMask)->DenseRange(0, 2)->Unit(benchmark::kMillisecond);
 
 BENCHMARK_MAIN();
