@@ -11,12 +11,16 @@
 //                   backend stages the vision program's input;
 //   WidenRows       the vision program's bf16 rows widened into a fresh float buffer, as the backend
 //                   reads them back for the engine (a fresh buffer: its first touch is part of the cost).
+//   TopKFloor       a host-sampled row's top-k floor, and the whole draw with top_k (SampleFilteredTopK).
 // Run: build/bench/host_bench (it uses every core, as the server does).
 #include <benchmark/benchmark.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdlib>
 #include <fstream>
+#include <functional>
+#include <random>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -28,6 +32,7 @@
 #include "image/preprocess.h"
 #include "kernels/ref/half.h"
 #include "kernels/ref/parallel.h"
+#include "kernels/ref/ref.h"
 #include "runtime/backend.h"
 #include "serve/base64_fast.h"
 #include "serve/json_fast.h"
@@ -189,6 +194,44 @@ void BM_WidenRows(benchmark::State& state) {
   state.SetBytesProcessed(state.iterations() * elements * 6);
 }
 BENCHMARK(BM_WidenRows)->Unit(benchmark::kMillisecond)->UseRealTime();
+
+// A host-sampled row's top-k floor (k = 50) over GLM-4's 151,552 ids of normally distributed logits:
+// range(0) 0 a copy of the row partially sorted (the sampler's way before), 1 ref::KthLargest; and
+// the whole draw (ref::SampleFiltered, temperature 1, top_k 50).
+std::vector<float> NormalLogits() {
+  std::mt19937 rng(3);
+  std::normal_distribution<float> normal(0.0f, 2.5f);
+  std::vector<float> row(151552);
+  for (float& v : row) v = normal(rng);
+  return row;
+}
+
+void BM_TopKFloor(benchmark::State& state) {
+  const std::vector<float> row = NormalLogits();
+  const int64_t n = static_cast<int64_t>(row.size()), k = 50;
+  for (auto _ : state) {
+    float floor = 0;
+    if (state.range(0) == 0) {
+      std::vector<float> sorted(row);
+      std::nth_element(sorted.begin(), sorted.begin() + (k - 1), sorted.end(), std::greater<float>());
+      floor = sorted[k - 1];
+    } else {
+      floor = ref::KthLargest(row.data(), n, k);
+    }
+    benchmark::DoNotOptimize(floor);
+  }
+}
+BENCHMARK(BM_TopKFloor)->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond);
+
+void BM_SampleFilteredTopK(benchmark::State& state) {
+  const std::vector<float> row = NormalLogits();
+  float u = 0.0f;
+  for (auto _ : state) {
+    u = u + 0.618034f - (u + 0.618034f >= 1.0f ? 1.0f : 0.0f);
+    benchmark::DoNotOptimize(ref::SampleFiltered(row.data(), static_cast<int64_t>(row.size()), {1.0f, 50, 1.0f, 0, u}));
+  }
+}
+BENCHMARK(BM_SampleFilteredTopK)->Unit(benchmark::kMillisecond);
 
 }  // namespace
 }  // namespace ag::bench

@@ -316,6 +316,31 @@ TEST(Ref, SampleFilteredDrawsInProportion) {
   }
 }
 
+// Top-k's floor against a full sort: rows with ties, both signs, zeros of both signs, infinities,
+// subnormals and values a bucket apart, every k.
+TEST(Ref, KthLargestIsTheSortedRowsKth) {
+  std::mt19937 rng(5);
+  const std::vector<float> special = {0.0f, -0.0f, INFINITY, -INFINITY, 1e-40f, -1e-40f, 1.0f, std::nextafter(1.0f, 2.0f),
+                                      -1.0f, 3.0e38f};
+  for (int trial = 0; trial < 300; ++trial) {
+    const int64_t n = 1 + static_cast<int64_t>(rng() % 300);
+    std::vector<float> row(static_cast<size_t>(n));
+    for (float& v : row) {
+      switch (rng() % 4) {
+        case 0: v = special[rng() % special.size()]; break;
+        case 1: v = static_cast<float>(static_cast<int>(rng() % 7) - 3); break;  // ties
+        case 2: v = std::ldexp(static_cast<float>(rng() % 1000) - 500.0f, static_cast<int>(rng() % 40) - 20); break;
+        default: v = 10.0f + static_cast<float>(rng() % 1000) * 1e-6f; break;  // one bucket, many values
+      }
+    }
+    std::vector<float> sorted = row;
+    std::sort(sorted.begin(), sorted.end(), std::greater<float>());
+    for (int64_t k = 1; k <= n; ++k) {
+      ASSERT_EQ(KthLargest(row.data(), n, k), sorted[static_cast<size_t>(k - 1)]) << "trial " << trial << " k " << k;
+    }
+  }
+}
+
 TEST(Ref, SampleFilteredFollowsItsRule) {
   const float l[4] = {std::log(0.1f), std::log(0.2f), std::log(0.3f), std::log(0.4f)};
   auto pick = [&](SampleParams p) { return SampleFiltered(l, 4, p); };

@@ -2,6 +2,7 @@
 // for kernels/cuda/vocab.cu's SampleRowsKernel and the CPU backend's own.
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <functional>
 #include <vector>
 
@@ -18,6 +19,34 @@ void ApplyPenalties(float* logits, int64_t vocab, std::span<const Penalty> penal
     if (p.scale != 1.0f) l = l > 0 ? l / p.scale : l * p.scale;
     l -= p.delta;
   }
+}
+
+namespace {
+
+// A float's bits as an unsigned key in the same order (-inf lowest, +inf highest).
+uint32_t OrderKey(float v) {
+  uint32_t u;
+  std::memcpy(&u, &v, sizeof u);
+  return (u & 0x80000000u) != 0 ? ~u : u | 0x80000000u;
+}
+
+}  // namespace
+
+float KthLargest(const float* values, int64_t n, int64_t k) {
+  constexpr int kShift = 20;  // 4,096 buckets by the key's top 12 bits
+  std::vector<int64_t> count(size_t{1} << (32 - kShift), 0);
+  for (int64_t i = 0; i < n; ++i) ++count[OrderKey(values[i]) >> kShift];
+  int64_t above = 0;  // values in the buckets over the one that holds the k-th
+  size_t bucket = count.size() - 1;
+  while (above + count[bucket] < k) above += count[bucket--];
+  std::vector<float> in_bucket;
+  in_bucket.reserve(static_cast<size_t>(count[bucket]));
+  for (int64_t i = 0; i < n; ++i) {
+    if ((OrderKey(values[i]) >> kShift) == bucket) in_bucket.push_back(values[i]);
+  }
+  const auto at = in_bucket.begin() + (k - above - 1);
+  std::nth_element(in_bucket.begin(), at, in_bucket.end(), std::greater<float>());
+  return *at;
 }
 
 int32_t SampleFiltered(const float* logits, int64_t vocab, const SampleParams& p) {
@@ -51,11 +80,7 @@ int32_t SampleFiltered(const float* logits, int64_t vocab, const SampleParams& p
   }
   if (max_z == -INFINITY) return 0;  // nothing can be kept
   float floor_z = p.min_p > 0.0f ? max_z + std::log(p.min_p) : -INFINITY;  // min-p
-  if (p.top_k > 0 && p.top_k < n) {
-    std::vector<float> sorted(w.begin(), w.begin() + n);
-    std::nth_element(sorted.begin(), sorted.begin() + (p.top_k - 1), sorted.end(), std::greater<float>());
-    floor_z = std::max(floor_z, sorted[p.top_k - 1]);
-  }
+  if (p.top_k > 0 && p.top_k < n) floor_z = std::max(floor_z, KthLargest(w.data(), n, p.top_k));
   std::vector<float> z;
   if (p.top_p < 1.0f) z = w;
   constexpr int64_t kBlock = 256;  // a multiple of 4
