@@ -493,7 +493,8 @@ class Main(unittest.TestCase):
             for field in ["model", "messages", "prompt", "max_tokens", "temperature", "top_p", "top_k", "n", "stop",
                           "seed", "logprobs", "top_logprobs", "stream", "echo", "stream_options", "ignore_eos",
                           "max_completion_tokens", "presence_penalty", "logit_bias", "stop_token_ids", "min_tokens", "min_p",
-                          "skip_special_tokens", "include_stop_str_in_output", "bogus"]:
+                          "skip_special_tokens", "include_stop_str_in_output", "tools", "tool_choice",
+                          "parallel_tool_calls", "response_format", "bogus"]:
                 for v in bad_values:
                     b = dict(base)
                     b[field] = v
@@ -514,6 +515,14 @@ class Main(unittest.TestCase):
         bodies.append(("/v1/completions", json.dumps({"model": NAME, "prompt": [400], "max_tokens": 1})))
         bodies.append(("/v1/completions", json.dumps({"model": NAME, "prompt": [1] * 300, "max_tokens": 1})))
         bodies.append(("/v1/completions", json.dumps({"model": "other", "prompt": "hi"})))
+        function = {"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}
+        for tools, choice in (([function] * 2, "auto"), ([function] * 129, "auto"), ([{"type": "function", "function": {
+                "name": "f\u00e9"}}], "auto"), ([{"type": "function", "function": {"name": "f", "parameters": {"$ref": "#"}}}],
+                                                 "required"), ([function], {"type": "function", "function": {"name": "g"}}),
+                              ([function], {"type": "function"}), ([function], "required")):
+            bodies.append(("/v1/chat/completions", json.dumps(dict(good_chat, tools=tools, tool_choice=choice))))
+        bodies.append(("/v1/chat/completions", json.dumps(dict(good_chat, messages=[
+            {"role": "assistant", "tool_calls": [{"function": {"name": "f"}}]}]))))
         bodies.append(("/tokenize", "[1, 2"))
         bodies.append(("/detokenize", json.dumps({"tokens": [1, -5]})))
         bodies.append(("/detokenize", json.dumps({"tokens": [2 ** 40]})))
