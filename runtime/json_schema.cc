@@ -213,6 +213,13 @@ class SchemaCompiler {
     return Add(std::move(node));
   }
 
+  // Whether the bound `key` is a JSON number within +-kMaxBound (else fails).
+  bool BoundInRange(const Json& b, const char* key, const std::string& where) {
+    if (b.is_number() && std::fabs(b.get<double>()) <= static_cast<double>(JsonSchema::kMaxBound)) return true;
+    Fail(where, absl::StrCat("'", key, "' must be a number within +-10^15"));
+    return false;
+  }
+
   // An integer within its bounds: each a JSON number within +-kMaxBound, a fractional one rounded
   // inward (minimum 2.5 is 3), the exclusive ones a step further.
   int32_t Integer(const Json& s, const std::string& where) {
@@ -220,9 +227,7 @@ class SchemaCompiler {
     for (const char* key : kBounds) {
       if (!s.contains(key)) continue;
       const Json& b = s[key];
-      if (!b.is_number() || !(std::fabs(b.get<double>()) <= static_cast<double>(JsonSchema::kMaxBound))) {
-        return Fail(where, absl::StrCat("'", key, "' must be a number within +-10^15"));
-      }
+      if (!BoundInRange(b, key, where)) return -1;
       const std::string k = key;
       const bool whole = b.is_number_integer();
       const double d = b.get<double>();
@@ -244,10 +249,8 @@ class SchemaCompiler {
     for (const char* key : kBounds) {
       if (!s.contains(key)) continue;
       const Json& b = s[key];
-      const double d = b.is_number() ? b.get<double>() : NAN;
-      if (!(std::fabs(d) <= static_cast<double>(JsonSchema::kMaxBound))) {
-        return Fail(where, absl::StrCat("'", key, "' must be a number within +-10^15"));
-      }
+      if (!BoundInRange(b, key, where)) return -1;
+      const double d = b.get<double>();
       if (d != std::floor(d)) {
         return Fail(where, absl::StrCat("'", key, "' on a number must be a whole number (", Compact(b),
                                         " is not supported; on an integer it would be)"));

@@ -33,8 +33,8 @@ uint32_t Saturated(uint32_t count, const Node& n) {
   return std::min(count + 1, cap);
 }
 
-// A bounded integer's digits so far, as a magnitude (count: low 32 bits, pos: high), saturated
-// past every bound: a value beyond kFar compares with the bounds as kFar does.
+// A bounded integer's or number's integer part so far, as a magnitude (count: low 32 bits, pos:
+// high), saturated past every bound: a value beyond kFar compares with the bounds as kFar does.
 constexpr uint64_t kFar = 10 * static_cast<uint64_t>(JsonSchema::kMaxBound);
 uint64_t Magnitude(const Frame& f) { return uint64_t{f.pos} << 32 | f.count; }
 void SetMagnitude(Frame& f, uint64_t v) {
@@ -42,29 +42,10 @@ void SetMagnitude(Frame& f, uint64_t v) {
   f.count = static_cast<uint32_t>(v);
   f.pos = static_cast<uint32_t>(v >> 32);
 }
-int64_t Value(const Frame& f) {
-  const int64_t m = static_cast<int64_t>(Magnitude(f));
-  return f.left == 1 ? -m : m;
-}
-bool InBounds(const Node& n, const Frame& f) { return Value(f) >= n.lo && Value(f) <= n.hi; }
 
-// Whether some integer this prefix can still become (its digits so far, and `more` of them to come
-// or not: after a leading 0 none) lies within the node's bounds -- a digit is taken only then, so a
-// bounded integer never leaves a path without a way to end.
-bool Reaches(const Node& n, const Frame& f, bool more) {
-  uint64_t low = Magnitude(f), high = low;  // the magnitudes with j more digits: [v 10^j, (v + 1) 10^j - 1]
-  while (true) {
-    const int64_t a = static_cast<int64_t>(std::min(low, kFar)), b = static_cast<int64_t>(std::min(high, kFar));
-    const int64_t from = f.left == 1 ? -b : a, to = f.left == 1 ? -a : b;
-    if (from <= n.hi && to >= n.lo) return true;
-    if (!more || low == 0 || low > kFar) return false;
-    low *= 10;
-    high = high * 10 + 9;
-  }
-}
-
-// A bounded number's bounds as they apply to its magnitude (the value with its sign taken off:
-// x <= hi is |x| >= -hi for a negative x, and so on), each whole, INT64_MIN/MAX where there is none.
+// A bounded node's bounds as they apply to the magnitude (the value with its sign taken off: x <= hi
+// is |x| >= -hi for a negative x, and so on), each whole, INT64_MIN/MAX where there is none. An
+// integer's are closed (exclusive ones were made inclusive when compiled), a number's open or not.
 struct MagnitudeBounds {
   int64_t lo, hi;
   bool lo_open, hi_open;
@@ -74,18 +55,20 @@ MagnitudeBounds ForMagnitude(const Node& n, bool negative) {
   return {n.hi == INT64_MAX ? INT64_MIN : -n.hi, n.lo == INT64_MIN ? INT64_MAX : -n.lo, n.hi_open, n.lo_open};
 }
 
-// Whether some real magnitude in [a, b) (whole ends, a < b) lies within the bounds.
+// Whether some real magnitude in [a, b) (whole ends, a < b) lies within the bounds. For an integer
+// (closed whole bounds) that is whether some whole magnitude in [a, b - 1] does.
 bool Meets(const MagnitudeBounds& m, int64_t a, int64_t b) {
   const int64_t low = std::max(a, m.lo), high = std::min(b, m.hi);
   const bool low_closed = a > m.lo || !m.lo_open, high_closed = b > m.hi && !m.hi_open;
   return low < high || (low == high && low_closed && high_closed);
 }
 
-// Whether some number this prefix can still become -- its integer part's digits so far, `more` of
-// them to come or not, then any fraction -- lies within the node's whole-number bounds.
-bool NumberReaches(const Node& n, const Frame& f, bool more) {
+// Whether some value this prefix can still become -- its integer part's digits so far, `more` of
+// them to come or not (after a leading 0 none), then for a number any fraction -- lies within the
+// node's bounds: a digit is taken only then, so a bounded value never leaves a path without an end.
+bool Reaches(const Node& n, const Frame& f, bool more) {
   const MagnitudeBounds m = ForMagnitude(n, f.left == 1);
-  uint64_t low = Magnitude(f), high = low + 1;  // with j more digits and a fraction: [v 10^j, (v + 1) 10^j)
+  uint64_t low = Magnitude(f), high = low + 1;  // with j more digits (and a fraction): [v 10^j, (v + 1) 10^j)
   while (true) {
     if (Meets(m, static_cast<int64_t>(std::min(low, kFar)), static_cast<int64_t>(std::min(high, kFar + 1)))) return true;
     if (!more || low == 0 || low > kFar) return false;
@@ -94,23 +77,24 @@ bool NumberReaches(const Node& n, const Frame& f, bool more) {
   }
 }
 
-// Whether a bounded number may end here: its magnitude is its integer part plus a fraction that is
-// zero, or (hi 1: a digit other than 0 came) strictly between 0 and 1 -- all the bounds can tell apart.
-bool NumberInBounds(const Node& n, const Frame& f) {
+// Whether a bounded value may end here: its magnitude is its integer part plus a fraction that is
+// zero, or (a number's hi 1: a digit other than 0 came) strictly between 0 and 1 -- all whole bounds
+// can tell apart.
+bool InBounds(const Node& n, const Frame& f) {
   const MagnitudeBounds m = ForMagnitude(n, f.left == 1);
   const int64_t v = static_cast<int64_t>(std::min(Magnitude(f), kFar));
   if (f.phase == kFrac && f.hi == 1) return v >= m.lo && v < m.hi;
   return (v > m.lo || (v == m.lo && !m.lo_open)) && (v < m.hi || (v == m.hi && !m.hi_open));
 }
 
-// A bounded number's fraction may only be zeros: its integer part is the largest magnitude allowed.
-bool FractionZerosOnly(const Node& n, const Frame& f) {
-  const MagnitudeBounds m = ForMagnitude(n, f.left == 1);
-  return static_cast<int64_t>(std::min(Magnitude(f), kFar)) == m.hi;
+// Takes a digit of a bounded number's fraction: one other than 0 only while the integer part is
+// below the largest magnitude allowed (at it, the fraction may only be zeros).
+bool TakeFractionDigit(const Node& n, Frame& f, uint8_t c) {
+  if (c == '0') return true;
+  if (static_cast<int64_t>(std::min(Magnitude(f), kFar)) == ForMagnitude(n, f.left == 1).hi) return false;
+  f.hi = 1;
+  return true;
 }
-
-// The end test of a bounded integer or number.
-bool WithinBounds(const Node& n, const Frame& f) { return n.kind == Node::kInteger ? InBounds(n, f) : NumberInBounds(n, f); }
 
 bool ByBytes(const SchemaState::Path& a, const SchemaState::Path& b) {
   if (a.size() != b.size()) return a.size() < b.size();
@@ -150,7 +134,7 @@ bool SchemaState::PathComplete(const Path& p) const {
   const Node& n = schema_->node(p[1].node);
   const uint8_t ph = p[1].phase;
   return (n.kind == Node::kNumber || n.kind == Node::kInteger) && (ph == kZero || ph == kInt || ph == kFrac || ph == kExp) &&
-         (!n.bounded() || WithinBounds(n, p[1]));
+         (!n.bounded() || InBounds(n, p[1]));
 }
 
 bool SchemaState::Complete() const {
@@ -453,12 +437,10 @@ void SchemaState::StepNumber(Path& p, uint8_t c, Paths& out) const {
   Frame& f = p.back();
   const Node& n = schema_->node(f.node);
   const bool integer = n.kind == Node::kInteger, bounded = n.bounded();
-  // Whether a bounded value can still land within its bounds (its integer part's digits so far).
-  auto reaches = [&](bool more) { return integer ? Reaches(n, f, more) : NumberReaches(n, f, more); };
   switch (f.phase) {
     case kNumStart:
       if (c == '-') {  // -0 or a negative value
-        if (bounded && !(integer ? n.lo <= 0 : Meets(ForMagnitude(n, true), 0, kFar + 1))) return;
+        if (bounded && !Meets(ForMagnitude(n, true), 0, kFar + 1)) return;
         f.phase = kMinus;
         if (bounded) f.left = 1;  // (an unbounded number's sign changes nothing after it: one key for both)
         break;
@@ -469,7 +451,7 @@ void SchemaState::StepNumber(Path& p, uint8_t c, Paths& out) const {
       f.phase = c == '0' ? kZero : kInt;
       if (bounded) {
         SetMagnitude(f, c - '0');
-        if (!reaches(f.phase == kInt)) return;
+        if (!Reaches(n, f, f.phase == kInt)) return;
       }
       break;
     case kZero:
@@ -479,15 +461,14 @@ void SchemaState::StepNumber(Path& p, uint8_t c, Paths& out) const {
       if (IsDigit(c) && f.phase != kZero) {
         if (bounded && f.phase == kInt) {  // the integer part's digits
           SetMagnitude(f, Magnitude(f) * 10 + (c - '0'));
-          if (!reaches(true)) return;
-        } else if (bounded && f.phase == kFrac) {  // a bounded number's fraction
-          if (c != '0' && FractionZerosOnly(n, f)) return;
-          if (c != '0') f.hi = 1;
+          if (!Reaches(n, f, true)) return;
+        } else if (bounded && f.phase == kFrac && !TakeFractionDigit(n, f, c)) {
+          return;
         }
         break;
       }
       if (c == '.' && (f.phase == kZero || f.phase == kInt) && !integer) {
-        if (bounded && !reaches(false)) return;  // the integer part is whole now
+        if (bounded && !Reaches(n, f, false)) return;  // the integer part is whole now
         f.phase = kDot;
         if (bounded) f.hi = 0;  // no digit other than 0 in the fraction yet
         break;
@@ -496,7 +477,7 @@ void SchemaState::StepNumber(Path& p, uint8_t c, Paths& out) const {
         f.phase = kE;
         break;
       }
-      if (bounded && !WithinBounds(n, f)) return;
+      if (bounded && !InBounds(n, f)) return;
       // The number ended before this byte, which is its container's.
       p.pop_back();
       ChildDone(p, *schema_);
@@ -504,10 +485,7 @@ void SchemaState::StepNumber(Path& p, uint8_t c, Paths& out) const {
     case kDot:
       if (!IsDigit(c)) return;
       f.phase = kFrac;
-      if (bounded && c != '0') {
-        if (FractionZerosOnly(n, f)) return;
-        f.hi = 1;
-      }
+      if (bounded && !TakeFractionDigit(n, f, c)) return;
       break;
     case kE:
       if (c == '+' || c == '-') {

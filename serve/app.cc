@@ -366,7 +366,7 @@ void App::Chat(const HttpRequest& http, std::shared_ptr<Responder> out) {
   const int64_t expanded = ExpandedLength(*prompt, images);
   runtime::ConstraintFactory constraint;
   if (!Admit(req.options, expanded, out, "messages", &constraint)) return;
-  const bool forced = req.tool_choice == ToolChoice::kRequired || req.tool_choice == ToolChoice::kFunction;
+  const bool forced = ForcesACall(req.tool_choice);
   if (forced && !ToolCallConstraint(req.tools, out, &constraint)) return;
   std::vector<std::string> tool_names;
   for (const glm::ToolFunction& f : req.tools) tool_names.push_back(f.name);

@@ -194,10 +194,8 @@ void Generation::StreamCall(Choice& c, int index, bool all) {
   if (c.call_sent == 0) {
     const size_t newline = c.text.find('\n');
     if (newline == std::string::npos) return;
-    json call = {{"index", 0}, {"id", NewId("call_")}, {"type", "function"},
-                 {"function", {{"name", c.text.substr(0, newline)}, {"arguments", ""}}}};
     c.call_sent = newline + 1;
-    SendChunk(index, "", "", json::array({std::move(call)}));
+    SendChunk(index, "", "", json::array({ToolCallJson({c.text.substr(0, newline), ""}, /*with_index=*/true)}));
   }
   const size_t end = SendableEnd(c, c.call_sent, all);
   if (end > c.call_sent) {

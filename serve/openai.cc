@@ -434,7 +434,7 @@ void ReadTools(Reader& r, std::string_view body, const RequestLimits& limits, Ch
   }
   if (req.tool_choice == ToolChoice::kNone) req.tools.clear();  // nothing to call: nothing shown
   const GenerationOptions& o = req.options;
-  const bool forced = req.tool_choice == ToolChoice::kRequired || req.tool_choice == ToolChoice::kFunction;
+  const bool forced = ForcesACall(req.tool_choice);
   if (forced && (o.json_object || o.json_schema || !o.choice.empty())) {
     return r.Fail("tool_choice", absl::StrCat("a forced tool call cannot go with '", o.structured_param,
                                               "': the answer is the call"));

@@ -76,6 +76,8 @@ struct GenerationOptions {
 // OpenAI's tool_choice: no call (the tools are not shown to the model), a call or a reply as the
 // model chooses, some call, or a call to the one function named.
 enum class ToolChoice { kNone, kAuto, kRequired, kFunction };
+// Whether the answer must be a call (a grammar then enforces it).
+inline bool ForcesACall(ToolChoice choice) { return choice == ToolChoice::kRequired || choice == ToolChoice::kFunction; }
 
 struct ChatRequest {
   GenerationOptions options;
