@@ -4,6 +4,8 @@
 #include <cmath>
 #include <cstdio>
 
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 
 namespace ag::glm {
@@ -39,9 +41,7 @@ void AppendPythonFloat(double v, std::string& out) {
   if (exponent < -4 || exponent >= 16) {
     out += digits[0];
     if (digits.size() > 1) absl::StrAppend(&out, ".", digits.substr(1));
-    char e[8];
-    std::snprintf(e, sizeof(e), "e%c%02d", exponent < 0 ? '-' : '+', std::abs(exponent));
-    out += e;
+    absl::StrAppend(&out, "e", exponent < 0 ? "-" : "+", std::abs(exponent) < 10 ? "0" : "", std::abs(exponent));
   } else if (exponent < 0) {
     absl::StrAppend(&out, "0.", std::string(static_cast<size_t>(-exponent - 1), '0'), digits);
   } else {
@@ -124,17 +124,7 @@ void AppendPython(const ordered_json& v, int indent, int level, std::string& out
   }
 }
 
-constexpr std::string_view kSpace = " \t\n\r\f\v";
-std::string_view TrimLeft(std::string_view s) {
-  const size_t from = s.find_first_not_of(kSpace);
-  return from == std::string_view::npos ? std::string_view() : s.substr(from);
-}
-std::string_view Trim(std::string_view s) {
-  s = TrimLeft(s);
-  return s.substr(0, s.find_last_not_of(kSpace) + 1);
-}
-
-bool IsJsonObject(std::string_view text) {
+bool IsJsonObject(absl::string_view text) {
   const ordered_json j = ordered_json::parse(text.begin(), text.end(), nullptr, /*allow_exceptions=*/false);
   return !j.is_discarded() && j.is_object();
 }
@@ -157,23 +147,23 @@ std::string ToolsSystemText(const std::vector<ToolFunction>& tools, ToolsWording
   return out;
 }
 
-std::optional<ToolCall> ParseToolCall(std::string_view text, const std::vector<std::string>& names) {
+std::optional<ToolCall> ParseToolCall(absl::string_view text, const std::vector<std::string>& names) {
   const size_t newline = text.find('\n');
-  if (newline == std::string_view::npos) return std::nullopt;
-  const std::string_view name = Trim(text.substr(0, newline));
+  if (newline == absl::string_view::npos) return std::nullopt;
+  const absl::string_view name = absl::StripAsciiWhitespace(text.substr(0, newline));
   bool known = false;
   for (const std::string& n : names) known = known || n == name;
   if (!known) return std::nullopt;
-  const std::string_view arguments = Trim(text.substr(newline + 1));
+  const absl::string_view arguments = absl::StripAsciiWhitespace(text.substr(newline + 1));
   if (!IsJsonObject(arguments)) return std::nullopt;
   return ToolCall{std::string(name), std::string(arguments)};
 }
 
-bool MayBecomeToolCall(std::string_view text, const std::vector<std::string>& names) {
+bool MayBecomeToolCall(absl::string_view text, const std::vector<std::string>& names) {
   const size_t newline = text.find('\n');
   for (const std::string& n : names) {
-    if (newline == std::string_view::npos ? n.starts_with(TrimLeft(text))
-                                          : Trim(text.substr(0, newline)) == n) {
+    if (newline == absl::string_view::npos ? absl::StartsWith(n, absl::StripLeadingAsciiWhitespace(text))
+                                           : absl::StripAsciiWhitespace(text.substr(0, newline)) == n) {
       return true;
     }
   }

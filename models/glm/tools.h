@@ -13,10 +13,11 @@
 
 #include <optional>
 #include <string>
-#include <string_view>
 #include <vector>
 
 #include <nlohmann/json.hpp>
+
+#include "absl/strings/string_view.h"
 
 namespace ag::glm {
 
@@ -46,11 +47,11 @@ std::string ToolsSystemText(const std::vector<ToolFunction>& tools, ToolsWording
 // The call `text` (a reply, the end-of-sequence token not in it) makes, or nullopt when it is not
 // one: its first line is one of `names` exactly and the rest, trimmed of whitespace, is one JSON
 // object (what GLM-4's server takes as a call; anything else is the reply's content).
-std::optional<ToolCall> ParseToolCall(std::string_view text, const std::vector<std::string>& names);
+std::optional<ToolCall> ParseToolCall(absl::string_view text, const std::vector<std::string>& names);
 
 // Whether `text`, a reply still being written, may yet turn out to be a call to one of `names`
 // (a stream holds its text back while it may).
-bool MayBecomeToolCall(std::string_view text, const std::vector<std::string>& names);
+bool MayBecomeToolCall(absl::string_view text, const std::vector<std::string>& names);
 
 }  // namespace ag::glm
 
