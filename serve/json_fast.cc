@@ -38,6 +38,12 @@ const char* SkipPlain(const char* p, const char* end) {
   return end;
 }
 
+// Past JSON's whitespace from `p`.
+const char* SkipSpaceIn(const char* p, const char* end) {
+  while (p < end && (*p == ' ' || *p == '\n' || *p == '\r' || *p == '\t')) ++p;
+  return p;
+}
+
 void AppendUtf8(uint32_t cp, std::string* out) {
   if (cp < 0x80) {
     out->push_back(static_cast<char>(cp));
@@ -71,9 +77,7 @@ class Parser {
   }
 
  private:
-  void SkipSpace() {
-    while (p_ < end_ && (*p_ == ' ' || *p_ == '\n' || *p_ == '\r' || *p_ == '\t')) ++p_;
-  }
+  void SkipSpace() { p_ = SkipSpaceIn(p_, end_); }
 
   bool Value(json* out, int depth) {
     if (p_ == end_) return false;
@@ -327,11 +331,6 @@ class Parser {
   const char* const end_;
   const int max_depth_;
 };
-
-const char* SkipSpaceIn(const char* p, const char* end) {
-  while (p < end && (*p == ' ' || *p == '\n' || *p == '\r' || *p == '\t')) ++p;
-  return p;
-}
 
 // Past the string starting at `p` (its opening quote), or nullptr.
 const char* SkipString(const char* p, const char* end) {
