@@ -235,10 +235,12 @@ void BM_JsonSchemaBoundedStringStep(benchmark::State& state) {
 }
 BENCHMARK(BM_JsonSchemaBoundedStringStep)->Unit(benchmark::kMillisecond);
 
-// A forced tool call's mask computed afresh, GLM-4's vocabulary, two functions (get_weather, tap):
+// A tool call's mask computed afresh, GLM-4's vocabulary, two functions (get_weather, tap): forced,
 // /0 the start, /1 within the name ("get_w"), /2 right after the name's newline (the arguments'
-// schema takes over; a token may cross). A request meets one name state a byte of the name written,
-// each computed while the device runs the step before (TokenConstraint::Prepare).
+// schema takes over; a token may cross); optional (tool_choice "auto"), /3 the start, /4 within
+// the name -- every token allowed but those that would end the line on no name or cross into bad
+// arguments. A request meets one name state a byte of the name written, each computed while the
+// device runs the step before (TokenConstraint::Prepare); an auto reply that is no call, one or two.
 void BM_ToolCallMask(benchmark::State& state) {
   const auto vocabulary = Glm4JsonVocabulary(state);
   if (vocabulary == nullptr) return;
@@ -246,8 +248,11 @@ void BM_ToolCallMask(benchmark::State& state) {
   const auto weather = schemas.Get(R"({"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]})");
   const auto tap = schemas.Get(R"({"type": "object", "properties": {"x": {"type": "integer", "minimum": 0, "maximum": 1080},
       "y": {"type": "integer", "minimum": 0, "maximum": 2400}}, "required": ["x", "y"]})");
-  const auto grammar = ag::runtime::ToolCallGrammar::Create({{"get_weather", *weather}, {"tap", *tap}}, vocabulary);
-  const char* prefixes[] = {"", "get_w", "get_weather\n"};
+  const bool optional = state.range(0) >= 3;
+  const auto grammar = ag::runtime::ToolCallGrammar::Create(
+      {{"get_weather", *weather}, {"tap", *tap}}, vocabulary,
+      optional ? ag::runtime::ToolCallGrammar::Call::kOptional : ag::runtime::ToolCallGrammar::Call::kForced);
+  const char* prefixes[] = {"", "get_w", "get_weather\n", "", "get_w"};
   ag::runtime::ToolCallState s = (*grammar)->Start();
   if (!s.Feed(prefixes[state.range(0)])) {
     state.SkipWithError("bad prefix");
@@ -257,6 +262,6 @@ void BM_ToolCallMask(benchmark::State& state) {
   for (auto _ : state) allowed = Allowed(vocabulary->Walk(s));
   state.counters["allowed"] = static_cast<double>(allowed);
 }
-BENCHMARK(BM_ToolCallMask)->DenseRange(0, 2)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_ToolCallMask)->DenseRange(0, 4)->Unit(benchmark::kMillisecond);
 
 BENCHMARK_MAIN();

@@ -1,6 +1,6 @@
 // Structured output: a per-sequence rule on which tokens may come next (OpenAI's response_format).
 // The engine applies it where the host sees the logits: a constrained sequence samples on the host
-// (its logits row comes back from the device). Its speculative drafts need nothing more: a step's
+// (its logits row comes back from the device) until the constraint is released. Its speculative drafts need nothing more: a step's
 // rows are chosen in order, each masked by the constraint as the tokens before it left it, and a
 // draft the mask refuses is never the token chosen.
 #ifndef AUTOGLM_RUNTIME_CONSTRAINT_H_
@@ -28,6 +28,10 @@ class TokenConstraint {
   // engine calls it while the device runs the step, so a state met for the first time (a schema's
   // mask is up to ~10 ms of host time) costs no time of its own. Optional: Mask works without it.
   virtual void Prepare(std::span<const int32_t> drafts) { (void)drafts; }
+  // Whether the constraint has nothing more to say: every token may come from here on, for good,
+  // and the sequence may end anywhere (an optional tool call the reply did not start with). The
+  // engine then drops it, and the sequence samples where its logits are again.
+  virtual bool Released() const { return false; }
 };
 
 // Makes one sequence's constraint (each of a request's n choices gets its own).

@@ -147,12 +147,8 @@ absl::StatusOr<int> Engine::Submit(Request request) {
     seq->constraint = seq->request.constraint();
     if (seq->constraint == nullptr) return absl::InvalidArgumentError("the request's constraint factory made none");
   }
-  if (!seq->request.sampling.IsPlainGreedy() || seq->constraint != nullptr) {
-    seq->sampler.emplace(seq->request.sampling);
-    // A constraint's mask is the host's: its row comes back.
-    seq->sample_where_logits_are = backend_.SamplesWhereLogitsAre() && seq->constraint == nullptr;
-    if (seq->request.sampling.HasPenalty()) seq->penalties.emplace(seq->request.sampling, seq->request.prompt);
-  }
+  ChooseSampling(*seq);
+  if (seq->request.sampling.HasPenalty()) seq->penalties.emplace(seq->request.sampling, seq->request.prompt);
   seq->logits_from = seq->request.prompt_logits ? 0 : n - 1;
   const int64_t blocks = BlocksFor(MaxTokens(seq->request));
   if (blocks > pool_->num_blocks()) {
@@ -459,6 +455,18 @@ absl::Status Engine::StepImages(const std::vector<int64_t>& tokens, StepStats& s
   return absl::OkStatus();
 }
 
+void Engine::ChooseSampling(Sequence& seq) const {
+  if (seq.constraint != nullptr && seq.constraint->Released()) seq.constraint.reset();
+  if (seq.request.sampling.IsPlainGreedy() && seq.constraint == nullptr) {
+    seq.sampler.reset();  // the device's argmax
+    seq.sample_where_logits_are = false;
+    return;
+  }
+  if (!seq.sampler.has_value()) seq.sampler.emplace(seq.request.sampling);  // a released one keeps its draws
+  // A constraint's mask is the host's: its row comes back.
+  seq.sample_where_logits_are = backend_.SamplesWhereLogitsAre() && seq.constraint == nullptr;
+}
+
 void Engine::Constrain(const Sequence& seq, std::vector<float>& logits) const {
   std::vector<std::pair<int32_t, float>> ends;
   auto end = [&](int64_t id) {
@@ -581,6 +589,9 @@ absl::Status Engine::Advance(const Slice& s, absl::Span<const int32_t> chosen, s
     last_step_.accepted_tokens += emits - 1;
     seq.drafts.clear();
   }
+  // Once the constraint lets every token through for good it goes, and the next step chooses as an
+  // unconstrained sequence would (its rows no longer come back).
+  if (seq.constraint != nullptr && seq.constraint->Released()) ChooseSampling(seq);
   return absl::OkStatus();
 }
 

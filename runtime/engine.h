@@ -228,6 +228,9 @@ class Engine {
   void Constrain(const Sequence& seq, std::vector<float>& logits) const;
   // The token the host samples for `seq` from the step's logits row `logit_row` (copied into
   // `scratch`, masked by the sequence's constraint, with its penalties).
+  // How the sequence chooses its tokens: the device's argmax (plain greedy, no constraint), a draw
+  // where the logits are (Backend::SampleRows), or on the host; drops a released constraint.
+  void ChooseSampling(Sequence& seq) const;
   int32_t SampleOnHost(Sequence& seq, int64_t logit_row, std::vector<float>& scratch) const;
   // The constraints' masks for this step's rows, worked out while the device runs it.
   void PrepareConstraints(const std::vector<Slice>& slices);

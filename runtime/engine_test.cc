@@ -131,6 +131,82 @@ TEST_F(EngineTest, OnlyTheRowsSampledOnTheHostComeBack) {
   EXPECT_EQ(backend.reads.back(), std::vector<int64_t>{1}) << "the middle of three decoding rows";
 }
 
+// A constraint released (an optional tool call the reply did not start with) goes: the rest is
+// chosen as an unconstrained sequence's -- the device's argmax or a draw where the logits are, its
+// rows no longer read back -- and a seeded draw goes on along the same stream.
+TEST_F(EngineTest, AReleasedConstraintGoesAndTheRestIsChosenUnconstrained) {
+  class RowRecorder : public CpuBackend {
+   public:
+    RowRecorder() : CpuBackend(/*device_like=*/true) {}
+    absl::Status ReadLogitRows(int64_t rows, const std::vector<int64_t>& wanted, std::vector<float>* out) override {
+      ++reads;
+      return CpuBackend::ReadLogitRows(rows, wanted, out);
+    }
+    int reads = 0;
+  };
+  // Bars `barred` while it holds; released after `tokens` tokens (never, at -1).
+  class ReleasedAfter : public TokenConstraint {
+   public:
+    ReleasedAfter(int tokens, int32_t barred, int* masks) : left_(tokens), barred_(barred), masks_(masks) {}
+    void Mask(float* logits, int64_t n) override {
+      EXPECT_NE(left_, 0) << "masked after its release";
+      ++*masks_;
+      if (barred_ >= 0 && barred_ < n) logits[barred_] = -INFINITY;
+    }
+    bool Accept(int32_t token) override {
+      EXPECT_NE(left_, 0) << "fed after its release";
+      if (left_ > 0) --left_;
+      return token != barred_;
+    }
+    bool Complete() const override { return true; }
+    bool Released() const override { return left_ == 0; }
+
+   private:
+    int left_;
+    int32_t barred_;
+    int* masks_;
+  };
+  auto run = [&](Request r, int* reads) {
+    RowRecorder backend;
+    std::unique_ptr<Engine> engine = *Engine::Create(plan_, backend, *tiny_.weights, {});
+    const int id = *engine->Submit(r);
+    Drain(*engine);
+    if (reads != nullptr) *reads = backend.reads;
+    return engine->new_tokens(id);
+  };
+  // Greedy: the first token barred, so the held part differs from kGreedy; the rest is the argmax
+  // of what came before (the same prompt and prefix, unconstrained).
+  int masks = 0, reads = 0;
+  Request r;
+  r.prompt = kPrompt;
+  r.max_new_tokens = 10;
+  r.constraint = [&] { return std::make_unique<ReleasedAfter>(3, kGreedy[0], &masks); };
+  const std::vector<int32_t> tokens = run(r, &reads);
+  ASSERT_EQ(tokens.size(), 10u);
+  EXPECT_NE(tokens[0], kGreedy[0]);
+  EXPECT_EQ(masks, 3);
+  EXPECT_EQ(reads, 3) << "only the held tokens' rows come back";
+  Request rest;
+  rest.prompt = kPrompt;
+  rest.prompt.insert(rest.prompt.end(), tokens.begin(), tokens.begin() + 3);
+  rest.max_new_tokens = 7;
+  EXPECT_EQ(run(rest, nullptr), std::vector<int32_t>(tokens.begin() + 3, tokens.end()));
+  // Seeded draws: released after 4, never, or not constrained at all -- one answer.
+  Request sampled;
+  sampled.prompt = kPrompt;
+  sampled.max_new_tokens = 12;
+  sampled.sampling.temperature = 0.9f;
+  sampled.sampling.seed = 5;
+  const std::vector<int32_t> free = run(sampled, &reads);
+  EXPECT_EQ(reads, 0);
+  int unused = 0;
+  for (const int release_after : {4, -1, 0}) {
+    sampled.constraint = [&] { return std::make_unique<ReleasedAfter>(release_after, -1, &unused); };
+    EXPECT_EQ(run(sampled, &reads), free) << release_after;
+    EXPECT_EQ(reads, release_after < 0 ? 12 : release_after) << release_after;
+  }
+}
+
 // vLLM's min_tokens: the eos and stop ids are not drawn before that many new tokens (greedy takes
 // the next best there), and the request still ends on them after; on the host sampler and where the
 // logits are alike. min_new_tokens past max_new_tokens is refused.

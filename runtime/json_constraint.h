@@ -169,6 +169,13 @@ class AutomatonConstraint : public TokenConstraint {
     return Feed(state_, token);
   }
   bool Complete() const override { return state_.Complete(); }
+  bool Released() const override {
+    if constexpr (requires(const State& s) { s.Released(); }) {
+      return state_.Released();
+    } else {
+      return false;
+    }
+  }
   void Prepare(std::span<const int32_t> drafts) override {
     drafts_.assign(drafts.begin(), drafts.end());
     next_ = 0;
@@ -200,20 +207,34 @@ template <class State>
 void SortedTokens::Walk(const State& state, std::vector<uint64_t>& mask) const {
   // states[d]: the state after the current token's first d bytes; valid for d <= fed. Tokens in
   // sorted order share their prefix with the one before, whose states stand for it: each prefix is
-  // fed once, and a prefix that failed fails every token under it.
+  // fed once, and a prefix that failed fails every token under it. A prefix after which the state
+  // takes anything for good (State::Released, where it has one: an optional tool call's reply) takes
+  // every token under it, unfed.
+  constexpr size_t kNone = SIZE_MAX;
   std::vector<State> states(longest + 1);
   states[0] = state;
-  size_t fed = 0;
+  size_t fed = 0, released = kNone;  // released: the length of the current prefix that let everything through
   for (size_t i = 0; i < ids.size(); ++i) {
     const absl::string_view t(bytes.data() + offsets[i], offsets[i + 1] - offsets[i]);
     size_t d = shared[i];
-    if (d > fed) continue;  // its prefix includes the byte that failed (fed stays: the prefix is the same)
-    for (; d < t.size(); ++d) {
-      states[d + 1] = states[d];
-      if (!states[d + 1].Feed(static_cast<uint8_t>(t[d]))) break;
+    bool taken = d >= released;
+    if (!taken) {
+      released = kNone;
+      if (d > fed) continue;  // its prefix includes the byte that failed (fed stays: the prefix is the same)
+      for (; d < t.size(); ++d) {
+        states[d + 1] = states[d];
+        if (!states[d + 1].Feed(static_cast<uint8_t>(t[d]))) break;
+        if constexpr (requires(const State& s) { s.Released(); }) {
+          if (states[d + 1].Released()) {
+            released = ++d;
+            break;
+          }
+        }
+      }
+      fed = d;
+      taken = released != kNone || d == t.size();
     }
-    fed = d;
-    if (d == t.size() && !t.empty()) mask[static_cast<size_t>(ids[i]) / 64] |= uint64_t{1} << (ids[i] % 64);
+    if (taken && !t.empty()) mask[static_cast<size_t>(ids[i]) / 64] |= uint64_t{1} << (ids[i] % 64);
   }
 }
 

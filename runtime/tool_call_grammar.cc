@@ -1,6 +1,9 @@
 #include "runtime/tool_call_grammar.h"
 
+#include <algorithm>
+
 #include "absl/container/flat_hash_set.h"
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 
@@ -8,19 +11,36 @@ namespace ag::runtime {
 
 bool ToolCallState::Feed(uint8_t c) {
   if (grammar_ == nullptr) return false;
+  if (free_) return true;
   if (tool_ >= 0) return arguments_.Feed(c);
+  if (FeedName(c)) return true;
+  if (!grammar_->optional()) return false;
+  free_ = true;  // a reply, not a call
+  name_.clear();
+  return true;
+}
+
+// The name's bytes, then its newline; false where the line stops being a call's. Optional calls
+// take whitespace around the name, as glm::ParseToolCall trims the line.
+bool ToolCallState::FeedName(uint8_t c) {
   const std::vector<ToolCallGrammar::Function>& functions = grammar_->functions();
+  const auto named = [&] {
+    return std::find_if(functions.begin(), functions.end(), [&](const auto& f) { return f.name == name_; });
+  };
   if (c == '\n') {
-    for (size_t i = 0; i < functions.size(); ++i) {
-      if (functions[i].name == name_) {
-        tool_ = static_cast<int>(i);
-        arguments_ = functions[i].arguments->Start();
-        name_.clear();
-        return true;
-      }
-    }
-    return false;
+    const auto f = named();
+    if (f == functions.end()) return false;
+    tool_ = static_cast<int>(f - functions.begin());
+    arguments_ = f->arguments->Start();
+    name_.clear();
+    return true;
   }
+  if (grammar_->optional() && absl::ascii_isspace(c)) {  // before the name, or after a whole one
+    if (name_.empty()) return true;
+    spaced_ = true;
+    return named() != functions.end();
+  }
+  if (spaced_) return false;
   name_ += static_cast<char>(c);
   for (const ToolCallGrammar::Function& f : functions) {
     if (f.name.starts_with(name_)) return true;
@@ -36,7 +56,8 @@ bool ToolCallState::Feed(absl::string_view bytes) {
 }
 
 absl::StatusOr<std::shared_ptr<ToolCallGrammar>> ToolCallGrammar::Create(std::vector<Function> functions,
-                                                                         std::shared_ptr<JsonVocabulary> vocabulary) {
+                                                                         std::shared_ptr<JsonVocabulary> vocabulary,
+                                                                         Call call) {
   if (functions.empty()) return absl::InvalidArgumentError("a tool call needs at least one function");
   if (!vocabulary->HasByteToken('\n')) {
     return absl::FailedPreconditionError("the tokenizer has no token for the newline a tool call needs");
@@ -55,14 +76,15 @@ absl::StatusOr<std::shared_ptr<ToolCallGrammar>> ToolCallGrammar::Create(std::ve
       }
     }
   }
-  return std::make_shared<ToolCallGrammar>(std::move(functions), std::move(vocabulary));
+  return std::make_shared<ToolCallGrammar>(std::move(functions), std::move(vocabulary), call);
 }
 
 Mask ToolCallGrammar::Allowed(const ToolCallState& state) {
   if (state.tool() >= 0) return functions_[static_cast<size_t>(state.tool())].arguments->Allowed(state.arguments());
   // While the name is written every token is walked in full (a long one may reach into the
-  // arguments), so a name's prefix alone decides the mask.
-  return *name_masks_.Get(state.name(), [&]() -> absl::StatusOr<Mask> {
+  // arguments), so a name's prefix alone decides the mask; a released state's is every token
+  // (a newline: no name's key).
+  return *name_masks_.Get(state.Released() ? "\n" : state.NameKey(), [&]() -> absl::StatusOr<Mask> {
     return std::make_shared<const std::vector<uint64_t>>(vocabulary_->Walk(state));
   });
 }

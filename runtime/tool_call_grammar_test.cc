@@ -36,12 +36,13 @@ struct Vocabulary {
 };
 
 std::shared_ptr<ToolCallGrammar> Grammar(const std::shared_ptr<JsonVocabulary>& v,
-                                         const std::vector<std::pair<std::string, const char*>>& functions) {
+                                         const std::vector<std::pair<std::string, const char*>>& functions,
+                                         ToolCallGrammar::Call call = ToolCallGrammar::Call::kForced) {
   std::vector<ToolCallGrammar::Function> fs;
   for (const auto& [name, schema] : functions) {
     fs.push_back({name, *JsonSchemaGrammar::Create(*JsonSchema::Compile(schema), v)});
   }
-  absl::StatusOr<std::shared_ptr<ToolCallGrammar>> g = ToolCallGrammar::Create(std::move(fs), v);
+  absl::StatusOr<std::shared_ptr<ToolCallGrammar>> g = ToolCallGrammar::Create(std::move(fs), v, call);
   EXPECT_TRUE(g.ok()) << g.status();
   return g.ok() ? *g : nullptr;
 }
@@ -153,6 +154,118 @@ TEST(ToolCallGrammar, NeverStuckAndWholeOnlyAsACall) {
     EXPECT_EQ(call->name, names[static_cast<size_t>(s.tool())]);
   }
   EXPECT_GT(whole, 100);
+}
+
+std::shared_ptr<ToolCallGrammar> Optional(const Vocabulary& voc) {
+  return Grammar(voc.v, {{"get_weather", kWeather}, {"get", kNoArguments}, {"tap", kTap}},
+                 ToolCallGrammar::Call::kOptional);
+}
+
+// tool_choice "auto": a reply that starts as a call is held to one; any other reply is free from
+// the byte that shows it is not one, and may end anywhere then.
+TEST(ToolCallGrammar, AnOptionalCallIsEnforcedOnceTheReplyStartsAsOne) {
+  Vocabulary voc;
+  std::shared_ptr<ToolCallGrammar> g = Optional(voc);
+  ASSERT_NE(g, nullptr);
+  for (const char* call : {"get_weather\n{\"city\":\"Paris\"}", "get\n{}", "  tap \t\n{\"x\":1,\"y\":2}"}) {
+    ToolCallState s = g->Start();
+    ASSERT_TRUE(s.Feed(call)) << call;
+    EXPECT_TRUE(s.Complete()) << call;
+    EXPECT_FALSE(s.Released()) << call;
+    EXPECT_GE(s.tool(), 0) << call;
+  }
+  // Replies, and the bytes that free them: every later byte is taken, and the reply may end.
+  for (const auto& [reply, freed_at] : std::vector<std::pair<std::string, size_t>>{
+           {"\nThe weather is fine.", 0}, {"Sure, get_weather\n{", 0}, {"get the", 4}, {"get_w x", 5},
+           {"  tapping", 5}, {"get_weather2\n{\"city\":1}", 11}, {"tap\t x", 5}, {"Get\n{}", 0}}) {
+    ToolCallState s = g->Start();
+    for (size_t i = 0; i < reply.size(); ++i) {
+      ASSERT_TRUE(s.Feed(static_cast<uint8_t>(reply[i]))) << reply;
+      EXPECT_EQ(s.Released(), i >= freed_at) << reply << " after " << i + 1 << " bytes";
+      EXPECT_EQ(s.Complete(), i >= freed_at) << reply;
+    }
+  }
+  // A call's arguments are its schema's, as when forced.
+  for (const char* refused : {"get_weather\n{}", "get\n{\"a\":1}", "tap\n{\"x\":1081,\"y\":0}", "get\n{}\n"}) {
+    ToolCallState s = g->Start();
+    EXPECT_FALSE(s.Feed(refused) && s.Complete()) << refused;
+  }
+}
+
+// Along replies and calls, every state's mask is exactly the tokens whose bytes it takes (a freed
+// one: every ordinary token), and the constraint says it is released exactly when the state is.
+TEST(ToolCallGrammar, AnOptionalCallsMasksAreTheTokensAStateTakes) {
+  Vocabulary voc;
+  std::shared_ptr<ToolCallGrammar> g = Optional(voc);
+  ASSERT_NE(g, nullptr);
+  int freed = 0;
+  for (const std::string text : {"get_weather\n{\"city\":\"Paris\"}", " get \n{}", "\nHello", "get_w x", "tap\t2"}) {
+    ToolCallState s = g->Start();
+    std::unique_ptr<TokenConstraint> c = g->NewConstraint();
+    for (size_t i = 0; i <= text.size(); ++i) {
+      const Mask mask = g->Allowed(s);
+      for (int32_t id = 0; id < voc.vocab; ++id) {
+        ToolCallState t = s;
+        const bool takes = id < voc.ordinary && t.Feed(voc.tokens[static_cast<size_t>(id)]);
+        ASSERT_EQ(MaskAllows(*mask, voc.vocab, id), takes) << "after " << i << " bytes of " << text << ", token " << id;
+      }
+      ASSERT_EQ(c->Released(), s.Released()) << text << " after " << i << " bytes";
+      freed += s.Released();
+      if (i < text.size()) {
+        ASSERT_TRUE(s.Feed(static_cast<uint8_t>(text[i])));
+        ASSERT_TRUE(c->Accept(static_cast<uint8_t>(text[i])));
+      }
+    }
+    EXPECT_TRUE(c->Complete()) << text;
+  }
+  EXPECT_GT(freed, 5);
+}
+
+// Random walks by byte: at every prefix the grammar and GLM-4's own reading agree -- the state is
+// freed exactly when the text can no longer become a call (the stream then shows it), and a whole
+// call is one the parser reads back with its function; a freed reply never parses as a call.
+TEST(ToolCallGrammar, AnOptionalCallAgreesWithGlm4sParser) {
+  Vocabulary voc;
+  std::shared_ptr<ToolCallGrammar> g = Optional(voc);
+  ASSERT_NE(g, nullptr);
+  const std::vector<std::string> names = {"get_weather", "get", "tap"};
+  std::mt19937 rng(7);
+  const std::string structural = "\"{}:,0123456789\n _getwarpxyci\t";
+  int calls = 0, replies = 0;
+  for (int walk = 0; walk < 400; ++walk) {
+    ToolCallState s = g->Start();
+    std::string written;
+    for (int step = 0; step < 120 && !(s.Complete() && !s.Released()); ++step) {
+      std::vector<uint8_t> next, preferred, calling;  // calling: preferred ones that keep it a call
+      for (int b = 0; b < 256; ++b) {
+        ToolCallState t = s;
+        if (!t.Feed(static_cast<uint8_t>(b))) continue;
+        next.push_back(static_cast<uint8_t>(b));
+        if (structural.find(static_cast<char>(b)) == std::string::npos) continue;
+        preferred.push_back(static_cast<uint8_t>(b));
+        if (!t.Released()) calling.push_back(static_cast<uint8_t>(b));
+      }
+      ASSERT_FALSE(next.empty()) << "stuck after " << written;
+      const std::vector<uint8_t>& pool = !calling.empty() && rng() % 8 != 0 ? calling
+                                         : !preferred.empty() && rng() % 4 != 0 ? preferred
+                                                                                : next;
+      const uint8_t b = pool[rng() % pool.size()];
+      ASSERT_TRUE(s.Feed(b));
+      written += static_cast<char>(b);
+      ASSERT_EQ(s.Released(), !glm::MayBecomeToolCall(written, names)) << "'" << written << "'";
+    }
+    const std::optional<glm::ToolCall> call = glm::ParseToolCall(written, names);
+    if (s.Released()) {
+      ++replies;
+      EXPECT_FALSE(call.has_value()) << written;
+    } else if (s.Complete()) {
+      ++calls;
+      ASSERT_TRUE(call.has_value()) << written;
+      EXPECT_EQ(call->name, names[static_cast<size_t>(s.tool())]);
+    }
+  }
+  EXPECT_GT(calls, 50);
+  EXPECT_GT(replies, 50);
 }
 
 TEST(ToolCallGrammar, RefusesWhatItCannotWrite) {

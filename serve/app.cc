@@ -289,13 +289,13 @@ bool App::Admit(const GenerationOptions& options, int64_t prompt_tokens, const s
 void App::Run(const GenerationOptions& options, std::vector<int32_t> prompt, bool chat, int logprobs,
               std::string echo, bool return_token_ids, runtime::ConstraintFactory constraint, std::shared_ptr<Responder> out,
               std::vector<std::shared_ptr<const image::Patches>> images, int64_t expanded_tokens,
-              std::vector<std::string> tool_names, bool tool_call_forced) {
+              std::vector<std::string> tool_names, GenerationSpec::ToolCalls tool_calls) {
   const int64_t prompt_tokens = expanded_tokens >= 0 ? expanded_tokens : static_cast<int64_t>(prompt.size());
   GenerationSpec spec;
   spec.chat = chat;
   spec.reasoning = chat && options_.reasoning_parser;
   spec.tool_names = std::move(tool_names);
-  spec.tool_call_forced = tool_call_forced;
+  spec.tool_calls = tool_calls;
   spec.stream = options.stream;
   spec.include_usage = options.include_usage;
   spec.n = options.n;
@@ -367,32 +367,45 @@ void App::Chat(const HttpRequest& http, std::shared_ptr<Responder> out) {
   runtime::ConstraintFactory constraint;
   if (!Admit(req.options, expanded, out, "messages", &constraint)) return;
   const bool forced = ForcesACall(req.tool_choice);
-  if (forced && !ToolCallConstraint(req.tools, out, &constraint)) return;
+  using ToolCalls = GenerationSpec::ToolCalls;
+  ToolCalls tool_calls = forced ? ToolCalls::kForced : ToolCalls::kParsed;
+  // An auto call is enforced once the reply starts as one; a response_format keeps the reply its own.
+  if (forced || (req.tool_choice == ToolChoice::kAuto && !req.tools.empty() && !constraint)) {
+    using Call = runtime::ToolCallGrammar::Call;
+    if (!ToolCallConstraint(req.tools, forced ? Call::kForced : Call::kOptional, out, &constraint)) return;
+    if (!forced && constraint) tool_calls = ToolCalls::kEnforced;
+  }
   std::vector<std::string> tool_names;
   for (const glm::ToolFunction& f : req.tools) tool_names.push_back(f.name);
   Run(req.options, std::move(*prompt), /*chat=*/true, req.logprobs ? req.top_logprobs : -1, "", false,
-      std::move(constraint), std::move(out), std::move(images), expanded, std::move(tool_names), forced);
+      std::move(constraint), std::move(out), std::move(images), expanded, std::move(tool_names), tool_calls);
 }
 
-bool App::ToolCallConstraint(const std::vector<glm::ToolFunction>& tools, const std::shared_ptr<Responder>& out,
-                             runtime::ConstraintFactory* constraint) {
+bool App::ToolCallConstraint(const std::vector<glm::ToolFunction>& tools, runtime::ToolCallGrammar::Call call,
+                             const std::shared_ptr<Responder>& out, runtime::ConstraintFactory* constraint) {
+  const bool forced = call == runtime::ToolCallGrammar::Call::kForced;
   if (model_.json_vocabulary == nullptr) {
+    if (!forced) return true;
     Error(out, 400, "'tool_choice': this model's tokenizer cannot write every JSON character", "tool_choice");
     return false;
   }
   std::vector<runtime::ToolCallGrammar::Function> functions;
   for (size_t i = 0; i < tools.size(); ++i) {
     absl::StatusOr<std::shared_ptr<runtime::JsonSchemaGrammar>> arguments = json_schemas_->Get(ToolParametersSchema(tools[i]));
+    if (!arguments.ok() && !IsStrict(tools[i])) arguments = json_schemas_->Get(R"({"type":"object"})");
     if (!arguments.ok()) {
       const std::string param = absl::StrCat("tools[", i, "].function.parameters");
-      Error(out, 400, absl::StrCat("'", param, "' (function '", tools[i].name, "'): ", arguments.status().message()), param);
+      Error(out, 400,
+            absl::StrCat("'", param, "' (function '", tools[i].name, "', strict): ", arguments.status().message()),
+            param);
       return false;
     }
     functions.push_back({tools[i].name, *std::move(arguments)});
   }
   absl::StatusOr<std::shared_ptr<runtime::ToolCallGrammar>> grammar =
-      runtime::ToolCallGrammar::Create(std::move(functions), model_.json_vocabulary);
+      runtime::ToolCallGrammar::Create(std::move(functions), model_.json_vocabulary, call);
   if (!grammar.ok()) {
+    if (!forced) return true;
     Error(out, 400, absl::StrCat("'tools': ", grammar.status().message()), "tools");
     return false;
   }

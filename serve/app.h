@@ -26,8 +26,9 @@
 #include "runtime/engine_loop.h"
 #include "runtime/json_constraint.h"
 #include "runtime/json_schema.h"
-#include "runtime/tool_call_grammar.h"
 #include "runtime/metrics.h"
+#include "runtime/tool_call_grammar.h"
+#include "serve/generation.h"
 #include "serve/http_server.h"
 #include "serve/media.h"
 #include "serve/openai.h"
@@ -106,11 +107,14 @@ class App {
   void Run(const GenerationOptions& options, std::vector<int32_t> prompt, bool chat, int logprobs, std::string echo,
            bool return_token_ids, runtime::ConstraintFactory constraint, std::shared_ptr<Responder> out,
            std::vector<std::shared_ptr<const image::Patches>> images = {}, int64_t expanded_tokens = -1,
-           std::vector<std::string> tool_names = {}, bool tool_call_forced = false);
-  // A forced call to one of `tools` (tool_choice "required" or named): the constraint of its grammar,
-  // each function's arguments by its parameters schema; on a schema it cannot enforce answers 400.
-  bool ToolCallConstraint(const std::vector<glm::ToolFunction>& tools, const std::shared_ptr<Responder>& out,
-                          runtime::ConstraintFactory* constraint);
+           std::vector<std::string> tool_names = {},
+           GenerationSpec::ToolCalls tool_calls = GenerationSpec::ToolCalls::kParsed);
+  // A call to one of `tools`, forced (tool_choice "required" or named) or optional ("auto"): the
+  // constraint of its grammar, each function's arguments by its parameters schema -- or, where the
+  // schema cannot be enforced and the function is not strict, as any JSON object (a strict one
+  // answers 400). An optional call the tokenizer cannot enforce is left unconstrained.
+  bool ToolCallConstraint(const std::vector<glm::ToolFunction>& tools, runtime::ToolCallGrammar::Call call,
+                          const std::shared_ptr<Responder>& out, runtime::ConstraintFactory* constraint);
   // The chat's images, fetched, decoded and preprocessed; on a bad one answers 400 naming its part and returns false.
   bool LoadImages(const std::vector<glm::ChatMessage>& messages,
                   std::vector<std::shared_ptr<const image::Patches>>* images, const std::shared_ptr<Responder>& out);

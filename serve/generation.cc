@@ -6,6 +6,7 @@
 #include <random>
 #include <utility>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "serve/openai.h"
@@ -195,7 +196,13 @@ void Generation::StreamCall(Choice& c, int index, bool all) {
     const size_t newline = c.text.find('\n');
     if (newline == std::string::npos) return;
     c.call_sent = newline + 1;
-    SendChunk(index, "", "", json::array({ToolCallJson({c.text.substr(0, newline), ""}, /*with_index=*/true)}));
+    const std::string name(absl::StripAsciiWhitespace(absl::string_view(c.text).substr(0, newline)));
+    SendChunk(index, "", "", json::array({ToolCallJson({name, ""}, /*with_index=*/true)}));
+  }
+  // The arguments as the finished call gives them (glm::ParseToolCall trims them).
+  while (!c.arguments_begun && c.call_sent < c.text.size()) {
+    c.arguments_begun = !absl::ascii_isspace(static_cast<unsigned char>(c.text[c.call_sent]));
+    if (!c.arguments_begun) ++c.call_sent;
   }
   const size_t end = SendableEnd(c, c.call_sent, all);
   if (end > c.call_sent) {
@@ -207,8 +214,13 @@ void Generation::StreamCall(Choice& c, int index, bool all) {
 
 void Generation::Flush(Choice& c, int index, bool all) {
   if (!spec_.tool_names.empty() && !c.is_content) {
-    if (spec_.tool_call_forced) return StreamCall(c, index, all);
-    if (!all && glm::MayBecomeToolCall(c.text, spec_.tool_names)) return;  // held until the call or the reply shows
+    const bool may_be_a_call = glm::MayBecomeToolCall(c.text, spec_.tool_names);
+    const bool named = may_be_a_call && c.text.find('\n') != std::string::npos;  // its name's line is whole
+    if (spec_.tool_calls == GenerationSpec::ToolCalls::kForced ||
+        (spec_.tool_calls == GenerationSpec::ToolCalls::kEnforced && named)) {
+      return StreamCall(c, index, all);
+    }
+    if (!all && may_be_a_call) return;  // held until the call or the reply shows
     c.is_content = true;
   }
   const size_t end = SendableEnd(c, c.sent, all);
@@ -279,7 +291,7 @@ void Generation::Finish(Choice& c, int index, const std::string& reason) {
   if (!c.stopped) c.text += c.decoder.Finish();
   record_.finish_reasons.push_back(reason);
   if (spec_.stream) {
-    if (!c.is_content && spec_.tool_call_forced) {
+    if (!c.is_content && (spec_.tool_calls == GenerationSpec::ToolCalls::kForced || c.call_sent > 0)) {
       StreamCall(c, index, /*all=*/true);
       if (c.call_sent > 0) return SendChunk(index, "", CallOf(c) ? "tool_calls" : reason);
       c.is_content = true;  // cut off before the name's line was whole: what there is, as text

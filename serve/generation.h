@@ -51,10 +51,15 @@ struct GenerationSpec {
   int logprobs = -1;  // -1: none; else alternatives per token (chat: top_logprobs)
   bool reasoning = false;  // chat: <think>...</think> goes to reasoning_content (--reasoning-parser glm45)
   // Chat: the functions the model was shown. An answer that ends as a call to one (models/glm/tools.h)
-  // is given as tool_calls with finish_reason "tool_calls"; a stream sends a forced call as it is
-  // written, and otherwise holds the text back while it may still become one.
+  // is given as tool_calls with finish_reason "tool_calls"; a stream holds the text back while it may
+  // still become one, and sends a call a grammar holds to as it is written.
   std::vector<std::string> tool_names;
-  bool tool_call_forced = false;  // the answer is a call (a grammar sees to it): streamed as it is written
+  enum class ToolCalls {
+    kParsed,    // read from the finished text (no grammar)
+    kEnforced,  // a reply that starts as a call is held to one: streamed from its name's line on
+    kForced,    // the answer is a call: streamed from its name on
+  };
+  ToolCalls tool_calls = ToolCalls::kParsed;
   // Completions only:
   std::string echo_text;  // prepended to each choice's text (echo)
   bool return_token_ids = false;
@@ -84,7 +89,8 @@ class Generation : public std::enable_shared_from_this<Generation> {
     bool done = false;
     bool stopped = false;  // by a stop string or a hidden id
     bool is_content = false;  // with tool_names: the text is a reply, not a call (so far: undecided)
-    size_t call_sent = 0;     // a forced call, streaming: bytes of text sent (0: its name not yet)
+    size_t call_sent = 0;     // a call streamed as written: bytes of text sent (0: its name not yet)
+    bool arguments_begun = false;  // ... and its arguments' first byte (whitespace before it is not sent)
     std::string finish_reason;
   };
   // The call a finished choice's text makes, if it ended as one.

@@ -720,4 +720,9 @@ std::string ToolParametersSchema(const glm::ToolFunction& function) {
   return function.object["parameters"].dump(-1, ' ', false, json::error_handler_t::replace);
 }
 
+bool IsStrict(const glm::ToolFunction& function) {
+  const auto strict = function.object.find("strict");
+  return strict != function.object.end() && strict->is_boolean() && strict->get<bool>();
+}
+
 }  // namespace ag::serve

@@ -93,6 +93,8 @@ struct ChatRequest {
 // The JSON Schema of a function's arguments, as text in the client's order: its `parameters`, or,
 // without them, an object with no properties (OpenAI: no parameters).
 std::string ToolParametersSchema(const glm::ToolFunction& function);
+// Whether the function asks for its arguments to follow its schema exactly (OpenAI's "strict": true).
+bool IsStrict(const glm::ToolFunction& function);
 
 struct CompletionRequest {
   GenerationOptions options;

@@ -161,11 +161,12 @@ std::optional<ToolCall> ParseToolCall(absl::string_view text, const std::vector<
 
 bool MayBecomeToolCall(absl::string_view text, const std::vector<std::string>& names) {
   const size_t newline = text.find('\n');
+  const absl::string_view line = absl::StripLeadingAsciiWhitespace(text.substr(0, newline));
+  const absl::string_view name = absl::StripTrailingAsciiWhitespace(line);
+  // Whole (a newline, or whitespace after it): one of the names exactly; otherwise a name's start.
+  const bool whole = newline != absl::string_view::npos || name.size() < line.size();
   for (const std::string& n : names) {
-    if (newline == absl::string_view::npos ? absl::StartsWith(n, absl::StripLeadingAsciiWhitespace(text))
-                                           : absl::StripAsciiWhitespace(text.substr(0, newline)) == n) {
-      return true;
-    }
+    if (whole ? name == n : absl::StartsWith(n, name)) return true;
   }
   return false;
 }

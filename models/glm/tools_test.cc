@@ -49,10 +49,11 @@ TEST(ParseToolCall, ReadsANameLineAndJsonArguments) {
                             "get_weathe\n{}", "get\n[1]", "get\n{\"a\": 1", "get\n{} extra", ""}) {
     EXPECT_FALSE(ParseToolCall(reply, names).has_value()) << reply;
   }
-  for (const char* maybe : {"", "g", "get_w", "get", "get_weather\n{\"ci"}) {
+  for (const char* maybe : {"", "g", "get_w", "get", "get_weather\n{\"ci", "  get", "get_weather ", " get_weather \t"}) {
     EXPECT_TRUE(MayBecomeToolCall(maybe, names)) << maybe;
   }
-  for (const char* not_a_call : {"\n", "\nget", "x", "get_weather2", "geta\n"}) {
+  // Whitespace after a name's start ends it: "get_w " can no longer become "get_weather".
+  for (const char* not_a_call : {"\n", "\nget", "x", "get_weather2", "geta\n", "get_w ", "get_weather x"}) {
     EXPECT_FALSE(MayBecomeToolCall(not_a_call, names)) << not_a_call;
   }
 }

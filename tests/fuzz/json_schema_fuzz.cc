@@ -101,6 +101,21 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         *(*call)->Allowed(named) != *mask) {
       __builtin_trap();
     }
+    // An optional call ("auto"): the same after " fn \n"; after a first line that is no name, the
+    // text is free -- released, whole, every ordinary token allowed -- whatever follows.
+    absl::StatusOr<std::shared_ptr<ag::runtime::ToolCallGrammar>> optional = ag::runtime::ToolCallGrammar::Create(
+        {{"f", *grammar}, {"fn", *grammar}}, Vocabulary(), ag::runtime::ToolCallGrammar::Call::kOptional);
+    if (!optional.ok()) __builtin_trap();
+    ag::runtime::ToolCallState spaced = (*optional)->Start(), reply = (*optional)->Start();
+    if (!spaced.Feed(" fn \n") || !spaced.Feed(written) || spaced.Released() || spaced.Complete() != state.Complete() ||
+        *(*optional)->Allowed(spaced) != *mask) {
+      __builtin_trap();
+    }
+    if (!reply.Feed("fx") || !reply.Feed(written) || !reply.Released() || !reply.Complete()) __builtin_trap();
+    const ag::runtime::Mask free = (*optional)->Allowed(reply);
+    for (int32_t id = 0; id < static_cast<int32_t>(Tokens().size()); ++id) {
+      if (!ag::runtime::MaskAllows(*free, static_cast<int32_t>(Tokens().size()), id)) __builtin_trap();
+    }
   }
   bool continues = state.Complete();
   for (int b = 0; b < 256 && !continues; ++b) {

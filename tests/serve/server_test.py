@@ -517,7 +517,7 @@ class Main(unittest.TestCase):
         bodies.append(("/v1/completions", json.dumps({"model": "other", "prompt": "hi"})))
         function = {"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}
         for tools, choice in (([function] * 2, "auto"), ([function] * 129, "auto"), ([{"type": "function", "function": {
-                "name": "f\u00e9"}}], "auto"), ([{"type": "function", "function": {"name": "f", "parameters": {"$ref": "#"}}}],
+                "name": "f\u00e9"}}], "auto"), ([{"type": "function", "function": {"name": "f", "parameters": {"$ref": "#"}, "strict": True}}],
                                                  "required"), ([function], {"type": "function", "function": {"name": "g"}}),
                               ([function], {"type": "function"}), ([function], "required")):
             bodies.append(("/v1/chat/completions", json.dumps(dict(good_chat, tools=tools, tool_choice=choice))))
@@ -601,7 +601,8 @@ class Tools(unittest.TestCase):
         "required" or named) is a call to one of the functions with arguments its parameters schema
         validates (pydantic's verdict), given as tool_calls with finish_reason "tool_calls",
         streamed alike; the functions are in the prompt unless tool_choice is "none"; a call and its
-        result in the history are taken; a schema a forced call cannot enforce is a 400 naming it."""
+        result in the history are taken; a strict function's schema the grammar cannot enforce is a 400
+        naming it, another's arguments are any JSON object."""
         from pydantic import BaseModel, Field
 
         class Weather(BaseModel):
@@ -673,16 +674,68 @@ class Tools(unittest.TestCase):
         text = "".join(d.choices[0].delta.content or "" for d in streamed if d.choices)
         if whole.choices[0].message.tool_calls is None:
             self.assertEqual(text, whole.choices[0].message.content)
-        # A schema a forced call cannot enforce is refused by name; unforced, it is only shown.
+        # A schema that cannot be enforced: a strict function's is refused by name, forced or auto; any
+        # other function's arguments are held to a JSON object.
         odd = [{"type": "function", "function": {"name": "f", "parameters": {"type": "object", "properties": {
             "s": {"type": "string", "pattern": "a+"}}}}}]
-        status, body = self.s.post("/v1/chat/completions", {"model": NAME, "messages": messages, "tools": odd,
-                                                            "tool_choice": "required", "max_tokens": 1})
-        self.assertEqual((status, body["error"]["param"]), (400, "tools[0].function.parameters"), body)
-        self.assertIn("'pattern' is not supported", body["error"]["message"])
-        status, body = self.s.post("/v1/chat/completions", {"model": NAME, "messages": messages, "tools": odd,
-                                                            "max_tokens": 1})
-        self.assertEqual(status, 200, body)
+        for choice in ("required", "auto"):
+            odd[0]["function"]["strict"] = True
+            status, body = self.s.post("/v1/chat/completions", {"model": NAME, "messages": messages, "tools": odd,
+                                                                "tool_choice": choice, "max_tokens": 1})
+            self.assertEqual((status, body["error"]["param"]), (400, "tools[0].function.parameters"), body)
+            self.assertIn("'pattern' is not supported", body["error"]["message"])
+            odd[0]["function"]["strict"] = False
+            status, body = self.s.post("/v1/chat/completions", {"model": NAME, "messages": messages, "tools": odd,
+                                                                "tool_choice": choice, "max_tokens": 60, "seed": 1,
+                                                                "logit_bias": bias})
+            self.assertEqual(status, 200, body)
+            if choice == "required":
+                self.assertIsInstance(json.loads(body["choices"][0]["message"]["tool_calls"][0]["function"]["arguments"]), dict)
+
+    def test_auto_calls_are_enforced(self):
+        """tool_choice "auto": a reply that starts as a call (its first line a function's name) is
+        held to one -- arguments its schema validates, pydantic's verdict -- and any other reply is
+        free text; streamed, the same answers, a call as it is written. Biased towards the name "t"
+        and a newline, this random model starts about a quarter of its replies as calls."""
+        from pydantic import BaseModel, Field
+
+        class Tap(BaseModel):
+            x: int = Field(ge=0, le=1080)
+            y: int = Field(ge=0, lt=2400)
+
+        tools = [{"type": "function", "function": {"name": "t", "parameters": Tap.model_json_schema(), "strict": True}}]
+        c = self.s.client()
+        messages = [{"role": "user", "content": "tap"}]
+        bias = {str(ord("t")): 10, str(ord("\n")): 10}
+        calls = replies = 0
+        for seed in range(0, 24, 6):  # choice i draws with seed + i: 24 seeds
+            r = c.chat.completions.create(model=NAME, messages=messages, tools=tools, max_tokens=80, seed=seed,
+                                          logit_bias=bias, n=6, temperature=1.0)
+            for ch in r.choices:
+                if ch.finish_reason == "tool_calls":
+                    calls += 1
+                    self.assertIsNone(ch.message.content)
+                    self.assertEqual(ch.message.tool_calls[0].function.name, "t")
+                    Tap.model_validate_json(ch.message.tool_calls[0].function.arguments)
+                else:
+                    replies += 1
+                    self.assertIsNone(ch.message.tool_calls)
+                    first = ch.message.content.split("\n")[0].strip()
+                    self.assertTrue(first != "t" or ch.finish_reason == "length", ch)
+            if seed == 0:
+                stream = list(c.chat.completions.create(model=NAME, messages=messages, tools=tools, max_tokens=80,
+                                                        seed=seed, logit_bias=bias, n=6, temperature=1.0, stream=True))
+                for i, ch in enumerate(r.choices):
+                    deltas = [d.choices[0].delta for d in stream if d.choices and d.choices[0].index == i]
+                    calls_streamed = [t for d in deltas for t in (d.tool_calls or [])]
+                    if ch.finish_reason == "tool_calls":  # as written: its name first, then the arguments
+                        self.assertEqual((calls_streamed[0].function.name, calls_streamed[0].function.arguments), ("t", ""))
+                        self.assertEqual("".join(t.function.arguments for t in calls_streamed),
+                                         ch.message.tool_calls[0].function.arguments)
+                    else:
+                        self.assertEqual("".join(d.content or "" for d in deltas), ch.message.content)
+        self.assertGreater(calls, 2)
+        self.assertGreater(replies, 2)
 
 
 class TensorParallel(unittest.TestCase):
