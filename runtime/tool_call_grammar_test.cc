@@ -4,7 +4,9 @@
 
 #include <random>
 
+#include "models/glm/tokenizer.h"
 #include "models/glm/tools.h"
+#include "tests/testing/vocab.h"
 
 namespace ag::runtime {
 namespace {
@@ -266,6 +268,37 @@ TEST(ToolCallGrammar, AnOptionalCallAgreesWithGlm4sParser) {
   }
   EXPECT_GT(calls, 50);
   EXPECT_GT(replies, 50);
+}
+
+// Over GLM-4's own vocabulary (../shared; skipped without it), forced and optional: each state's
+// mask is the tokens it takes, each of the 151,329 fed on its own -- checking the trie walk's
+// shared prefixes, its failed ones, and those after which an optional call's reply is free.
+TEST(ToolCallGrammar, MasksOverGlm4sVocabularyAreTheTokensAStateTakes) {
+  const std::string dir = testing::SharedGlm4Tokenizer();
+  if (dir.empty()) GTEST_SKIP() << "../shared/tokenizers/glm4 absent";
+  absl::StatusOr<std::unique_ptr<glm::Tokenizer>> tokenizer = glm::Tokenizer::Load(dir);
+  ASSERT_TRUE(tokenizer.ok()) << tokenizer.status();
+  absl::StatusOr<std::shared_ptr<JsonVocabulary>> v = JsonVocabulary::Build(**tokenizer);
+  ASSERT_TRUE(v.ok()) << v.status();
+  int checked = 0;
+  for (const ToolCallGrammar::Call call : {ToolCallGrammar::Call::kForced, ToolCallGrammar::Call::kOptional}) {
+    std::shared_ptr<ToolCallGrammar> g = Grammar(*v, {{"get_weather", kWeather}, {"tap", kTap}}, call);
+    ASSERT_NE(g, nullptr);
+    for (const char* prefix : {"", "get_w", "get_weather", " get_weather \t", "get_weather\n", "get_weather\n{\"city\": \"Pa",
+                               "tap\n{\"x\": 1", "\nThe", "Sure"}) {
+      ToolCallState s = g->Start();
+      if (!s.Feed(prefix)) continue;  // forced: no name's
+      const Mask mask = g->Allowed(s);
+      std::string bytes;
+      for (int32_t id = 0; id < (*v)->vocab(); ++id) {
+        ToolCallState t = s;
+        const bool takes = (*v)->TokenBytesOf(id, &bytes) && !bytes.empty() && t.Feed(bytes);
+        ASSERT_EQ(MaskAllows(*mask, (*v)->vocab(), id), takes) << "'" << prefix << "', token " << id << " '" << bytes << "'";
+      }
+      ++checked;
+    }
+  }
+  EXPECT_EQ(checked, 6 + 9);
 }
 
 TEST(ToolCallGrammar, RefusesWhatItCannotWrite) {
