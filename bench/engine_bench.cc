@@ -6,9 +6,10 @@
 //   batch 64); P = 1 with the phone agent's sampling (temperature 0, frequency_penalty 0.2: every
 //   row sampled where the logits are, with its penalty entries), 0 plain greedy (the argmax's ids).
 //   P = 2: JSON mode (response_format json_object), greedy (P = 3: at temperature 1, OpenAI's
-//   default): each row comes back (the null backend
-//   writes it, as the CUDA backend widens bf16), is masked and chosen on the host; the model writes
-//   one key's string for ever, a state whose mask is cached (needs GLM-4's tokenizer:
+//   default): each row's mask goes down with its sampling request and the device picks (the null
+//   backend: the best allowed id); with AUTOGLM_MASK_WHERE_LOGITS=0 each row comes back instead (the
+//   null backend writes it, as the CUDA backend widens bf16), is masked and chosen on the host; the
+//   model writes one key's string for ever, a state whose mask is cached (needs GLM-4's tokenizer:
 //   AUTOGLM_GLM4_TOKENIZER, default ../shared/tokenizers/glm4; skipped without it).
 //   /S = 1: prompt-lookup drafts on (4 a step, n-grams of 1-3): the proposer's scan of each
 //   sequence's whole context every step, and the draft rows' sampling requests (the null backend's
@@ -19,6 +20,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -73,9 +75,25 @@ class NullBackend : public runtime::Backend {
     for (int64_t r = 0; r < rows; ++r) (*out)[static_cast<size_t>(r)] = Token(r);
     return absl::OkStatus();
   }
+  // A masked row (a constrained sequence's) picks as the device would from the row ReadLogitRows
+  // writes: its best allowed id ('a', '{' or '"' where allowed; else the first allowed).
   absl::Status SampleRows(const std::vector<runtime::RowSampling>& rows, std::vector<int32_t>* out) override {
     out->resize(rows.size());
-    for (size_t i = 0; i < rows.size(); ++i) (*out)[i] = Token(rows[i].row);
+    for (size_t i = 0; i < rows.size(); ++i) {
+      const std::span<const uint64_t> allowed = rows[i].allowed;
+      if (allowed.empty()) {
+        (*out)[i] = Token(rows[i].row);
+        continue;
+      }
+      int32_t pick = -1;
+      for (const int32_t id : {int32_t{'a'}, int32_t{'{'}, int32_t{'"'}}) {
+        if (pick < 0 && runtime::IsAllowed(allowed, id)) pick = id;
+      }
+      for (int64_t id = 0; pick < 0 && id < vocab_; ++id) {
+        if (runtime::IsAllowed(allowed, id)) pick = static_cast<int32_t>(id);
+      }
+      (*out)[i] = pick;
+    }
     return absl::OkStatus();
   }
   bool SamplesWhereLogitsAre() const override { return true; }

@@ -6,10 +6,12 @@
 #ifndef AUTOGLM_RUNTIME_CONSTRAINT_H_
 #define AUTOGLM_RUNTIME_CONSTRAINT_H_
 
+#include <cmath>
 #include <cstdint>
 #include <functional>
 #include <memory>
 #include <span>
+#include <vector>
 
 namespace ag::runtime {
 
@@ -32,6 +34,16 @@ class TokenConstraint {
   // and the sequence may end anywhere (an optional tool call the reply did not start with). The
   // engine then drops it, and the sequence samples where its logits are again.
   virtual bool Released() const { return false; }
+  // The same rule as bits, for a mask applied where the logits are (the engine adds its end ids):
+  // bit i of `bits`, (n + 63) / 64 words, set when token i may come next. By default read off Mask.
+  virtual void Allowed(std::vector<uint64_t>* bits, int64_t n) {
+    std::vector<float> row(static_cast<size_t>(n), 0.0f);
+    Mask(row.data(), n);
+    bits->assign(static_cast<size_t>((n + 63) / 64), 0);
+    for (int64_t i = 0; i < n; ++i) {
+      if (row[static_cast<size_t>(i)] != -INFINITY) (*bits)[static_cast<size_t>(i) / 64] |= uint64_t{1} << (i % 64);
+    }
+  }
 };
 
 // Makes one sequence's constraint (each of a request's n choices gets its own).

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstring>
 #include <limits>
 
@@ -257,10 +258,16 @@ absl::Status CpuBackend::SampleRows(const std::vector<RowSampling>& rows, std::v
   out->clear();
   std::vector<float> penalized;
   for (const RowSampling& r : rows) {
+    if (!r.allowed.empty() && r.allowed.size() != AllowedWords(vocab)) {
+      return absl::InvalidArgumentError("a row's mask is not a bit an id of the vocabulary");
+    }
     const float* row = logits.data() + r.row * vocab;
-    if (!r.penalties.empty()) {
+    if (!r.penalties.empty() || !r.allowed.empty()) {
       penalized.assign(row, row + vocab);
       ref::ApplyPenalties(penalized.data(), vocab, r.penalties);
+      for (int64_t i = 0; i < vocab && !r.allowed.empty(); ++i) {
+        if (!IsAllowed(r.allowed, i)) penalized[static_cast<size_t>(i)] = -INFINITY;
+      }
       row = penalized.data();
     }
     out->push_back(ref::SampleFiltered(row, vocab, r.params));

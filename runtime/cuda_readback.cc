@@ -107,49 +107,69 @@ absl::Status CudaBackend::SampleRows(const std::vector<RowSampling>& rows, std::
   if (rows.empty()) return absl::OkStatus();
   ASSIGN_OR_RETURN(const __nv_bfloat16* logits, DeviceLogits());
   const int64_t vocab = plan_->model.vocab_size;
-  // Groups of rows whose parameters, penalties and picks fit the staging buffer, one round trip each:
-  // on the device, the rows' parameters, their penalty entries, then the picks.
+  const size_t words = AllowedWords(vocab);
+  for (const RowSampling& row : rows) {
+    if (!row.allowed.empty() && row.allowed.size() != words) {
+      return absl::InvalidArgumentError("a row's mask is not a bit an id of the vocabulary");
+    }
+  }
+  // Groups of rows whose parameters, penalties, masks and picks fit the staging buffer, one round
+  // trip each: on the device, the rows' parameters, their penalty entries, their masks, then the picks.
   size_t first = 0;
   while (first < rows.size()) {
-    size_t end = first, penalties = 0;
-    auto bytes = [&](size_t n, size_t p) {
-      return Round256(n * sizeof(cuda::SampleRow)) + Round256(p * sizeof(cuda::SamplePenalty)) + n * 4;
+    size_t end = first, penalties = 0, masked = 0;
+    auto bytes = [&](size_t n, size_t p, size_t m) {
+      return Round256(n * sizeof(cuda::SampleRow)) + Round256(p * sizeof(cuda::SamplePenalty)) +
+             Round256(m * words * sizeof(uint64_t)) + n * 4;
     };
     // At most kSampleRowsPerRound rows a round: penalised rows take a float copy each in a workspace
     // that Load's memory check leaves room for (64 x 151,552 x 4 = 39 MB at GLM-4's vocabulary; speculative
     // verify steps bring up to 1 + drafts rows a sequence).
     while (end < rows.size() && end - first < kSampleRowsPerRound &&
-           bytes(end + 1 - first, penalties + rows[end].penalties.size()) <= staging_bytes_) {
+           bytes(end + 1 - first, penalties + rows[end].penalties.size(), masked + !rows[end].allowed.empty()) <=
+               staging_bytes_) {
       penalties += rows[end].penalties.size();
+      masked += !rows[end].allowed.empty();
       ++end;
     }
     if (end == first) return absl::InternalError("a row's penalties do not fit the staging buffer");
     const size_t n = end - first, params = Round256(n * sizeof(cuda::SampleRow));
     const size_t penalty_bytes = Round256(penalties * sizeof(cuda::SamplePenalty));
-    auto* staged = static_cast<cuda::SampleRow*>(output_staging_.get());
-    auto* staged_penalties = reinterpret_cast<cuda::SamplePenalty*>(static_cast<char*>(output_staging_.get()) + params);
+    const size_t mask_bytes = Round256(masked * words * sizeof(uint64_t));
+    char* staging = static_cast<char*>(output_staging_.get());
+    auto* staged = reinterpret_cast<cuda::SampleRow*>(staging);
+    auto* staged_penalties = reinterpret_cast<cuda::SamplePenalty*>(staging + params);
+    auto* staged_masks = reinterpret_cast<uint64_t*>(staging + params + penalty_bytes);
     int32_t next_penalty = 0;
-    bool any_penalty = false;
+    int64_t next_mask = 0;
+    bool rewritten = false;
     for (size_t i = 0; i < n; ++i) {
       const RowSampling& row = rows[first + i];
       const ref::SampleParams& p = row.params;
       if (row.row < 0 || row.row >= plan_->max_batch_tokens) return absl::InvalidArgumentError("no such logits row");
       staged[i] = {static_cast<int32_t>(row.row), p.top_k, p.vocab_limit, p.temperature, p.top_p, p.uniform,
-                   next_penalty, static_cast<int32_t>(row.penalties.size()), p.min_p};
+                   next_penalty, static_cast<int32_t>(row.penalties.size()), p.min_p,
+                   row.allowed.empty() ? -1 : next_mask};
       for (const ref::Penalty& e : row.penalties) staged_penalties[next_penalty++] = {e.id, e.delta, e.scale, e.bias};
-      any_penalty = any_penalty || !row.penalties.empty();
+      if (!row.allowed.empty()) {
+        std::memcpy(staged_masks + next_mask, row.allowed.data(), words * sizeof(uint64_t));
+        next_mask += static_cast<int64_t>(words);
+      }
+      rewritten = rewritten || staged[i].Rewritten();
     }
-    // Penalised rows are copied to a float workspace row each (the logits stay for logprobs).
-    const size_t work_bytes = any_penalty ? n * static_cast<size_t>(vocab) * sizeof(float) : 0;
+    // Penalised or masked rows are copied to a float workspace row each (the logits stay for logprobs).
+    const size_t work_bytes = rewritten ? n * static_cast<size_t>(vocab) * sizeof(float) : 0;
     if (work_bytes > sample_work_bytes_) {
       ASSIGN_OR_RETURN(sample_work_, DeviceAlloc(work_bytes, "the sampler's penalised rows"));
       sample_work_bytes_ = work_bytes;
     }
-    RETURN_IF_ERROR(RoundTrip(params + penalty_bytes, params + penalty_bytes, n * 4, [&](char* device) {
+    const size_t in_bytes = params + penalty_bytes + mask_bytes;
+    RETURN_IF_ERROR(RoundTrip(in_bytes, in_bytes, n * 4, [&](char* device) {
       return cuda::LaunchSampleRows(logits, vocab, reinterpret_cast<const cuda::SampleRow*>(device),
                                     static_cast<int64_t>(n), reinterpret_cast<const cuda::SamplePenalty*>(device + params),
-                                    any_penalty ? static_cast<float*>(sample_work_.get()) : nullptr,
-                                    reinterpret_cast<int32_t*>(device + params + penalty_bytes), stream_);
+                                    reinterpret_cast<const uint64_t*>(device + params + penalty_bytes),
+                                    rewritten ? static_cast<float*>(sample_work_.get()) : nullptr,
+                                    reinterpret_cast<int32_t*>(device + in_bytes), stream_);
     }));
     const size_t before = out->size();
     out->resize(before + n);

@@ -4,8 +4,10 @@
 #include <bit>
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <deque>
 #include <limits>
+#include <string_view>
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
@@ -37,6 +39,9 @@ const char* FinishReasonName(FinishReason reason) {
 absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const compiler::Plan& plan, Backend& backend,
                                                        const WeightSource& weights, const EngineOptions& options) {
   std::unique_ptr<Engine> engine(new Engine(plan, backend, options));
+  if (const char* mask = std::getenv("AUTOGLM_MASK_WHERE_LOGITS"); mask != nullptr && std::string_view(mask) == "0") {
+    engine->options_.mask_where_logits_are = false;
+  }
   if (options.max_context < 0 || options.kv_cache_tokens < 0) {
     return absl::InvalidArgumentError(absl::StrCat("max context (", options.max_context, ") and KV-cache tokens (",
                                                    options.kv_cache_tokens, ") must not be negative (0: default)"));
@@ -481,6 +486,31 @@ void Engine::Constrain(const Sequence& seq, std::vector<float>& logits) const {
   for (const auto& [id, logit] : ends) logits[id] = complete ? logit : -INFINITY;
 }
 
+bool Engine::MasksWhereLogitsAre(const Slice& s) const {
+  return s.seq->constraint != nullptr && s.drafts == 0 && options_.mask_where_logits_are &&
+         backend_.SamplesWhereLogitsAre();
+}
+
+bool Engine::DrawsWhereLogitsAre(const Slice& s) const {
+  return s.seq->sample_where_logits_are || MasksWhereLogitsAre(s);
+}
+
+void Engine::ConstraintBits(const Sequence& seq, std::vector<uint64_t>* bits) const {
+  const int64_t vocab = plan_.model.vocab_size;
+  seq.constraint->Allowed(bits, vocab);
+  const bool complete = seq.constraint->Complete();
+  auto end = [&](int64_t id) {
+    if (id < 0 || id >= vocab) return;
+    uint64_t& word = (*bits)[static_cast<size_t>(id) / 64];
+    const uint64_t bit = uint64_t{1} << (id % 64);
+    word = complete ? word | bit : word & ~bit;
+  };
+  if (seq.request.stop_on_eos) {
+    for (const int64_t id : plan_.model.eos_token_ids) end(id);
+  }
+  for (const int32_t id : seq.request.stop_ids) end(id);
+}
+
 void Engine::PrepareConstraints(const std::vector<Slice>& slices) {
   for (const Slice& s : slices) {
     if (!s.emits_token || s.seq->constraint == nullptr) continue;
@@ -500,7 +530,7 @@ void Engine::ChooseOnHost(const std::vector<Slice>& slices, std::vector<std::vec
   std::vector<size_t> host;
   for (size_t i = 0; i < slices.size(); ++i) {
     const Slice& s = slices[i];
-    if (s.emits_token && s.drafts == 0 && s.seq->sampler.has_value() && !s.seq->sample_where_logits_are) {
+    if (s.emits_token && s.drafts == 0 && s.seq->sampler.has_value() && !DrawsWhereLogitsAre(s)) {
       host.push_back(i);
     }
   }
@@ -616,7 +646,7 @@ absl::StatusOr<std::vector<TokenEvent>> Engine::Step() {
     const int64_t count = static_cast<int64_t>(s.logit_positions.size());
     if (r.prompt_logits || r.keep_logits) {
       for (int64_t i = 0; i < count; ++i) logit_rows.push_back(s.first_logit + i);
-    } else if (s.emits_token && s.seq->sampler.has_value() && !s.seq->sample_where_logits_are) {
+    } else if (s.emits_token && s.seq->sampler.has_value() && !DrawsWhereLogitsAre(s)) {
       for (int64_t i = 0; i <= s.drafts; ++i) logit_rows.push_back(s.choice_row() + i);
     }
     need_next = need_next || (s.emits_token && !s.seq->sampler.has_value());
@@ -634,10 +664,11 @@ absl::StatusOr<std::vector<TokenEvent>> Engine::Step() {
   std::vector<RowSampling> rows;
   std::vector<size_t> row_slice;
   std::deque<std::vector<ref::Penalty>> draft_penalties;  // alive through SampleRows
+  std::deque<std::vector<uint64_t>> masks;                 // likewise
   std::vector<float> uniforms;
   for (size_t i = 0; i < slices.size(); ++i) {
     const Slice& s = slices[i];
-    if (!s.emits_token || !s.seq->sample_where_logits_are) continue;
+    if (!s.emits_token || !DrawsWhereLogitsAre(s)) continue;
     Sequence& seq = *s.seq;
     const SamplingParams& p = seq.request.sampling;
     uniforms.clear();
@@ -659,6 +690,10 @@ absl::StatusOr<std::vector<TokenEvent>> Engine::Step() {
           seq.penalties->EntriesAfter(absl::MakeConstSpan(seq.drafts).first(static_cast<size_t>(r)), &entries);
           row.penalties = entries;
         }
+      }
+      if (MasksWhereLogitsAre(s)) {  // no drafts: the one row's mask is the constraint's now
+        ConstraintBits(seq, &masks.emplace_back());
+        row.allowed = masks.back();
       }
       rows.push_back(row);
       row_slice.push_back(i);

@@ -42,6 +42,11 @@ struct EngineOptions {
   int64_t encoder_cache_bytes = int64_t{512} << 20;
   // Prompt-lookup drafts for decoding sequences (runtime/speculative.h); off by default.
   SpeculativeOptions speculative;
+  // A constrained sequence's row (structured output, a tool call) is masked and sampled where its
+  // logits are, when the backend samples there and the row has no drafts: its mask goes down (19 KB
+  // at GLM-4's vocabulary) instead of its row coming back (600 KB) to the host's sampler.
+  // AUTOGLM_MASK_WHERE_LOGITS=0 turns it off.
+  bool mask_where_logits_are = true;
 };
 
 struct Request {
@@ -231,6 +236,13 @@ class Engine {
   // How the sequence chooses its tokens: the device's argmax (plain greedy, no constraint), a draw
   // where the logits are (Backend::SampleRows), or on the host; drops a released constraint.
   void ChooseSampling(Sequence& seq) const;
+  // Whether the slice's token is masked and sampled where the logits are (EngineOptions), and
+  // whether it is drawn there at all (masked, or an unconstrained draw).
+  bool MasksWhereLogitsAre(const Slice& s) const;
+  bool DrawsWhereLogitsAre(const Slice& s) const;
+  // A constrained sequence's mask as RowSampling::allowed bits over the logits row: the constraint's,
+  // and the end ids exactly when the text is whole (Constrain's rule).
+  void ConstraintBits(const Sequence& seq, std::vector<uint64_t>* bits) const;
   int32_t SampleOnHost(Sequence& seq, int64_t logit_row, std::vector<float>& scratch) const;
   // The constraints' masks for this step's rows, worked out while the device runs it.
   void PrepareConstraints(const std::vector<Slice>& slices);

@@ -83,8 +83,9 @@ TEST_F(EngineTest, HostAndWhereTheLogitsAreSampleAlike) {
 }
 
 // Where the logits are sampled (the CUDA backend's way), a step brings back only the rows the host
-// samples: one constrained sequence among greedy ones reads its own row, not the batch's, and every
-// answer is what it is alone (the CPU backend leaves the rows not asked for NaN).
+// samples: one constrained sequence among greedy ones (its mask kept on the host) reads its own row,
+// not the batch's, and every answer is what it is alone (the CPU backend leaves the rows not asked
+// for NaN). With its mask sent down instead, nothing comes back, and the answer is the same.
 TEST_F(EngineTest, OnlyTheRowsSampledOnTheHostComeBack) {
   class RowRecorder : public CpuBackend {
    public:
@@ -106,16 +107,26 @@ TEST_F(EngineTest, OnlyTheRowsSampledOnTheHostComeBack) {
   sampled.sampling.temperature = 0.8f;
   sampled.sampling.seed = 9;
   sampled.constraint = [] { return std::make_unique<AnyToken>(); };
+  EngineOptions host_masks;
+  host_masks.mask_where_logits_are = false;
   std::vector<int32_t> alone;
+  {
+    RowRecorder backend;
+    std::unique_ptr<Engine> engine = *Engine::Create(plan_, backend, *tiny_.weights, host_masks);
+    const int id = *engine->Submit(sampled);
+    Drain(*engine);
+    alone = engine->new_tokens(id);
+  }
   {
     RowRecorder backend;
     std::unique_ptr<Engine> engine = *Engine::Create(plan_, backend, *tiny_.weights, {});
     const int id = *engine->Submit(sampled);
     Drain(*engine);
-    alone = engine->new_tokens(id);
+    EXPECT_EQ(engine->new_tokens(id), alone);
+    EXPECT_TRUE(backend.reads.empty());
   }
   RowRecorder backend;
-  std::unique_ptr<Engine> engine = *Engine::Create(plan_, backend, *tiny_.weights, {});
+  std::unique_ptr<Engine> engine = *Engine::Create(plan_, backend, *tiny_.weights, host_masks);
   Request greedy;
   greedy.prompt = kPrompt;
   greedy.max_new_tokens = 16;
@@ -133,7 +144,8 @@ TEST_F(EngineTest, OnlyTheRowsSampledOnTheHostComeBack) {
 
 // A constraint released (an optional tool call the reply did not start with) goes: the rest is
 // chosen as an unconstrained sequence's -- the device's argmax or a draw where the logits are, its
-// rows no longer read back -- and a seeded draw goes on along the same stream.
+// rows no longer read back (with masks kept on the host; sent down, none is) -- and a seeded draw
+// goes on along the same stream.
 TEST_F(EngineTest, AReleasedConstraintGoesAndTheRestIsChosenUnconstrained) {
   class RowRecorder : public CpuBackend {
    public:
@@ -166,9 +178,11 @@ TEST_F(EngineTest, AReleasedConstraintGoesAndTheRestIsChosenUnconstrained) {
     int32_t barred_;
     int* masks_;
   };
+  EngineOptions options;
+  options.mask_where_logits_are = false;
   auto run = [&](Request r, int* reads) {
     RowRecorder backend;
-    std::unique_ptr<Engine> engine = *Engine::Create(plan_, backend, *tiny_.weights, {});
+    std::unique_ptr<Engine> engine = *Engine::Create(plan_, backend, *tiny_.weights, options);
     const int id = *engine->Submit(r);
     Drain(*engine);
     if (reads != nullptr) *reads = backend.reads;
@@ -191,6 +205,12 @@ TEST_F(EngineTest, AReleasedConstraintGoesAndTheRestIsChosenUnconstrained) {
   rest.prompt.insert(rest.prompt.end(), tokens.begin(), tokens.begin() + 3);
   rest.max_new_tokens = 7;
   EXPECT_EQ(run(rest, nullptr), std::vector<int32_t>(tokens.begin() + 3, tokens.end()));
+  options.mask_where_logits_are = true;
+  masks = 0;
+  EXPECT_EQ(run(r, &reads), tokens);
+  EXPECT_EQ(masks, 3);
+  EXPECT_EQ(reads, 0);
+  options.mask_where_logits_are = false;
   // Seeded draws: released after 4, never, or not constrained at all -- one answer.
   Request sampled;
   sampled.prompt = kPrompt;

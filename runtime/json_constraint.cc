@@ -280,6 +280,14 @@ void ApplyMask(const std::vector<uint64_t>& allowed, int32_t vocab, float* logit
   for (int64_t id = known; id < n; ++id) logits[id] = -INFINITY;  // past the tokenizer: padding rows
 }
 
+void CopyMask(const std::vector<uint64_t>& allowed, int32_t vocab, int64_t n, std::vector<uint64_t>* bits) {
+  const int64_t known = std::min<int64_t>(n, vocab);
+  bits->assign(static_cast<size_t>((n + 63) / 64), 0);
+  const size_t whole = static_cast<size_t>(known / 64);
+  std::copy(allowed.begin(), allowed.begin() + static_cast<std::ptrdiff_t>(whole), bits->begin());
+  if (known % 64 != 0) (*bits)[whole] = allowed[whole] & ((uint64_t{1} << (known % 64)) - 1);
+}
+
 std::unique_ptr<TokenConstraint> JsonVocabulary::NewConstraint() {
   return std::make_unique<AutomatonConstraint<JsonVocabulary, JsonState>>(shared_from_this(), *this, JsonState());
 }

@@ -141,6 +141,8 @@ class JsonVocabulary : public std::enable_shared_from_this<JsonVocabulary> {
 
 // Sets to -inf the logits of the tokens `allowed` leaves out (and of every id past `vocab`).
 void ApplyMask(const std::vector<uint64_t>& allowed, int32_t vocab, float* logits, int64_t n);
+// The same as bits over ids 0 .. n-1 ((n + 63) / 64 words; ids past `vocab` clear).
+void CopyMask(const std::vector<uint64_t>& allowed, int32_t vocab, int64_t n, std::vector<uint64_t>* bits);
 inline bool MaskAllows(const std::vector<uint64_t>& allowed, int32_t vocab, int32_t token) {
   return token >= 0 && token < vocab && ((allowed[static_cast<size_t>(token) / 64] >> (token % 64)) & 1) != 0;
 }
@@ -152,10 +154,8 @@ class AutomatonConstraint : public TokenConstraint {
  public:
   AutomatonConstraint(std::shared_ptr<Masks> masks, const JsonVocabulary& vocabulary, State start)
       : masks_(std::move(masks)), vocabulary_(vocabulary), state_(std::move(start)) {}
-  void Mask(float* logits, int64_t n) override {
-    const runtime::Mask mask = next_ < prepared_.size() ? prepared_[next_] : masks_->Allowed(state_);
-    ApplyMask(*mask, vocabulary_.vocab(), logits, n);
-  }
+  void Mask(float* logits, int64_t n) override { ApplyMask(*Current(), vocabulary_.vocab(), logits, n); }
+  void Allowed(std::vector<uint64_t>* bits, int64_t n) override { CopyMask(*Current(), vocabulary_.vocab(), n, bits); }
   // A token is allowed exactly when its bytes feed (what Mask's walk tests), so it is fed directly.
   bool Accept(int32_t token) override {
     // The prepared masks stay right while the tokens taken are the drafts they were made for.
@@ -189,6 +189,7 @@ class AutomatonConstraint : public TokenConstraint {
   }
 
  private:
+  runtime::Mask Current() { return next_ < prepared_.size() ? prepared_[next_] : masks_->Allowed(state_); }
   bool Feed(State& state, int32_t token) {
     bytes_.clear();
     return vocabulary_.TokenBytesOf(token, &bytes_) && !bytes_.empty() && state.Feed(bytes_);

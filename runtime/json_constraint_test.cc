@@ -286,14 +286,21 @@ class ConstrainedEngine : public ::testing::Test {
 };
 
 // Every answer is a prefix of a JSON object, every one that ended on eos a whole object (and the eos
-// came right at its end), on both sampling paths alike (a constrained row is sampled on the host
-// either way) and with speculative drafts alike, n choices apart, with preemption; unconstrained,
-// the same seeds write no JSON.
+// came right at its end), on every sampling path alike (the host's; where the logits are, the mask
+// going down with the row -- or, with that off or with drafts, the row coming back to the host)
+// and with speculative drafts alike, n choices apart, with preemption; unconstrained, the same
+// seeds write no JSON.
 TEST_F(ConstrainedEngine, AnswersAreJsonObjects) {
   std::vector<std::vector<int32_t>> first;
-  for (const auto& [device_like, drafts] : std::vector<std::pair<bool, bool>>{{false, false}, {true, false}, {false, true}, {true, true}}) {
+  struct Path {
+    bool device_like, drafts, mask_where_logits_are;
+  };
+  for (const Path& path : {Path{false, false, true}, Path{true, false, true}, Path{true, false, false},
+                           Path{false, true, true}, Path{true, true, true}}) {
+    const auto [device_like, drafts, mask_where_logits_are] = path;
     CpuBackend backend(device_like);
     EngineOptions options;
+    options.mask_where_logits_are = mask_where_logits_are;
     options.kv_cache_tokens = 96;  // a few requests at once: preemption
     if (drafts) options.speculative = {4, 1, 3, 0};  // drafts change no answer
     std::unique_ptr<Engine> engine = *Engine::Create(tiny_.plan, backend, *tiny_.weights, options);

@@ -198,22 +198,27 @@ __device__ void SampleRow1(const T* row, int64_t n, const SampleRow& r, SampleSh
   *out = choice < 0 ? 0 : choice;
 }
 
-// One block per entry of `rows`: an entry with penalties gets its logits row as float in its
-// workspace row, penalised there (ref::ApplyPenalties). A kernel of its own, launched only when
-// some entry has penalties: inside the sampler, the IEEE division's slow path crowded its
-// registers into local memory.
+// One block per entry of `rows`: an entry with penalties or a mask gets its logits row as float in
+// its workspace row, the ids its mask leaves out -inf (ref::ApplyPenalties keeps them so) and
+// penalised there. A kernel of its own, launched only when some entry needs it: inside the
+// sampler, the IEEE division's slow path crowded its registers into local memory.
 __global__ void __launch_bounds__(kThreads) PenalizeRowsKernel(const bf16* __restrict__ logits, int64_t vocab,
                                                                const SampleRow* __restrict__ rows,
                                                                const SamplePenalty* __restrict__ penalties,
+                                                               const uint64_t* __restrict__ masks,
                                                                float* __restrict__ workspace) {
   AllowNextKernel();
   WaitForPreviousKernel();
   const SampleRow r = rows[blockIdx.x];
-  if (r.penalty_count == 0) return;
+  if (!r.Rewritten()) return;
   const bf16* row = logits + static_cast<int64_t>(r.row) * vocab;
   const int64_t n = r.vocab_limit > 0 ? min(vocab, static_cast<int64_t>(r.vocab_limit)) : vocab;
   float* work = workspace + static_cast<int64_t>(blockIdx.x) * vocab;
-  for (int64_t i = threadIdx.x; i < n; i += kThreads) work[i] = __bfloat162float(row[i]);
+  const uint64_t* mask = r.mask_begin >= 0 ? masks + r.mask_begin : nullptr;
+  for (int64_t i = threadIdx.x; i < n; i += kThreads) {
+    const bool allowed = mask == nullptr || ((mask[i / 64] >> (i % 64)) & 1) != 0;
+    work[i] = allowed ? __bfloat162float(row[i]) : -INFINITY;
+  }
   __syncthreads();
   for (int j = threadIdx.x; j < r.penalty_count; j += kThreads) {
     const SamplePenalty p = penalties[r.penalty_begin + j];
@@ -235,7 +240,7 @@ __global__ void __launch_bounds__(kThreads) SampleRowsKernel(const bf16* __restr
   const SampleRow r = rows[blockIdx.x];
   const bf16* row = logits + static_cast<int64_t>(r.row) * vocab;
   const int64_t n = r.vocab_limit > 0 ? min(vocab, static_cast<int64_t>(r.vocab_limit)) : vocab;
-  if (r.penalty_count == 0 || workspace == nullptr) return SampleRow1(row, n, r, sh, out + blockIdx.x);
+  if (!r.Rewritten() || workspace == nullptr) return SampleRow1(row, n, r, sh, out + blockIdx.x);
   SampleRow1(workspace + static_cast<int64_t>(blockIdx.x) * vocab, n, r, sh, out + blockIdx.x);  // PenalizeRowsKernel's
 }
 
@@ -346,12 +351,13 @@ cudaError_t LaunchArgmax(const bf16* logits, int64_t rows, int64_t vocab, int32_
 }
 
 cudaError_t LaunchSampleRows(const bf16* logits, int64_t vocab, const SampleRow* rows, int64_t count,
-                             const SamplePenalty* penalties, float* workspace, int32_t* out, cudaStream_t stream) {
+                             const SamplePenalty* penalties, const uint64_t* masks, float* workspace, int32_t* out,
+                             cudaStream_t stream) {
   if (count == 0) return cudaSuccess;
   if (vocab <= 0 || count > INT32_MAX) return cudaErrorInvalidValue;
   if (workspace != nullptr) {
     const cudaError_t e = LaunchKernel(PenalizeRowsKernel, dim3(static_cast<unsigned>(count)), dim3(kThreads), 0,
-                                       stream, logits, vocab, rows, penalties, workspace);
+                                       stream, logits, vocab, rows, penalties, masks, workspace);
     if (e != cudaSuccess) return e;
   }
   return LaunchKernel(SampleRowsKernel, dim3(static_cast<unsigned>(count)), dim3(kThreads), 0, stream, logits, vocab,

@@ -23,6 +23,9 @@ struct SampleRow {
   float uniform = 0.0f;
   int32_t penalty_begin = 0, penalty_count = 0;  // its entries of `penalties`
   float min_p = 0.0f;  // 0: off
+  int64_t mask_begin = -1;  // its mask's first word in `masks` ((vocab + 63) / 64 words); -1: none
+  // True when the row goes through the workspace (penalties, or a mask).
+  __host__ __device__ bool Rewritten() const { return penalty_count > 0 || mask_begin >= 0; }
 };
 // ref::Penalty: the logit of `id` plus `bias`, divided (positive) or multiplied (negative) by
 // `scale`, less `delta`. A row's entries have distinct ids.
@@ -34,15 +37,18 @@ struct SamplePenalty {
 };
 
 // out[i] = ref::SampleFiltered of logits row rows[i].row with rows[i]'s
-// parameters, after ref::ApplyPenalties with its penalty entries (a row with
-// penalties is copied to workspace row i, as float, and penalised there; the
-// logits stay as they are for logprobs): thresholds by radix select (no
-// sort), then an inverse CDF in id order, all on the device. One block per
-// entry; `rows`, `penalties` and `workspace` are device memory. `workspace`
-// ([count, vocab] floats) must be given when some row has penalties, and
-// null otherwise (it costs a kernel: the penalties' own).
+// parameters, after ref::ApplyPenalties with its penalty entries and with
+// the ids its mask leaves out (a bit an id of `masks`, from mask_begin) at
+// -inf (a row with either is copied to workspace row i, as float, and
+// rewritten there; the logits stay as they are for logprobs): thresholds by
+// radix select (no sort), then an inverse CDF in id order, all on the
+// device. One block per entry; `rows`, `penalties`, `masks` and `workspace`
+// are device memory. `workspace` ([count, vocab] floats) must be given when
+// some row is Rewritten(), and null otherwise (it costs a kernel: the
+// rewrite's own).
 cudaError_t LaunchSampleRows(const __nv_bfloat16* logits, int64_t vocab, const SampleRow* rows, int64_t count,
-                             const SamplePenalty* penalties, float* workspace, int32_t* out, cudaStream_t stream);
+                             const SamplePenalty* penalties, const uint64_t* masks, float* workspace, int32_t* out,
+                             cudaStream_t stream);
 
 // out[i] = center + half_width * (2u - 1) with u the i-th value of the
 // counter-based generator (splitmix64) for (seed, stream): the same values

@@ -708,16 +708,18 @@ TEST(GpuKernels, ArgmaxAndSampling) {
   DeviceArray<cuda::SampleRow> dplain(plain), dlimited(limited);
   DeviceArray<int32_t> picked(uniforms.size());
   ASSERT_CUDA(cuda::LaunchSampleRows(drows.get(), 4, dplain.get(), static_cast<int64_t>(plain.size()), nullptr,
-                                     nullptr, picked.get(), nullptr));
+                                     nullptr, nullptr, picked.get(), nullptr));
   EXPECT_EQ(picked.Download(), expected);
   // A vocabulary limit keeps ids at or past it out.
   ASSERT_CUDA(cuda::LaunchSampleRows(drows.get(), 4, dlimited.get(), static_cast<int64_t>(limited.size()), nullptr,
-                                     nullptr, picked.get(), nullptr));
+                                     nullptr, nullptr, picked.get(), nullptr));
   for (int32_t id : picked.Download()) EXPECT_LT(id, 2);
 }
 
 // The device sampler against ref::SampleFiltered on the same bf16 logits and draws: temperature,
-// top-k, top-p, min-p, their mix, limits and greedy, on vocabularies with and without a multiple of 8.
+// top-k, top-p, min-p, their mix, limits and greedy, penalties, and a constraint's mask (ids left
+// out at -inf: every third case, some allowing a handful of ids as a JSON state does), on
+// vocabularies with and without a multiple of 8.
 TEST(GpuKernels, SampleRowsMatchesTheReference) {
   SKIP_WITHOUT_GPU();
   for (const int64_t vocab : {int64_t{1003}, int64_t{151552}}) {
@@ -760,22 +762,43 @@ TEST(GpuKernels, SampleRowsMatchesTheReference) {
       }
       cases[i].penalty_count = static_cast<int32_t>(penalties.size()) - cases[i].penalty_begin;
     }
+    const size_t words = static_cast<size_t>((vocab + 63) / 64);
+    std::vector<uint64_t> masks;
+    std::vector<std::vector<uint64_t>> per_case_mask(cases.size());
+    for (size_t i = 0; i < cases.size(); i += 3) {
+      std::vector<uint64_t>& bits = per_case_mask[i];
+      bits.assign(words, 0);
+      const uint64_t keep = i % 2 == 0 ? 2 : 0;  // about 2 in 7 ids, or only those of the handful below
+      for (int64_t id = 0; id < vocab; ++id) {
+        if ((static_cast<uint64_t>(id) * 2654435761u) % 7 < keep || id % (vocab / 3) == 5) bits[id / 64] |= uint64_t{1} << (id % 64);
+      }
+      cases[i].mask_begin = static_cast<int64_t>(masks.size());
+      masks.insert(masks.end(), bits.begin(), bits.end());
+    }
     DeviceArray<cuda::SampleRow> dcases(cases);
     DeviceArray<cuda::SamplePenalty> dpenalties(penalties);
+    DeviceArray<uint64_t> dmasks(masks);
     DeviceArray<float> workspace(cases.size() * static_cast<size_t>(vocab));
     DeviceArray<int32_t> out(cases.size());
     ASSERT_CUDA(cuda::LaunchSampleRows(dl.get(), vocab, dcases.get(), static_cast<int64_t>(cases.size()),
-                                       dpenalties.get(), workspace.get(), out.get(), nullptr));
+                                       dpenalties.get(), dmasks.get(), workspace.get(), out.get(), nullptr));
     const std::vector<int32_t> got = out.Download();
     int differ = 0;
     for (size_t i = 0; i < cases.size(); ++i) {
       const cuda::SampleRow& c = cases[i];
       std::vector<float> row(logits.begin() + c.row * vocab, logits.begin() + (c.row + 1) * vocab);
+      const std::vector<uint64_t>& bits = per_case_mask[i];
+      for (int64_t id = 0; id < vocab && !bits.empty(); ++id) {
+        if (((bits[id / 64] >> (id % 64)) & 1) == 0) row[id] = -INFINITY;
+      }
       ref::ApplyPenalties(row.data(), vocab, per_case[i]);
       const int32_t want = ref::SampleFiltered(row.data(), vocab,
                                                {c.temperature, c.top_k, c.top_p, c.vocab_limit, c.uniform, c.min_p});
       if (c.temperature == 0.0f || c.top_k == 1) {
         EXPECT_EQ(got[i], want) << "greedy is exact, penalties or not";
+      }
+      if (!bits.empty()) {
+        EXPECT_TRUE((bits[got[i] / 64] >> (got[i] % 64)) & 1) << "case " << i << " picked " << got[i] << ", outside its mask";
       }
       if (got[i] != want) ++differ;
       if (c.vocab_limit > 0) {
