@@ -297,7 +297,8 @@ absl::Status CudaBackend::Load(const compiler::Plan& plan, const WeightSource& w
   // prefill path's dequantized weight, and what quantized weights may store beyond their format's
   // bytes (QuantStorageSlack).
   ASSIGN_OR_RETURN(const size_t dequant_bytes, DequantScratchBytes(plan, /*uploaded=*/false));
-  // The sampler's penalised rows (SampleRows: a float row each, kSampleRowsPerRound a round) come on top.
+  // The sampler's penalised or masked rows (SampleRows: a float row each, kSampleRowsPerRound a round)
+  // come on top; their masks (a bit an id, ~1.2 MB a round) fit the 256 MB.
   int64_t extra = plan.max_batch_tokens * plan.model.hidden_size * 16 + (int64_t{256} << 20) +
                   static_cast<int64_t>(kSampleRowsPerRound) * plan.model.vocab_size * 4 +
                   static_cast<int64_t>(dequant_bytes) + KvStagingBytes(plan);
