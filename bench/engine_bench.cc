@@ -17,6 +17,8 @@
 // Run: build/bench/engine_bench. Not the backend's own host work (input uploads, graph launch).
 #include <benchmark/benchmark.h>
 
+#include <algorithm>
+#include <bit>
 #include <cstdint>
 #include <cstdlib>
 #include <memory>
@@ -75,8 +77,9 @@ class NullBackend : public runtime::Backend {
     for (int64_t r = 0; r < rows; ++r) (*out)[static_cast<size_t>(r)] = Token(r);
     return absl::OkStatus();
   }
-  // A masked row (a constrained sequence's) picks as the device would from the row ReadLogitRows
-  // writes: its best allowed id ('a', '{' or '"' where allowed; else the first allowed).
+  // A masked row (a constrained sequence's) picks an id mixed from the row and the call where
+  // allowed (inside a JSON string most are: it stays one state, and drafts are rarely taken, as when
+  // sampled), else the first id allowed (GLM-4's '{' and '"' are its ids 90 and 1).
   absl::Status SampleRows(const std::vector<runtime::RowSampling>& rows, std::vector<int32_t>* out) override {
     out->resize(rows.size());
     for (size_t i = 0; i < rows.size(); ++i) {
@@ -85,14 +88,11 @@ class NullBackend : public runtime::Backend {
         (*out)[i] = Token(rows[i].row);
         continue;
       }
-      int32_t pick = -1;
-      for (const int32_t id : {int32_t{'a'}, int32_t{'{'}, int32_t{'"'}}) {
-        if (pick < 0 && runtime::IsAllowed(allowed, id)) pick = id;
+      int32_t pick = runtime::IsAllowed(allowed, Mixed(rows[i].row)) ? Mixed(rows[i].row) : -1;
+      for (size_t w = 0; pick < 0 && w < allowed.size(); ++w) {
+        if (allowed[w] != 0) pick = static_cast<int32_t>(w * 64 + static_cast<size_t>(std::countr_zero(allowed[w])));
       }
-      for (int64_t id = 0; pick < 0 && id < vocab_; ++id) {
-        if (runtime::IsAllowed(allowed, id)) pick = static_cast<int32_t>(id);
-      }
-      (*out)[i] = pick;
+      (*out)[i] = std::max(pick, 0);  // nothing allowed (past a refused draft): a row never used
     }
     return absl::OkStatus();
   }
@@ -110,6 +110,12 @@ class NullBackend : public runtime::Backend {
  private:
   // Ids 1000-5999: a few thousand distinct ids over a long decode, as text has.
   int32_t Token(int64_t row) const { return static_cast<int32_t>(1000 + (row * 7919 + calls_ * 104729) % 5000); }
+  // An id mixed from the row and the call (no period the prompt-lookup drafts could follow).
+  int32_t Mixed(int64_t row) const {
+    uint64_t x = static_cast<uint64_t>(row + 1) * 0x9E3779B97F4A7C15ull ^ static_cast<uint64_t>(calls_) * 0xC2B2AE3D27D4EB4Full;
+    x = (x ^ (x >> 31)) * 0xBF58476D1CE4E5B9ull;
+    return static_cast<int32_t>(1000 + (x ^ (x >> 29)) % 5000);
+  }
   int64_t calls_ = 0;
   int64_t vocab_ = 0;
   std::vector<float> row_;

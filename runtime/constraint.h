@@ -44,6 +44,16 @@ class TokenConstraint {
       if (row[static_cast<size_t>(i)] != -INFINITY) (*bits)[static_cast<size_t>(i) / 64] |= uint64_t{1} << (i % 64);
     }
   }
+  // For a step with drafts masked where the logits are: whether the constraint keeps the states
+  // Prepare's drafts lead to, and Allowed's bits and Complete() of the one the first k (>= 1) of
+  // them lead to. Past a draft the constraint refuses any answer does (those rows are never used:
+  // the token chosen there is not the draft). Without them the engine masks such a step on the host.
+  virtual bool KeepsDraftStates() const { return false; }
+  virtual void AllowedAfter(size_t k, std::vector<uint64_t>* bits, int64_t n, bool* complete) {
+    (void)k;
+    Allowed(bits, n);
+    *complete = Complete();
+  }
 };
 
 // Makes one sequence's constraint (each of a request's n choices gets its own).

@@ -487,18 +487,23 @@ void Engine::Constrain(const Sequence& seq, std::vector<float>& logits) const {
 }
 
 bool Engine::MasksWhereLogitsAre(const Slice& s) const {
-  return s.seq->constraint != nullptr && s.drafts == 0 && options_.mask_where_logits_are &&
-         backend_.SamplesWhereLogitsAre();
+  return s.seq->constraint != nullptr && (s.drafts == 0 || s.seq->constraint->KeepsDraftStates()) &&
+         options_.mask_where_logits_are && backend_.SamplesWhereLogitsAre();
 }
 
 bool Engine::DrawsWhereLogitsAre(const Slice& s) const {
   return s.seq->sample_where_logits_are || MasksWhereLogitsAre(s);
 }
 
-void Engine::ConstraintBits(const Sequence& seq, std::vector<uint64_t>* bits) const {
+void Engine::ConstraintBits(const Sequence& seq, size_t drafts_taken, std::vector<uint64_t>* bits) const {
   const int64_t vocab = plan_.model.vocab_size;
-  seq.constraint->Allowed(bits, vocab);
-  const bool complete = seq.constraint->Complete();
+  bool complete = false;
+  if (drafts_taken == 0) {
+    seq.constraint->Allowed(bits, vocab);
+    complete = seq.constraint->Complete();
+  } else {
+    seq.constraint->AllowedAfter(drafts_taken, bits, vocab, &complete);
+  }
   auto end = [&](int64_t id) {
     if (id < 0 || id >= vocab) return;
     uint64_t& word = (*bits)[static_cast<size_t>(id) / 64];
@@ -691,8 +696,8 @@ absl::StatusOr<std::vector<TokenEvent>> Engine::Step() {
           row.penalties = entries;
         }
       }
-      if (MasksWhereLogitsAre(s)) {  // no drafts: the one row's mask is the constraint's now
-        ConstraintBits(seq, &masks.emplace_back());
+      if (MasksWhereLogitsAre(s)) {  // row r's mask: the state drafts 0 .. r-1 lead to
+        ConstraintBits(seq, static_cast<size_t>(r), &masks.emplace_back());
         row.allowed = masks.back();
       }
       rows.push_back(row);

@@ -240,9 +240,10 @@ class Engine {
   // whether it is drawn there at all (masked, or an unconstrained draw).
   bool MasksWhereLogitsAre(const Slice& s) const;
   bool DrawsWhereLogitsAre(const Slice& s) const;
-  // A constrained sequence's mask as RowSampling::allowed bits over the logits row: the constraint's,
-  // and the end ids exactly when the text is whole (Constrain's rule).
-  void ConstraintBits(const Sequence& seq, std::vector<uint64_t>* bits) const;
+  // A constrained sequence's mask as RowSampling::allowed bits over the logits row, after the first
+  // `drafts_taken` of its drafts: the constraint's, and the end ids exactly when the text is whole
+  // there (Constrain's rule).
+  void ConstraintBits(const Sequence& seq, size_t drafts_taken, std::vector<uint64_t>* bits) const;
   int32_t SampleOnHost(Sequence& seq, int64_t logit_row, std::vector<float>& scratch) const;
   // The constraints' masks for this step's rows, worked out while the device runs it.
   void PrepareConstraints(const std::vector<Slice>& slices);

@@ -156,6 +156,17 @@ class AutomatonConstraint : public TokenConstraint {
       : masks_(std::move(masks)), vocabulary_(vocabulary), state_(std::move(start)) {}
   void Mask(float* logits, int64_t n) override { ApplyMask(*Current(), vocabulary_.vocab(), logits, n); }
   void Allowed(std::vector<uint64_t>* bits, int64_t n) override { CopyMask(*Current(), vocabulary_.vocab(), n, bits); }
+  bool KeepsDraftStates() const override { return true; }
+  void AllowedAfter(size_t k, std::vector<uint64_t>* bits, int64_t n, bool* complete) override {
+    const size_t at = next_ + k;
+    if (at >= prepared_.size()) {  // past a refused draft (or no Prepare): never used
+      bits->assign(static_cast<size_t>((n + 63) / 64), 0);
+      *complete = false;
+      return;
+    }
+    CopyMask(*prepared_[at], vocabulary_.vocab(), n, bits);
+    *complete = prepared_complete_[at];
+  }
   // A token is allowed exactly when its bytes feed (what Mask's walk tests), so it is fed directly.
   bool Accept(int32_t token) override {
     // The prepared masks stay right while the tokens taken are the drafts they were made for.
@@ -163,6 +174,7 @@ class AutomatonConstraint : public TokenConstraint {
       ++next_;
     } else {
       prepared_.clear();
+      prepared_complete_.clear();
       drafts_.clear();
       next_ = 0;
     }
@@ -180,11 +192,14 @@ class AutomatonConstraint : public TokenConstraint {
     drafts_.assign(drafts.begin(), drafts.end());
     next_ = 0;
     prepared_.clear();
+    prepared_complete_.clear();
     State state = state_;
     prepared_.push_back(masks_->Allowed(state));
+    prepared_complete_.push_back(state.Complete());
     for (const int32_t token : drafts) {
       if (!Feed(state, token)) break;
       prepared_.push_back(masks_->Allowed(state));
+      prepared_complete_.push_back(state.Complete());
     }
   }
 
@@ -200,6 +215,7 @@ class AutomatonConstraint : public TokenConstraint {
   State state_;
   std::string bytes_;
   std::vector<runtime::Mask> prepared_;  // Prepare's: the state's mask, then one a draft taken
+  std::vector<bool> prepared_complete_;  // and whether the text is whole there
   std::vector<int32_t> drafts_;          // the drafts they were made for
   size_t next_ = 0;                      // prepared_[next_] is the current state's
 };

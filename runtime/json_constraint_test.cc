@@ -287,9 +287,9 @@ class ConstrainedEngine : public ::testing::Test {
 
 // Every answer is a prefix of a JSON object, every one that ended on eos a whole object (and the eos
 // came right at its end), on every sampling path alike (the host's; where the logits are, the mask
-// going down with the row -- or, with that off or with drafts, the row coming back to the host)
-// and with speculative drafts alike, n choices apart, with preemption; unconstrained, the same
-// seeds write no JSON.
+// going down with the row -- each draft row's, the state the drafts before it lead to -- or, with
+// that off, the row coming back to the host) and with speculative drafts alike, n choices apart,
+// with preemption; unconstrained, the same seeds write no JSON.
 TEST_F(ConstrainedEngine, AnswersAreJsonObjects) {
   std::vector<std::vector<int32_t>> first;
   struct Path {
