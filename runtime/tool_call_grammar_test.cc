@@ -49,6 +49,16 @@ std::shared_ptr<ToolCallGrammar> Grammar(const std::shared_ptr<JsonVocabulary>& 
   return g.ok() ? *g : nullptr;
 }
 
+// The state's mask is exactly the tokens whose bytes it takes, each fed on its own.
+void ExpectMaskIsTheTokensTaken(const Vocabulary& voc, ToolCallGrammar& g, const ToolCallState& s) {
+  const Mask mask = g.Allowed(s);
+  for (int32_t id = 0; id < voc.vocab; ++id) {
+    ToolCallState t = s;
+    const bool takes = id < voc.ordinary && t.Feed(voc.tokens[static_cast<size_t>(id)]);
+    ASSERT_EQ(MaskAllows(*mask, voc.vocab, id), takes) << "token " << id;
+  }
+}
+
 bool Whole(ToolCallGrammar& g, const std::string& text) {
   ToolCallState s = g.Start();
   return s.Feed(text) && s.Complete();
@@ -88,12 +98,7 @@ TEST(ToolCallGrammar, MasksAreTheTokensAStateTakes) {
   for (const std::string text : {"get_weather\n{\"city\":\"Paris\"}", "get\n{}", "tap\n{\"x\":12,\"y\":2400}"}) {
     ToolCallState s = g->Start();
     for (size_t i = 0; i <= text.size(); ++i) {
-      const Mask mask = g->Allowed(s);
-      for (int32_t id = 0; id < voc.vocab; ++id) {
-        ToolCallState t = s;
-        const bool takes = id < voc.ordinary && t.Feed(voc.tokens[static_cast<size_t>(id)]);
-        ASSERT_EQ(MaskAllows(*mask, voc.vocab, id), takes) << "after " << i << " bytes of " << text << ", token " << id;
-      }
+      ASSERT_NO_FATAL_FAILURE(ExpectMaskIsTheTokensTaken(voc, *g, s)) << "after " << i << " bytes of " << text;
       ++states;
       if (i < text.size()) {
         ASSERT_TRUE(s.Feed(static_cast<uint8_t>(text[i])));
@@ -205,12 +210,7 @@ TEST(ToolCallGrammar, AnOptionalCallsMasksAreTheTokensAStateTakes) {
     ToolCallState s = g->Start();
     std::unique_ptr<TokenConstraint> c = g->NewConstraint();
     for (size_t i = 0; i <= text.size(); ++i) {
-      const Mask mask = g->Allowed(s);
-      for (int32_t id = 0; id < voc.vocab; ++id) {
-        ToolCallState t = s;
-        const bool takes = id < voc.ordinary && t.Feed(voc.tokens[static_cast<size_t>(id)]);
-        ASSERT_EQ(MaskAllows(*mask, voc.vocab, id), takes) << "after " << i << " bytes of " << text << ", token " << id;
-      }
+      ASSERT_NO_FATAL_FAILURE(ExpectMaskIsTheTokensTaken(voc, *g, s)) << "after " << i << " bytes of " << text;
       ASSERT_EQ(c->Released(), s.Released()) << text << " after " << i << " bytes";
       freed += s.Released();
       if (i < text.size()) {
