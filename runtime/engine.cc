@@ -468,7 +468,8 @@ void Engine::ChooseSampling(Sequence& seq) const {
     return;
   }
   if (!seq.sampler.has_value()) seq.sampler.emplace(seq.request.sampling);  // a released one keeps its draws
-  // A constraint's mask is the host's: its row comes back.
+  // A constrained sequence's rows are masked where the logits are (MasksWhereLogitsAre, a step at a
+  // time) or come back to the host's sampler.
   seq.sample_where_logits_are = backend_.SamplesWhereLogitsAre() && seq.constraint == nullptr;
 }
 
