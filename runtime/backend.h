@@ -16,6 +16,7 @@
 #include "kernels/ref/ref.h"
 #include "ir/types.h"
 #include "models/quant/packed.h"
+#include "runtime/constraint.h"
 
 namespace ag::runtime {
 
@@ -121,15 +122,10 @@ struct RowSampling {
   ref::SampleParams params;
   // Applied to the row first (ref::ApplyPenalties); the caller's entries, kept alive through SampleRows.
   std::span<const ref::Penalty> penalties;
-  // Empty: every id may be chosen. Else a bit an id ((vocab + 63) / 64 words, a constraint's mask):
+  // Empty: every id may be chosen. Else a bit an id (AllowedWords(vocab) words, a constraint's mask):
   // the ids whose bit is clear are -inf before the pick. The caller's, alive through SampleRows.
   std::span<const uint64_t> allowed;
 };
-// The words of a RowSampling::allowed mask over `vocab` ids.
-inline size_t AllowedWords(int64_t vocab) { return static_cast<size_t>((vocab + 63) / 64); }
-inline bool IsAllowed(std::span<const uint64_t> allowed, int64_t id) {
-  return ((allowed[static_cast<size_t>(id) / 64] >> (id % 64)) & 1) != 0;
-}
 
 // The log-probability of the token chosen from a logits row of the last step, and the `top` most likely.
 struct LogprobRequest {

@@ -1,8 +1,8 @@
 // Structured output: a per-sequence rule on which tokens may come next (OpenAI's response_format).
-// The engine applies it where the host sees the logits: a constrained sequence samples on the host
-// (its logits row comes back from the device) until the constraint is released. Its speculative drafts need nothing more: a step's
-// rows are chosen in order, each masked by the constraint as the tokens before it left it, and a
-// draft the mask refuses is never the token chosen.
+// The engine applies it as a mask until the constraint is released: as bits sent down with the
+// row's sampling request where the backend samples, or on the host to a row that came back. With
+// speculative drafts, each row is masked in the state the drafts before it lead to, so a draft the
+// mask refuses is never the token chosen.
 #ifndef AUTOGLM_RUNTIME_CONSTRAINT_H_
 #define AUTOGLM_RUNTIME_CONSTRAINT_H_
 
@@ -14,6 +14,12 @@
 #include <vector>
 
 namespace ag::runtime {
+
+// A mask as bits, a bit an id: the words over `vocab` ids, and whether `id`'s bit is set.
+inline size_t AllowedWords(int64_t vocab) { return static_cast<size_t>((vocab + 63) / 64); }
+inline bool IsAllowed(std::span<const uint64_t> allowed, int64_t id) {
+  return ((allowed[static_cast<size_t>(id) / 64] >> (id % 64)) & 1) != 0;
+}
 
 class TokenConstraint {
  public:
@@ -39,7 +45,7 @@ class TokenConstraint {
   virtual void Allowed(std::vector<uint64_t>* bits, int64_t n) {
     std::vector<float> row(static_cast<size_t>(n), 0.0f);
     Mask(row.data(), n);
-    bits->assign(static_cast<size_t>((n + 63) / 64), 0);
+    bits->assign(AllowedWords(n), 0);
     for (int64_t i = 0; i < n; ++i) {
       if (row[static_cast<size_t>(i)] != -INFINITY) (*bits)[static_cast<size_t>(i) / 64] |= uint64_t{1} << (i % 64);
     }

@@ -282,7 +282,7 @@ void ApplyMask(const std::vector<uint64_t>& allowed, int32_t vocab, float* logit
 
 void CopyMask(const std::vector<uint64_t>& allowed, int32_t vocab, int64_t n, std::vector<uint64_t>* bits) {
   const int64_t known = std::min<int64_t>(n, vocab);
-  bits->assign(static_cast<size_t>((n + 63) / 64), 0);
+  bits->assign(AllowedWords(n), 0);
   const size_t whole = static_cast<size_t>(known / 64);
   std::copy(allowed.begin(), allowed.begin() + static_cast<std::ptrdiff_t>(whole), bits->begin());
   if (known % 64 != 0) (*bits)[whole] = allowed[whole] & ((uint64_t{1} << (known % 64)) - 1);

@@ -160,7 +160,7 @@ class AutomatonConstraint : public TokenConstraint {
   void AllowedAfter(size_t k, std::vector<uint64_t>* bits, int64_t n, bool* complete) override {
     const size_t at = next_ + k;
     if (at >= prepared_.size()) {  // past a refused draft (or no Prepare): never used
-      bits->assign(static_cast<size_t>((n + 63) / 64), 0);
+      bits->assign(AllowedWords(n), 0);
       *complete = false;
       return;
     }

@@ -214,10 +214,11 @@ void Generation::StreamCall(Choice& c, int index, bool all) {
 
 void Generation::Flush(Choice& c, int index, bool all) {
   if (!spec_.tool_names.empty() && !c.is_content) {
+    if (spec_.tool_calls == GenerationSpec::ToolCalls::kForced) return StreamCall(c, index, all);
     const bool may_be_a_call = glm::MayBecomeToolCall(c.text, spec_.tool_names);
-    const bool named = may_be_a_call && c.text.find('\n') != std::string::npos;  // its name's line is whole
-    if (spec_.tool_calls == GenerationSpec::ToolCalls::kForced ||
-        (spec_.tool_calls == GenerationSpec::ToolCalls::kEnforced && named)) {
+    // An enforced call streams once its name's line is whole.
+    if (spec_.tool_calls == GenerationSpec::ToolCalls::kEnforced && may_be_a_call &&
+        c.text.find('\n') != std::string::npos) {
       return StreamCall(c, index, all);
     }
     if (!all && may_be_a_call) return;  // held until the call or the reply shows
