@@ -227,6 +227,31 @@ absl::StatusOr<std::shared_ptr<JsonVocabulary>> JsonVocabulary::Build(
   for (const int32_t id : all) {
     if (tokens[static_cast<size_t>(id)].size() > kShortToken) longer.push_back(id);
   }
+  // The text tokens, by the characters each writes, and the quoted ones (JsonVocabulary::Walk).
+  JsonState in_text;
+  in_text.Feed(absl::string_view("{\"a\":\""));
+  const size_t words = static_cast<size_t>(vocab) / 64 + 1;
+  v->text_within_.assign(kShortToken + 1, std::vector<uint64_t>(words, 0));
+  std::vector<int32_t> quoted;
+  for (const int32_t id : all) {
+    const std::string& t = tokens[static_cast<size_t>(id)];
+    if (t.find_first_of("\"\\") != std::string::npos) {
+      quoted.push_back(id);
+      continue;
+    }
+    JsonState s = in_text;
+    if (t.empty() || !s.Feed(t)) continue;
+    const auto chars = static_cast<uint32_t>(std::count_if(t.begin(), t.end(), [](char c) { return (c & 0xC0) != 0x80; }));
+    if (chars > kShortToken) {
+      v->text_longer_.emplace_back(id, chars);
+    } else {
+      v->text_within_[chars][static_cast<size_t>(id) / 64] |= uint64_t{1} << (id % 64);
+    }
+  }
+  for (uint32_t k = 1; k <= kShortToken; ++k) {  // at most k: those of k, and those of fewer
+    for (size_t w = 0; w < words; ++w) v->text_within_[k][w] |= v->text_within_[k - 1][w];
+  }
+  v->quoted_ = SortedTokens::Of(tokens, std::move(quoted));
   v->all_ = SortedTokens::Of(tokens, std::move(all));
   v->long_ = SortedTokens::Of(tokens, std::move(longer));
   v->sorted_index_.resize(tokens.size());
@@ -264,6 +289,15 @@ bool JsonVocabulary::TokenBytesOf(int32_t id, std::string* bytes) const {
   const uint32_t i = sorted_index_[static_cast<size_t>(id)];
   bytes->assign(all_.bytes, all_.offsets[i], all_.offsets[i + 1] - all_.offsets[i]);
   return true;
+}
+
+void JsonVocabulary::SetTextTokens(uint32_t room, std::vector<uint64_t>& mask) const {
+  const std::vector<uint64_t>& within = text_within_[std::min(room, kShortToken)];
+  for (size_t w = 0; w < mask.size(); ++w) mask[w] |= within[w];
+  if (room <= kShortToken) return;
+  for (const auto& [id, chars] : text_longer_) {
+    if (chars <= room) mask[static_cast<size_t>(id) / 64] |= uint64_t{1} << (id % 64);
+  }
 }
 
 Mask JsonVocabulary::Allowed(const JsonState& state) {

@@ -144,6 +144,13 @@ TEST(JsonVocabulary, MasksAreTheTokensAStateTakes) {
                         "\":\"", "\"a", "ab", "{}", "[]", ",\n", "1e5", "\"}}"}) {
     tokens.push_back(t);
   }
+  // Text tokens (taken whole inside a string, from sets: JsonVocabulary::Walk) and near misses: whole
+  // and partial characters, DEL, a control byte, an overlong form, a stray continuation byte, escapes inside.
+  for (const std::string& t : {std::string("\xC3\xA9\xC3\xA9"), std::string("a\xE2\x82"), std::string("x\x7F"), std::string("a\tb"),
+                               std::string("\xC0\xAF"), std::string("\xA9a"), std::string("b\\nc"), std::string("\xED\xA0\x80"),
+                               std::string("\xF0\x9F\x98\x80ok"), std::string(40, 'q'), std::string("\xE4\xB8\xAD") + std::string(35, 'z')}) {
+    tokens.push_back(t);
+  }
   const int32_t ordinary = static_cast<int32_t>(tokens.size()), vocab = ordinary + 5;  // 5 special / padding ids
   absl::StatusOr<std::shared_ptr<JsonVocabulary>> v =
       JsonVocabulary::Build(ordinary, vocab, [&](int32_t id, std::string* bytes) {
@@ -151,12 +158,13 @@ TEST(JsonVocabulary, MasksAreTheTokensAStateTakes) {
         return true;
       });
   ASSERT_TRUE(v.ok()) << v.status();
-  int states = 0;
+  int states = 0, in_text = 0;
   for (const std::string& text : {std::string(R"({"a": [1, -2.5e+3, true, {"b": null}], "c": "x\u00e9\n"})"),
                                  std::string("{\"\xC3\xA9\xE2\x82\xAC\":\"}}\"}")}) {
     JsonState s;
     for (size_t i = 0; i <= text.size(); ++i) {
       const std::shared_ptr<const std::vector<uint64_t>> mask = (*v)->Allowed(s);
+      in_text += s.PlainStringRoom().has_value();
       for (int32_t id = 0; id < vocab; ++id) {
         JsonState t = s;
         const bool takes = id < ordinary && t.Feed(tokens[static_cast<size_t>(id)]);
@@ -172,6 +180,7 @@ TEST(JsonVocabulary, MasksAreTheTokensAStateTakes) {
     EXPECT_TRUE(s.Complete());
   }
   EXPECT_GT(states, 60);
+  EXPECT_GE(in_text, 8) << "the text tokens' sets were used";
 
   // The constraint: masks logits, takes allowed tokens, refuses others, ends complete.
   std::unique_ptr<TokenConstraint> c = (*v)->NewConstraint();
@@ -182,7 +191,7 @@ TEST(JsonVocabulary, MasksAreTheTokensAStateTakes) {
     EXPECT_EQ(std::isinf(logits[static_cast<size_t>(id)]), !open) << id;
   }
   EXPECT_FALSE(c->Accept('['));
-  ASSERT_TRUE(c->Accept(ordinary - 5));  // "{}"
+  ASSERT_TRUE(c->Accept(static_cast<int32_t>(std::find(tokens.begin(), tokens.end(), "{}") - tokens.begin())));
   EXPECT_TRUE(c->Complete());
   std::fill(logits.begin(), logits.end(), 1.0f);
   c->Mask(logits.data(), static_cast<int64_t>(logits.size()));

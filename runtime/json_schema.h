@@ -23,6 +23,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -100,6 +101,10 @@ class SchemaState {
   // not one a character. `*counted`: some count was so merged (tokens longer than the horizon then
   // need their bits afresh: JsonVocabulary::RedoLongTokens).
   std::string Key(uint32_t horizon, bool* counted) const;
+  // Every path inside a string's text at a character boundary: how many characters may still come
+  // on the path that allows the most (UINT32_MAX: no maxLength). Empty otherwise. JsonVocabulary::Walk
+  // then sets the text tokens' bits from its sets instead of feeding them.
+  std::optional<uint32_t> PlainStringRoom() const;
 
   // Readings of the text followed at once. A schema whose alternatives stay ambiguous for longer (a
   // hostile one's) is followed along the first of them: narrower, never stuck, and a mask never

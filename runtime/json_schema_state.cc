@@ -163,6 +163,20 @@ std::string SchemaState::Key(uint32_t horizon, bool* counted) const {
   return key;
 }
 
+std::optional<uint32_t> SchemaState::PlainStringRoom() const {
+  std::optional<uint32_t> room;
+  for (const Path& p : paths_) {
+    const Frame& f = p.back();
+    if (f.node < 0) return std::nullopt;
+    const Node& n = schema_->node(f.node);
+    if (n.kind != Node::kString || f.phase != kBody || f.left != 0) return std::nullopt;
+    // The count saturates at maxLength (Saturated), so maxLength - count is the room left.
+    const uint32_t left = n.max == JsonSchema::kUnbounded ? UINT32_MAX : n.max - std::min(f.count, n.max);
+    room = std::max(room.value_or(0), left);
+  }
+  return room;
+}
+
 void SchemaState::Finish(Path& p, Paths& out) const {
   p.pop_back();
   ChildDone(p, *schema_);

@@ -11,7 +11,9 @@
 #include "nlohmann/json.hpp"
 #include "runtime/cpu_backend.h"
 #include "runtime/engine.h"
+#include "models/glm/tokenizer.h"
 #include "tests/testing/tiny_glm.h"
+#include "tests/testing/vocab.h"
 
 namespace ag::runtime {
 namespace {
@@ -617,6 +619,81 @@ TEST(JsonSchemaGrammar, MasksAreTheTokensAStateTakes) {
   absl::StatusOr<std::shared_ptr<JsonSchemaGrammar>> g = JsonSchemaGrammar::Create(MustCompile(Schemas()[0]), narrow);
   ASSERT_FALSE(g.ok());
   EXPECT_NE(g.status().message().find("0xC3"), std::string::npos) << g.status();
+}
+
+// Inside a string's text the text tokens' bits come from sets by how many characters each writes
+// (JsonVocabulary::Walk): near maxLength, on anyOf's paths of different bounds, after a partial
+// character or an escape, each state's mask is still exactly the tokens it takes.
+TEST(JsonSchemaGrammar, TextTokensAreCountedAgainstMaxLength) {
+  std::vector<std::string> tokens;
+  for (int b = 0; b < 256; ++b) tokens.push_back(std::string(1, static_cast<char>(b)));
+  for (const std::string& t : {std::string("ab"), std::string("abc"), std::string("abcd"), std::string("\xC3\xA9\xC3\xA9"),
+                               std::string("a\xC3"), std::string("\xA9b"), std::string("b\""), std::string("\\n"),
+                               std::string("c\\u00e9d"), std::string("\"}"), std::string("\xE4\xB8\xAD\xE6\x96\x87"),
+                               std::string("x\x01"), std::string(33, 'a'), std::string(34, 'a') + "\"", std::string(36, 'a')}) {
+    tokens.push_back(t);
+  }
+  const int32_t ordinary = static_cast<int32_t>(tokens.size()), vocab = ordinary + 2;
+  std::shared_ptr<JsonVocabulary> v = *JsonVocabulary::Build(ordinary, vocab, [&](int32_t id, std::string* out) {
+    *out = tokens[static_cast<size_t>(id)];
+    return true;
+  });
+  const std::string schema = R"({"type": "object", "properties": {
+      "s": {"type": "string", "minLength": 2, "maxLength": 5},
+      "e": {"anyOf": [{"type": "string", "maxLength": 2}, {"type": "string", "minLength": 3, "maxLength": 40}]},
+      "f": {"type": "string"}}, "required": ["s", "e", "f"]})";
+  std::shared_ptr<JsonSchemaGrammar> g = *JsonSchemaGrammar::Create(MustCompile(schema), v);
+  int shortcut = 0, near_bound = 0;
+  for (const std::string& text : {std::string("{\"s\":\"ab\xC3\xA9c\",\"e\":\"x\\ny\",\"f\":\"\xE4\xB8\xAD\\u00e9\"}"),
+                                  "{\"s\":\"abcde\",\"e\":\"" + std::string(38, 'a') + "\",\"f\":\"\"}"}) {
+    SchemaState s = g->Start();
+    for (size_t i = 0; i <= text.size(); ++i) {
+      const std::optional<uint32_t> room = s.PlainStringRoom();
+      shortcut += room.has_value();
+      near_bound += room.has_value() && *room <= JsonVocabulary::kShortToken;
+      const std::shared_ptr<const std::vector<uint64_t>> mask = g->Allowed(s);
+      EXPECT_EQ(v->Walk(s), v->WalkEveryToken(s)) << "after " << i << " bytes of " << text;
+      for (int32_t id = 0; id < vocab; ++id) {
+        SchemaState t = s;
+        const bool takes = id < ordinary && t.Feed(tokens[static_cast<size_t>(id)]);
+        ASSERT_EQ(MaskAllows(*mask, vocab, id), takes) << "after " << i << " bytes of " << text << ", token " << id;
+      }
+      if (i < text.size()) {
+        ASSERT_TRUE(s.Feed(static_cast<uint8_t>(text[i]))) << i << " of " << text;
+      }
+    }
+    EXPECT_TRUE(s.Complete());
+  }
+  EXPECT_GE(shortcut, 20);
+  EXPECT_GE(near_bound, 10);
+}
+
+// The same over GLM-4's 151,329 tokens (read from ../shared; skipped without it): inside strings of
+// JSON mode and of a schema (unbounded, two characters from maxLength, after half a character) the
+// sets' masks are the masks of feeding every token.
+TEST(JsonSchemaGrammar, TextTokenSetsOverGlm4sVocabularyAreTheWalksOwn) {
+  const std::string dir = testing::SharedGlm4Tokenizer();
+  if (dir.empty()) GTEST_SKIP() << "../shared/tokenizers/glm4 absent";
+  absl::StatusOr<std::unique_ptr<glm::Tokenizer>> tokenizer = glm::Tokenizer::Load(dir);
+  ASSERT_TRUE(tokenizer.ok()) << tokenizer.status();
+  std::shared_ptr<JsonVocabulary> v = *JsonVocabulary::Build(**tokenizer);
+  int shortcut = 0;
+  for (const char* prefix : {"{\"", "{\"a\": \"Tap the ", "{\"a\": \"\xE7\x82\xB9", "{\"a\": \"x\\"}) {
+    JsonState s;
+    ASSERT_TRUE(s.Feed(prefix)) << prefix;
+    shortcut += s.PlainStringRoom().has_value();
+    ASSERT_EQ(v->Walk(s), v->WalkEveryToken(s)) << prefix;
+  }
+  std::shared_ptr<JsonSchemaGrammar> g = *JsonSchemaGrammar::Create(MustCompile(R"({"type": "object", "properties": {
+      "thought": {"type": "string"}, "label": {"type": "string", "maxLength": 6}}, "required": ["thought", "label"]})"), v);
+  for (const char* prefix : {"{\"thought\": \"", "{\"thought\": \"The screen \xE6\x98\xBE", "{\"thought\": \"\xE6\x98",
+                             "{\"thought\": \"a\", \"label\": \"Tap", "{\"thought\": \"a\", \"label\": \"\xE7\x82\xB9\xE5\x87\xBB\xE5\x8F"}) {
+    SchemaState s = g->Start();
+    ASSERT_TRUE(s.Feed(prefix)) << prefix;
+    shortcut += s.PlainStringRoom().has_value();
+    ASSERT_EQ(v->Walk(s), v->WalkEveryToken(s)) << prefix;
+  }
+  EXPECT_EQ(shortcut, 3 + 3);
 }
 
 // On the engine, tiny-glm's ids 0-255 read as bytes: every answer that ended on eos is a document
