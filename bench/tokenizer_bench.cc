@@ -269,4 +269,34 @@ void BM_ToolCallMask(benchmark::State& state) {
 }
 BENCHMARK(BM_ToolCallMask)->DenseRange(0, 4)->Unit(benchmark::kMillisecond);
 
+// A request's tool call, its masks as the engine asks for them (GLM-4's vocabulary, two functions,
+// the arguments' schema grammars cached as the server's are): a fresh grammar, then the call
+// "get_weather\n{\"city\": \"Paris\"}" fed byte by byte with each state's mask. /0: the grammar's own
+// name masks (every request walks its name states); /1: name masks kept for the tool set, as the
+// server keeps them (ToolCallGrammar::NameMasksKey). Argument 2: forced (0) or auto (1).
+void BM_ToolCallRequest(benchmark::State& state) {
+  const auto vocabulary = Glm4JsonVocabulary(state);
+  if (vocabulary == nullptr) return;
+  ag::runtime::JsonSchemaGrammars schemas(vocabulary);
+  const auto weather = schemas.Get(R"({"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]})");
+  const auto tap = schemas.Get(R"({"type": "object", "properties": {"x": {"type": "integer"}, "y": {"type": "integer"}}})");
+  const auto call = state.range(1) == 1 ? ag::runtime::ToolCallGrammar::Call::kOptional : ag::runtime::ToolCallGrammar::Call::kForced;
+  auto kept = std::make_shared<ag::runtime::MaskCache>(ag::runtime::JsonVocabulary::kMaxCachedMasks);
+  const std::string text = "get_weather\n{\"city\": \"Paris\"}";
+  int64_t masks = 0;
+  for (auto _ : state) {
+    const auto grammar = ag::runtime::ToolCallGrammar::Create({{"get_weather", *weather}, {"tap", *tap}}, vocabulary, call,
+                                                              state.range(0) == 1 ? kept : nullptr);
+    ag::runtime::ToolCallState s = (*grammar)->Start();
+    masks = 0;
+    for (const char c : text) {
+      benchmark::DoNotOptimize((*grammar)->Allowed(s));
+      ++masks;
+      if (!s.Feed(static_cast<uint8_t>(c))) state.SkipWithError("refused");
+    }
+  }
+  state.counters["masks"] = static_cast<double>(masks);
+}
+BENCHMARK(BM_ToolCallRequest)->ArgsProduct({{0, 1}, {0, 1}})->Unit(benchmark::kMillisecond);
+
 BENCHMARK_MAIN();

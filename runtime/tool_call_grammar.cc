@@ -57,7 +57,7 @@ bool ToolCallState::Feed(absl::string_view bytes) {
 
 absl::StatusOr<std::shared_ptr<ToolCallGrammar>> ToolCallGrammar::Create(std::vector<Function> functions,
                                                                          std::shared_ptr<JsonVocabulary> vocabulary,
-                                                                         Call call) {
+                                                                         Call call, std::shared_ptr<MaskCache> name_masks) {
   if (functions.empty()) return absl::InvalidArgumentError("a tool call needs at least one function");
   if (!vocabulary->HasByteToken('\n')) {
     return absl::FailedPreconditionError("the tokenizer has no token for the newline a tool call needs");
@@ -76,7 +76,14 @@ absl::StatusOr<std::shared_ptr<ToolCallGrammar>> ToolCallGrammar::Create(std::ve
       }
     }
   }
-  return std::make_shared<ToolCallGrammar>(std::move(functions), std::move(vocabulary), call);
+  if (name_masks == nullptr) name_masks = std::make_shared<MaskCache>(JsonVocabulary::kMaxCachedMasks);
+  return std::make_shared<ToolCallGrammar>(std::move(functions), std::move(vocabulary), call, std::move(name_masks));
+}
+
+std::string ToolCallGrammar::NameMasksKey(Call call, const std::vector<std::pair<std::string, std::string>>& names_and_schemas) {
+  std::string key(1, call == Call::kForced ? 'f' : 'o');
+  for (const auto& [name, schema] : names_and_schemas) absl::StrAppend(&key, name.size(), ":", name, schema.size(), ":", schema);
+  return key;
 }
 
 Mask ToolCallGrammar::Allowed(const ToolCallState& state) {
@@ -84,7 +91,7 @@ Mask ToolCallGrammar::Allowed(const ToolCallState& state) {
   // While the name is written every token is walked in full (a long one may reach into the
   // arguments), so a name's prefix alone decides the mask; a released state's is every token
   // (a newline: no name's key).
-  return *name_masks_.Get(state.Released() ? "\n" : state.NameKey(), [&]() -> absl::StatusOr<Mask> {
+  return *name_masks_->Get(state.Released() ? "\n" : state.NameKey(), [&]() -> absl::StatusOr<Mask> {
     return std::make_shared<const std::vector<uint64_t>>(vocabulary_->Walk(state));
   });
 }

@@ -14,6 +14,7 @@
 
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -59,12 +60,19 @@ class ToolCallGrammar : public std::enable_shared_from_this<ToolCallGrammar> {
   };
   enum class Call { kForced, kOptional };
   // The functions, each name non-empty, none twice, every byte of it and the newline a token of
-  // the vocabulary's own; the arguments' grammars over the same vocabulary.
+  // the vocabulary's own; the arguments' grammars over the same vocabulary. `name_masks`: where the
+  // name states' masks are kept, shared by every grammar of the same call, names and arguments'
+  // schemas (NameMasksKey; a client sends the same tools with every request: its name states are
+  // walked once, not once a request); null: the grammar's own.
   static absl::StatusOr<std::shared_ptr<ToolCallGrammar>> Create(std::vector<Function> functions,
                                                                  std::shared_ptr<JsonVocabulary> vocabulary,
-                                                                 Call call = Call::kForced);
-  ToolCallGrammar(std::vector<Function> functions, std::shared_ptr<JsonVocabulary> vocabulary, Call call)
-      : functions_(std::move(functions)), vocabulary_(std::move(vocabulary)), call_(call) {}
+                                                                 Call call = Call::kForced,
+                                                                 std::shared_ptr<MaskCache> name_masks = nullptr);
+  // What the name masks depend on: the call, and each function's name and arguments' schema text.
+  static std::string NameMasksKey(Call call, const std::vector<std::pair<std::string, std::string>>& names_and_schemas);
+  ToolCallGrammar(std::vector<Function> functions, std::shared_ptr<JsonVocabulary> vocabulary, Call call,
+                  std::shared_ptr<MaskCache> name_masks)
+      : functions_(std::move(functions)), vocabulary_(std::move(vocabulary)), call_(call), name_masks_(std::move(name_masks)) {}
 
   // The tokens that may follow `state` (thread-safe). Within the arguments, the function's schema
   // grammar answers from its own masks.
@@ -78,7 +86,7 @@ class ToolCallGrammar : public std::enable_shared_from_this<ToolCallGrammar> {
   std::vector<Function> functions_;
   std::shared_ptr<JsonVocabulary> vocabulary_;
   Call call_;
-  MaskCache name_masks_{JsonVocabulary::kMaxCachedMasks};  // by NameKey, and a released state's
+  std::shared_ptr<MaskCache> name_masks_;  // by NameKey, and a released state's
 };
 
 }  // namespace ag::runtime

@@ -39,12 +39,13 @@ struct Vocabulary {
 
 std::shared_ptr<ToolCallGrammar> Grammar(const std::shared_ptr<JsonVocabulary>& v,
                                          const std::vector<std::pair<std::string, const char*>>& functions,
-                                         ToolCallGrammar::Call call = ToolCallGrammar::Call::kForced) {
+                                         ToolCallGrammar::Call call = ToolCallGrammar::Call::kForced,
+                                         std::shared_ptr<MaskCache> name_masks = nullptr) {
   std::vector<ToolCallGrammar::Function> fs;
   for (const auto& [name, schema] : functions) {
     fs.push_back({name, *JsonSchemaGrammar::Create(*JsonSchema::Compile(schema), v)});
   }
-  absl::StatusOr<std::shared_ptr<ToolCallGrammar>> g = ToolCallGrammar::Create(std::move(fs), v, call);
+  absl::StatusOr<std::shared_ptr<ToolCallGrammar>> g = ToolCallGrammar::Create(std::move(fs), v, call, std::move(name_masks));
   EXPECT_TRUE(g.ok()) << g.status();
   return g.ok() ? *g : nullptr;
 }
@@ -299,6 +300,43 @@ TEST(ToolCallGrammar, MasksOverGlm4sVocabularyAreTheTokensAStateTakes) {
     }
   }
   EXPECT_EQ(checked, 6 + 9);
+}
+
+// A server keeps the name masks of the tool sets it meets (ToolCallGrammar::NameMasksKey): the next
+// request's grammar -- its schema grammars compiled afresh -- finds every name state's mask made,
+// and each is still exactly the tokens its state takes.
+TEST(ToolCallGrammar, GrammarsOfTheSameToolsShareTheirNameMasks) {
+  Vocabulary voc;
+  for (const ToolCallGrammar::Call call : {ToolCallGrammar::Call::kForced, ToolCallGrammar::Call::kOptional}) {
+    auto shared = std::make_shared<MaskCache>(JsonVocabulary::kMaxCachedMasks);
+    const std::vector<const char*> prefixes = {"", "ge", "get_w", "get_weather", " tap ", "nope"};
+    std::vector<Mask> first;
+    std::shared_ptr<ToolCallGrammar> a = Grammar(voc.v, {{"get_weather", kWeather}, {"tap", kTap}}, call, shared);
+    for (const char* prefix : prefixes) {
+      ToolCallState s = a->Start();
+      first.push_back(s.Feed(prefix) ? a->Allowed(s) : nullptr);
+    }
+    const size_t made = shared->size();
+    EXPECT_GE(made, 4u);
+    std::shared_ptr<ToolCallGrammar> b = Grammar(voc.v, {{"get_weather", kWeather}, {"tap", kTap}}, call, shared);
+    for (size_t i = 0; i < prefixes.size(); ++i) {
+      ToolCallState s = b->Start();
+      if (!s.Feed(prefixes[i])) continue;
+      EXPECT_EQ(b->Allowed(s), first[i]) << "'" << prefixes[i] << "': the first grammar's mask";
+      ExpectMaskIsTheTokensTaken(voc, *b, s);
+    }
+    EXPECT_EQ(shared->size(), made) << "nothing walked again";
+  }
+  using Call = ToolCallGrammar::Call;
+  const auto key = [](Call call, std::vector<std::pair<std::string, std::string>> fs) {
+    return ToolCallGrammar::NameMasksKey(call, fs);
+  };
+  const std::string k = key(Call::kForced, {{"ab", "{}"}, {"c", "{}"}});
+  EXPECT_EQ(k, key(Call::kForced, {{"ab", "{}"}, {"c", "{}"}}));
+  EXPECT_NE(k, key(Call::kOptional, {{"ab", "{}"}, {"c", "{}"}}));
+  EXPECT_NE(k, key(Call::kForced, {{"a", "b{}"}, {"c", "{}"}}));
+  EXPECT_NE(k, key(Call::kForced, {{"ab", "{}"}, {"c", R"({"type":"object"})"}}));
+  EXPECT_NE(k, key(Call::kForced, {{"ab", "{}"}}));
 }
 
 TEST(ToolCallGrammar, RefusesWhatItCannotWrite) {

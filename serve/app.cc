@@ -390,9 +390,14 @@ bool App::ToolCallConstraint(const std::vector<glm::ToolFunction>& tools, runtim
     return false;
   }
   std::vector<runtime::ToolCallGrammar::Function> functions;
+  std::vector<std::pair<std::string, std::string>> names_and_schemas;  // the name masks' key
   for (size_t i = 0; i < tools.size(); ++i) {
-    absl::StatusOr<std::shared_ptr<runtime::JsonSchemaGrammar>> arguments = json_schemas_->Get(ToolParametersSchema(tools[i]));
-    if (!arguments.ok() && !IsStrict(tools[i])) arguments = json_schemas_->Get(R"({"type":"object"})");
+    std::string schema = ToolParametersSchema(tools[i]);
+    absl::StatusOr<std::shared_ptr<runtime::JsonSchemaGrammar>> arguments = json_schemas_->Get(schema);
+    if (!arguments.ok() && !IsStrict(tools[i])) {
+      schema = R"({"type":"object"})";
+      arguments = json_schemas_->Get(schema);
+    }
     if (!arguments.ok()) {
       const std::string param = absl::StrCat("tools[", i, "].function.parameters");
       Error(out, 400,
@@ -401,9 +406,15 @@ bool App::ToolCallConstraint(const std::vector<glm::ToolFunction>& tools, runtim
       return false;
     }
     functions.push_back({tools[i].name, *std::move(arguments)});
+    names_and_schemas.emplace_back(tools[i].name, std::move(schema));
+  }
+  const std::string key = runtime::ToolCallGrammar::NameMasksKey(call, names_and_schemas);
+  std::shared_ptr<runtime::MaskCache> name_masks = tool_name_masks_.Find(key).value_or(nullptr);
+  if (name_masks == nullptr) {
+    name_masks = tool_name_masks_.Put(key, std::make_shared<runtime::MaskCache>(runtime::JsonVocabulary::kMaxCachedMasks));
   }
   absl::StatusOr<std::shared_ptr<runtime::ToolCallGrammar>> grammar =
-      runtime::ToolCallGrammar::Create(std::move(functions), model_.json_vocabulary, call);
+      runtime::ToolCallGrammar::Create(std::move(functions), model_.json_vocabulary, call, std::move(name_masks));
   if (!grammar.ok()) {
     if (!forced) return true;
     Error(out, 400, absl::StrCat("'tools': ", grammar.status().message()), "tools");

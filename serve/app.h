@@ -128,6 +128,9 @@ class App {
   bool closed_ = false;  // guarded by state_mu_
   LoadedModel model_;
   std::unique_ptr<runtime::JsonSchemaGrammars> json_schemas_;  // response_format json_schema: grammars by schema text
+  // The name states' masks of the tool sets met so far (ToolCallGrammar::NameMasksKey): each up to
+  // 256 masks of 19 KB at GLM-4's vocabulary, so 16 sets hold at most ~80 MB, as the schemas' do.
+  runtime::LruCache<std::shared_ptr<runtime::MaskCache>> tool_name_masks_{16};
   runtime::MetricsRegistry metrics_;
   runtime::Gauge *running_, *waiting_, *kv_usage_;
   runtime::Counter *prefix_hits_, *prefix_queries_, *prompt_tokens_, *generation_tokens_, *preemptions_;
