@@ -147,7 +147,7 @@ TEST(JsonVocabulary, MasksAreTheTokensAStateTakes) {
   // Text tokens (taken whole inside a string, from sets: JsonVocabulary::Walk) and near misses: whole
   // and partial characters, DEL, a control byte, an overlong form, a stray continuation byte, escapes inside.
   for (const std::string& t : {std::string("\xC3\xA9\xC3\xA9"), std::string("a\xE2\x82"), std::string("x\x7F"), std::string("a\tb"),
-                               std::string("\xC0\xAF"), std::string("\xA9a"), std::string("b\\nc"), std::string("\xED\xA0\x80"),
+                               std::string("\xC0\xAF"), std::string("\xA9" "a"), std::string("b\\nc"), std::string("\xED\xA0\x80"),
                                std::string("\xF0\x9F\x98\x80ok"), std::string(40, 'q'), std::string("\xE4\xB8\xAD") + std::string(35, 'z')}) {
     tokens.push_back(t);
   }

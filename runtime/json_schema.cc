@@ -30,7 +30,7 @@ const absl::flat_hash_set<std::string>& Handled() {
   static const auto* const kSet = new absl::flat_hash_set<std::string>{
       "type",      "properties", "required", "additionalProperties", "items", "minItems", "maxItems", "minLength",
       "maxLength", "enum",       "const",    "anyOf",                "oneOf", "allOf",    "$ref",
-      "minimum",   "maximum",    "exclusiveMinimum", "exclusiveMaximum"};
+      "minimum",   "maximum",    "exclusiveMinimum", "exclusiveMaximum", "pattern"};
   return *kSet;
 }
 
@@ -61,6 +61,7 @@ class SchemaCompiler {
   absl::StatusOr<std::shared_ptr<const JsonSchema>> Run() {
     auto schema = std::make_shared<JsonSchema>();
     nodes_ = &schema->nodes_;
+    patterns_ = &schema->patterns_;
     const int32_t root = Compile(document_, "", 0);
     schema->key_node_ = Add({.kind = JsonSchema::Node::kString});
     if (!status_.ok()) return status_;
@@ -82,6 +83,7 @@ class SchemaCompiler {
  private:
   static constexpr uint32_t kInfinite = UINT32_MAX;
   static constexpr int kMaxNesting = 64;  // subschemas within subschemas
+  static constexpr size_t kMaxPatternTransitions = 1 << 21;  // 8 MB of pattern automata a schema
 
   // Keeps the first error; -1 stands for the node that failed.
   int32_t Fail(const std::string& where, const std::string& what) {
@@ -180,7 +182,7 @@ class SchemaCompiler {
       for (const auto& [type, keywords] : std::vector<std::pair<std::string, std::vector<std::string>>>{
                {"object", {"properties", "required", "additionalProperties"}},
                {"array", {"items", "minItems", "maxItems"}},
-               {"string", {"minLength", "maxLength"}}}) {
+               {"string", {"minLength", "maxLength", "pattern"}}}) {
         for (const std::string& k : keywords) {
           if (s.contains(k)) {
             if (!types.empty() && types.back() != type) return Fail(where, "keywords of several types need a 'type'");
@@ -270,6 +272,24 @@ class SchemaCompiler {
     return Add(std::move(node));
   }
 
+  // A string with a pattern: the DFA takes its lengths too (the node's own bounds are then none).
+  int32_t Pattern(const Json& pattern, JsonSchema::Node node, const std::string& where) {
+    if (!pattern.is_string()) return Fail(where, "'pattern' must be a string");
+    absl::StatusOr<std::shared_ptr<const PatternDfa>> dfa =
+        PatternDfa::Compile(pattern.get<std::string>(), node.min,
+                            node.max == JsonSchema::kUnbounded ? PatternDfa::kUnbounded : node.max);
+    if (!dfa.ok()) return Fail(where, absl::StrCat("'pattern': ", dfa.status().message()));
+    pattern_transitions_ += (*dfa)->transitions();
+    if (pattern_transitions_ > kMaxPatternTransitions) {
+      return Fail(where, absl::StrCat("the patterns' automata together pass ", kMaxPatternTransitions, " transitions"));
+    }
+    node.pattern = static_cast<int32_t>(patterns_->size());
+    node.min = 0;
+    node.max = JsonSchema::kUnbounded;
+    patterns_->push_back(*std::move(dfa));
+    return Add(std::move(node));
+  }
+
   int32_t Typed(const Json& s, const std::string& type, const std::string& where, int nesting) {
     using Node = JsonSchema::Node;
     if (type == "boolean") return Add({.kind = Node::kLiterals, .literals = {"true", "false"}});
@@ -283,6 +303,7 @@ class SchemaCompiler {
       node.min = Count(s, min_key, where).value_or(0);
       node.max = Count(s, max_key, where).value_or(JsonSchema::kUnbounded);
       if (status_.ok() && node.min > node.max) Fail(where, absl::StrCat("'", min_key, "' is more than '", max_key, "'"));
+      if (type == "string" && s.contains("pattern") && status_.ok()) return Pattern(s["pattern"], std::move(node), where);
       if (type == "array") {
         if (s.contains("items") && s["items"].is_array()) return Fail(where, "'items' as a list (a tuple) is not supported");
         if (s.contains("items") && s["items"] == false) {  // no items: the empty array
@@ -439,6 +460,8 @@ class SchemaCompiler {
 
   const Json& document_;
   std::vector<JsonSchema::Node>* nodes_ = nullptr;
+  std::vector<std::shared_ptr<const PatternDfa>>* patterns_ = nullptr;
+  size_t pattern_transitions_ = 0;
   absl::Status status_;
   int32_t any_ = -1;
   absl::flat_hash_map<std::string, int32_t> by_pointer_;

@@ -4,7 +4,8 @@
 //
 // What it takes (and how it narrows what a validator would accept):
 //   type (one or a list), properties, required, additionalProperties, items, minItems, maxItems,
-//   minLength, maxLength, minimum, maximum, exclusiveMinimum, exclusiveMaximum (bounds within
+//   minLength, maxLength, pattern (runtime/json_pattern.h: an ECMA-262 subset), minimum, maximum,
+//   exclusiveMinimum, exclusiveMaximum (bounds within
 //   +-10^15; on an integer a fractional bound rounds inward, on a number it must be whole -- a
 //   bounded number is written without an exponent), enum, const, anyOf, oneOf (as anyOf: alternatives are tried together),
 //   allOf of one schema, $ref within the document (#, #/$defs/..., #/definitions/..., recursion too),
@@ -16,7 +17,9 @@
 // (a model that keeps writing whitespace still ends). Integers are written without fraction or exponent; strings escape no surrogate
 // (\uD800-\uDFFF: a character past the BMP is written as UTF-8), so a character is one of
 // minLength/maxLength's; enum and const values are written as compact JSON.
-// Anything else that asserts (pattern, fractional bounds on a number, multipleOf, not, if/then, prefixItems, ...) is an
+// A string with a pattern takes no \u escape (its characters are written as UTF-8, escapes of one
+// character as usual).
+// Anything else that asserts (fractional bounds on a number, multipleOf, not, if/then, prefixItems, ...) is an
 // error naming where it is: refused, never ignored into an answer the schema does not validate.
 #ifndef AUTOGLM_RUNTIME_JSON_SCHEMA_H_
 #define AUTOGLM_RUNTIME_JSON_SCHEMA_H_
@@ -32,6 +35,7 @@
 #include "absl/strings/string_view.h"
 #include "runtime/constraint.h"
 #include "runtime/json_constraint.h"
+#include "runtime/json_pattern.h"
 
 namespace ag::runtime {
 
@@ -62,6 +66,7 @@ class JsonSchema {
     int64_t lo = INT64_MIN, hi = INT64_MAX;  // kInteger: the values allowed (from minimum, maximum, ...);
                                              // kNumber: whole-number bounds,
     bool lo_open = false, hi_open = false;   // kNumber: exclusive ones
+    int32_t pattern = -1;  // kString: its pattern's DFA in patterns() (its lengths folded in: min 0, max kUnbounded here)
     bool bounded() const { return lo != INT64_MIN || hi != INT64_MAX; }
   };
 
@@ -76,10 +81,12 @@ class JsonSchema {
   const Node& node(int32_t i) const { return nodes_[static_cast<size_t>(i)]; }
   int32_t root() const { return root_; }
   int32_t key_node() const { return key_node_; }  // a plain string: the keys of an object without properties
+  const PatternDfa& pattern(int32_t i) const { return *patterns_[static_cast<size_t>(i)]; }
 
  private:
   friend class SchemaCompiler;
   std::vector<Node> nodes_;
+  std::vector<std::shared_ptr<const PatternDfa>> patterns_;
   int32_t root_ = -1;
   int32_t key_node_ = -1;
 };
@@ -120,6 +127,8 @@ class SchemaState {
     uint32_t pos = 0;    // a key's or literal's next byte; string: in \uD, the escape may be a surrogate
                          // (a bounded integer or number: its integer part's value in count and pos, its
                          // sign in left; a bounded number's hi: 1 once its fraction has a digit not 0)
+    // (a string with a pattern: pos is its DFA's state, count the bits of the UTF-8 character
+    // being written)
     bool operator==(const Frame&) const = default;
   };
   using Path = absl::InlinedVector<Frame, 8>;
@@ -130,6 +139,7 @@ class SchemaState {
   void StepObject(Path& p, uint8_t c, Paths& out) const;
   void StepArray(Path& p, uint8_t c, Paths& out) const;
   void StepString(Path& p, uint8_t c, Paths& out) const;
+  void StepPatternString(Path& p, uint8_t c, Paths& out) const;
   void StepNumber(Path& p, uint8_t c, Paths& out) const;
   void Enter(Path& p, int32_t node, uint8_t c, Paths& out) const;
   void Finish(Path& p, Paths& out) const;

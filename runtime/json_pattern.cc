@@ -1,0 +1,589 @@
+#include "runtime/json_pattern.h"
+
+#include <algorithm>
+#include <map>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+
+namespace ag::runtime {
+namespace {
+
+constexpr uint32_t kMaxCodePoint = 0x10FFFF;
+constexpr uint32_t kMaxRepeat = 1000;      // {n,m}: larger counts are refused
+constexpr size_t kMaxNfaStates = 1 << 16;  // Thompson states of the expanded repeats
+constexpr size_t kMaxWork = 4'000'000;     // NFA states visited by the subset construction (a hostile pattern's bound)
+constexpr int kMaxGroupDepth = 64;
+
+using Ranges = std::vector<std::pair<uint32_t, uint32_t>>;  // inclusive code point ranges
+
+Ranges Normalize(Ranges r) {
+  std::sort(r.begin(), r.end());
+  Ranges out;
+  for (const auto& [lo, hi] : r) {
+    if (!out.empty() && lo <= out.back().second + 1) {
+      out.back().second = std::max(out.back().second, hi);
+    } else {
+      out.emplace_back(lo, hi);
+    }
+  }
+  return out;
+}
+
+Ranges Complement(const Ranges& normalized) {
+  Ranges out;
+  uint32_t next = 0;
+  for (const auto& [lo, hi] : normalized) {
+    if (lo > next) out.emplace_back(next, lo - 1);
+    next = hi + 1;
+  }
+  if (next <= kMaxCodePoint) out.emplace_back(next, kMaxCodePoint);
+  return out;
+}
+
+const Ranges kDigits = {{'0', '9'}};
+const Ranges kWord = {{'0', '9'}, {'A', 'Z'}, {'_', '_'}, {'a', 'z'}};
+// ECMA-262's WhiteSpace and LineTerminator.
+const Ranges kSpace = Normalize({{'\t', '\r'}, {' ', ' '}, {0xA0, 0xA0}, {0x1680, 0x1680}, {0x2000, 0x200A},
+                                 {0x2028, 0x2029}, {0x202F, 0x202F}, {0x205F, 0x205F}, {0x3000, 0x3000}, {0xFEFF, 0xFEFF}});
+// '.': every character but the line terminators.
+const Ranges kDot = Complement(Normalize({{'\n', '\n'}, {'\r', '\r'}, {0x2028, 0x2029}}));
+
+struct Re {
+  enum Kind : uint8_t { kSet, kConcat, kAlt, kRepeat };
+  Kind kind = kConcat;
+  Ranges set;             // kSet
+  std::vector<Re> parts;  // kConcat, kAlt; kRepeat: its one part
+  uint32_t min = 0, max = 0;  // kRepeat (max kUnbounded: none)
+};
+
+Re Set(Ranges r) { return Re{.kind = Re::kSet, .set = Normalize(std::move(r))}; }
+
+Re AnyRun() {  // what an unanchored end matches: any characters
+  Re r{.kind = Re::kRepeat, .min = 0, .max = PatternDfa::kUnbounded};
+  r.parts.push_back(Set({{0, kMaxCodePoint}}));
+  return r;
+}
+
+bool IsHex(uint32_t c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F'); }
+uint32_t HexValue(uint32_t c) { return c <= '9' ? c - '0' : (c | 0x20) - 'a' + 10; }
+
+// Recursive descent over the pattern's code points, to a tree of sets, sequences, alternatives and repeats.
+class Parser {
+ public:
+  explicit Parser(std::vector<uint32_t> text) : s_(std::move(text)) {}
+
+  // Top-level alternatives each carry their own anchors: "^a|b$" is (^a)|(b$).
+  absl::StatusOr<Re> Top() {
+    Re alt{.kind = Re::kAlt};
+    while (true) {
+      const bool anchored_start = Take('^');
+      Re body = Concat(0);
+      if (!status_.ok()) return status_;
+      const bool anchored_end = Take('$');
+      Re a{.kind = Re::kConcat};
+      if (!anchored_start) a.parts.push_back(AnyRun());
+      a.parts.push_back(std::move(body));
+      if (!anchored_end) a.parts.push_back(AnyRun());
+      alt.parts.push_back(std::move(a));
+      if (AtEnd()) return alt;
+      if (!Take('|')) return Fail("an unmatched ')'");
+    }
+  }
+
+ private:
+  bool AtEnd() const { return pos_ >= s_.size(); }
+  uint32_t Peek(size_t ahead = 0) const { return pos_ + ahead < s_.size() ? s_[pos_ + ahead] : UINT32_MAX; }
+  bool Take(uint32_t c) {
+    if (Peek() != c) return false;
+    ++pos_;
+    return true;
+  }
+  absl::Status Fail(absl::string_view what) {
+    if (status_.ok()) status_ = absl::InvalidArgumentError(absl::StrCat(what, " (at character ", pos_, ")"));
+    return status_;
+  }
+
+  Re Alternation(int depth) {
+    Re alt{.kind = Re::kAlt};
+    do {
+      alt.parts.push_back(Concat(depth));
+    } while (status_.ok() && Take('|'));
+    return alt;
+  }
+
+  Re Concat(int depth) {
+    Re seq{.kind = Re::kConcat};
+    while (status_.ok() && !AtEnd() && Peek() != '|' && Peek() != ')') {
+      // '$' ends a top-level alternative; anywhere else it is refused below.
+      if (depth == 0 && Peek() == '$' && (Peek(1) == '|' || Peek(1) == UINT32_MAX)) break;
+      Re atom = Atom(depth);
+      if (!status_.ok()) break;
+      Quantified(atom);
+      seq.parts.push_back(std::move(atom));
+    }
+    return seq;
+  }
+
+  // {n}, {n,} or {n,m} at the cursor: taken into min/max; false (nothing taken) when it is not one.
+  bool Braces(uint32_t* min, uint32_t* max) {
+    size_t i = pos_ + 1;
+    auto number = [&](uint32_t* out) {
+      const size_t from = i;
+      uint64_t v = 0;
+      while (i < s_.size() && s_[i] >= '0' && s_[i] <= '9') v = std::min<uint64_t>(v * 10 + (s_[i++] - '0'), UINT32_MAX - 1);
+      *out = static_cast<uint32_t>(v);
+      return i > from;
+    };
+    if (Peek() != '{' || !number(min)) return false;
+    *max = *min;
+    if (i < s_.size() && s_[i] == ',') {
+      ++i;
+      if (!number(max)) *max = PatternDfa::kUnbounded;
+    }
+    if (i >= s_.size() || s_[i] != '}') return false;
+    pos_ = i + 1;
+    return true;
+  }
+
+  void Quantified(Re& atom) {
+    uint32_t min = 0, max = 0;
+    if (Take('*')) {
+      max = PatternDfa::kUnbounded;
+    } else if (Take('+')) {
+      min = 1;
+      max = PatternDfa::kUnbounded;
+    } else if (Take('?')) {
+      max = 1;
+    } else if (!Braces(&min, &max)) {
+      return;
+    }
+    if (max != PatternDfa::kUnbounded && min > max) return (void)Failed("a {n,m} with n > m");
+    if (min > kMaxRepeat || (max != PatternDfa::kUnbounded && max > kMaxRepeat)) {
+      return (void)Failed(absl::StrCat("a repeat count over ", kMaxRepeat));
+    }
+    Take('?');  // lazy: the same strings
+    uint32_t a = 0, b = 0;
+    if (Peek() == '*' || Peek() == '+' || Peek() == '?' || (Peek() == '{' && Braces(&a, &b))) {
+      return (void)Failed("a quantifier after a quantifier");
+    }
+    Re r{.kind = Re::kRepeat, .min = min, .max = max};
+    r.parts.push_back(std::move(atom));
+    atom = std::move(r);
+  }
+
+  Re Atom(int depth) {
+    const uint32_t c = s_[pos_++];
+    switch (c) {
+      case '(': {
+        if (depth >= kMaxGroupDepth) return Failed("groups nested too deep");
+        if (Take('?')) {
+          if (Take(':')) {
+          } else if (Peek() == '<' && Peek(1) != '=' && Peek(1) != '!') {  // a named group
+            while (!AtEnd() && Peek() != '>') ++pos_;
+            if (!Take('>')) return Failed("an unclosed group name");
+          } else {
+            return Failed("lookaround is not supported");
+          }
+        }
+        Re inner = Alternation(depth + 1);
+        if (status_.ok() && !Take(')')) return Failed("an unclosed group");
+        return inner;
+      }
+      case '[':
+        return Class();
+      case '.':
+        return Set(kDot);
+      case '\\':
+        return Escape(false);
+      case '^':
+      case '$':
+        return Failed("anchors ('^', '$') are supported only at the start and end");
+      case '*':
+      case '+':
+      case '?':
+        return Failed("nothing to repeat");
+      case '{': {
+        --pos_;
+        uint32_t a = 0, b = 0;
+        if (Braces(&a, &b)) return Failed("nothing to repeat");
+        ++pos_;
+        return Set({{c, c}});
+      }
+      default:
+        return Set({{c, c}});
+    }
+  }
+
+  Re Failed(absl::string_view what) {
+    Fail(what).IgnoreError();  // kept in status_
+    return Re{};
+  }
+
+  // After a backslash. In a class, \b is a backspace; \d and its kind are sets there too.
+  Re Escape(bool in_class) {
+    if (AtEnd()) return Failed("a pattern that ends in a backslash");
+    const uint32_t c = s_[pos_++];
+    switch (c) {
+      case 'd': return Set(kDigits);
+      case 'D': return Set(Complement(kDigits));
+      case 'w': return Set(kWord);
+      case 'W': return Set(Complement(Normalize(kWord)));
+      case 's': return Set(kSpace);
+      case 'S': return Set(Complement(kSpace));
+      case 't': return Set({{'\t', '\t'}});
+      case 'n': return Set({{'\n', '\n'}});
+      case 'v': return Set({{'\v', '\v'}});
+      case 'f': return Set({{'\f', '\f'}});
+      case 'r': return Set({{'\r', '\r'}});
+      case '0':
+        if (Peek() >= '0' && Peek() <= '9') return Failed("an octal escape is not supported");
+        return Set({{0, 0}});
+      case 'b':
+        if (in_class) return Set({{8, 8}});
+        return Failed("\\b (a word boundary) is not supported");
+      case 'x':
+      case 'u': {
+        const size_t digits = c == 'x' ? 2 : 4;
+        uint32_t v = 0;
+        for (size_t i = 0; i < digits; ++i) {
+          if (!IsHex(Peek())) return Failed(c == 'x' ? "\\x needs two hex digits" : "\\u needs four hex digits");
+          v = v * 16 + HexValue(s_[pos_++]);
+        }
+        return Set({{v, v}});
+      }
+      default:
+        if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '1' && c <= '9')) {
+          return Failed(absl::StrCat("the escape \\", std::string(1, static_cast<char>(c)), " is not supported"));
+        }
+        return Set({{c, c}});  // an escaped syntax character, or any other one as itself
+    }
+  }
+
+  // After '['.
+  Re Class() {
+    const bool negated = Take('^');
+    Ranges ranges;
+    while (status_.ok()) {
+      if (AtEnd()) return Failed("an unclosed '['");
+      if (Take(']')) break;
+      Re first = ClassAtom();
+      if (!status_.ok()) break;
+      if (Peek() == '-' && Peek(1) != ']' && Peek(1) != UINT32_MAX) {
+        ++pos_;
+        Re last = ClassAtom();
+        if (!status_.ok()) break;
+        if (first.set.size() != 1 || last.set.size() != 1 || first.set[0].first != first.set[0].second ||
+            last.set[0].first != last.set[0].second) {
+          return Failed("a range in a class between class escapes");
+        }
+        if (first.set[0].first > last.set[0].first) return Failed("a range out of order in a class");
+        ranges.emplace_back(first.set[0].first, last.set[0].first);
+        continue;
+      }
+      ranges.insert(ranges.end(), first.set.begin(), first.set.end());
+    }
+    ranges = Normalize(std::move(ranges));
+    return Set(negated ? Complement(ranges) : ranges);
+  }
+
+  Re ClassAtom() {
+    const uint32_t c = s_[pos_++];
+    if (c == '\\') return Escape(true);
+    return Set({{c, c}});
+  }
+
+  std::vector<uint32_t> s_;
+  size_t pos_ = 0;
+  absl::Status status_;
+};
+
+// Thompson's construction: states with code point ranges and empty moves.
+struct Nfa {
+  struct Edge {
+    uint32_t lo, hi;
+    int to;
+  };
+  std::vector<std::vector<Edge>> edges;
+  std::vector<std::vector<int>> empty;
+  bool overflow = false;
+
+  int Add() {
+    if (edges.size() >= kMaxNfaStates) overflow = true;
+    edges.emplace_back();
+    empty.emplace_back();
+    return static_cast<int>(edges.size()) - 1;
+  }
+  // The fragment's entry and exit.
+  std::pair<int, int> Build(const Re& r) {
+    if (overflow) return {0, 0};
+    switch (r.kind) {
+      case Re::kSet: {
+        const int s = Add(), a = Add();
+        for (const auto& [lo, hi] : r.set) edges[s].push_back({lo, hi, a});
+        return {s, a};
+      }
+      case Re::kConcat: {
+        const int s = Add();
+        int at = s;
+        for (const Re& part : r.parts) {
+          const auto [ps, pa] = Build(part);
+          if (overflow) return {0, 0};
+          empty[at].push_back(ps);
+          at = pa;
+        }
+        return {s, at};
+      }
+      case Re::kAlt: {
+        const int s = Add(), a = Add();
+        for (const Re& part : r.parts) {
+          const auto [ps, pa] = Build(part);
+          if (overflow) return {0, 0};
+          empty[s].push_back(ps);
+          empty[pa].push_back(a);
+        }
+        return {s, a};
+      }
+      case Re::kRepeat: {
+        const int s = Add();
+        int at = s;
+        for (uint32_t i = 0; i < r.min && !overflow; ++i) {
+          const auto [ps, pa] = Build(r.parts[0]);
+          if (overflow) return {0, 0};
+          empty[at].push_back(ps);
+          at = pa;
+        }
+        const int a = Add();
+        if (r.max == PatternDfa::kUnbounded) {
+          const auto [ps, pa] = Build(r.parts[0]);
+          if (overflow) return {0, 0};
+          empty[at].push_back(ps);
+          empty[pa].push_back(at);
+          empty[at].push_back(a);
+          return {s, a};
+        }
+        for (uint32_t i = r.min; i < r.max && !overflow; ++i) {
+          const auto [ps, pa] = Build(r.parts[0]);
+          if (overflow) return {0, 0};
+          empty[at].push_back(a);
+          empty[at].push_back(ps);
+          at = pa;
+        }
+        empty[at].push_back(a);
+        return {s, a};
+      }
+    }
+    return {0, 0};
+  }
+
+  // The set and every state its empty moves reach, sorted; `work` counts the states visited.
+  void Close(std::vector<int>& set, size_t* work) {
+    if (mark.size() != edges.size()) mark.assign(edges.size(), 0);
+    ++generation;
+    for (const int s : set) mark[static_cast<size_t>(s)] = generation;
+    for (size_t i = 0; i < set.size(); ++i) {
+      for (const int t : empty[static_cast<size_t>(set[i])]) {
+        if (mark[static_cast<size_t>(t)] != generation) {
+          mark[static_cast<size_t>(t)] = generation;
+          set.push_back(t);
+        }
+      }
+    }
+    *work += set.size();
+    std::sort(set.begin(), set.end());
+  }
+  std::vector<uint32_t> mark;  // Close's visited states: those marked with the current generation
+  uint32_t generation = 0;
+};
+
+bool DecodeUtf8(absl::string_view text, std::vector<uint32_t>* out) {
+  for (size_t i = 0; i < text.size();) {
+    const auto b = static_cast<uint8_t>(text[i]);
+    size_t n = b < 0x80 ? 1 : b >= 0xC2 && b <= 0xDF ? 2 : b >= 0xE0 && b <= 0xEF ? 3 : b >= 0xF0 && b <= 0xF4 ? 4 : 0;
+    if (n == 0 || i + n > text.size()) return false;
+    uint32_t cp = n == 1 ? b : b & (0xFF >> (n + 1));
+    for (size_t k = 1; k < n; ++k) {
+      const auto c = static_cast<uint8_t>(text[i + k]);
+      if ((c & 0xC0) != 0x80) return false;
+      cp = (cp << 6) | (c & 0x3F);
+    }
+    out->push_back(cp);
+    i += n;
+  }
+  return true;
+}
+
+}  // namespace
+
+class PatternCompiler {
+ public:
+  static absl::StatusOr<std::shared_ptr<const PatternDfa>> Compile(absl::string_view pattern, uint32_t min_chars,
+                                                                   uint32_t max_chars);
+};
+
+absl::StatusOr<std::shared_ptr<const PatternDfa>> PatternDfa::Compile(absl::string_view pattern, uint32_t min_chars,
+                                                                      uint32_t max_chars) {
+  return PatternCompiler::Compile(pattern, min_chars, max_chars);
+}
+
+absl::StatusOr<std::shared_ptr<const PatternDfa>> PatternCompiler::Compile(absl::string_view pattern, uint32_t min_chars,
+                                                                           uint32_t max_chars) {
+  std::vector<uint32_t> text;
+  if (!DecodeUtf8(pattern, &text)) return absl::InvalidArgumentError("the pattern is not UTF-8");
+  absl::StatusOr<Re> re = Parser(std::move(text)).Top();
+  if (!re.ok()) return re.status();
+  Nfa nfa;
+  const auto [entry, exit] = nfa.Build(*re);
+  if (nfa.overflow) return absl::InvalidArgumentError("the pattern is too large (its repeats expand past 65,536 states)");
+
+  // The character classes: code points no edge tells apart.
+  std::vector<uint32_t> bounds = {0, kMaxCodePoint + 1};
+  for (const auto& es : nfa.edges) {
+    for (const Nfa::Edge& e : es) {
+      bounds.push_back(e.lo);
+      bounds.push_back(e.hi + 1);
+    }
+  }
+  std::sort(bounds.begin(), bounds.end());
+  bounds.erase(std::unique(bounds.begin(), bounds.end()), bounds.end());
+  const size_t classes = bounds.size() - 1;
+  const auto class_of = [&](uint32_t cp) {
+    return static_cast<size_t>(std::upper_bound(bounds.begin(), bounds.end(), cp) - bounds.begin()) - 1;
+  };
+
+  // Subset construction; transitions to the empty set are kDead.
+  std::map<std::vector<int>, uint32_t> ids;
+  std::vector<std::vector<int>> sets;
+  std::vector<uint32_t> next;
+  std::vector<uint8_t> accepting;
+  std::vector<int> first = {entry};
+  size_t work = 0;
+  nfa.Close(first, &work);
+  ids.emplace(first, 0);
+  sets.push_back(first);
+  const auto too_large = absl::InvalidArgumentError(
+      absl::StrCat("the pattern is too large (over ", PatternDfa::kMaxStates, " states or ", PatternDfa::kMaxTransitions,
+                   " transitions)"));
+  for (size_t d = 0; d < sets.size(); ++d) {
+    if (sets.size() > PatternDfa::kMaxStates || sets.size() * classes > PatternDfa::kMaxTransitions || work > kMaxWork) {
+      return too_large;
+    }
+    std::vector<std::vector<int>> moves(classes);
+    for (const int s : sets[d]) {
+      for (const Nfa::Edge& e : nfa.edges[static_cast<size_t>(s)]) {
+        for (size_t c = class_of(e.lo); c < classes && bounds[c] <= e.hi; ++c, ++work) moves[c].push_back(e.to);
+      }
+    }
+    accepting.push_back(std::binary_search(sets[d].begin(), sets[d].end(), exit));
+    for (size_t c = 0; c < classes; ++c) {
+      if (moves[c].empty()) {
+        next.push_back(PatternDfa::kDead);
+        continue;
+      }
+      std::sort(moves[c].begin(), moves[c].end());
+      moves[c].erase(std::unique(moves[c].begin(), moves[c].end()), moves[c].end());
+      nfa.Close(moves[c], &work);
+      const auto [it, added] = ids.emplace(moves[c], static_cast<uint32_t>(sets.size()));
+      if (added) sets.push_back(moves[c]);
+      next.push_back(it->second);
+    }
+  }
+
+  // The lengths folded in: state (s, k) after k characters (k saturated at min_chars when there is no
+  // maximum), whole when s is and min_chars <= k <= max_chars.
+  const size_t counts = max_chars != PatternDfa::kUnbounded ? size_t{max_chars} + 1 : size_t{min_chars} + 1;
+  const size_t n = sets.size() * counts;
+  if (n > PatternDfa::kMaxStates || n * classes > PatternDfa::kMaxTransitions) {
+    return absl::InvalidArgumentError(absl::StrCat("the pattern with these lengths is too large (", sets.size(), " states times ",
+                                                   counts, " counts)"));
+  }
+  const auto product_next = [&](size_t state, size_t c) -> size_t {
+    const size_t s = state / counts, k = state % counts;
+    const uint32_t t = next[s * classes + c];
+    if (t == PatternDfa::kDead) return SIZE_MAX;
+    size_t k2 = k + 1;
+    if (k2 >= counts) {
+      if (max_chars != PatternDfa::kUnbounded) return SIZE_MAX;
+      k2 = counts - 1;
+    }
+    return size_t{t} * counts + k2;
+  };
+  const auto product_accepting = [&](size_t state) { return accepting[state / counts] && state % counts >= min_chars; };
+
+  // Live: reachable from the start, and some whole string reachable from it.
+  std::vector<uint8_t> reached(n, 0), whole(n, 0);
+  std::vector<std::vector<uint32_t>> into(n);
+  std::vector<size_t> stack = {0};
+  reached[0] = 1;
+  while (!stack.empty()) {
+    const size_t s = stack.back();
+    stack.pop_back();
+    for (size_t c = 0; c < classes; ++c) {
+      const size_t t = product_next(s, c);
+      if (t == SIZE_MAX) continue;
+      into[t].push_back(static_cast<uint32_t>(s));
+      if (!reached[t]) {
+        reached[t] = 1;
+        stack.push_back(t);
+      }
+    }
+  }
+  for (size_t s = 0; s < n; ++s) {
+    if (reached[s] && product_accepting(s)) {
+      whole[s] = 1;
+      stack.push_back(s);
+    }
+  }
+  while (!stack.empty()) {
+    const size_t s = stack.back();
+    stack.pop_back();
+    for (const uint32_t f : into[s]) {
+      if (!whole[f]) {
+        whole[f] = 1;
+        stack.push_back(f);
+      }
+    }
+  }
+  if (!whole[0]) return absl::InvalidArgumentError("no string of the allowed lengths matches the pattern");
+
+  auto dfa = std::make_shared<PatternDfa>();
+  std::vector<uint32_t> renumber(n, PatternDfa::kDead);
+  uint32_t live = 0;
+  for (size_t s = 0; s < n; ++s) {
+    if (whole[s]) renumber[s] = live++;
+  }
+  dfa->bounds_ = std::move(bounds);
+  dfa->next_.assign(size_t{live} * classes, PatternDfa::kDead);
+  dfa->accepting_.assign(live, 0);
+  for (size_t s = 0; s < n; ++s) {
+    if (!whole[s]) continue;
+    dfa->accepting_[renumber[s]] = product_accepting(s) ? 1 : 0;
+    for (size_t c = 0; c < classes; ++c) {
+      const size_t t = product_next(s, c);
+      if (t != SIZE_MAX) dfa->next_[size_t{renumber[s]} * classes + c] = renumber[t];
+    }
+  }
+  dfa->start_ = renumber[0];
+  return std::shared_ptr<const PatternDfa>(std::move(dfa));
+}
+
+size_t PatternDfa::Class(uint32_t cp) const {
+  return static_cast<size_t>(std::upper_bound(bounds_.begin(), bounds_.end(), cp) - bounds_.begin()) - 1;
+}
+
+uint32_t PatternDfa::Next(uint32_t state, uint32_t cp) const {
+  if (cp > kMaxCodePoint) return kDead;
+  return next_[size_t{state} * (bounds_.size() - 1) + Class(cp)];
+}
+
+bool PatternDfa::AnyLive(uint32_t state, uint32_t lo, uint32_t hi) const {
+  hi = std::min(hi, kMaxCodePoint);
+  if (lo > hi) return false;
+  const size_t classes = bounds_.size() - 1;
+  for (size_t c = Class(lo), last = Class(hi); c <= last; ++c) {
+    if (next_[size_t{state} * classes + c] != kDead) return true;
+  }
+  return false;
+}
+
+}  // namespace ag::runtime
