@@ -322,6 +322,18 @@ class Main(unittest.TestCase):
                                  extra_body={"response_format": ints})
         value = json.loads(r.choices[0].text)
         self.assertTrue(2 <= len(value) <= 3 and set(value) <= {1, 2, 3}, value)
+        # Patterns (a search unless anchored), one with a length bound folded in.
+        coded = {"type": "json_schema", "json_schema": {"name": "code", "strict": True, "schema": {
+            "type": "object", "properties": {"code": {"type": "string", "pattern": "^[A-Z]{2}-\\d{2,4}$"},
+                                             "note": {"type": "string", "pattern": "ok|fine", "maxLength": 8}},
+            "required": ["code", "note"], "additionalProperties": False}}}
+        r = c.completions.create(model=NAME, prompt="x", max_tokens=200, seed=3, temperature=1, n=4, logit_bias=bias,
+                                 extra_body={"response_format": coded})
+        for ch in r.choices:
+            self.assertEqual(ch.finish_reason, "stop", ch.text)
+            value = json.loads(ch.text)
+            self.assertRegex(value["code"], r"^[A-Z]{2}-\d{2,4}$")
+            self.assertTrue(re.search("ok|fine", value["note"]) and len(value["note"]) <= 8, value)
         # vLLM's extensions: guided_choice and guided_json (the schema's text too), structured_outputs.
         for extra in ({"guided_choice": ["yes", "no", "maybe not"]}, {"structured_outputs": {"choice": ["yes", "no", "maybe not"]}}):
             answers = {c.completions.create(model=NAME, prompt="x", max_tokens=20, temperature=1.0, seed=seed,
