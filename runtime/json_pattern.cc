@@ -73,8 +73,9 @@ class Parser {
  public:
   explicit Parser(std::vector<uint32_t> text) : s_(std::move(text)) {}
 
-  // Top-level alternatives each carry their own anchors: "^a|b$" is (^a)|(b$).
-  absl::StatusOr<Re> Top() {
+  // Top-level alternatives each carry their own anchors: "^a|b$" is (^a)|(b$). Not searching, every
+  // end is anchored.
+  absl::StatusOr<Re> Top(bool search) {
     Re alt{.kind = Re::kAlt};
     while (true) {
       const bool anchored_start = Take('^');
@@ -82,9 +83,9 @@ class Parser {
       if (!status_.ok()) return status_;
       const bool anchored_end = Take('$');
       Re a{.kind = Re::kConcat};
-      if (!anchored_start) a.parts.push_back(AnyRun());
+      if (!anchored_start && search) a.parts.push_back(AnyRun());
       a.parts.push_back(std::move(body));
-      if (!anchored_end) a.parts.push_back(AnyRun());
+      if (!anchored_end && search) a.parts.push_back(AnyRun());
       alt.parts.push_back(std::move(a));
       if (AtEnd()) return alt;
       if (!Take('|')) return Fail("an unmatched ')'");
@@ -418,19 +419,19 @@ bool DecodeUtf8(absl::string_view text, std::vector<uint32_t>* out) {
 class PatternCompiler {
  public:
   static absl::StatusOr<std::shared_ptr<const PatternDfa>> Compile(absl::string_view pattern, uint32_t min_chars,
-                                                                   uint32_t max_chars);
+                                                                   uint32_t max_chars, bool search);
 };
 
 absl::StatusOr<std::shared_ptr<const PatternDfa>> PatternDfa::Compile(absl::string_view pattern, uint32_t min_chars,
-                                                                      uint32_t max_chars) {
-  return PatternCompiler::Compile(pattern, min_chars, max_chars);
+                                                                      uint32_t max_chars, bool search) {
+  return PatternCompiler::Compile(pattern, min_chars, max_chars, search);
 }
 
 absl::StatusOr<std::shared_ptr<const PatternDfa>> PatternCompiler::Compile(absl::string_view pattern, uint32_t min_chars,
-                                                                           uint32_t max_chars) {
+                                                                           uint32_t max_chars, bool search) {
   std::vector<uint32_t> text;
   if (!DecodeUtf8(pattern, &text)) return absl::InvalidArgumentError("the pattern is not UTF-8");
-  absl::StatusOr<Re> re = Parser(std::move(text)).Top();
+  absl::StatusOr<Re> re = Parser(std::move(text)).Top(search);
   if (!re.ok()) return re.status();
   Nfa nfa;
   const auto [entry, exit] = nfa.Build(*re);
@@ -584,6 +585,50 @@ bool PatternDfa::AnyLive(uint32_t state, uint32_t lo, uint32_t hi) const {
     if (next_[size_t{state} * classes + c] != kDead) return true;
   }
   return false;
+}
+
+bool PatternDfa::Feed(Cursor& at, uint8_t c) const {
+  const auto step = [&](uint32_t cp) {
+    const uint32_t next = Next(at.state, cp);
+    if (next == kDead) return false;
+    at.state = next;
+    return true;
+  };
+  if (at.left > 0) {  // inside a multi-byte character
+    if (c < at.lo || c > at.hi) return false;
+    at.cp = (at.cp << 6) | (c & 0x3F);
+    at.lo = 0x80;
+    at.hi = 0xBF;
+    if (--at.left == 0) {
+      if (!step(at.cp)) return false;
+      at.cp = 0;
+      return true;
+    }
+    return AnyLive(at.state, at.cp << (6 * at.left), ((at.cp + 1) << (6 * at.left)) - 1);
+  }
+  if (c < 0x80) return step(c);
+  // UTF-8's lead bytes (no overlong forms, no surrogates, <= U+10FFFF), the range of the byte after
+  // each, and the code points they may begin.
+  if (c >= 0xC2 && c <= 0xDF) {
+    at.left = 1;
+    at.cp = c & 0x1F;
+  } else if (c >= 0xE0 && c <= 0xEF) {
+    at.left = 2;
+    at.cp = c & 0x0F;
+    if (c == 0xE0) at.lo = 0xA0;
+    if (c == 0xED) at.hi = 0x9F;
+  } else if (c >= 0xF0 && c <= 0xF4) {
+    at.left = 3;
+    at.cp = c & 0x07;
+    if (c == 0xF0) at.lo = 0x90;
+    if (c == 0xF4) at.hi = 0x8F;
+  } else {
+    return false;
+  }
+  const uint32_t shift = 6 * at.left;
+  const uint32_t lo = (at.cp << shift) + ((at.lo - 0x80u) << (shift - 6));
+  const uint32_t hi = ((at.cp + 1) << shift) - 1 - ((0xBFu - at.hi) << (shift - 6));
+  return AnyLive(at.state, lo, hi);
 }
 
 }  // namespace ag::runtime

@@ -30,8 +30,20 @@ class PatternDfa {
   // `min_chars`..`max_chars` (kUnbounded: none): the string's minLength and maxLength, folded into
   // the states (a state is the pattern's and the count's), so that from every state some string of
   // those lengths that the pattern takes is still reachable: a writer is never stuck.
+  // `search` false: the whole text must match (vLLM's guided_regex), as if the pattern were anchored.
   static absl::StatusOr<std::shared_ptr<const PatternDfa>> Compile(absl::string_view pattern, uint32_t min_chars = 0,
-                                                                   uint32_t max_chars = kUnbounded);
+                                                                   uint32_t max_chars = kUnbounded, bool search = true);
+
+  // Where a UTF-8 text is in the DFA: its state, and the character being written (its bits so far,
+  // the continuation bytes owed, the next one's range).
+  struct Cursor {
+    uint32_t state = 0;
+    uint32_t cp = 0;
+    uint8_t left = 0, lo = 0x80, hi = 0xBF;
+  };
+  // One byte of UTF-8 text (no JSON escaping here): false when no whole text continues so. A
+  // character's first bytes are taken only where some character they begin leads to a live state.
+  bool Feed(Cursor& at, uint8_t byte) const;
 
   uint32_t start() const { return start_; }
   // The state after code point `cp`, or kDead when no whole string follows.

@@ -7,6 +7,7 @@
 
 #include "nlohmann/json.hpp"
 #include "runtime/json_schema.h"
+#include "runtime/regex_grammar.h"
 
 namespace ag::runtime {
 namespace {
@@ -260,6 +261,57 @@ TEST(PatternDfa, MasksAreTheTokensAStateTakes) {
     }
   }
   EXPECT_TRUE(s.Complete());
+}
+
+// vLLM's guided_regex: the whole text matches (anchored at both ends), masks are the tokens each
+// state takes, and the constraint may end exactly where the text is whole.
+TEST(RegexGrammar, TheWholeTextMatches) {
+  std::vector<std::string> tokens;
+  for (int b = 0; b < 256; ++b) tokens.push_back(std::string(1, static_cast<char>(b)));
+  for (const char* t : {"12", "3-", "-4", "123", "4\n", "ab", "\xC3\xA9", "\xE4\xB8", "x1"}) tokens.push_back(t);
+  const auto ordinary = static_cast<int32_t>(tokens.size());
+  std::shared_ptr<JsonVocabulary> v = *JsonVocabulary::Build(ordinary, ordinary + 2, [&](int32_t id, std::string* out) {
+    *out = tokens[static_cast<size_t>(id)];
+    return true;
+  });
+  std::shared_ptr<RegexGrammar> g = *RegexGrammar::Create(R"(\d{3}(-\d+)?(\n|[\u00e9\u4e2d]{1,2})?)", v);
+  const auto whole = [&](const std::string& text) {
+    RegexState s = g->Start();
+    return s.Feed(text) && s.Complete();
+  };
+  EXPECT_TRUE(whole("123"));
+  EXPECT_TRUE(whole("123-45"));
+  EXPECT_TRUE(whole("123\n"));
+  EXPECT_TRUE(whole("123-4\xE4\xB8\xAD\xC3\xA9"));
+  EXPECT_FALSE(whole("123-"));
+  EXPECT_FALSE(whole("12"));
+  EXPECT_FALSE(whole("x123")) << "anchored at the start";
+  EXPECT_FALSE(whole("1234")) << "and at the end";
+  RegexState s = g->Start();
+  EXPECT_FALSE(s.Feed("123\xC3\xA8")) << "\xC3\xA8 is no member";
+  RegexState lead = g->Start();
+  EXPECT_FALSE(lead.Feed("123\xC4")) << "no member begins so";
+  const std::string text = "123-4\xE4\xB8\xAD";
+  RegexState at = g->Start();
+  for (size_t i = 0; i <= text.size(); ++i) {
+    const Mask mask = g->Allowed(at);
+    for (int32_t id = 0; id < ordinary + 2; ++id) {
+      RegexState t = at;
+      const bool takes = id < ordinary && t.Feed(tokens[static_cast<size_t>(id)]);
+      ASSERT_EQ(MaskAllows(*mask, ordinary + 2, id), takes) << i << " bytes, token " << id;
+    }
+    if (i < text.size()) {
+      ASSERT_TRUE(at.Feed(static_cast<uint8_t>(text[i]))) << i;
+    }
+  }
+  EXPECT_TRUE(at.Complete());
+  std::unique_ptr<TokenConstraint> c = g->NewConstraint();
+  EXPECT_FALSE(c->Accept('a'));
+  std::unique_ptr<TokenConstraint> d = g->NewConstraint();
+  ASSERT_TRUE(d->Accept(ordinary - 6));  // "123"
+  EXPECT_TRUE(d->Complete());
+  EXPECT_FALSE(RegexGrammar::Create("(?=x)", v).ok());
+  EXPECT_FALSE(RegexGrammar::Create("[^\\s\\S]", v).ok()) << "matches nothing";
 }
 
 }  // namespace

@@ -455,84 +455,45 @@ void SchemaState::StepString(Path& p, uint8_t c, Paths& out) const {
 void SchemaState::StepPatternString(Path& p, uint8_t c, Paths& out) const {
   Frame& f = p.back();
   const PatternDfa& dfa = schema_->pattern(schema_->node(f.node).pattern);
-  const auto step = [&](uint32_t cp) {
-    const uint32_t next = dfa.Next(f.pos, cp);
-    if (next == PatternDfa::kDead) return false;
-    f.pos = next;
-    return true;
-  };
   static constexpr uint8_t kEscapes[] = {'"', '\\', '/', 'b', 'f', 'n', 'r', 't'};
   static constexpr uint32_t kEscaped[] = {'"', '\\', '/', '\b', '\f', '\n', '\r', '\t'};
+  PatternDfa::Cursor at{.state = f.pos, .cp = f.count, .left = f.left, .lo = f.lo, .hi = f.hi};
   switch (f.phase) {
     case kStrStart:
       if (c != '"') return;
       f.phase = kBody;
-      f.pos = dfa.start();
+      at = {.state = dfa.start()};
       break;
     case kBody:
-      if (f.left > 0) {  // inside a multi-byte character
-        if (c < f.lo || c > f.hi) return;
-        f.count = (f.count << 6) | (c & 0x3F);
-        f.lo = 0x80;
-        f.hi = 0xBF;
-        if (--f.left == 0) {
-          if (!step(f.count)) return;
-          f.count = 0;
-        } else if (!dfa.AnyLive(f.pos, f.count << (6 * f.left), ((f.count + 1) << (6 * f.left)) - 1)) {
-          return;
-        }
-        break;
-      }
-      if (c == '"') {
-        if (!dfa.Accepting(f.pos)) return;
+      if (at.left == 0 && c == '"') {
+        if (!dfa.Accepting(at.state)) return;
         return Finish(p, out);
       }
-      if (c < 0x20) return;
-      if (c == '\\') {
-        if (std::none_of(std::begin(kEscaped), std::end(kEscaped), [&](uint32_t e) { return dfa.Next(f.pos, e) != PatternDfa::kDead; })) {
+      if (at.left == 0 && c == '\\') {
+        if (std::none_of(std::begin(kEscaped), std::end(kEscaped), [&](uint32_t e) { return dfa.Next(at.state, e) != PatternDfa::kDead; })) {
           return;
         }
         f.phase = kEscape;
         break;
       }
-      if (c < 0x80) {
-        if (!step(c)) return;
-        break;
-      }
-      {
-        // UTF-8's lead bytes, the range of the byte after each, and the code points they begin.
-        uint32_t lo_cp = 0, hi_cp = 0;
-        if (c >= 0xC2 && c <= 0xDF) {
-          f.left = 1;
-          f.count = c & 0x1F;
-        } else if (c >= 0xE0 && c <= 0xEF) {
-          f.left = 2;
-          f.count = c & 0x0F;
-          if (c == 0xE0) f.lo = 0xA0;
-          if (c == 0xED) f.hi = 0x9F;
-        } else if (c >= 0xF0 && c <= 0xF4) {
-          f.left = 3;
-          f.count = c & 0x07;
-          if (c == 0xF0) f.lo = 0x90;
-          if (c == 0xF4) f.hi = 0x8F;
-        } else {
-          return;
-        }
-        const uint32_t shift = 6 * f.left, spare = (f.lo - 0x80u) << (shift - 6), room = (0xBFu - f.hi) << (shift - 6);
-        lo_cp = (f.count << shift) + spare;
-        hi_cp = ((f.count + 1) << shift) - 1 - room;
-        if (!dfa.AnyLive(f.pos, lo_cp, hi_cp)) return;
-      }
+      if (c < 0x20 || !dfa.Feed(at, c)) return;  // control characters are escaped in JSON
       break;
     case kEscape: {
       const auto* e = std::find(std::begin(kEscapes), std::end(kEscapes), c);
-      if (e == std::end(kEscapes) || !step(kEscaped[e - std::begin(kEscapes)])) return;  // no \u here
+      if (e == std::end(kEscapes)) return;  // a u escape too: not in a pattern's string
+      at.state = dfa.Next(at.state, kEscaped[e - std::begin(kEscapes)]);
+      if (at.state == PatternDfa::kDead) return;
       f.phase = kBody;
       break;
     }
     default:
       return;
   }
+  f.pos = at.state;
+  f.count = at.cp;
+  f.left = at.left;
+  f.lo = at.lo;
+  f.hi = at.hi;
   out.push_back(std::move(p));
 }
 

@@ -236,7 +236,7 @@ bool App::Admit(const GenerationOptions& options, int64_t prompt_tokens, const s
       return false;
     }
   }
-  if ((options.json_object || options.json_schema || !options.choice.empty()) && model_.json_vocabulary == nullptr) {
+  if (options.structured() && model_.json_vocabulary == nullptr) {
     Error(out, 400, absl::StrCat("'", options.structured_param, "': this model's tokenizer cannot write every JSON character"),
           options.structured_param);
     return false;
@@ -246,6 +246,15 @@ bool App::Admit(const GenerationOptions& options, int64_t prompt_tokens, const s
   } else if (options.json_schema || !options.choice.empty()) {
     absl::StatusOr<std::shared_ptr<runtime::JsonSchemaGrammar>> grammar =
         options.json_schema ? json_schemas_->Get(*options.json_schema) : json_schemas_->GetChoice(options.choice);
+    if (!grammar.ok()) {
+      Error(out, 400, absl::StrCat("'", options.structured_param, "': ", grammar.status().message()), options.structured_param);
+      return false;
+    }
+    *constraint = [grammar = *std::move(grammar)] { return grammar->NewConstraint(); };
+  } else if (options.regex) {
+    absl::StatusOr<std::shared_ptr<runtime::RegexGrammar>> grammar = regexes_.Get(*options.regex, [&] {
+      return runtime::RegexGrammar::Create(*options.regex, model_.json_vocabulary);
+    });
     if (!grammar.ok()) {
       Error(out, 400, absl::StrCat("'", options.structured_param, "': ", grammar.status().message()), options.structured_param);
       return false;

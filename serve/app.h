@@ -27,6 +27,7 @@
 #include "runtime/json_constraint.h"
 #include "runtime/json_schema.h"
 #include "runtime/metrics.h"
+#include "runtime/regex_grammar.h"
 #include "runtime/tool_call_grammar.h"
 #include "serve/generation.h"
 #include "serve/http_server.h"
@@ -131,6 +132,7 @@ class App {
   // The name states' masks of the tool sets met so far (ToolCallGrammar::NameMasksKey): each up to
   // 256 masks of 19 KB at GLM-4's vocabulary, so 16 sets hold at most ~80 MB, as the schemas' do.
   runtime::LruCache<std::shared_ptr<runtime::MaskCache>> tool_name_masks_{16};
+  runtime::LruCache<std::shared_ptr<runtime::RegexGrammar>> regexes_{16};  // guided_regex: grammars by expression
   runtime::MetricsRegistry metrics_;
   runtime::Gauge *running_, *waiting_, *kv_usage_;
   runtime::Counter *prefix_hits_, *prefix_queries_, *prompt_tokens_, *generation_tokens_, *preemptions_;

@@ -208,37 +208,46 @@ void ReadResponseFormat(Reader& r, std::string_view body, GenerationOptions& o) 
 }
 
 // vLLM's structured output fields (extra_body): guided_json (a schema: an object, or its text),
-// guided_choice (the answer is one of the strings), or the same as structured_outputs {"json": ...}
-// or {"choice": [...]}. One structured output a request; regular expressions and grammars are refused.
+// guided_choice (the answer is one of the strings), guided_regex (the whole answer matches the
+// expression), or the same as structured_outputs {"json": ...}, {"choice": [...]} or {"regex": ...}.
+// One structured output a request; grammars are refused.
 void ReadGuided(Reader& r, std::string_view body, GenerationOptions& o) {
   if (!r.ok()) return;
   const char* present = nullptr;
   const json* schema = nullptr;
   const json* choice = nullptr;
+  const json* regex = nullptr;
   std::vector<const char*> schema_path;  // where the schema is, for OrderedText
-  for (const char* refused : {"guided_regex", "guided_grammar"}) {
-    if (r.Has(refused)) return r.Fail(refused, absl::StrCat("'", refused, "' is not supported here; guided_json and guided_choice are"));
+  if (r.Has("guided_grammar")) {
+    return r.Fail("guided_grammar", "'guided_grammar' is not supported here; guided_json, guided_choice and guided_regex are");
   }
-  if (r.Has("guided_json")) {
-    present = "guided_json";
+  for (const char* field : {"guided_json", "guided_choice", "guided_regex"}) {
+    if (!r.Has(field)) continue;
+    if (present != nullptr) {
+      return r.Fail(field, absl::StrCat("one structured output a request: '", field, "' beside '", present, "'"));
+    }
+    present = field;
+  }
+  const std::string_view guided = present != nullptr ? present : "";
+  if (guided == "guided_json") {
     schema = &r["guided_json"];
     schema_path = {"guided_json"};
-  }
-  if (r.Has("guided_choice")) {
-    if (present != nullptr) return r.Fail("guided_choice", "one structured output a request: 'guided_choice' beside 'guided_json'");
-    present = "guided_choice";
+  } else if (guided == "guided_choice") {
     choice = &r["guided_choice"];
+  } else if (guided == "guided_regex") {
+    regex = &r["guided_regex"];
   }
   if (r.Has("structured_outputs")) {
     const json& so = r["structured_outputs"];
     if (present != nullptr) return r.Fail("structured_outputs", absl::StrCat("one structured output a request: 'structured_outputs' beside '", present, "'"));
-    if (!so.is_object() || so.size() != 1 || (!so.contains("json") && !so.contains("choice"))) {
-      return r.Fail("structured_outputs", "'structured_outputs' must be {\"json\": a JSON Schema} or {\"choice\": [strings]} "
-                                          "(regex, grammar and structural_tag are not supported here)");
+    if (!so.is_object() || so.size() != 1 || (!so.contains("json") && !so.contains("choice") && !so.contains("regex"))) {
+      return r.Fail("structured_outputs", "'structured_outputs' must be {\"json\": a JSON Schema}, {\"choice\": [strings]} "
+                                          "or {\"regex\": an expression} (grammar and structural_tag are not supported here)");
     }
     present = "structured_outputs";
     schema = so.contains("json") ? &so["json"] : nullptr;
     choice = so.contains("choice") ? &so["choice"] : nullptr;
+    regex = so.contains("regex") ? &so["regex"] : nullptr;
     schema_path = {"structured_outputs", "json"};
   }
   if (present == nullptr) return;
@@ -246,7 +255,12 @@ void ReadGuided(Reader& r, std::string_view body, GenerationOptions& o) {
     return r.Fail(present, absl::StrCat("one structured output a request: '", present, "' beside 'response_format'"));
   }
   o.structured_param = present;
-  if (schema != nullptr) {
+  if (regex != nullptr) {
+    if (!regex->is_string() || regex->get<std::string>().empty() || regex->get<std::string>().size() > 65536) {
+      return r.Fail(present, absl::StrCat("'", present, "' must be a regular expression of 1-65,536 bytes"));
+    }
+    o.regex = regex->get<std::string>();
+  } else if (schema != nullptr) {
     if (schema->is_string()) {  // the schema's text
       const nlohmann::ordered_json parsed = nlohmann::ordered_json::parse(schema->get<std::string>(), nullptr, false);
       if (parsed.is_discarded()) return r.Fail(present, absl::StrCat("'", present, "' is not valid JSON"));
@@ -266,9 +280,9 @@ void ReadGuided(Reader& r, std::string_view body, GenerationOptions& o) {
     for (const json& c : *choice) o.choice.push_back(c.get<std::string>());
   }
   if (o.ignore_eos) {
-    r.Fail("ignore_eos", absl::StrCat("'ignore_eos' cannot go with '", present, "': the answer ends with its choice or JSON"));
+    r.Fail("ignore_eos", absl::StrCat("'ignore_eos' cannot go with '", present, "': the answer ends where it is whole"));
   } else if (o.min_tokens > 0) {
-    r.Fail("min_tokens", absl::StrCat("'min_tokens' cannot go with '", present, "': the answer ends with its choice or JSON"));
+    r.Fail("min_tokens", absl::StrCat("'min_tokens' cannot go with '", present, "': the answer ends where it is whole"));
   }
 }
 
@@ -435,7 +449,7 @@ void ReadTools(Reader& r, std::string_view body, const RequestLimits& limits, Ch
   if (req.tool_choice == ToolChoice::kNone) req.tools.clear();  // nothing to call: nothing shown
   const GenerationOptions& o = req.options;
   const bool forced = ForcesACall(req.tool_choice);
-  if (forced && (o.json_object || o.json_schema || !o.choice.empty())) {
+  if (forced && o.structured()) {
     return r.Fail("tool_choice", absl::StrCat("a forced tool call cannot go with '", o.structured_param,
                                               "': the answer is the call"));
   }

@@ -69,6 +69,9 @@ struct GenerationOptions {
   std::optional<std::string> json_schema;
   // vLLM's guided_choice (or structured_outputs.choice): the answer is exactly one of these strings.
   std::vector<std::string> choice;
+  // vLLM's guided_regex (or structured_outputs.regex): the whole answer matches this expression.
+  std::optional<std::string> regex;
+  bool structured() const { return json_object || json_schema || !choice.empty() || regex; }
   // Where the structured output came from ("response_format", "guided_json", ...): errors name it.
   std::string structured_param;
 };

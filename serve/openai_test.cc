@@ -160,6 +160,12 @@ TEST(OpenAi, ParsesResponseFormat) {
     ASSERT_TRUE(std::holds_alternative<ChatRequest>(g)) << guided << std::get<ApiError>(g).message;
     EXPECT_EQ(std::get<ChatRequest>(g).options.choice, (std::vector<std::string>{"yes", "no"})) << guided;
   }
+  for (const char* guided : {R"("guided_regex": "\\d{3}")", R"("structured_outputs": {"regex": "\\d{3}"})"}) {
+    const CompletionResult g = ParseCompletionRequest(absl::StrCat(R"({"model": "m", "prompt": "x", )", guided, "}"));
+    ASSERT_TRUE(std::holds_alternative<CompletionRequest>(g)) << guided << std::get<ApiError>(g).message;
+    EXPECT_EQ(std::get<CompletionRequest>(g).options.regex, R"(\d{3})") << guided;
+    EXPECT_TRUE(std::get<CompletionRequest>(g).options.structured()) << guided;
+  }
   const struct {
     const char* fields;
     const char* param;
@@ -174,7 +180,10 @@ TEST(OpenAi, ParsesResponseFormat) {
        "response_format.json_schema.schema"},
       {R"("response_format": {"type": "json_schema", "json_schema": {"name": "x"}}, "ignore_eos": true)", "ignore_eos"},
       {R"("response_format": {"type": "json_object", "json_schema": {"name": "x"}})", "response_format"},
-      {R"("guided_regex": "a+")", "guided_regex"},
+      {R"("guided_regex": "")", "guided_regex"},
+      {R"("guided_regex": 3)", "guided_regex"},
+      {R"("guided_regex": "a", "guided_choice": ["a"])", "guided_regex"},
+      {R"("guided_regex": "a", "ignore_eos": true)", "ignore_eos"},
       {R"("guided_grammar": "root ::= x")", "guided_grammar"},
       {R"("guided_json": "{nope")", "guided_json"},
       {R"("guided_json": 3)", "guided_json"},
@@ -183,7 +192,8 @@ TEST(OpenAi, ParsesResponseFormat) {
       {R"("guided_choice": "a")", "guided_choice"},
       {R"("guided_choice": ["a"], "guided_json": {})", "guided_choice"},
       {R"("guided_choice": ["a"], "response_format": {"type": "json_object"})", "guided_choice"},
-      {R"("structured_outputs": {"regex": "a"})", "structured_outputs"},
+      {R"("structured_outputs": {"grammar": "a"})", "structured_outputs"},
+      {R"("structured_outputs": {"regex": 1})", "structured_outputs"},
       {R"("structured_outputs": {"json": {}, "choice": ["a"]})", "structured_outputs"},
       {R"("structured_outputs": {"choice": ["a"]}, "guided_json": {})", "structured_outputs"},
       {R"("guided_choice": ["a"], "min_tokens": 1)", "min_tokens"},

@@ -362,6 +362,16 @@ class Main(unittest.TestCase):
         status, r = self.s.post("/v1/completions", {"model": NAME, "prompt": "x", "guided_json": {"not": {}}})
         self.assertEqual((status, r["error"]["param"]), (400, "guided_json"), r)
         self.assertIn("'not' is not supported", r["error"]["message"])
+        # vLLM's guided_regex: the whole answer matches, then it ends.
+        for extra in ({"guided_regex": "[a-c]{2,4}-\\d{1,3}"}, {"structured_outputs": {"regex": "[a-c]{2,4}-\\d{1,3}"}}):
+            r = c.completions.create(model=NAME, prompt="x", max_tokens=20, temperature=1.0, seed=2, n=3,
+                                     logit_bias={"1": 100}, extra_body=extra)
+            for ch in r.choices:
+                self.assertEqual(ch.finish_reason, "stop", ch.text)
+                self.assertRegex(ch.text, r"^[a-c]{2,4}-\d{1,3}\Z")
+        status, r = self.s.post("/v1/completions", {"model": NAME, "prompt": "x", "guided_regex": "(?=a)b"})
+        self.assertEqual((status, r["error"]["param"]), (400, "guided_regex"), r)
+        self.assertIn("lookaround is not supported", r["error"]["message"])
 
     def test_vllm_stop_extensions(self):
         body = {"model": NAME, "prompt": "the thing", "max_tokens": 12, "temperature": 0, "ignore_eos": True,
