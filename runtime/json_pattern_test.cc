@@ -79,8 +79,11 @@ std::string RandomPattern(std::mt19937& rng, int depth) {
   std::string out;
   const int pieces = 1 + static_cast<int>(rng() % 3);
   for (int i = 0; i < pieces; ++i) {
-    if (depth < 2 && rng() % 4 == 0) {
-      out += (rng() % 2 ? "(" : "(?:") + RandomPattern(rng, depth + 1) + (rng() % 3 == 0 ? "|" + RandomPattern(rng, depth + 1) : "") + ")";
+    if (depth < 2 && rng() % 4 == 0) {  // one draw a statement: the same patterns from every compiler
+      out += rng() % 2 ? "(" : "(?:";
+      out += RandomPattern(rng, depth + 1);
+      if (rng() % 3 == 0) out += "|" + RandomPattern(rng, depth + 1);
+      out += ")";
       out += kGroupQuantifiers[rng() % std::size(kGroupQuantifiers)];
     } else {
       out += kAtoms[rng() % std::size(kAtoms)];
@@ -93,14 +96,18 @@ std::string RandomPattern(std::mt19937& rng, int depth) {
 TEST(PatternDfa, RandomPatternsAgreeWithEcmaScriptSearch) {
   std::mt19937 rng(17);
   const std::string alphabet = "abc1 -.\nx";
-  int compared = 0;
+  int compared = 0, refused = 0;
   for (int trial = 0; trial < 300; ++trial) {
     std::string pattern = RandomPattern(rng, 0);
     if (rng() % 3 == 0) pattern = "^" + pattern;
     if (rng() % 3 == 0) pattern += "$";
     if (rng() % 5 == 0) pattern += "|" + RandomPattern(rng, 1);
     absl::StatusOr<std::shared_ptr<const PatternDfa>> dfa = PatternDfa::Compile(pattern);
-    ASSERT_TRUE(dfa.ok()) << pattern << ": " << dfa.status();
+    if (!dfa.ok()) {  // a blown-up automaton is refused; nothing else may be
+      ASSERT_NE(dfa.status().message().find("too large"), std::string::npos) << pattern << ": " << dfa.status();
+      ++refused;
+      continue;
+    }
     const std::regex re(pattern, std::regex::ECMAScript);
     for (int k = 0; k < 200; ++k) {
       std::string text;
@@ -110,7 +117,8 @@ TEST(PatternDfa, RandomPatternsAgreeWithEcmaScriptSearch) {
       ++compared;
     }
   }
-  EXPECT_EQ(compared, 300 * 200);
+  EXPECT_LE(refused, 10);
+  EXPECT_EQ(compared, (300 - refused) * 200);
 }
 
 // Lengths folded in: whole exactly when the search matches and the length is within them, and from
