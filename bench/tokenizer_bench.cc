@@ -11,6 +11,7 @@
 #include "models/glm/chat.h"
 #include "models/glm/tokenizer.h"
 #include "runtime/json_constraint.h"
+#include "runtime/json_pattern.h"
 #include "runtime/json_schema.h"
 #include "runtime/tool_call_grammar.h"
 
@@ -218,6 +219,33 @@ void BM_JsonSchemaMask(benchmark::State& state) {
   state.counters["allowed"] = static_cast<double>(allowed);
 }
 BENCHMARK(BM_JsonSchemaMask)->ArgsProduct({{0, 1, 2, 3}, {0, 1}})->Unit(benchmark::kMillisecond);
+
+// A string with a pattern, GLM-4's vocabulary: its states are walked token by token (no text-token
+// sets: the DFA decides each character), once a state, cached after. /0 inside an anchored date
+// ("^\d{4}-\d{2}-\d{2}$", 4 digits in: few tokens allowed), /1 inside a search ("ok", before it:
+// nearly every token allowed), /2 compiling an email-like pattern's DFA (once a schema).
+void BM_JsonSchemaPatternMask(benchmark::State& state) {
+  const auto vocabulary = Glm4JsonVocabulary(state);
+  if (vocabulary == nullptr) return;
+  const char* email = R"(^[A-Za-z0-9._%+-]+@[A-Za-z0-9.-]+\.[A-Za-z]{2,}$)";
+  if (state.range(0) == 2) {
+    for (auto _ : state) benchmark::DoNotOptimize(ag::runtime::PatternDfa::Compile(email));
+    return;
+  }
+  const auto schema = ag::runtime::JsonSchema::Compile(R"({"type": "object", "properties": {
+      "date": {"type": "string", "pattern": "^\\d{4}-\\d{2}-\\d{2}$"}, "note": {"type": "string", "pattern": "ok"}},
+      "required": ["date", "note"]})");
+  const auto grammar = ag::runtime::JsonSchemaGrammar::Create(*schema, vocabulary);
+  ag::runtime::SchemaState s = (*grammar)->Start();
+  if (!s.Feed(state.range(0) == 0 ? "{\"date\": \"2026" : "{\"date\": \"2026-12-07\", \"note\": \"fine, o")) {
+    state.SkipWithError("bad prefix");
+    return;
+  }
+  int64_t allowed = 0;
+  for (auto _ : state) allowed = Allowed((*grammar)->vocabulary().Walk(s));
+  state.counters["allowed"] = static_cast<double>(allowed);
+}
+BENCHMARK(BM_JsonSchemaPatternMask)->DenseRange(0, 2)->Unit(benchmark::kMillisecond);
 
 // A step's mask inside a string with maxLength 500, 100 characters in (its key merges every length
 // more than 32 from the bound): the cached mask of the key with the long tokens' bits set afresh,
