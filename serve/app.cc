@@ -418,10 +418,10 @@ bool App::ToolCallConstraint(const std::vector<glm::ToolFunction>& tools, runtim
     names_and_schemas.emplace_back(tools[i].name, std::move(schema));
   }
   const std::string key = runtime::ToolCallGrammar::NameMasksKey(call, names_and_schemas);
-  std::shared_ptr<runtime::MaskCache> name_masks = tool_name_masks_.Find(key).value_or(nullptr);
-  if (name_masks == nullptr) {
-    name_masks = tool_name_masks_.Put(key, std::make_shared<runtime::MaskCache>(runtime::JsonVocabulary::kMaxCachedMasks));
-  }
+  std::shared_ptr<runtime::MaskCache> name_masks = *tool_name_masks_.Get(key, [] {
+    return absl::StatusOr<std::shared_ptr<runtime::MaskCache>>(
+        std::make_shared<runtime::MaskCache>(runtime::JsonVocabulary::kMaxCachedMasks));
+  });
   absl::StatusOr<std::shared_ptr<runtime::ToolCallGrammar>> grammar =
       runtime::ToolCallGrammar::Create(std::move(functions), model_.json_vocabulary, call, std::move(name_masks));
   if (!grammar.ok()) {
