@@ -9,6 +9,7 @@
 #include "nlohmann/json.hpp"
 #include "runtime/cpu_backend.h"
 #include "runtime/engine.h"
+#include "tests/testing/byte_vocabulary.h"
 #include "tests/testing/tiny_glm.h"
 
 namespace ag::runtime {
@@ -137,33 +138,23 @@ TEST(JsonState, AgreesWithAValidatorOnMutatedObjects) {
 // character split across tokens): the mask of every state met along some objects is exactly the
 // set of tokens whose bytes the state takes, and a state seen again comes from the cache.
 TEST(JsonVocabulary, MasksAreTheTokensAStateTakes) {
-  std::vector<std::string> tokens;
-  for (int b = 0; b < 256; ++b) tokens.push_back(std::string(1, static_cast<char>(b)));
-  for (const char* t : {"{\"", "\":", "\"}", "\",\"", "true", "false", "null", "12", "0.", "-1", "e+", "},", "}}",
-                        "]}", "[{", " {", "\\u", "\\n", "\xC3", "\xA9", "\xC3\xA9", "\xE2\x82", "\xAC\"", "  ", "\n ",
-                        "\":\"", "\"a", "ab", "{}", "[]", ",\n", "1e5", "\"}}"}) {
-    tokens.push_back(t);
-  }
-  // Text tokens (taken whole inside a string, from sets: JsonVocabulary::Walk) and near misses: whole
-  // and partial characters, DEL, a control byte, an overlong form, a stray continuation byte, escapes inside.
-  for (const std::string& t : {std::string("\xC3\xA9\xC3\xA9"), std::string("a\xE2\x82"), std::string("x\x7F"), std::string("a\tb"),
-                               std::string("\xC0\xAF"), std::string("\xA9" "a"), std::string("b\\nc"), std::string("\xED\xA0\x80"),
-                               std::string("\xF0\x9F\x98\x80ok"), std::string(40, 'q'), std::string("\xE4\xB8\xAD") + std::string(35, 'z')}) {
-    tokens.push_back(t);
-  }
-  const int32_t ordinary = static_cast<int32_t>(tokens.size()), vocab = ordinary + 5;  // 5 special / padding ids
-  absl::StatusOr<std::shared_ptr<JsonVocabulary>> v =
-      JsonVocabulary::Build(ordinary, vocab, [&](int32_t id, std::string* bytes) {
-        *bytes = tokens[static_cast<size_t>(id)];
-        return true;
-      });
-  ASSERT_TRUE(v.ok()) << v.status();
+  const testing::ByteVocabulary voc(
+      {"{\"", "\":", "\"}", "\",\"", "true", "false", "null", "12", "0.", "-1", "e+", "},", "}}", "]}", "[{", " {", "\\u", "\\n",
+       "\xC3", "\xA9", "\xC3\xA9", "\xE2\x82", "\xAC\"", "  ", "\n ", "\":\"", "\"a", "ab", "{}", "[]", ",\n", "1e5", "\"}}",
+       // Text tokens (taken whole inside a string, from sets: JsonVocabulary::Walk) and near misses: whole
+       // and partial characters, DEL, a control byte, an overlong form, a stray continuation byte, escapes inside.
+       "\xC3\xA9\xC3\xA9", "a\xE2\x82", "x\x7F", "a\tb", "\xC0\xAF", "\xA9" "a", "b\\nc", "\xED\xA0\x80", "\xF0\x9F\x98\x80ok",
+       std::string(40, 'q'), "\xE4\xB8\xAD" + std::string(35, 'z')},
+      /*padding=*/5);  // 5 special / padding ids
+  const std::vector<std::string>& tokens = voc.tokens;
+  const int32_t ordinary = voc.ordinary, vocab = voc.vocab;
+  const std::shared_ptr<JsonVocabulary>& v = voc.v;
   int states = 0, in_text = 0;
   for (const std::string& text : {std::string(R"({"a": [1, -2.5e+3, true, {"b": null}], "c": "x\u00e9\n"})"),
                                  std::string("{\"\xC3\xA9\xE2\x82\xAC\":\"}}\"}")}) {
     JsonState s;
     for (size_t i = 0; i <= text.size(); ++i) {
-      const std::shared_ptr<const std::vector<uint64_t>> mask = (*v)->Allowed(s);
+      const std::shared_ptr<const std::vector<uint64_t>> mask = v->Allowed(s);
       in_text += s.PlainStringRoom().has_value();
       for (int32_t id = 0; id < vocab; ++id) {
         JsonState t = s;
@@ -171,7 +162,7 @@ TEST(JsonVocabulary, MasksAreTheTokensAStateTakes) {
         ASSERT_EQ(((*mask)[static_cast<size_t>(id) / 64] >> (id % 64) & 1) == 1, takes)
             << "state after " << i << " bytes of " << text << ", token " << id;
       }
-      EXPECT_EQ((*v)->Allowed(s), mask) << "cached";
+      EXPECT_EQ(v->Allowed(s), mask) << "cached";
       ++states;
       if (i < text.size()) {
         ASSERT_TRUE(s.Feed(static_cast<uint8_t>(text[i])));
@@ -183,7 +174,7 @@ TEST(JsonVocabulary, MasksAreTheTokensAStateTakes) {
   EXPECT_GE(in_text, 8) << "the text tokens' sets were used";
 
   // The constraint: masks logits, takes allowed tokens, refuses others, ends complete.
-  std::unique_ptr<TokenConstraint> c = (*v)->NewConstraint();
+  std::unique_ptr<TokenConstraint> c = v->NewConstraint();
   std::vector<float> logits(static_cast<size_t>(vocab) + 3, 1.0f);
   c->Mask(logits.data(), static_cast<int64_t>(logits.size()));
   for (int32_t id = 0; id < static_cast<int32_t>(logits.size()); ++id) {
@@ -191,7 +182,7 @@ TEST(JsonVocabulary, MasksAreTheTokensAStateTakes) {
     EXPECT_EQ(std::isinf(logits[static_cast<size_t>(id)]), !open) << id;
   }
   EXPECT_FALSE(c->Accept('['));
-  ASSERT_TRUE(c->Accept(static_cast<int32_t>(std::find(tokens.begin(), tokens.end(), "{}") - tokens.begin())));
+  ASSERT_TRUE(c->Accept(voc.Id("{}")));
   EXPECT_TRUE(c->Complete());
   std::fill(logits.begin(), logits.end(), 1.0f);
   c->Mask(logits.data(), static_cast<int64_t>(logits.size()));

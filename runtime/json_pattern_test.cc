@@ -8,6 +8,7 @@
 #include "nlohmann/json.hpp"
 #include "runtime/json_schema.h"
 #include "runtime/regex_grammar.h"
+#include "tests/testing/byte_vocabulary.h"
 
 namespace ag::runtime {
 namespace {
@@ -245,14 +246,10 @@ TEST(PatternDfa, SchemaStringsFollowTheirPattern) {
 
 // Masks over a vocabulary inside a pattern's string: each is exactly the tokens the state takes.
 TEST(PatternDfa, MasksAreTheTokensAStateTakes) {
-  std::vector<std::string> tokens;
-  for (int b = 0; b < 256; ++b) tokens.push_back(std::string(1, static_cast<char>(b)));
-  for (const char* t : {"20", "26", "-1", "2-", "\":\"", "\"}", "12-0", "\\n", "\xC3\xA9", "AB", "ok", "o\""}) tokens.push_back(t);
-  const auto ordinary = static_cast<int32_t>(tokens.size());
-  std::shared_ptr<JsonVocabulary> v = *JsonVocabulary::Build(ordinary, ordinary, [&](int32_t id, std::string* out) {
-    *out = tokens[static_cast<size_t>(id)];
-    return true;
-  });
+  const testing::ByteVocabulary voc({"20", "26", "-1", "2-", "\":\"", "\"}", "12-0", "\\n", "\xC3\xA9", "AB", "ok", "o\""});
+  const std::vector<std::string>& tokens = voc.tokens;
+  const int32_t ordinary = voc.ordinary;
+  const std::shared_ptr<JsonVocabulary>& v = voc.v;
   std::shared_ptr<JsonSchemaGrammar> g = *JsonSchemaGrammar::Create(
       *JsonSchema::Compile(R"({"type": "object", "properties": {"d": {"type": "string", "pattern": "^\\d{4}-\\d{2}$"},
           "s": {"type": "string", "pattern": "o.?k|\u00e9", "maxLength": 4}}, "required": ["d", "s"]})"), v);
@@ -274,14 +271,10 @@ TEST(PatternDfa, MasksAreTheTokensAStateTakes) {
 // vLLM's guided_regex: the whole text matches (anchored at both ends), masks are the tokens each
 // state takes, and the constraint may end exactly where the text is whole.
 TEST(RegexGrammar, TheWholeTextMatches) {
-  std::vector<std::string> tokens;
-  for (int b = 0; b < 256; ++b) tokens.push_back(std::string(1, static_cast<char>(b)));
-  for (const char* t : {"12", "3-", "-4", "123", "4\n", "ab", "\xC3\xA9", "\xE4\xB8", "x1"}) tokens.push_back(t);
-  const auto ordinary = static_cast<int32_t>(tokens.size());
-  std::shared_ptr<JsonVocabulary> v = *JsonVocabulary::Build(ordinary, ordinary + 2, [&](int32_t id, std::string* out) {
-    *out = tokens[static_cast<size_t>(id)];
-    return true;
-  });
+  const testing::ByteVocabulary voc({"12", "3-", "-4", "123", "4\n", "ab", "\xC3\xA9", "\xE4\xB8", "x1"}, /*padding=*/2);
+  const std::vector<std::string>& tokens = voc.tokens;
+  const int32_t ordinary = voc.ordinary;
+  const std::shared_ptr<JsonVocabulary>& v = voc.v;
   std::shared_ptr<RegexGrammar> g = *RegexGrammar::Create(R"(\d{3}(-\d+)?(\n|[\u00e9\u4e2d]{1,2})?)", v);
   const auto whole = [&](const std::string& text) {
     RegexState s = g->Start();
@@ -316,7 +309,7 @@ TEST(RegexGrammar, TheWholeTextMatches) {
   std::unique_ptr<TokenConstraint> c = g->NewConstraint();
   EXPECT_FALSE(c->Accept('a'));
   std::unique_ptr<TokenConstraint> d = g->NewConstraint();
-  ASSERT_TRUE(d->Accept(ordinary - 6));  // "123"
+  ASSERT_TRUE(d->Accept(voc.Id("123")));
   EXPECT_TRUE(d->Complete());
   EXPECT_FALSE(RegexGrammar::Create("(?=x)", v).ok());
   EXPECT_FALSE(RegexGrammar::Create("[^\\s\\S]", v).ok()) << "matches nothing";

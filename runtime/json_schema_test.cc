@@ -12,6 +12,7 @@
 #include "runtime/cpu_backend.h"
 #include "runtime/engine.h"
 #include "models/glm/tokenizer.h"
+#include "tests/testing/byte_vocabulary.h"
 #include "tests/testing/tiny_glm.h"
 #include "tests/testing/vocab.h"
 
@@ -558,23 +559,16 @@ TEST(JsonSchema, RefusesWhatItCannotEnforce) {
 // A vocabulary of all 256 bytes and multi-byte pieces: the mask of every state along documents is
 // exactly the set of tokens whose bytes the state takes, cached; the constraint takes a whole document.
 TEST(JsonSchemaGrammar, MasksAreTheTokensAStateTakes) {
-  std::vector<std::string> tokens;
-  for (int b = 0; b < 256; ++b) tokens.push_back(std::string(1, static_cast<char>(b)));
-  for (const char* t : {"{\"", "\":", "\",\"", "\"name", "name\":", "age", "\"age\":", "true", "null", "12", "-1", "1.",
-                        "e+", "},", "}}", "]}", "[{", "\xC3\xA9", "\"b\xC3\xA9\"", "\"a\"", ",\n", "tap", "\"type\":\"", "\"}"}) {
-    tokens.push_back(t);
-  }
-  // Tokens longer than JsonVocabulary::kShortToken, whose bits a bounded count's mask sets afresh.
-  for (const std::string& t : {std::string(35, 'a'), std::string(40, ' '), std::string(33, 'b') + "\"", "1," + std::string(33, '2'),
-                              std::string(34, 'a') + "\",\"l\":[", std::string(45, 'a')}) {
-    tokens.push_back(t);
-  }
-  const int32_t ordinary = static_cast<int32_t>(tokens.size()), vocab = ordinary + 3;
-  auto bytes = [&](int32_t id, std::string* out) {
-    *out = tokens[static_cast<size_t>(id)];
-    return true;
-  };
-  std::shared_ptr<JsonVocabulary> v = *JsonVocabulary::Build(ordinary, vocab, bytes);
+  const testing::ByteVocabulary voc(
+      {"{\"", "\":", "\",\"", "\"name", "name\":", "age", "\"age\":", "true", "null", "12", "-1", "1.", "e+", "},", "}}", "]}",
+       "[{", "\xC3\xA9", "\"b\xC3\xA9\"", "\"a\"", ",\n", "tap", "\"type\":\"", "\"}",
+       // Tokens longer than JsonVocabulary::kShortToken, whose bits a bounded count's mask sets afresh.
+       std::string(35, 'a'), std::string(40, ' '), std::string(33, 'b') + "\"", "1," + std::string(33, '2'),
+       std::string(34, 'a') + "\",\"l\":[", std::string(45, 'a')},
+      /*padding=*/3);
+  const std::vector<std::string>& tokens = voc.tokens;
+  const int32_t ordinary = voc.ordinary, vocab = voc.vocab;
+  const std::shared_ptr<JsonVocabulary>& v = voc.v;
   int states = 0;
   for (const auto& [index, text] : std::vector<std::pair<int, std::string>>{
            {0, "{\"name\":\"ab\",\"age\":12,\"tags\":[\"b\xC3\xA9\",1,null]}"},
@@ -626,19 +620,13 @@ TEST(JsonSchemaGrammar, MasksAreTheTokensAStateTakes) {
 // (JsonVocabulary::Walk): near maxLength, on anyOf's paths of different bounds, after a partial
 // character or an escape, each state's mask is still exactly the tokens it takes.
 TEST(JsonSchemaGrammar, TextTokensAreCountedAgainstMaxLength) {
-  std::vector<std::string> tokens;
-  for (int b = 0; b < 256; ++b) tokens.push_back(std::string(1, static_cast<char>(b)));
-  for (const std::string& t : {std::string("ab"), std::string("abc"), std::string("abcd"), std::string("\xC3\xA9\xC3\xA9"),
-                               std::string("a\xC3"), std::string("\xA9" "b"), std::string("b\""), std::string("\\n"),
-                               std::string("c\\u00e9d"), std::string("\"}"), std::string("\xE4\xB8\xAD\xE6\x96\x87"),
-                               std::string("x\x01"), std::string(33, 'a'), std::string(34, 'a') + "\"", std::string(36, 'a')}) {
-    tokens.push_back(t);
-  }
-  const int32_t ordinary = static_cast<int32_t>(tokens.size()), vocab = ordinary + 2;
-  std::shared_ptr<JsonVocabulary> v = *JsonVocabulary::Build(ordinary, vocab, [&](int32_t id, std::string* out) {
-    *out = tokens[static_cast<size_t>(id)];
-    return true;
-  });
+  const testing::ByteVocabulary voc({"ab", "abc", "abcd", "\xC3\xA9\xC3\xA9", "a\xC3", "\xA9" "b", "b\"", "\\n", "c\\u00e9d",
+                                     "\"}", "\xE4\xB8\xAD\xE6\x96\x87", "x\x01", std::string(33, 'a'),
+                                     std::string(34, 'a') + "\"", std::string(36, 'a')},
+                                    /*padding=*/2);
+  const std::vector<std::string>& tokens = voc.tokens;
+  const int32_t ordinary = voc.ordinary, vocab = voc.vocab;
+  const std::shared_ptr<JsonVocabulary>& v = voc.v;
   const std::string schema = R"({"type": "object", "properties": {
       "s": {"type": "string", "minLength": 2, "maxLength": 5},
       "e": {"anyOf": [{"type": "string", "maxLength": 2}, {"type": "string", "minLength": 3, "maxLength": 40}]},

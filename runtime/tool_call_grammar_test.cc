@@ -6,6 +6,7 @@
 
 #include "models/glm/tokenizer.h"
 #include "models/glm/tools.h"
+#include "tests/testing/byte_vocabulary.h"
 #include "tests/testing/vocab.h"
 
 namespace ag::runtime {
@@ -18,23 +19,11 @@ constexpr char kTap[] = R"({"type": "object", "properties": {"x": {"type": "inte
     "y": {"type": "integer", "minimum": 0, "maximum": 2400}}, "required": ["x", "y"]})";
 
 // Every byte a token, and pieces that cross from a name into its arguments.
-struct Vocabulary {
-  std::vector<std::string> tokens;
-  std::shared_ptr<JsonVocabulary> v;
-  int32_t ordinary = 0, vocab = 0;
-  Vocabulary() {
-    for (int b = 0; b < 256; ++b) tokens.push_back(std::string(1, static_cast<char>(b)));
-    for (const char* t : {"get", "_weather", "get_weather", "weather\n", "\n{", "\n{\"", "get\n{}", "tap\n{\"x\":", "\"city",
-                          "\":\"", "\"}", "12", "},", "\n", "ge", "t\n", "\n\n", "{\"x\":1,\"y\":2}"}) {
-      tokens.push_back(t);
-    }
-    ordinary = static_cast<int32_t>(tokens.size());
-    vocab = ordinary + 3;
-    v = *JsonVocabulary::Build(ordinary, vocab, [this](int32_t id, std::string* out) {
-      *out = tokens[static_cast<size_t>(id)];
-      return true;
-    });
-  }
+struct Vocabulary : testing::ByteVocabulary {
+  Vocabulary()
+      : ByteVocabulary({"get", "_weather", "get_weather", "weather\n", "\n{", "\n{\"", "get\n{}", "tap\n{\"x\":", "\"city",
+                        "\":\"", "\"}", "12", "},", "\n", "ge", "t\n", "\n\n", "{\"x\":1,\"y\":2}"},
+                       /*padding=*/3) {}
 };
 
 std::shared_ptr<ToolCallGrammar> Grammar(const std::shared_ptr<JsonVocabulary>& v,
