@@ -221,22 +221,15 @@ void ReadGuided(Reader& r, std::string_view body, GenerationOptions& o) {
   if (r.Has("guided_grammar")) {
     return r.Fail("guided_grammar", "'guided_grammar' is not supported here; guided_json, guided_choice and guided_regex are");
   }
-  for (const char* field : {"guided_json", "guided_choice", "guided_regex"}) {
+  for (const auto& [field, value] : {std::pair{"guided_json", &schema}, {"guided_choice", &choice}, {"guided_regex", &regex}}) {
     if (!r.Has(field)) continue;
     if (present != nullptr) {
       return r.Fail(field, absl::StrCat("one structured output a request: '", field, "' beside '", present, "'"));
     }
     present = field;
+    *value = &r[field];
   }
-  const std::string_view guided = present != nullptr ? present : "";
-  if (guided == "guided_json") {
-    schema = &r["guided_json"];
-    schema_path = {"guided_json"};
-  } else if (guided == "guided_choice") {
-    choice = &r["guided_choice"];
-  } else if (guided == "guided_regex") {
-    regex = &r["guided_regex"];
-  }
+  if (schema != nullptr) schema_path = {"guided_json"};
   if (r.Has("structured_outputs")) {
     const json& so = r["structured_outputs"];
     if (present != nullptr) return r.Fail("structured_outputs", absl::StrCat("one structured output a request: 'structured_outputs' beside '", present, "'"));
