@@ -117,16 +117,15 @@ class JsonVocabulary : public std::enable_shared_from_this<JsonVocabulary> {
   // the tokens with a quote or a backslash (which may end the string or start an escape) are fed.
   template <class State>
   std::vector<uint64_t> Walk(const State& state) const {
-    std::vector<uint64_t> mask(static_cast<size_t>(vocab_) / 64 + 1, 0);
     if constexpr (requires(const State& s) { s.PlainStringRoom(); }) {
       if (const std::optional<uint32_t> room = state.PlainStringRoom()) {
+        std::vector<uint64_t> mask(static_cast<size_t>(vocab_) / 64 + 1, 0);
         SetTextTokens(*room, mask);
         quoted_.Walk(state, mask);
         return mask;
       }
     }
-    all_.Walk(state, mask);
-    return mask;
+    return WalkEveryToken(state);
   }
   // Walk without the text tokens' sets: every token fed (what they must agree with; tests, benchmarks).
   template <class State>
