@@ -8,11 +8,14 @@
 #include <random>
 #include <string>
 
+#include "absl/strings/escaping.h"
+#include "absl/strings/str_cat.h"
 #include "models/glm/chat.h"
 #include "models/glm/tokenizer.h"
 #include "runtime/json_constraint.h"
 #include "runtime/json_pattern.h"
 #include "runtime/json_schema.h"
+#include "runtime/pattern_text_tokens.h"
 #include "runtime/tool_call_grammar.h"
 
 namespace {
@@ -215,37 +218,61 @@ void BM_JsonSchemaMask(benchmark::State& state) {
   int64_t allowed = 0;
   const auto& v = (*grammar)->vocabulary();
   const bool every = state.range(1) == 1;  // /x/1: every token fed, without the text tokens' sets
-  for (auto _ : state) allowed = Allowed(every ? v.WalkEveryToken(s) : v.Walk(s));
+  for (auto _ : state) allowed = Allowed(every ? v.WalkEveryToken(s) : (*grammar)->Compute(s));
   state.counters["allowed"] = static_cast<double>(allowed);
 }
 BENCHMARK(BM_JsonSchemaMask)->ArgsProduct({{0, 1, 2, 3}, {0, 1}})->Unit(benchmark::kMillisecond);
 
-// A string with a pattern, GLM-4's vocabulary: its states are walked token by token (no text-token
-// sets: the DFA decides each character), once a state, cached after. /0 inside an anchored date
-// ("^\d{4}-\d{2}-\d{2}$", 4 digits in: few tokens allowed), /1 inside a search ("ok", before it:
-// nearly every token allowed), /2 compiling an email-like pattern's DFA (once a schema).
+// Strings with a pattern, GLM-4's vocabulary: a state's mask computed afresh (once a state, cached
+// after) at /0 inside an anchored date ("^\d{4}-\d{2}-\d{2}$", 4 digits in: few tokens allowed),
+// /1 inside a search ("ok", before it: nearly every token allowed), /2 the same search after its
+// match, /3 inside an email-like pattern's local part; the second argument 1 feeds every token, as
+// masks were made before the patterns' text-token tables (JsonSchemaGrammar::Compute takes them).
+constexpr const char* kEmailPattern = R"(^[A-Za-z0-9._%+-]+@[A-Za-z0-9.-]+\.[A-Za-z]{2,}$)";
+
 void BM_JsonSchemaPatternMask(benchmark::State& state) {
   const auto vocabulary = Glm4JsonVocabulary(state);
   if (vocabulary == nullptr) return;
-  const char* email = R"(^[A-Za-z0-9._%+-]+@[A-Za-z0-9.-]+\.[A-Za-z]{2,}$)";
-  if (state.range(0) == 2) {
-    for (auto _ : state) benchmark::DoNotOptimize(ag::runtime::PatternDfa::Compile(email));
+  const auto schema = ag::runtime::JsonSchema::Compile(absl::StrCat(R"({"type": "object", "properties": {
+      "date": {"type": "string", "pattern": "^\\d{4}-\\d{2}-\\d{2}$"}, "note": {"type": "string", "pattern": "ok"},
+      "email": {"type": "string", "pattern": ")", absl::CEscape(kEmailPattern), R"("}}, "required": ["date", "note", "email"]})"));
+  if (!schema.ok()) {
+    state.SkipWithError(std::string(schema.status().message()).c_str());
     return;
   }
-  const auto schema = ag::runtime::JsonSchema::Compile(R"({"type": "object", "properties": {
-      "date": {"type": "string", "pattern": "^\\d{4}-\\d{2}-\\d{2}$"}, "note": {"type": "string", "pattern": "ok"}},
-      "required": ["date", "note"]})");
   const auto grammar = ag::runtime::JsonSchemaGrammar::Create(*schema, vocabulary);
+  const char* prefixes[] = {"{\"date\": \"2026", "{\"date\": \"2026-12-07\", \"note\": \"fine, o",
+                            "{\"date\": \"2026-12-07\", \"note\": \"fine, ok, an",
+                            "{\"date\": \"2026-12-07\", \"note\": \"ok\", \"email\": \"john.do"};
   ag::runtime::SchemaState s = (*grammar)->Start();
-  if (!s.Feed(state.range(0) == 0 ? "{\"date\": \"2026" : "{\"date\": \"2026-12-07\", \"note\": \"fine, o")) {
+  if (!s.Feed(prefixes[state.range(0)])) {
     state.SkipWithError("bad prefix");
     return;
   }
+  const bool every = state.range(1) == 1;
+  (*grammar)->Compute(s);  // the pattern's table, built once a grammar (BM_PatternTextTokensBuild)
   int64_t allowed = 0;
-  for (auto _ : state) allowed = Allowed((*grammar)->vocabulary().Walk(s));
+  for (auto _ : state) allowed = Allowed(every ? (*grammar)->vocabulary().WalkEveryToken(s) : (*grammar)->Compute(s));
   state.counters["allowed"] = static_cast<double>(allowed);
 }
-BENCHMARK(BM_JsonSchemaPatternMask)->DenseRange(0, 2)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_JsonSchemaPatternMask)->ArgsProduct({{0, 1, 2, 3}, {0, 1}})->Unit(benchmark::kMillisecond);
+
+// Once a schema: compiling the email-like pattern's DFA (/0), and grouping GLM-4's text tokens by
+// its classes (/1, once a grammar, when a mask first meets the pattern).
+void BM_PatternCompile(benchmark::State& state) {
+  const auto dfa = ag::runtime::PatternDfa::Compile(kEmailPattern);
+  if (state.range(0) == 0) {
+    for (auto _ : state) benchmark::DoNotOptimize(ag::runtime::PatternDfa::Compile(kEmailPattern));
+    return;
+  }
+  const auto vocabulary = Glm4JsonVocabulary(state);
+  if (vocabulary == nullptr) return;
+  for (auto _ : state) {
+    const auto table = ag::runtime::PatternTextTokens::Build(**dfa, *vocabulary);
+    state.counters["groups"] = static_cast<double>(table->groups());
+  }
+}
+BENCHMARK(BM_PatternCompile)->DenseRange(0, 1)->Unit(benchmark::kMillisecond);
 
 // A step's mask inside a string with maxLength 500, 100 characters in (its key merges every length
 // more than 32 from the bound): the cached mask of the key with the long tokens' bits set afresh,

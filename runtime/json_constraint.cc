@@ -232,7 +232,7 @@ absl::StatusOr<std::shared_ptr<JsonVocabulary>> JsonVocabulary::Build(
   in_text.Feed(absl::string_view("{\"a\":\""));
   const size_t words = static_cast<size_t>(vocab) / 64 + 1;
   v->text_within_.assign(kShortToken + 1, std::vector<uint64_t>(words, 0));
-  std::vector<int32_t> quoted;
+  std::vector<int32_t> quoted, others;
   for (const int32_t id : all) {
     const std::string& t = tokens[static_cast<size_t>(id)];
     if (t.find_first_of("\"\\") != std::string::npos) {
@@ -240,7 +240,11 @@ absl::StatusOr<std::shared_ptr<JsonVocabulary>> JsonVocabulary::Build(
       continue;
     }
     JsonState s = in_text;
-    if (t.empty() || !s.Feed(t)) continue;
+    if (t.empty() || !s.Feed(t)) {
+      if (!t.empty()) others.push_back(id);
+      continue;
+    }
+    v->text_ids_.push_back(id);
     const auto chars = static_cast<uint32_t>(std::count_if(t.begin(), t.end(), [](char c) { return (c & 0xC0) != 0x80; }));
     if (chars > kShortToken) {
       v->text_longer_.emplace_back(id, chars);
@@ -252,6 +256,7 @@ absl::StatusOr<std::shared_ptr<JsonVocabulary>> JsonVocabulary::Build(
     for (size_t w = 0; w < words; ++w) v->text_within_[k][w] |= v->text_within_[k - 1][w];
   }
   v->quoted_ = SortedTokens::Of(tokens, std::move(quoted));
+  v->others_ = SortedTokens::Of(tokens, std::move(others));
   v->all_ = SortedTokens::Of(tokens, std::move(all));
   v->long_ = SortedTokens::Of(tokens, std::move(longer));
   v->sorted_index_.resize(tokens.size());

@@ -121,11 +121,28 @@ class JsonVocabulary : public std::enable_shared_from_this<JsonVocabulary> {
       if (const std::optional<uint32_t> room = state.PlainStringRoom()) {
         std::vector<uint64_t> mask(static_cast<size_t>(vocab_) / 64 + 1, 0);
         SetTextTokens(*room, mask);
-        quoted_.Walk(state, mask);
+        WalkQuoted(state, mask);
         return mask;
       }
     }
     return WalkEveryToken(state);
+  }
+  // Text tokens: no quote, no backslash, and taken whole inside a string's text from a character
+  // boundary (control characters and broken UTF-8 are not; the last character may be a first part).
+  // Sets the bits of those that write at most `room` characters (a character counted at its first
+  // byte, as maxLength counts).
+  void SetTextTokens(uint32_t room, std::vector<uint64_t>& mask) const;
+  const std::vector<int32_t>& text_tokens() const { return text_ids_; }
+  // Feeds the tokens with a quote or a backslash (a string's text takes the others from sets)...
+  template <class State>
+  void WalkQuoted(const State& state, std::vector<uint64_t>& mask) const {
+    quoted_.Walk(state, mask);
+  }
+  // ... and those neither text nor quoted (control characters, broken UTF-8: a text that is no JSON
+  // string's, a regular expression's, may take them).
+  template <class State>
+  void WalkNonText(const State& state, std::vector<uint64_t>& mask) const {
+    others_.Walk(state, mask);
   }
   // Walk without the text tokens' sets: every token fed (what they must agree with; tests, benchmarks).
   template <class State>
@@ -159,14 +176,13 @@ class JsonVocabulary : public std::enable_shared_from_this<JsonVocabulary> {
   SortedTokens all_;                    // the ordinary tokens
   SortedTokens long_;                   // those longer than kShortToken bytes
   std::vector<uint32_t> sorted_index_;  // an ordinary id's place in all_
-  // Text tokens: no quote, no backslash, and taken whole inside a string's text from a character
-  // boundary (control characters and broken UTF-8 are not). text_within_[k]: those that write at
-  // most k characters (a character counted at its first byte, as maxLength counts), k <= kShortToken;
-  // text_longer_: those that write more, with their counts.
-  void SetTextTokens(uint32_t room, std::vector<uint64_t>& mask) const;
+  // The text tokens: text_within_[k] those that write at most k characters, k <= kShortToken;
+  // text_longer_ those that write more, with their counts.
+  std::vector<int32_t> text_ids_;
   std::vector<std::vector<uint64_t>> text_within_;
   std::vector<std::pair<int32_t, uint32_t>> text_longer_;
   SortedTokens quoted_;  // the tokens with a quote or a backslash
+  SortedTokens others_;  // neither text nor quoted
   std::bitset<256> byte_tokens_;
   MaskCache masks_{kMaxCachedMasks};  // by JsonState::Key
 };

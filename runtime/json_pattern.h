@@ -54,10 +54,14 @@ class PatternDfa {
   bool Accepting(uint32_t state) const { return accepting_[state] != 0; }
   size_t states() const { return accepting_.size(); }
   size_t transitions() const { return next_.size(); }
+  // The code points the pattern tells apart: class i is [bounds[i], bounds[i + 1]), Class(cp) its index
+  // (cp <= U+10FFFF), Step the state after any code point of the class (kDead: no whole string follows).
+  size_t classes() const { return bounds_.size() - 1; }
+  size_t Class(uint32_t cp) const;
+  uint32_t Step(uint32_t state, size_t cls) const { return next_[size_t{state} * classes() + cls]; }
 
  private:
   friend class PatternCompiler;
-  size_t Class(uint32_t cp) const;
 
   std::vector<uint32_t> bounds_;  // character class i: the code points [bounds_[i], bounds_[i + 1])
   std::vector<uint32_t> next_;    // [state * classes + class]: a live state or kDead

@@ -268,6 +268,64 @@ TEST(PatternDfa, MasksAreTheTokensAStateTakes) {
   EXPECT_TRUE(s.Complete());
 }
 
+// The text tokens' masks from a pattern's table (PatternTextTokens) against feeding every token,
+// along random token walks through strings with fixed and random patterns and lengths (JSON Schema)
+// and through guided_regex texts: multi-byte characters, first parts of characters, DEL, the line
+// separator, quotes, escapes, control characters and broken UTF-8 among the tokens.
+TEST(PatternTextTokens, MasksAreEveryTokensWalk) {
+  const testing::ByteVocabulary voc(
+      {"ab", "abc", "12", "2-", "-1", "ok", " o", "k ", "x1", "a.b", "@x", "\xC3\xA9", "a\xC3\xA9", "\xE4\xB8\xAD\xE6\x96\x87",
+       "\xF0\x9F\x98\x80", "\xC3", "a\xE4", "\xE4\xB8", "\xF0\x9F", "\xF0\x9F\x98", "\xA9" "b", "\x7F", "a\x7F",
+       "\xE2\x80\xA8", "\n", "x\x01", "o\"", "\"}", "\\n", "\\\"", "\xC0\xAF", "\xED\xA0\x80", "\xF4\x90\x80\x80",
+       std::string(40, 'a'), "aaaa", "1234"},
+      /*padding=*/2);
+  const std::vector<std::string>& tokens = voc.tokens;
+  const std::shared_ptr<JsonVocabulary>& v = voc.v;
+  std::vector<std::string> patterns = {"ok", "^\\d{4}-\\d{2}$", "[\\u00e9\\u4e2d]+", "^.{0,3}$", "[^a]", "^[a-c]*$",
+                                       "\\w+@\\w+", "a|\\u00e9b", "^(ab|\\d)+$", "\\s", "[^\\u2028]"};
+  std::mt19937 rng(23);
+  for (int i = 0; i < 40; ++i) patterns.push_back(RandomPattern(rng, 0));
+  int compared = 0, from_tables = 0;
+  const auto walk = [&](auto& grammar, auto state, auto in_text, const std::string& what) {
+    for (int step = 0; step < 24; ++step) {
+      const std::vector<uint64_t> mask = grammar->Compute(state);
+      ASSERT_EQ(mask, v->WalkEveryToken(state)) << what << " after " << step << " tokens";
+      ++compared;
+      from_tables += in_text(state);
+      std::vector<int32_t> allowed;
+      for (int32_t id = 0; id < voc.ordinary; ++id) {
+        if (MaskAllows(mask, voc.vocab, id)) allowed.push_back(id);
+      }
+      if (allowed.empty()) return;
+      const int32_t id = allowed[rng() % allowed.size()];
+      ASSERT_TRUE(state.Feed(tokens[static_cast<size_t>(id)])) << what;
+    }
+  };
+  for (const std::string& pattern : patterns) {
+    const uint32_t min = rng() % 3;
+    const uint32_t max = rng() % 3 == 0 ? min + rng() % 6 : PatternDfa::kUnbounded;
+    nlohmann::json schema = {{"type", "object"}, {"properties", {{"s", {{"type", "string"}, {"pattern", pattern}}}}},
+                             {"required", {"s"}}};
+    if (min > 0) schema["properties"]["s"]["minLength"] = min;
+    if (max != PatternDfa::kUnbounded) schema["properties"]["s"]["maxLength"] = max;
+    absl::StatusOr<std::shared_ptr<const JsonSchema>> compiled = JsonSchema::Compile(schema.dump());
+    if (!compiled.ok()) continue;  // too large, or nothing of those lengths matches
+    std::shared_ptr<JsonSchemaGrammar> g = *JsonSchemaGrammar::Create(*compiled, v);
+    for (int w = 0; w < 3; ++w) {
+      SchemaState s = g->Start();
+      ASSERT_TRUE(s.Feed("{\"s\":\""));
+      walk(g, s, [](const SchemaState& t) { return t.InText().has_value(); }, "/" + pattern + "/ in " + schema.dump());
+    }
+    absl::StatusOr<std::shared_ptr<RegexGrammar>> r = RegexGrammar::Create(pattern, v);
+    if (!r.ok()) continue;
+    for (int w = 0; w < 3; ++w) {
+      walk(*r, (*r)->Start(), [](const RegexState& t) { return t.AtBoundary().has_value(); }, "guided_regex /" + pattern + "/");
+    }
+  }
+  EXPECT_GT(compared, 2000);
+  EXPECT_GT(from_tables, 1000);
+}
+
 // vLLM's guided_regex: the whole text matches (anchored at both ends), masks are the tokens each
 // state takes, and the constraint may end exactly where the text is whole.
 TEST(RegexGrammar, TheWholeTextMatches) {

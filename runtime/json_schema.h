@@ -36,6 +36,7 @@
 #include "runtime/constraint.h"
 #include "runtime/json_constraint.h"
 #include "runtime/json_pattern.h"
+#include "runtime/pattern_text_tokens.h"
 
 namespace ag::runtime {
 
@@ -82,6 +83,7 @@ class JsonSchema {
   int32_t root() const { return root_; }
   int32_t key_node() const { return key_node_; }  // a plain string: the keys of an object without properties
   const PatternDfa& pattern(int32_t i) const { return *patterns_[static_cast<size_t>(i)]; }
+  size_t patterns() const { return patterns_.size(); }
 
  private:
   friend class SchemaCompiler;
@@ -108,10 +110,18 @@ class SchemaState {
   // not one a character. `*counted`: some count was so merged (tokens longer than the horizon then
   // need their bits afresh: JsonVocabulary::RedoLongTokens).
   std::string Key(uint32_t horizon, bool* counted) const;
-  // Every path inside a string's text at a character boundary: how many characters may still come
-  // on the path that allows the most (UINT32_MAX: no maxLength). Empty otherwise. JsonVocabulary::Walk
-  // then sets the text tokens' bits from its sets instead of feeding them.
-  std::optional<uint32_t> PlainStringRoom() const;
+  // Where a path is inside a string's text at a character boundary: a plain string's room (how many
+  // characters may still come, UINT32_MAX: no maxLength), or a pattern's and its DFA state.
+  struct TextPlace {
+    int32_t pattern = -1;  // JsonSchema::pattern(i); -1: none
+    uint32_t state = 0;    // the pattern's DFA state
+    uint32_t room = 0;     // no pattern: the characters that may still come
+  };
+  using TextPlaces = absl::InlinedVector<TextPlace, 2>;
+  // Every path's place when each is inside a string's text at a character boundary (then a mask takes
+  // the text tokens from sets and pattern tables instead of feeding them: JsonSchemaGrammar::Compute).
+  // Empty otherwise.
+  std::optional<TextPlaces> InText() const;
 
   // Readings of the text followed at once. A schema whose alternatives stay ambiguous for longer (a
   // hostile one's) is followed along the first of them: narrower, never stuck, and a mask never
@@ -158,18 +168,21 @@ class JsonSchemaGrammar : public std::enable_shared_from_this<JsonSchemaGrammar>
   static absl::StatusOr<std::shared_ptr<JsonSchemaGrammar>> Create(std::shared_ptr<const JsonSchema> schema,
                                                                    std::shared_ptr<JsonVocabulary> vocabulary);
   Mask Allowed(const SchemaState& state);
+  // A state's mask computed afresh (what Allowed caches).
+  std::vector<uint64_t> Compute(const SchemaState& state);
   SchemaState Start() const { return SchemaState(schema_.get()); }
   const JsonVocabulary& vocabulary() const { return *vocabulary_; }
   // A fresh constraint (a request's n choices: one each).
   std::unique_ptr<TokenConstraint> NewConstraint();
 
   JsonSchemaGrammar(std::shared_ptr<const JsonSchema> schema, std::shared_ptr<JsonVocabulary> vocabulary)
-      : schema_(std::move(schema)), vocabulary_(std::move(vocabulary)) {}
+      : schema_(std::move(schema)), vocabulary_(std::move(vocabulary)), pattern_tokens_(schema_->patterns()) {}
 
  private:
   std::shared_ptr<const JsonSchema> schema_;
   std::shared_ptr<JsonVocabulary> vocabulary_;
   MaskCache masks_{JsonVocabulary::kMaxCachedMasks};
+  PatternTextTokenTables pattern_tokens_;
 };
 
 // The grammars of the schemas met so far, by schema text, over one vocabulary (a client sends the

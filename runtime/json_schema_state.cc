@@ -163,18 +163,20 @@ std::string SchemaState::Key(uint32_t horizon, bool* counted) const {
   return key;
 }
 
-std::optional<uint32_t> SchemaState::PlainStringRoom() const {
-  std::optional<uint32_t> room;
+std::optional<SchemaState::TextPlaces> SchemaState::InText() const {
+  TextPlaces places;
   for (const Path& p : paths_) {
     const Frame& f = p.back();
     if (f.node < 0) return std::nullopt;
     const Node& n = schema_->node(f.node);
-    if (n.kind != Node::kString || n.pattern >= 0 || f.phase != kBody || f.left != 0) return std::nullopt;
-    // The count saturates at maxLength (Saturated), so maxLength - count is the room left.
-    const uint32_t left = n.max == JsonSchema::kUnbounded ? UINT32_MAX : n.max - std::min(f.count, n.max);
-    room = std::max(room.value_or(0), left);
+    if (n.kind != Node::kString || f.phase != kBody || f.left != 0) return std::nullopt;
+    if (n.pattern >= 0) {
+      places.push_back({.pattern = n.pattern, .state = f.pos});
+    } else {  // the count saturates at maxLength (Saturated), so maxLength - count is the room left
+      places.push_back({.room = n.max == JsonSchema::kUnbounded ? UINT32_MAX : n.max - std::min(f.count, n.max)});
+    }
   }
-  return room;
+  return places;
 }
 
 void SchemaState::Finish(Path& p, Paths& out) const {
@@ -589,13 +591,33 @@ Mask JsonSchemaGrammar::Allowed(const SchemaState& state) {
   bool counted = false;
   const std::string key = state.Key(JsonVocabulary::kShortToken, &counted);
   Mask mask = *masks_.Get(key, [&]() -> absl::StatusOr<Mask> {
-    return std::make_shared<const std::vector<uint64_t>>(vocabulary_->Walk(state));
+    return std::make_shared<const std::vector<uint64_t>>(Compute(state));
   });
   if (!counted) return mask;
   // The cached mask may be another state's with the same key: right for every short token.
   auto exact = std::make_shared<std::vector<uint64_t>>(*mask);
   vocabulary_->RedoLongTokens(state, *exact);
   return exact;
+}
+
+std::vector<uint64_t> JsonSchemaGrammar::Compute(const SchemaState& state) {
+  const std::optional<SchemaState::TextPlaces> places = state.InText();
+  if (!places) return vocabulary_->WalkEveryToken(state);
+  // Inside strings' text the text tokens come from sets (a plain string's, by room) and tables (a
+  // pattern's); only the tokens with a quote or backslash, which may end the string or escape, are fed.
+  std::vector<uint64_t> mask(static_cast<size_t>(vocabulary_->vocab()) / 64 + 1, 0);
+  for (const SchemaState::TextPlace& place : *places) {
+    if (place.pattern < 0) {
+      vocabulary_->SetTextTokens(place.room, mask);
+      continue;
+    }
+    const PatternTextTokens* tokens =
+        pattern_tokens_.Get(static_cast<size_t>(place.pattern), schema_->pattern(place.pattern), *vocabulary_);
+    if (tokens == nullptr) return vocabulary_->WalkEveryToken(state);
+    tokens->Set(place.state, mask);
+  }
+  vocabulary_->WalkQuoted(state, mask);
+  return mask;
 }
 
 JsonSchemaGrammars::JsonSchemaGrammars(std::shared_ptr<JsonVocabulary> vocabulary, size_t capacity)

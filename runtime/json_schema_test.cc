@@ -11,6 +11,7 @@
 #include "nlohmann/json.hpp"
 #include "runtime/cpu_backend.h"
 #include "runtime/engine.h"
+#include "runtime/regex_grammar.h"
 #include "models/glm/tokenizer.h"
 #include "tests/testing/byte_vocabulary.h"
 #include "tests/testing/tiny_glm.h"
@@ -637,11 +638,13 @@ TEST(JsonSchemaGrammar, TextTokensAreCountedAgainstMaxLength) {
                                   "{\"s\":\"abcde\",\"e\":\"" + std::string(38, 'a') + "\",\"f\":\"\"}"}) {
     SchemaState s = g->Start();
     for (size_t i = 0; i <= text.size(); ++i) {
-      const std::optional<uint32_t> room = s.PlainStringRoom();
-      shortcut += room.has_value();
-      near_bound += room.has_value() && *room <= JsonVocabulary::kShortToken;
+      const std::optional<SchemaState::TextPlaces> places = s.InText();
+      shortcut += places.has_value();
+      near_bound += places.has_value() && std::all_of(places->begin(), places->end(), [](const SchemaState::TextPlace& p) {
+        return p.room <= JsonVocabulary::kShortToken;
+      });
       const std::shared_ptr<const std::vector<uint64_t>> mask = g->Allowed(s);
-      EXPECT_EQ(v->Walk(s), v->WalkEveryToken(s)) << "after " << i << " bytes of " << text;
+      EXPECT_EQ(g->Compute(s), v->WalkEveryToken(s)) << "after " << i << " bytes of " << text;
       for (int32_t id = 0; id < vocab; ++id) {
         SchemaState t = s;
         const bool takes = id < ordinary && t.Feed(tokens[static_cast<size_t>(id)]);
@@ -679,10 +682,29 @@ TEST(JsonSchemaGrammar, TextTokenSetsOverGlm4sVocabularyAreTheWalksOwn) {
                              "{\"thought\": \"a\", \"label\": \"Tap", "{\"thought\": \"a\", \"label\": \"\xE7\x82\xB9\xE5\x87\xBB\xE5\x8F"}) {
     SchemaState s = g->Start();
     ASSERT_TRUE(s.Feed(prefix)) << prefix;
-    shortcut += s.PlainStringRoom().has_value();
-    ASSERT_EQ(v->Walk(s), v->WalkEveryToken(s)) << prefix;
+    shortcut += s.InText().has_value();
+    ASSERT_EQ(g->Compute(s), v->WalkEveryToken(s)) << prefix;
   }
-  EXPECT_EQ(shortcut, 3 + 3);
+  // Strings with patterns (their text tokens from PatternTextTokens' tables), and a guided_regex.
+  std::shared_ptr<JsonSchemaGrammar> p = *JsonSchemaGrammar::Create(MustCompile(R"({"type": "object", "properties": {
+      "note": {"type": "string", "pattern": "ok", "maxLength": 40},
+      "email": {"type": "string", "pattern": "^[A-Za-z0-9._%+-]+@[A-Za-z0-9.-]+\\.[A-Za-z]{2,}$"},
+      "word": {"type": "string", "pattern": "^[\\u4e00-\\u9fff]{1,4}$"}}, "required": ["note", "email", "word"]})"), v);
+  for (const char* prefix : {"{\"note\": \"fine, o", "{\"note\": \"fine, ok, an", "{\"note\": \"ok\", \"email\": \"john.do",
+                             "{\"note\": \"ok\", \"email\": \"a@b.co\", \"word\": \"\xE7\x82\xB9"}) {
+    SchemaState s = p->Start();
+    ASSERT_TRUE(s.Feed(prefix)) << prefix;
+    shortcut += s.InText().has_value();
+    ASSERT_EQ(p->Compute(s), v->WalkEveryToken(s)) << prefix;
+  }
+  std::shared_ptr<RegexGrammar> r = *RegexGrammar::Create(R"(<answer>do\(action="Tap", element=\[\d{1,4}, \d{1,4}\]\)</answer>|[^<]{0,20}\n?)", v);
+  for (const char* prefix : {"", "<answer>do(action=\"Tap\", element=[1", "Tap the \xE7\x82"}) {
+    RegexState s = r->Start();
+    ASSERT_TRUE(s.Feed(prefix)) << prefix;
+    shortcut += s.AtBoundary().has_value();
+    ASSERT_EQ(r->Compute(s), v->WalkEveryToken(s)) << prefix;
+  }
+  EXPECT_EQ(shortcut, 3 + 3 + 4 + 2);
 }
 
 // On the engine, tiny-glm's ids 0-255 read as bytes: every answer that ended on eos is a document

@@ -39,8 +39,20 @@ absl::StatusOr<std::shared_ptr<RegexGrammar>> RegexGrammar::Create(absl::string_
 
 Mask RegexGrammar::Allowed(const RegexState& state) {
   return *masks_.Get(state.Key(), [&]() -> absl::StatusOr<Mask> {
-    return std::make_shared<const std::vector<uint64_t>>(vocabulary_->Walk(state));
+    return std::make_shared<const std::vector<uint64_t>>(Compute(state));
   });
+}
+
+std::vector<uint64_t> RegexGrammar::Compute(const RegexState& state) {
+  const std::optional<uint32_t> at = state.AtBoundary();
+  if (!at) return vocabulary_->WalkEveryToken(state);
+  // At a character boundary the text tokens come from the expression's table; the rest (quotes,
+  // backslashes, control characters, broken UTF-8: all text here) are fed.
+  std::vector<uint64_t> mask(static_cast<size_t>(vocabulary_->vocab()) / 64 + 1, 0);
+  text_tokens_.Get(0, *dfa_, *vocabulary_)->Set(*at, mask);
+  vocabulary_->WalkQuoted(state, mask);
+  vocabulary_->WalkNonText(state, mask);
+  return mask;
 }
 
 std::unique_ptr<TokenConstraint> RegexGrammar::NewConstraint() {

@@ -6,12 +6,14 @@
 #define AUTOGLM_RUNTIME_REGEX_GRAMMAR_H_
 
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "runtime/json_constraint.h"
 #include "runtime/json_pattern.h"
+#include "runtime/pattern_text_tokens.h"
 
 namespace ag::runtime {
 
@@ -26,6 +28,11 @@ class RegexState {
   bool Complete() const { return dfa_ != nullptr && at_.left == 0 && dfa_->Accepting(at_.state); }
   // Everything that decides what may follow, as bytes (the mask cache's key).
   std::string Key() const;
+  // The DFA's state at a character boundary; empty inside a character.
+  std::optional<uint32_t> AtBoundary() const {
+    if (dfa_ == nullptr || at_.left != 0) return std::nullopt;
+    return at_.state;
+  }
 
  private:
   const PatternDfa* dfa_ = nullptr;
@@ -39,6 +46,8 @@ class RegexGrammar : public std::enable_shared_from_this<RegexGrammar> {
   static absl::StatusOr<std::shared_ptr<RegexGrammar>> Create(absl::string_view regex,
                                                               std::shared_ptr<JsonVocabulary> vocabulary);
   Mask Allowed(const RegexState& state);
+  // A state's mask computed afresh (what Allowed caches).
+  std::vector<uint64_t> Compute(const RegexState& state);
   RegexState Start() const { return RegexState(dfa_.get()); }
   std::unique_ptr<TokenConstraint> NewConstraint();
 
@@ -49,6 +58,7 @@ class RegexGrammar : public std::enable_shared_from_this<RegexGrammar> {
   std::shared_ptr<const PatternDfa> dfa_;
   std::shared_ptr<JsonVocabulary> vocabulary_;
   MaskCache masks_{JsonVocabulary::kMaxCachedMasks};
+  PatternTextTokenTables text_tokens_{1};
 };
 
 }  // namespace ag::runtime

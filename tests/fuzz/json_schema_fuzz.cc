@@ -26,8 +26,12 @@ const std::vector<std::string>& Tokens() {
     for (const char* piece : {"\":", "\",\"", "true", "null", "12", "[{", "}]", "\\u00"}) t->push_back(piece);
     for (const char c : std::string("a 1,\"")) t->push_back(std::string(33 + c % 7, c));  // long runs
     t->push_back(std::string(40, 'a') + "\"");
-    // Text tokens of several characters and near misses (JsonVocabulary::Walk's sets inside strings).
-    for (const char* piece : {"\xC3\xA9\xC3\xA9", "ab\xE4\xB8", "x\x7F", "a\tb", "\xA9z", "\xED\xA0\x80", "bc\\n"}) t->push_back(piece);
+    // Text tokens of several characters and near misses (JsonVocabulary::Walk's sets inside strings,
+    // PatternTextTokens' tables inside a pattern's): first parts of characters, the line separator, DEL.
+    for (const char* piece : {"\xC3\xA9\xC3\xA9", "ab\xE4\xB8", "x\x7F", "a\tb", "\xA9z", "\xED\xA0\x80", "bc\\n",
+                              "\xC3", "\xF0\x9F\x98", "\xE2\x80\xA8", "\x7F"}) {
+      t->push_back(piece);
+    }
     t->push_back("\xE4\xB8\xAD" + std::string(34, 'q'));
     return t;
   }();
