@@ -11,6 +11,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "runtime/string_formats.h"
 
 namespace ag::runtime {
 
@@ -272,13 +273,13 @@ class SchemaCompiler {
     return Add(std::move(node));
   }
 
-  // A string with a pattern: the DFA takes its lengths too (the node's own bounds are then none).
-  int32_t Pattern(const Json& pattern, JsonSchema::Node node, const std::string& where) {
-    if (!pattern.is_string()) return Fail(where, "'pattern' must be a string");
-    absl::StatusOr<std::shared_ptr<const PatternDfa>> dfa =
-        PatternDfa::Compile(pattern.get<std::string>(), node.min,
-                            node.max == JsonSchema::kUnbounded ? PatternDfa::kUnbounded : node.max);
-    if (!dfa.ok()) return Fail(where, absl::StrCat("'pattern': ", dfa.status().message()));
+  // A string with a pattern (searched) or an enforced format (matched whole): the DFA takes its
+  // lengths too (the node's own bounds are then none).
+  int32_t Pattern(const std::string& expression, bool search, const char* keyword, JsonSchema::Node node,
+                  const std::string& where) {
+    absl::StatusOr<std::shared_ptr<const PatternDfa>> dfa = PatternDfa::Compile(
+        expression, node.min, node.max == JsonSchema::kUnbounded ? PatternDfa::kUnbounded : node.max, search);
+    if (!dfa.ok()) return Fail(where, absl::StrCat("'", keyword, "': ", dfa.status().message()));
     pattern_transitions_ += (*dfa)->transitions();
     if (pattern_transitions_ > kMaxPatternTransitions) {
       return Fail(where, absl::StrCat("the patterns' automata together pass ", kMaxPatternTransitions, " transitions"));
@@ -303,7 +304,16 @@ class SchemaCompiler {
       node.min = Count(s, min_key, where).value_or(0);
       node.max = Count(s, max_key, where).value_or(JsonSchema::kUnbounded);
       if (status_.ok() && node.min > node.max) Fail(where, absl::StrCat("'", min_key, "' is more than '", max_key, "'"));
-      if (type == "string" && s.contains("pattern") && status_.ok()) return Pattern(s["pattern"], std::move(node), where);
+      if (type == "string" && s.contains("pattern") && status_.ok()) {
+        if (!s["pattern"].is_string()) return Fail(where, "'pattern' must be a string");
+        return Pattern(s["pattern"].get<std::string>(), /*search=*/true, "pattern", std::move(node), where);
+      }
+      // A format beside a pattern stays an annotation (no DFA here intersects two expressions).
+      if (type == "string" && s.contains("format") && s["format"].is_string() && status_.ok()) {
+        if (const std::optional<std::string> e = FormatExpression(s["format"].get<std::string>())) {
+          return Pattern(*e, /*search=*/false, "format", std::move(node), where);
+        }
+      }
       if (type == "array") {
         if (s.contains("items") && s["items"].is_array()) return Fail(where, "'items' as a list (a tuple) is not supported");
         if (s.contains("items") && s["items"] == false) {  // no items: the empty array
@@ -339,9 +349,9 @@ class SchemaCompiler {
       }
     }
     const Json& additional = s.contains("additionalProperties") ? s["additionalProperties"] : Json(nullptr);
-    if (!node.properties.empty()) {
-      if (!additional.is_null() && additional != false) {
-        return Fail(where, "'additionalProperties' beside 'properties' must be false (an object writes only its properties)");
+    if (!node.properties.empty()) {  // an object writes only its properties: valid whatever else it would allow
+      if (!additional.is_null() && !additional.is_boolean() && !additional.is_object()) {
+        return Fail(where, "'additionalProperties' must be a boolean or a schema");
       }
     } else if (additional.is_null() || additional == true) {
       node.values = Any();

@@ -9,15 +9,18 @@
 //   +-10^15; on an integer a fractional bound rounds inward, on a number it must be whole -- a
 //   bounded number is written without an exponent), enum, const, anyOf, oneOf (as anyOf: alternatives are tried together),
 //   allOf of one schema, $ref within the document (#, #/$defs/..., #/definitions/..., recursion too),
-//   $defs/definitions, and annotations (title, description, default, examples, format, ...).
+//   $defs/definitions, format on a string (date-time, time, date, duration, email, hostname, ipv4,
+//   ipv6, uuid enforced as whole-match patterns, runtime/string_formats.h; other formats, and a format
+//   beside a pattern, are annotations), and annotations (title, description, default, examples, ...).
 // Objects write their properties in the schema's order, each at most once, optional ones skippable;
-// an object with properties takes no others (OpenAI's strict mode: additionalProperties false); an
+// an object with properties takes no others (OpenAI's strict mode: additionalProperties false, and
+// valid whatever else additionalProperties allows); an
 // object without properties takes any keys, their values `additionalProperties` (any JSON by
 // default). Whitespace between tokens is none, one space, or a newline and up to 20 spaces or tabs
 // (a model that keeps writing whitespace still ends). Integers are written without fraction or exponent; strings escape no surrogate
 // (\uD800-\uDFFF: a character past the BMP is written as UTF-8), so a character is one of
 // minLength/maxLength's; enum and const values are written as compact JSON.
-// A string with a pattern takes no \u escape (its characters are written as UTF-8, escapes of one
+// A string with a pattern or format takes no \u escape (its characters are written as UTF-8, escapes of one
 // character as usual).
 // Anything else that asserts (fractional bounds on a number, multipleOf, not, if/then, prefixItems, ...) is an
 // error naming where it is: refused, never ignored into an answer the schema does not validate.

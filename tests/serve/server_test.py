@@ -334,6 +334,21 @@ class Main(unittest.TestCase):
             value = json.loads(ch.text)
             self.assertRegex(value["code"], r"^[A-Z]{2}-\d{2,4}$")
             self.assertTrue(re.search("ok|fine", value["note"]) and len(value["note"]) <= 8, value)
+        # Formats pydantic writes for its types (date-time, date, uuid, ipv4), enforced as OpenAI's
+        # strict mode does: pydantic parses every answer back.
+        import datetime, ipaddress, uuid
+
+        class Event(BaseModel):
+            when: datetime.datetime
+            day: datetime.date
+            id: uuid.UUID
+            host: ipaddress.IPv4Address
+
+        events = c.beta.chat.completions.parse(model=NAME, messages=messages, response_format=Event, max_tokens=200,
+                                               seed=7, n=4, temperature=1, logit_bias=bias)
+        for ch in events.choices:
+            self.assertEqual(ch.finish_reason, "stop", ch.message.content)
+            self.assertIsInstance(ch.message.parsed, Event, ch.message.content)
         # vLLM's extensions: guided_choice and guided_json (the schema's text too), structured_outputs.
         for extra in ({"guided_choice": ["yes", "no", "maybe not"]}, {"structured_outputs": {"choice": ["yes", "no", "maybe not"]}}):
             answers = {c.completions.create(model=NAME, prompt="x", max_tokens=20, temperature=1.0, seed=seed,
