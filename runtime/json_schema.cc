@@ -2,6 +2,7 @@
 #include "runtime/json_schema.h"
 
 #include <algorithm>
+#include <charconv>
 #include <cmath>
 #include <optional>
 #include <nlohmann/json.hpp>
@@ -244,22 +245,42 @@ class SchemaCompiler {
     return Add(std::move(node));
   }
 
-  // A number within whole-number bounds (pydantic's Field(ge=0, le=1) or PositiveFloat on a float),
-  // each within +-kMaxBound, the exclusive ones open (the tighter of two at one value). A fractional
-  // bound is refused: which prefixes can still land within it would need the fraction's digits kept.
+  // A number within bounds (pydantic's Field(ge=0, le=1), confloat(gt=0, lt=0.5), PositiveFloat),
+  // each within +-kMaxBound, the exclusive ones open (the tighter of two at one value). Bounds with
+  // decimals are kept as integers times 10^scale, scale the most decimals any has (at most
+  // kMaxScale), each so scaled within +-kMaxBound: the automaton counts the number's magnitude in
+  // those units (its integer digits, then `scale` digits of fraction, then whether any digit after
+  // is not 0).
   int32_t Number(const Json& s, const std::string& where) {
     JsonSchema::Node node{.kind = JsonSchema::Node::kNumber};
+    struct Bound {
+      const char* key;
+      int64_t digits;  // the bound is digits * 10^exponent
+      int exponent;
+    };
+    std::vector<Bound> bounds;
     for (const char* key : kBounds) {
       if (!s.contains(key)) continue;
       const Json& b = s[key];
       if (!BoundInRange(b, key, where)) return -1;
-      const double d = b.get<double>();
-      if (d != std::floor(d)) {
-        return Fail(where, absl::StrCat("'", key, "' on a number must be a whole number (", Compact(b),
-                                        " is not supported; on an integer it would be)"));
+      Bound bound{.key = key};
+      if (!Decimal(b.get<double>(), &bound.digits, &bound.exponent) || -bound.exponent > JsonSchema::kMaxScale) {
+        return Fail(where, absl::StrCat("'", key, "' on a number may have at most ", JsonSchema::kMaxScale, " decimals (",
+                                        Compact(b), " has more)"));
       }
-      const int64_t v = static_cast<int64_t>(d);
-      const std::string k = key;
+      node.scale = static_cast<uint8_t>(std::max<int>(node.scale, -bound.exponent));
+      bounds.push_back(bound);
+    }
+    for (const Bound& b : bounds) {
+      int64_t v = b.digits;
+      for (int e = b.exponent + node.scale; e > 0; --e) {
+        if (v > JsonSchema::kMaxBound / 10 || v < -JsonSchema::kMaxBound / 10) {
+          return Fail(where, absl::StrCat("with ", static_cast<int>(node.scale), " decimals, '", b.key,
+                                          "' times 10^", static_cast<int>(node.scale), " must be within +-10^15"));
+        }
+        v *= 10;
+      }
+      const std::string k = b.key;
       const bool open = k.starts_with("exclusive");
       if (k == "minimum" || k == "exclusiveMinimum") {
         if (v > node.lo || (v == node.lo && open)) node.lo = v, node.lo_open = open;
@@ -271,6 +292,37 @@ class SchemaCompiler {
       return Fail(where, "the bounds admit no number");
     }
     return Add(std::move(node));
+  }
+
+  // A double as the shortest decimal that reads back as it (what the schema's text said: 0.1, not
+  // 0.1000000000000000055...): digits * 10^exponent, the digits without trailing zeros.
+  static bool Decimal(double d, int64_t* digits, int* exponent) {
+    char text[64];
+    const std::to_chars_result r = std::to_chars(text, text + sizeof(text), d, std::chars_format::scientific);
+    if (r.ec != std::errc()) return false;
+    const std::string_view t(text, static_cast<size_t>(r.ptr - text));  // [-]d[.ddd]e[+-]xx
+    const size_t e = t.find('e');
+    int exp = std::stoi(std::string(t.substr(e + 1)));
+    int64_t v = 0;
+    bool negative = false, seen_dot = false;
+    for (const char c : t.substr(0, e)) {
+      if (c == '-') {
+        negative = true;
+      } else if (c == '.') {
+        seen_dot = true;
+      } else {
+        if (v > INT64_MAX / 10) return false;
+        v = v * 10 + (c - '0');
+        if (seen_dot) --exp;
+      }
+    }
+    while (v != 0 && v % 10 == 0) {
+      v /= 10;
+      ++exp;
+    }
+    *digits = negative ? -v : v;
+    *exponent = v == 0 ? 0 : exp;
+    return true;
   }
 
   // A string with a pattern (searched) or an enforced format (matched whole): the DFA takes its

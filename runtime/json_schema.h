@@ -6,8 +6,8 @@
 //   type (one or a list), properties, required, additionalProperties, items, minItems, maxItems,
 //   minLength, maxLength, pattern (runtime/json_pattern.h: an ECMA-262 subset), minimum, maximum,
 //   exclusiveMinimum, exclusiveMaximum (bounds within
-//   +-10^15; on an integer a fractional bound rounds inward, on a number it must be whole -- a
-//   bounded number is written without an exponent), enum, const, anyOf, oneOf (as anyOf: alternatives are tried together),
+//   +-10^15; on an integer a fractional bound rounds inward; on a number up to 9 decimals, the bound
+//   times 10^decimals within +-10^15 -- a bounded number is written without an exponent), enum, const, anyOf, oneOf (as anyOf: alternatives are tried together),
 //   allOf of one schema, $ref within the document (#, #/$defs/..., #/definitions/..., recursion too),
 //   $defs/definitions, format on a string (date-time, time, date, duration, email, hostname, ipv4,
 //   ipv6, uuid enforced as whole-match patterns, runtime/string_formats.h; other formats, and a format
@@ -22,7 +22,7 @@
 // minLength/maxLength's; enum and const values are written as compact JSON.
 // A string with a pattern or format takes no \u escape (its characters are written as UTF-8, escapes of one
 // character as usual).
-// Anything else that asserts (fractional bounds on a number, multipleOf, not, if/then, prefixItems, ...) is an
+// Anything else that asserts (multipleOf, not, if/then, prefixItems, ...) is an
 // error naming where it is: refused, never ignored into an answer the schema does not validate.
 #ifndef AUTOGLM_RUNTIME_JSON_SCHEMA_H_
 #define AUTOGLM_RUNTIME_JSON_SCHEMA_H_
@@ -47,6 +47,8 @@ class JsonSchema {
  public:
   static constexpr uint32_t kUnbounded = UINT32_MAX;
   static constexpr int64_t kMaxBound = 1'000'000'000'000'000;  // |minimum| and the others, at most
+  // (a number's bounds with decimals: at most kMaxScale of them, and each times 10^decimals within kMaxBound)
+  static constexpr int kMaxScale = 9;
   static constexpr size_t kMaxDepth = 64;  // frames open at once: nested values, and the document's own
   static constexpr size_t kMaxNodes = 4096;
   static constexpr size_t kMaxTextNesting = 128;  // arrays and objects in the schema's text  // a bigger schema is refused (compiling costs nodes squared at worst)
@@ -68,8 +70,9 @@ class JsonSchema {
     int32_t target = -1;                // kRef, while compiling only
     uint32_t depth = 0;                 // frames the node's shortest document opens
     int64_t lo = INT64_MIN, hi = INT64_MAX;  // kInteger: the values allowed (from minimum, maximum, ...);
-                                             // kNumber: whole-number bounds,
+                                             // kNumber: the bounds times 10^scale,
     bool lo_open = false, hi_open = false;   // kNumber: exclusive ones
+    uint8_t scale = 0;                       // kNumber: the bounds' decimals (at most kMaxScale)
     int32_t pattern = -1;  // kString: its pattern's DFA in patterns() (its lengths folded in: min 0, max kUnbounded here)
     bool bounded() const { return lo != INT64_MIN || hi != INT64_MAX; }
   };

@@ -63,12 +63,20 @@ bool Meets(const MagnitudeBounds& m, int64_t a, int64_t b) {
   return low < high || (low == high && low_closed && high_closed);
 }
 
+uint64_t Pow10(int k) {
+  uint64_t p = 1;
+  while (k-- > 0) p *= 10;
+  return p;
+}
+
 // Whether some value this prefix can still become -- its integer part's digits so far, `more` of
 // them to come or not (after a leading 0 none), then for a number any fraction -- lies within the
 // node's bounds: a digit is taken only then, so a bounded value never leaves a path without an end.
-bool Reaches(const Node& n, const Frame& f, bool more) {
+// Magnitudes count units of 10^-scale (JsonSchema::Node::scale); `unit`: what the digits still to
+// come may add, at most (10^scale in the integer part, 10^(scale - k) after k decimals).
+bool Reaches(const Node& n, const Frame& f, bool more, uint64_t unit) {
   const MagnitudeBounds m = ForMagnitude(n, f.left == 1);
-  uint64_t low = Magnitude(f), high = low + 1;  // with j more digits (and a fraction): [v 10^j, (v + 1) 10^j)
+  uint64_t low = Magnitude(f), high = low + unit;  // with j more digits (and a fraction): [v 10^j, (v + 1) 10^j)
   while (true) {
     if (Meets(m, static_cast<int64_t>(std::min(low, kFar)), static_cast<int64_t>(std::min(high, kFar + 1)))) return true;
     if (!more || low == 0 || low > kFar) return false;
@@ -87,9 +95,16 @@ bool InBounds(const Node& n, const Frame& f) {
   return (v > m.lo || (v == m.lo && !m.lo_open)) && (v < m.hi || (v == m.hi && !m.hi_open));
 }
 
-// Takes a digit of a bounded number's fraction: one other than 0 only while the integer part is
-// below the largest magnitude allowed (at it, the fraction may only be zeros).
+// Takes a digit of a bounded number's fraction: the first `scale` are the magnitude's (lo counts
+// them), each taken where the value can still land within the bounds; after them one other than 0
+// only while the magnitude is below the largest allowed (at it, the rest may only be zeros).
 bool TakeFractionDigit(const Node& n, Frame& f, uint8_t c) {
+  if (f.lo < n.scale) {
+    ++f.lo;
+    const uint64_t unit = Pow10(n.scale - f.lo);
+    SetMagnitude(f, Magnitude(f) + (c - '0') * unit);
+    return Reaches(n, f, false, unit);
+  }
   if (c == '0') return true;
   if (static_cast<int64_t>(std::min(Magnitude(f), kFar)) == ForMagnitude(n, f.left == 1).hi) return false;
   f.hi = 1;
@@ -516,8 +531,8 @@ void SchemaState::StepNumber(Path& p, uint8_t c, Paths& out) const {
       if (!IsDigit(c)) return;
       f.phase = c == '0' ? kZero : kInt;
       if (bounded) {
-        SetMagnitude(f, c - '0');
-        if (!Reaches(n, f, f.phase == kInt)) return;
+        SetMagnitude(f, (c - '0') * Pow10(n.scale));
+        if (!Reaches(n, f, f.phase == kInt, Pow10(n.scale))) return;
       }
       break;
     case kZero:
@@ -526,17 +541,17 @@ void SchemaState::StepNumber(Path& p, uint8_t c, Paths& out) const {
     case kExp:
       if (IsDigit(c) && f.phase != kZero) {
         if (bounded && f.phase == kInt) {  // the integer part's digits
-          SetMagnitude(f, Magnitude(f) * 10 + (c - '0'));
-          if (!Reaches(n, f, true)) return;
+          SetMagnitude(f, Magnitude(f) * 10 + (c - '0') * Pow10(n.scale));
+          if (!Reaches(n, f, true, Pow10(n.scale))) return;
         } else if (bounded && f.phase == kFrac && !TakeFractionDigit(n, f, c)) {
           return;
         }
         break;
       }
       if (c == '.' && (f.phase == kZero || f.phase == kInt) && !integer) {
-        if (bounded && !Reaches(n, f, false)) return;  // the integer part is whole now
+        if (bounded && !Reaches(n, f, false, Pow10(n.scale))) return;  // the integer part is whole now
         f.phase = kDot;
-        if (bounded) f.hi = 0;  // no digit other than 0 in the fraction yet
+        if (bounded) f.hi = 0, f.lo = 0;  // no digit other than 0 past the scale yet, no decimal counted
         break;
       }
       if ((c == 'e' || c == 'E') && f.phase != kExp && !integer && !bounded) {  // bounded: written plainly

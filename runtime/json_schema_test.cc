@@ -153,10 +153,12 @@ const std::vector<std::string>& Schemas() {
       }() + "]}",
       R"({"allOf": [{"$ref": "#/definitions/pair"}], "definitions": {"pair": {"type": "array", "minItems": 2, "maxItems": 2,
            "items": {"type": "string", "maxLength": 2}}}})",
-      // Bounded numbers (pydantic's Field(ge=0, le=1) and PositiveFloat on floats).
+      // Bounded numbers (pydantic's Field(ge=0, le=1) and PositiveFloat on floats), with decimals too.
       R"({"type": "object", "properties": {"t": {"type": "number", "minimum": 0, "maximum": 1},
-           "p": {"type": "number", "exclusiveMinimum": 0}, "d": {"type": ["number", "null"], "minimum": -3, "exclusiveMaximum": 2}},
-         "required": ["t", "p", "d"]})",
+           "p": {"type": "number", "exclusiveMinimum": 0}, "d": {"type": ["number", "null"], "minimum": -3, "exclusiveMaximum": 2},
+           "r": {"type": "number", "exclusiveMinimum": 0.001, "maximum": 0.75},
+           "q": {"type": ["number", "null"], "minimum": -2.5, "exclusiveMaximum": 10.25}},
+         "required": ["t", "p", "d", "r", "q"]})",
   };
   return *kSchemas;
 }
@@ -187,14 +189,12 @@ std::optional<Json> Generate(const Json& root, const Json& s, std::mt19937& rng,
     return Json(from + static_cast<int64_t>(rng() % static_cast<uint64_t>(to - from + 1)));
   }
   if (type == "number" && (s.contains("minimum") || s.contains("exclusiveMinimum") || s.contains("maximum") ||
-                           s.contains("exclusiveMaximum"))) {  // whole bounds: a whole value inside, or one and a half
-    const int64_t lo = s.contains("minimum") ? s["minimum"].get<int64_t>()
-                       : s.contains("exclusiveMinimum") ? s["exclusiveMinimum"].get<int64_t>() + 1 : -1000;
-    const int64_t hi = s.contains("maximum") ? s["maximum"].get<int64_t>()
-                       : s.contains("exclusiveMaximum") ? s["exclusiveMaximum"].get<int64_t>() - 1 : lo + 1000;
+                           s.contains("exclusiveMaximum"))) {  // a value on a grid of ten-thousandths within them
+    const auto units = [&](const char* key) { return std::llround(s[key].get<double>() * 10000); };
+    const int64_t lo = s.contains("minimum") ? units("minimum") : s.contains("exclusiveMinimum") ? units("exclusiveMinimum") + 1 : -10000000;
+    const int64_t hi = s.contains("maximum") ? units("maximum") : s.contains("exclusiveMaximum") ? units("exclusiveMaximum") - 1 : lo + 10000000;
     const int64_t v = lo + static_cast<int64_t>(rng() % static_cast<uint64_t>(hi - lo + 1));
-    const bool below_top = s.contains("maximum") ? v < hi : true;
-    return below_top && rng() % 2 ? Json(static_cast<double>(v) + 0.5) : Json(v);
+    return v % 10000 == 0 && rng() % 2 ? Json(v / 10000) : Json(static_cast<double>(v) / 10000);
   }
   if (type == "number") return rng() % 2 ? Json(static_cast<int64_t>(rng() % 100)) : Json(std::ldexp(static_cast<double>(rng() % 1000) - 500, static_cast<int>(rng() % 60) - 30));
   if (type == "boolean") return Json(rng() % 2 == 0);
@@ -399,36 +399,44 @@ TEST(SchemaState, BoundedIntegersStayWithinTheirBounds) {
   EXPECT_FALSE(SchemaState(big.get()).Feed("-"));
 }
 
-// Numbers within whole-number bounds: every text of a grid of values (integer parts 0-130, either
-// sign, fractions of up to three digits) is whole exactly when its exact value is within the bounds
-// (compared in thousandths), and every prefix of such a text is taken.
+// Numbers within bounds, whole or with decimals: every text of a grid of values (integer parts
+// 0-130, either sign, fractions of up to four digits) is whole exactly when its exact value is
+// within the bounds (compared in ten-thousandths), and every prefix of such a text is taken.
 TEST(SchemaState, BoundedNumbersStayWithinTheirBounds) {
   struct Case {
     std::string schema;
-    int64_t lo, hi;  // in thousandths; INT64_MIN/MAX: none
+    int64_t lo, hi;  // in ten-thousandths; INT64_MIN/MAX: none
     bool lo_open, hi_open;
   };
   constexpr int64_t kNone = INT64_MAX;
   for (const Case& c : std::vector<Case>{
-           {R"({"type": "number", "minimum": 0, "maximum": 1})", 0, 1000, false, false},
+           {R"({"type": "number", "minimum": 0, "maximum": 1})", 0, 10000, false, false},
            {R"({"type": "number", "exclusiveMinimum": 0})", 0, kNone, true, false},
-           {R"({"type": "number", "minimum": -3, "exclusiveMaximum": 2.0})", -3000, 2000, false, true},
-           {R"({"type": "number", "exclusiveMinimum": -1, "exclusiveMaximum": 1})", -1000, 1000, true, true},
-           {R"({"type": "number", "minimum": 5, "maximum": 5})", 5000, 5000, false, false},
-           {R"({"type": "number", "maximum": -10, "exclusiveMaximum": -10})", INT64_MIN, -10000, false, true},
-           {R"({"type": "number", "minimum": 100, "maximum": 120})", 100000, 120000, false, false}}) {
+           {R"({"type": "number", "minimum": -3, "exclusiveMaximum": 2.0})", -30000, 20000, false, true},
+           {R"({"type": "number", "exclusiveMinimum": -1, "exclusiveMaximum": 1})", -10000, 10000, true, true},
+           {R"({"type": "number", "minimum": 5, "maximum": 5})", 50000, 50000, false, false},
+           {R"({"type": "number", "maximum": -10, "exclusiveMaximum": -10})", INT64_MIN, -100000, false, true},
+           {R"({"type": "number", "minimum": 100, "maximum": 120})", 1000000, 1200000, false, false},
+           // Decimals (pydantic's confloat(ge=0.5, le=2.25), Field(gt=0.001, lt=0.999), ...).
+           {R"({"type": "number", "minimum": 0.5, "maximum": 2.25})", 5000, 22500, false, false},
+           {R"({"type": "number", "exclusiveMinimum": 0.001, "exclusiveMaximum": 0.999})", 10, 9990, true, true},
+           {R"({"type": "number", "minimum": -1.5, "exclusiveMaximum": -0.05})", -15000, -500, false, true},
+           {R"({"type": "number", "maximum": 99.99, "minimum": 0.0005})", 5, 999900, false, false},
+           {R"({"type": "number", "exclusiveMinimum": 120.5})", 1205000, kNone, true, false},
+           {R"({"type": "number", "minimum": 0.1, "maximum": 0.1})", 1000, 1000, false, false}}) {
     std::shared_ptr<const JsonSchema> schema = MustCompile(c.schema);
     ASSERT_NE(schema, nullptr);
     auto within = [&](int64_t v) {
       return (c.lo == INT64_MIN || v > c.lo || (v == c.lo && !c.lo_open)) &&
              (c.hi == kNone || v < c.hi || (v == c.hi && !c.hi_open));
     };
-    std::vector<std::pair<std::string, int64_t>> texts;  // text, value in thousandths
+    std::vector<std::pair<std::string, int64_t>> texts;  // text, value in ten-thousandths
     for (const char* sign : {"", "-"}) {
       for (int64_t whole = 0; whole <= 130; ++whole) {
-        for (const auto& [fraction, thousandths] : std::vector<std::pair<std::string, int64_t>>{
-                 {"", 0}, {".0", 0}, {".000", 0}, {".5", 500}, {".05", 50}, {".50", 500}, {".001", 1}, {".9", 900}, {".999", 999}}) {
-          const int64_t magnitude = whole * 1000 + thousandths;
+        for (const auto& [fraction, units] : std::vector<std::pair<std::string, int64_t>>{
+                 {"", 0}, {".0", 0}, {".000", 0}, {".5", 5000}, {".05", 500}, {".50", 5000}, {".001", 10}, {".9", 9000},
+                 {".999", 9990}, {".0005", 5}, {".0004", 4}, {".25", 2500}, {".2501", 2501}, {".1", 1000}, {".9999", 9999}}) {
+          const int64_t magnitude = whole * 10000 + units;
           texts.emplace_back(sign + std::to_string(whole) + fraction, *sign == '-' ? -magnitude : magnitude);
         }
       }
@@ -454,6 +462,14 @@ TEST(SchemaState, BoundedNumbersStayWithinTheirBounds) {
   }
   for (const char* taken : {"-", "-0.", "-0.000", "1.", "1.000", "0.999999999"}) {
     EXPECT_TRUE(SchemaState(unit.get()).Feed(taken)) << taken;
+  }
+  // With decimals: a prefix is refused as soon as no value it begins is within them.
+  std::shared_ptr<const JsonSchema> band = MustCompile(R"({"type": "number", "minimum": 0.5, "maximum": 0.75})");
+  for (const char* refused : {"1", "0.4", "0.8", "0.76", "0.7500001", "0.49", "-"}) {
+    EXPECT_FALSE(SchemaState(band.get()).Feed(refused)) << refused;
+  }
+  for (const char* taken : {"0", "0.", "0.7", "0.75", "0.75000", "0.5", "0.5000001"}) {
+    EXPECT_TRUE(SchemaState(band.get()).Feed(taken)) << taken;
   }
   std::shared_ptr<const JsonSchema> positive = MustCompile(R"({"type": "number", "exclusiveMinimum": 0})");
   EXPECT_FALSE(SchemaState(positive.get()).Feed("-"));
@@ -505,8 +521,9 @@ TEST(JsonSchema, RefusesWhatItCannotEnforce) {
   const std::vector<std::pair<std::string, std::string>> cases{
       {R"({"type": "string", "pattern": "(?=a)b"})", "'#': 'pattern': lookaround is not supported"},
       {R"({"type": "string", "pattern": "\\d{3}", "maxLength": 2})", "'#': 'pattern': no string of the allowed lengths"},
-      {R"({"type": "object", "properties": {"n": {"type": "number", "minimum": 0.5}}})",
-       "'#/properties/n': 'minimum' on a number must be a whole number (0.5 is not supported"},
+      {R"({"type": "object", "properties": {"n": {"type": "number", "minimum": 1e-10}}})",
+       "'#/properties/n': 'minimum' on a number may have at most 9 decimals (1e-10 has more)"},
+      {R"({"type": "number", "minimum": 0.5, "maximum": 1e15})", "with 1 decimals, 'maximum' times 10^1 must be within +-10^15"},
       {R"({"type": "number", "exclusiveMinimum": 1, "maximum": 1})", "the bounds admit no number"},
       {R"({"type": "number", "maximum": -1e16})", "'maximum' must be a number within +-10^15"},
       {R"({"minimum": 0})", "need \"type\": \"integer\" or \"number\""},
@@ -576,7 +593,7 @@ TEST(JsonSchemaGrammar, MasksAreTheTokensAStateTakes) {
            {1, R"({"thought":"x","action":{"type":"tap","x":1,"y":-1}})"},
            {4, "12"},
            {6, R"({"n":120,"p":12,"neg":-12,"f":999999,"z":0,"big":-999999999999991})"},  // bounded integers
-           {9, R"({"t":1.0,"p":12.25,"d":-2.75})"},                                         // bounded numbers
+           {9, R"({"t":1.0,"p":12.25,"d":-2.75,"r":0.0015,"q":10.2499})"},                   // bounded numbers
            {-1, "{\"s\":\"" + std::string(44, 'a') + "\",\"l\":[1,22,333" + [] {
               std::string items;
               for (int i = 0; i < 36; ++i) items += ",4";

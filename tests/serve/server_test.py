@@ -335,7 +335,7 @@ class Main(unittest.TestCase):
             self.assertRegex(value["code"], r"^[A-Z]{2}-\d{2,4}$")
             self.assertTrue(re.search("ok|fine", value["note"]) and len(value["note"]) <= 8, value)
         # Formats pydantic writes for its types (date-time, date, uuid, ipv4), enforced as OpenAI's
-        # strict mode does: pydantic parses every answer back.
+        # strict mode does, and a float's bounds with decimals: pydantic parses every answer back.
         import datetime, ipaddress, uuid
 
         class Event(BaseModel):
@@ -343,6 +343,7 @@ class Main(unittest.TestCase):
             day: datetime.date
             id: uuid.UUID
             host: ipaddress.IPv4Address
+            ratio: float = Field(gt=0.05, le=0.95)  # bounds with decimals
 
         events = c.beta.chat.completions.parse(model=NAME, messages=messages, response_format=Event, max_tokens=200,
                                                seed=7, n=4, temperature=1, logit_bias=bias)
@@ -366,8 +367,8 @@ class Main(unittest.TestCase):
                 ({"json_schema": {"name": "a", "schema": {"type": "string", "pattern": "(?=a)a+"}}},
                  "response_format.json_schema.schema", "'pattern': lookaround is not supported"),
                 ({"json_schema": {"name": "a", "schema": {"type": "object", "properties": {"n": {"type": "number",
-                                                                                                 "minimum": 0.5}}}}},
-                 "response_format.json_schema.schema", "'#/properties/n': 'minimum' on a number must be a whole number"),
+                                                                                                 "minimum": 1e-10}}}}},
+                 "response_format.json_schema.schema", "'#/properties/n': 'minimum' on a number may have at most 9 decimals"),
                 ({"json_schema": {"schema": {}}}, "response_format.json_schema", "name"),
                 ({}, "response_format", "json_schema")):
             status, r = self.s.post("/v1/completions", {"model": NAME, "prompt": "x",
