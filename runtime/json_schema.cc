@@ -30,7 +30,7 @@ const absl::flat_hash_set<std::string>& Annotations() {
 
 const absl::flat_hash_set<std::string>& Handled() {
   static const auto* const kSet = new absl::flat_hash_set<std::string>{
-      "type",      "properties", "required", "additionalProperties", "items", "minItems", "maxItems", "minLength",
+      "type",      "properties", "required", "additionalProperties", "items", "prefixItems", "additionalItems", "minItems", "maxItems", "minLength",
       "maxLength", "enum",       "const",    "anyOf",                "oneOf", "allOf",    "$ref",
       "minimum",   "maximum",    "exclusiveMinimum", "exclusiveMaximum", "pattern"};
   return *kSet;
@@ -183,7 +183,7 @@ class SchemaCompiler {
     if (types.empty()) {  // the type follows from its keywords, or it is any value
       for (const auto& [type, keywords] : std::vector<std::pair<std::string, std::vector<std::string>>>{
                {"object", {"properties", "required", "additionalProperties"}},
-               {"array", {"items", "minItems", "maxItems"}},
+               {"array", {"items", "prefixItems", "minItems", "maxItems"}},
                {"string", {"minLength", "maxLength", "pattern"}}}) {
         for (const std::string& k : keywords) {
           if (s.contains(k)) {
@@ -325,6 +325,31 @@ class SchemaCompiler {
     return true;
   }
 
+  // An array: its first items each of its own schema (prefixItems, or the older items as a list),
+  // the rest of `items` (additionalItems in the older form); false there ends the array after them.
+  int32_t Array(const Json& s, JsonSchema::Node node, const std::string& where, int nesting) {
+    const bool old_tuple = s.contains("items") && s["items"].is_array();
+    const char* prefix_key = old_tuple ? "items" : "prefixItems";
+    const char* rest_key = old_tuple ? "additionalItems" : "items";
+    if (s.contains(prefix_key)) {
+      const Json& prefix = s[prefix_key];
+      if (!prefix.is_array()) return Fail(where, absl::StrCat("'", prefix_key, "' must be a list of schemas"));
+      for (size_t i = 0; i < prefix.size(); ++i) {
+        node.prefix.push_back(Compile(prefix[i], absl::StrCat(where, "/", prefix_key, "/", i), nesting + 1));
+      }
+    }
+    if (s.contains(rest_key) && s[rest_key] == false) {  // no items past the prefix
+      if (node.min > node.prefix.size()) {
+        return Fail(where, absl::StrCat("'minItems' with '", rest_key, "': false admits nothing"));
+      }
+      node.max = std::min<uint32_t>(node.max, static_cast<uint32_t>(node.prefix.size()));
+      node.items = Any();
+    } else {
+      node.items = s.contains(rest_key) ? Compile(s[rest_key], where + "/" + rest_key, nesting + 1) : Any();
+    }
+    return Add(std::move(node));
+  }
+
   // A string with a pattern (searched) or an enforced format (matched whole): the DFA takes its
   // lengths too (the node's own bounds are then none).
   int32_t Pattern(const std::string& expression, bool search, const char* keyword, JsonSchema::Node node,
@@ -366,16 +391,7 @@ class SchemaCompiler {
           return Pattern(*e, /*search=*/false, "format", std::move(node), where);
         }
       }
-      if (type == "array") {
-        if (s.contains("items") && s["items"].is_array()) return Fail(where, "'items' as a list (a tuple) is not supported");
-        if (s.contains("items") && s["items"] == false) {  // no items: the empty array
-          if (node.min > 0) return Fail(where, "'minItems' with 'items': false admits nothing");
-          node.max = 0;
-          node.items = Any();
-        } else {
-          node.items = s.contains("items") ? Compile(s["items"], where + "/items", nesting + 1) : Any();
-        }
-      }
+      if (type == "array" && status_.ok()) return Array(s, std::move(node), where, nesting);
       return Add(std::move(node));
     }
     // An object.
@@ -454,8 +470,10 @@ class SchemaCompiler {
       if (n.values >= 0) n.values = resolve(n.values);
       if (n.items >= 0) n.items = resolve(n.items);
       for (int32_t& a : n.alternatives) a = resolve(a);
+      for (int32_t& i : n.prefix) i = resolve(i);
       if (std::any_of(n.properties.begin(), n.properties.end(), [](const auto& p) { return p.node < 0; }) ||
           (n.kind == JsonSchema::Node::kArray && n.items < 0) ||
+          std::find(n.prefix.begin(), n.prefix.end(), -1) != n.prefix.end() ||
           std::find(n.alternatives.begin(), n.alternatives.end(), -1) != n.alternatives.end()) {
         return Fail("", "'$ref' names only itself") >= 0;
       }
@@ -499,8 +517,9 @@ class SchemaCompiler {
               if (p.required) d = std::max(d, plus_one(depth(p.node)));
             }
             break;
-          case JsonSchema::Node::kArray:
-            if (n.min > 0) d = plus_one(depth(n.items));
+          case JsonSchema::Node::kArray:  // its first minItems items
+            for (uint32_t i = 0; i < std::min<size_t>(n.min, n.prefix.size()); ++i) d = std::max(d, plus_one(depth(n.prefix[i])));
+            if (n.min > n.prefix.size()) d = std::max(d, plus_one(depth(n.items)));
             break;
           case JsonSchema::Node::kAnyOf:
             d = kInfinite;

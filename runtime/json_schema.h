@@ -3,7 +3,8 @@
 // one JSON document the schema validates -- enforced token by token like JSON mode.
 //
 // What it takes (and how it narrows what a validator would accept):
-//   type (one or a list), properties, required, additionalProperties, items, minItems, maxItems,
+//   type (one or a list), properties, required, additionalProperties, items, prefixItems (and the
+//   older items-as-a-list with additionalItems), minItems, maxItems,
 //   minLength, maxLength, pattern (runtime/json_pattern.h: an ECMA-262 subset), minimum, maximum,
 //   exclusiveMinimum, exclusiveMaximum (bounds within
 //   +-10^15; on an integer a fractional bound rounds inward; on a number up to 9 decimals, the bound
@@ -63,7 +64,9 @@ class JsonSchema {
     Kind kind = kLiterals;
     std::vector<Property> properties;   // kObject
     int32_t values = -1;                // kObject without properties: every value's node (-1: no keys at all)
-    int32_t items = -1;                 // kArray
+    int32_t items = -1;                 // kArray: the items' node (after `prefix`)
+    std::vector<int32_t> prefix;        // kArray: the first items' nodes, one each (prefixItems: a tuple)
+    int32_t Item(uint32_t index) const { return index < prefix.size() ? prefix[index] : items; }
     uint32_t min = 0, max = kUnbounded;  // kArray: items; kString: characters
     std::vector<std::string> literals;  // kLiterals: each value as compact JSON
     std::vector<int32_t> alternatives;  // kAnyOf: none of them an anyOf

@@ -28,8 +28,8 @@ bool IsDigit(uint8_t c) { return c >= '0' && c <= '9'; }
 bool IsHex(uint8_t c) { return IsDigit(c) || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F'); }
 
 // Counts (items, characters) only matter up to the bound a comparison needs.
-uint32_t Saturated(uint32_t count, const Node& n) {
-  const uint32_t cap = n.max != JsonSchema::kUnbounded ? n.max : n.min;
+uint32_t Saturated(uint32_t count, const Node& n) {  // (an array's count is exact through its prefix)
+  const uint32_t cap = n.max != JsonSchema::kUnbounded ? n.max : std::max(n.min, static_cast<uint32_t>(n.prefix.size()));
   return std::min(count + 1, cap);
 }
 
@@ -163,13 +163,15 @@ std::string SchemaState::Key(uint32_t horizon, bool* counted) const {
     key += static_cast<char>(p.size());
     for (Frame f : p) {
       const Node* n = f.node >= 0 ? &schema_->node(f.node) : nullptr;
+      // (An array still within its prefix keeps its exact count: its next items' nodes depend on it.)
       if (n != nullptr && (n->kind == Node::kString || n->kind == Node::kArray) &&
-          (n->min > 0 || n->max != JsonSchema::kUnbounded)) {
+          (n->min > 0 || n->max != JsonSchema::kUnbounded) && f.count >= n->prefix.size()) {
         // The next `horizon` bytes add at most `horizon` to the count: they see it only through these.
         const uint32_t far = horizon + 1;
         const uint32_t to_min = n->min > f.count ? std::min(n->min - f.count, far) : 0;
         const uint32_t to_max = n->max == JsonSchema::kUnbounded ? far : std::min(n->max - f.count, far);
         f.count = to_min * (far + 1) + to_max;
+        if (n->kind == Node::kArray) f.lo = 0;  // merged, not an exact count (arrays leave lo 0x80 otherwise)
         *counted = true;
       }
       key.append(reinterpret_cast<const char*>(&f), sizeof(Frame));
@@ -385,10 +387,10 @@ void SchemaState::StepArray(Path& p, uint8_t c, Paths& out) const {
       }
       if (n.max == 0) return;
       f.phase = kInItem;
-      return Enter(p, n.items, c, out);
+      return Enter(p, n.Item(f.count), c, out);
     case kArrAfter:
       if (c == ']' && f.count >= n.min) return Finish(p, out);
-      if (c != ',' || f.count >= n.max || !Fits(p, n.items)) return;  // a comma promises an item
+      if (c != ',' || f.count >= n.max || !Fits(p, n.Item(f.count))) return;  // a comma promises an item
       f.phase = kItem;
       break;
     default:

@@ -75,7 +75,12 @@ class Validator {
     if (v.is_array()) {
       if (s.contains("minItems") && v.size() < s["minItems"].get<size_t>()) return false;
       if (s.contains("maxItems") && v.size() > s["maxItems"].get<size_t>()) return false;
-      if (s.contains("items") && std::any_of(v.begin(), v.end(), [&](const Json& i) { return !Valid(s["items"], i); })) return false;
+      const bool old_tuple = s.contains("items") && s["items"].is_array();
+      const Json prefix = old_tuple ? s["items"] : s.value("prefixItems", Json::array());
+      const char* rest = old_tuple ? "additionalItems" : "items";
+      for (size_t i = 0; i < v.size(); ++i) {
+        if (i < prefix.size() ? !Valid(prefix[i], v[i]) : s.contains(rest) && !Valid(s[rest], v[i])) return false;
+      }
     }
     if (v.is_object()) {
       for (const Json& r : s.value("required", Json::array())) {
@@ -153,6 +158,13 @@ const std::vector<std::string>& Schemas() {
       }() + "]}",
       R"({"allOf": [{"$ref": "#/definitions/pair"}], "definitions": {"pair": {"type": "array", "minItems": 2, "maxItems": 2,
            "items": {"type": "string", "maxLength": 2}}}})",
+      // Tuples: pydantic's Tuple[int, str] (prefixItems, then nothing), a prefix then items, the older items-as-a-list.
+      R"({"type": "object", "properties": {
+           "t": {"type": "array", "prefixItems": [{"type": "integer", "minimum": 0, "maximum": 1080}, {"type": "string", "maxLength": 3}],
+                 "minItems": 2, "maxItems": 2},
+           "p": {"type": "array", "prefixItems": [{"const": "a"}, {"type": "boolean"}], "items": {"type": "integer"}, "maxItems": 4},
+           "o": {"type": "array", "items": [{"type": "null"}, {"enum": ["x", "y"]}], "additionalItems": false}},
+         "required": ["t", "p", "o"]})",
       // Bounded numbers (pydantic's Field(ge=0, le=1) and PositiveFloat on floats), with decimals too.
       R"({"type": "object", "properties": {"t": {"type": "number", "minimum": 0, "maximum": 1},
            "p": {"type": "number", "exclusiveMinimum": 0}, "d": {"type": ["number", "null"], "minimum": -3, "exclusiveMaximum": 2},
@@ -207,8 +219,12 @@ std::optional<Json> Generate(const Json& root, const Json& s, std::mt19937& rng,
   }
   if (type == "array") {
     Json a = Json::array();
+    const bool old_tuple = s.contains("items") && s["items"].is_array();
+    const Json prefix = old_tuple ? s["items"] : s.value("prefixItems", Json::array());
+    const char* rest = old_tuple ? "additionalItems" : "items";
     for (size_t i = 0; i < count; ++i) {
-      std::optional<Json> item = Generate(root, s.contains("items") ? s["items"] : Json::object(), rng, depth + 1);
+      std::optional<Json> item =
+          Generate(root, i < prefix.size() ? prefix[i] : s.contains(rest) ? s[rest] : Json::object(), rng, depth + 1);
       if (!item) return std::nullopt;
       a.push_back(*item);
     }
@@ -535,7 +551,9 @@ TEST(JsonSchema, RefusesWhatItCannotEnforce) {
       {R"({"type": "object", "properties": {"a/b~": {"not": {}}}})", "'#/properties/a~1b~0': 'not' is not supported"},
       {R"({"type": "object", "properties": {"a": {}}, "required": ["b"]})", "'required' names \"b\""},
       {R"({"type": "object", "properties": {"a": {}}, "additionalProperties": 3})", "must be a boolean or a schema"},
-      {R"({"type": "array", "items": [{"type": "string"}]})", "a tuple"},
+      {R"({"type": "array", "prefixItems": {"type": "string"}})", "'prefixItems' must be a list of schemas"},
+      {R"({"type": "array", "prefixItems": [{}], "items": false, "minItems": 2})", "'minItems' with 'items': false admits nothing"},
+      {R"({"type": "array", "items": [{}, {"not": {}}]})", "'#/items/1': 'not' is not supported"},
       {R"({"type": "string", "enum": [1, 2]})", "no value of the schema's 'type'"},
       {R"({"type": "string", "minLength": 3, "maxLength": 2})", "'minLength' is more than 'maxLength'"},
       {R"({"type": "array", "minItems": -1})", "'minItems' must be a non-negative integer"},
@@ -593,16 +611,26 @@ TEST(JsonSchemaGrammar, MasksAreTheTokensAStateTakes) {
            {1, R"({"thought":"x","action":{"type":"tap","x":1,"y":-1}})"},
            {4, "12"},
            {6, R"({"n":120,"p":12,"neg":-12,"f":999999,"z":0,"big":-999999999999991})"},  // bounded integers
-           {9, R"({"t":1.0,"p":12.25,"d":-2.75,"r":0.0015,"q":10.2499})"},                   // bounded numbers
+           {9, R"({"t":[1080,"abc"],"p":["a",true,5,-2],"o":[null,"y"]})"},                     // tuples
+           {10, R"({"t":1.0,"p":12.25,"d":-2.75,"r":0.0015,"q":10.2499})"},                  // bounded numbers
            {-1, "{\"s\":\"" + std::string(44, 'a') + "\",\"l\":[1,22,333" + [] {
               std::string items;
               for (int i = 0; i < 36; ++i) items += ",4";
               return items;
-            }() + "]}"}}) {
-    // -1: lengths and item counts near their bounds, where the long tokens' bits change.
+            }() + "]}"},
+           {-2, R"(["a","b","c")" + [] {
+              std::string items;
+              for (int i = 0; i < 50; ++i) items += "," + std::to_string(i);
+              return items;
+            }() + "]"}}) {
+    // -1: lengths and item counts near their bounds, where the long tokens' bits change. -2: a
+    // tuple's prefix far below minItems, where each item's node depends on its exact place.
     const std::string bounded = R"({"type": "object", "properties": {"s": {"type": "string", "minLength": 2, "maxLength": 45},
         "l": {"type": "array", "items": {"type": "integer"}, "minItems": 3, "maxItems": 40}}, "required": ["s", "l"]})";
-    std::shared_ptr<JsonSchemaGrammar> g = *JsonSchemaGrammar::Create(MustCompile(index < 0 ? bounded : Schemas()[index]), v);
+    const std::string far_prefix =
+        R"({"type": "array", "prefixItems": [{"const": "a"}, {"const": "b"}, {"const": "c"}], "items": {"type": "integer"}, "minItems": 50})";
+    std::shared_ptr<JsonSchemaGrammar> g =
+        *JsonSchemaGrammar::Create(MustCompile(index == -1 ? bounded : index == -2 ? far_prefix : Schemas()[index]), v);
     SchemaState s = g->Start();
     for (size_t i = 0; i <= text.size(); ++i) {
       const std::shared_ptr<const std::vector<uint64_t>> mask = g->Allowed(s);

@@ -273,7 +273,7 @@ class Main(unittest.TestCase):
         Literal as const, Field bounds) and pydantic validates every answer it parses back. The
         properties come in the model's order; streamed and n choices alike; a schema the compiler
         cannot enforce is a 400 naming it."""
-        from typing import Literal, Union
+        from typing import Literal, Tuple, Union
         from pydantic import BaseModel, Field
 
         class Tap(BaseModel):  # the phone agent's screen: integer bounds
@@ -335,7 +335,7 @@ class Main(unittest.TestCase):
             self.assertRegex(value["code"], r"^[A-Z]{2}-\d{2,4}$")
             self.assertTrue(re.search("ok|fine", value["note"]) and len(value["note"]) <= 8, value)
         # Formats pydantic writes for its types (date-time, date, uuid, ipv4), enforced as OpenAI's
-        # strict mode does, and a float's bounds with decimals: pydantic parses every answer back.
+        # strict mode does, a float's bounds with decimals and a tuple: pydantic parses every answer back.
         import datetime, ipaddress, uuid
 
         class Event(BaseModel):
@@ -344,6 +344,7 @@ class Main(unittest.TestCase):
             id: uuid.UUID
             host: ipaddress.IPv4Address
             ratio: float = Field(gt=0.05, le=0.95)  # bounds with decimals
+            point: Tuple[int, int]  # prefixItems
 
         events = c.beta.chat.completions.parse(model=NAME, messages=messages, response_format=Event, max_tokens=200,
                                                seed=7, n=4, temperature=1, logit_bias=bias)
