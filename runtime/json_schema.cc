@@ -32,14 +32,16 @@ const absl::flat_hash_set<std::string>& Handled() {
   static const auto* const kSet = new absl::flat_hash_set<std::string>{
       "type",      "properties", "required", "additionalProperties", "items", "prefixItems", "additionalItems", "minItems", "maxItems", "minLength",
       "maxLength", "enum",       "const",    "anyOf",                "oneOf", "allOf",    "$ref",
-      "minimum",   "maximum",    "exclusiveMinimum", "exclusiveMaximum", "pattern"};
+      "minimum",   "maximum",    "exclusiveMinimum", "exclusiveMaximum", "pattern", "multipleOf"};
   return *kSet;
 }
 
 constexpr const char* kBounds[] = {"minimum", "exclusiveMinimum", "maximum", "exclusiveMaximum"};
 
+// Bounds, or multipleOf (which bounds a value too: to its multiples).
 bool HasBounds(const Json& s) {
-  return std::any_of(std::begin(kBounds), std::end(kBounds), [&](const char* k) { return s.contains(k); });
+  return s.contains("multipleOf") ||
+         std::any_of(std::begin(kBounds), std::end(kBounds), [&](const char* k) { return s.contains(k); });
 }
 
 std::string Compact(const Json& j) { return j.dump(-1, ' ', /*ensure_ascii=*/false, Json::error_handler_t::strict); }
@@ -242,7 +244,48 @@ class SchemaCompiler {
       if (k == "exclusiveMaximum") node.hi = std::min(node.hi, whole ? v - 1 : static_cast<int64_t>(std::ceil(d)) - 1);
     }
     if (node.lo > node.hi) return Fail(where, "the bounds admit no integer");
+    if (s.contains("multipleOf")) {  // an integer is a multiple of d 10^e when it is one of d / gcd(d, 10^-e)
+      int64_t digits = 0;
+      int exponent = 0;
+      if (!MultipleOf(s["multipleOf"], &digits, &exponent, where)) return -1;
+      int64_t k = digits;
+      for (int e = exponent; e > 0 && k <= JsonSchema::kMaxBound; --e) k *= 10;
+      for (int e = exponent; e < 0; ++e) k /= k % 2 == 0 && k % 5 == 0 ? 10 : k % 2 == 0 ? 2 : k % 5 == 0 ? 5 : 1;
+      if (!Multiple(node, k, where)) return -1;
+    }
     return Add(std::move(node));
+  }
+
+  // multipleOf: a positive number of at most kMaxScale decimals, as digits * 10^exponent.
+  bool MultipleOf(const Json& k, int64_t* digits, int* exponent, const std::string& where) {
+    if (!k.is_number() || !(k.get<double>() > 0) || k.get<double>() > static_cast<double>(JsonSchema::kMaxBound)) {
+      Fail(where, "'multipleOf' must be a positive number within 10^15");
+      return false;
+    }
+    if (!Decimal(k.get<double>(), digits, exponent) || -*exponent > JsonSchema::kMaxScale) {
+      Fail(where, absl::StrCat("'multipleOf' may have at most ", JsonSchema::kMaxScale, " decimals (", Compact(k), " has more)"));
+      return false;
+    }
+    return true;
+  }
+
+  // Values the multiples of k (in the node's units): without bounds, within +-kMaxBound (narrower:
+  // the magnitude the automaton counts stays exact), and some multiple must lie within them.
+  bool Multiple(JsonSchema::Node& node, int64_t k, const std::string& where) {
+    if (k > JsonSchema::kMaxBound) {
+      Fail(where, "'multipleOf' times 10^decimals must be within 10^15");
+      return false;
+    }
+    node.multiple = k;
+    node.lo = std::max(node.lo, -JsonSchema::kMaxBound);
+    node.hi = std::min(node.hi, JsonSchema::kMaxBound);
+    const int64_t low = node.lo + (node.lo_open ? 1 : 0), high = node.hi - (node.hi_open ? 1 : 0);
+    const int64_t first = low >= 0 ? (low + k - 1) / k * k : -(-low / k * k);  // the least multiple >= low
+    if (first > high) {
+      Fail(where, "the bounds admit no multiple of 'multipleOf'");
+      return false;
+    }
+    return true;
   }
 
   // A number within bounds (pydantic's Field(ge=0, le=1), confloat(gt=0, lt=0.5), PositiveFloat),
@@ -271,6 +314,12 @@ class SchemaCompiler {
       node.scale = static_cast<uint8_t>(std::max<int>(node.scale, -bound.exponent));
       bounds.push_back(bound);
     }
+    int64_t multiple_digits = 0;
+    int multiple_exponent = 0;
+    if (s.contains("multipleOf")) {
+      if (!MultipleOf(s["multipleOf"], &multiple_digits, &multiple_exponent, where)) return -1;
+      node.scale = static_cast<uint8_t>(std::max<int>(node.scale, -multiple_exponent));
+    }
     for (const Bound& b : bounds) {
       int64_t v = b.digits;
       for (int e = b.exponent + node.scale; e > 0; --e) {
@@ -290,6 +339,11 @@ class SchemaCompiler {
     }
     if (node.lo > node.hi || (node.lo == node.hi && (node.lo_open || node.hi_open))) {
       return Fail(where, "the bounds admit no number");
+    }
+    if (s.contains("multipleOf")) {  // in the bounds' units; a number so bounded has no digit past the scale but 0
+      int64_t k = multiple_digits;
+      for (int e = multiple_exponent + node.scale; e > 0 && k <= JsonSchema::kMaxBound; --e) k *= 10;
+      if (!Multiple(node, k, where)) return -1;
     }
     return Add(std::move(node));
   }

@@ -8,7 +8,9 @@
 //   minLength, maxLength, pattern (runtime/json_pattern.h: an ECMA-262 subset), minimum, maximum,
 //   exclusiveMinimum, exclusiveMaximum (bounds within
 //   +-10^15; on an integer a fractional bound rounds inward; on a number up to 9 decimals, the bound
-//   times 10^decimals within +-10^15 -- a bounded number is written without an exponent), enum, const, anyOf, oneOf (as anyOf: alternatives are tried together),
+//   times 10^decimals within +-10^15 -- a bounded number is written without an exponent),
+//   multipleOf on integers and numbers (at most 9 decimals; such a value is kept within +-10^15),
+//   enum, const, anyOf, oneOf (as anyOf: alternatives are tried together),
 //   allOf of one schema, $ref within the document (#, #/$defs/..., #/definitions/..., recursion too),
 //   $defs/definitions, format on a string (date-time, time, date, duration, email, hostname, ipv4,
 //   ipv6, uuid enforced as whole-match patterns, runtime/string_formats.h; other formats, and a format
@@ -23,7 +25,7 @@
 // minLength/maxLength's; enum and const values are written as compact JSON.
 // A string with a pattern or format takes no \u escape (its characters are written as UTF-8, escapes of one
 // character as usual).
-// Anything else that asserts (multipleOf, not, if/then, prefixItems, ...) is an
+// Anything else that asserts (not, if/then, uniqueItems, ...) is an
 // error naming where it is: refused, never ignored into an answer the schema does not validate.
 #ifndef AUTOGLM_RUNTIME_JSON_SCHEMA_H_
 #define AUTOGLM_RUNTIME_JSON_SCHEMA_H_
@@ -76,6 +78,8 @@ class JsonSchema {
                                              // kNumber: the bounds times 10^scale,
     bool lo_open = false, hi_open = false;   // kNumber: exclusive ones
     uint8_t scale = 0;                       // kNumber: the bounds' decimals (at most kMaxScale)
+    int64_t multiple = 0;                    // kInteger, kNumber: values are its multiples (in the bounds'
+                                             // units; then bounded within +-kMaxBound); 0: any
     int32_t pattern = -1;  // kString: its pattern's DFA in patterns() (its lengths folded in: min 0, max kUnbounded here)
     bool bounded() const { return lo != INT64_MIN || hi != INT64_MAX; }
   };

@@ -49,15 +49,21 @@ void SetMagnitude(Frame& f, uint64_t v) {
 struct MagnitudeBounds {
   int64_t lo, hi;
   bool lo_open, hi_open;
+  int64_t multiple;  // 0, or the magnitude must be a multiple of it
 };
 MagnitudeBounds ForMagnitude(const Node& n, bool negative) {
-  if (!negative) return {n.lo, n.hi, n.lo_open, n.hi_open};
-  return {n.hi == INT64_MAX ? INT64_MIN : -n.hi, n.lo == INT64_MIN ? INT64_MAX : -n.lo, n.hi_open, n.lo_open};
+  if (!negative) return {n.lo, n.hi, n.lo_open, n.hi_open, n.multiple};
+  return {n.hi == INT64_MAX ? INT64_MIN : -n.hi, n.lo == INT64_MIN ? INT64_MAX : -n.lo, n.hi_open, n.lo_open, n.multiple};
 }
 
-// Whether some real magnitude in [a, b) (whole ends, a < b) lies within the bounds. For an integer
-// (closed whole bounds) that is whether some whole magnitude in [a, b - 1] does.
+// Whether some real magnitude in [a, b) (whole ends, 0 <= a < b) lies within the bounds. For an
+// integer (closed whole bounds) that is whether some whole magnitude in [a, b - 1] does; with a
+// multiple, whether one of its multiples does (those are whole).
 bool Meets(const MagnitudeBounds& m, int64_t a, int64_t b) {
+  if (m.multiple != 0) {
+    const int64_t low = std::max(a, m.lo_open ? m.lo + 1 : m.lo), high = std::min(b - 1, m.hi_open ? m.hi - 1 : m.hi);
+    return low <= high && (low + m.multiple - 1) / m.multiple * m.multiple <= high;  // low >= a >= 0
+  }
   const int64_t low = std::max(a, m.lo), high = std::min(b, m.hi);
   const bool low_closed = a > m.lo || !m.lo_open, high_closed = b > m.hi && !m.hi_open;
   return low < high || (low == high && low_closed && high_closed);
@@ -91,6 +97,7 @@ bool Reaches(const Node& n, const Frame& f, bool more, uint64_t unit) {
 bool InBounds(const Node& n, const Frame& f) {
   const MagnitudeBounds m = ForMagnitude(n, f.left == 1);
   const int64_t v = static_cast<int64_t>(std::min(Magnitude(f), kFar));
+  if (m.multiple != 0 && v % m.multiple != 0) return false;  // (no digit but 0 came past the scale then)
   if (f.phase == kFrac && f.hi == 1) return v >= m.lo && v < m.hi;
   return (v > m.lo || (v == m.lo && !m.lo_open)) && (v < m.hi || (v == m.hi && !m.hi_open));
 }
@@ -106,6 +113,7 @@ bool TakeFractionDigit(const Node& n, Frame& f, uint8_t c) {
     return Reaches(n, f, false, unit);
   }
   if (c == '0') return true;
+  if (n.multiple != 0) return false;  // a multiple has nothing past the scale
   if (static_cast<int64_t>(std::min(Magnitude(f), kFar)) == ForMagnitude(n, f.left == 1).hi) return false;
   f.hi = 1;
   return true;

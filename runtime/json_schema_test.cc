@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <functional>
+#include <numeric>
 #include <random>
 #include <regex>
 
@@ -63,6 +64,10 @@ class Validator {
     }
     if (v.is_number()) {
       const double x = v.get<double>();
+      if (s.contains("multipleOf")) {
+        const double q = x / s["multipleOf"].get<double>();
+        if (std::fabs(q - std::round(q)) > 1e-9 * std::max(1.0, std::fabs(q))) return false;
+      }
       if (s.contains("minimum") && x < s["minimum"].get<double>()) return false;
       if (s.contains("maximum") && x > s["maximum"].get<double>()) return false;
       if (s.contains("exclusiveMinimum") && x <= s["exclusiveMinimum"].get<double>()) return false;
@@ -169,8 +174,10 @@ const std::vector<std::string>& Schemas() {
       R"({"type": "object", "properties": {"t": {"type": "number", "minimum": 0, "maximum": 1},
            "p": {"type": "number", "exclusiveMinimum": 0}, "d": {"type": ["number", "null"], "minimum": -3, "exclusiveMaximum": 2},
            "r": {"type": "number", "exclusiveMinimum": 0.001, "maximum": 0.75},
-           "q": {"type": ["number", "null"], "minimum": -2.5, "exclusiveMaximum": 10.25}},
-         "required": ["t", "p", "d", "r", "q"]})",
+           "q": {"type": ["number", "null"], "minimum": -2.5, "exclusiveMaximum": 10.25},
+           "m": {"type": "integer", "multipleOf": 5, "minimum": 0, "maximum": 100},
+           "h": {"type": "number", "multipleOf": 0.25, "exclusiveMaximum": 10, "minimum": -3}},
+         "required": ["t", "p", "d", "r", "q", "m", "h"]})",
   };
   return *kSchemas;
 }
@@ -191,6 +198,16 @@ std::optional<Json> Generate(const Json& root, const Json& s, std::mt19937& rng,
   if (depth > 3 && (type == "object" || type == "array") && !s.contains("properties") && !s.contains("items")) type = "null";
   const size_t min = s.value("minItems", s.value("minLength", 0u)), max = s.value("maxItems", s.value("maxLength", 4u));
   const size_t count = min + rng() % (std::min<size_t>(max, min + 3) - min + 1);
+  if ((type == "integer" || type == "number") && s.contains("multipleOf")) {  // a multiple within the bounds (in ten-thousandths)
+    const int64_t k = std::llround(s["multipleOf"].get<double>() * 10000);
+    const auto units = [&](const char* key) { return std::llround(s[key].get<double>() * 10000); };
+    const int64_t lo = s.contains("minimum") ? units("minimum") : s.contains("exclusiveMinimum") ? units("exclusiveMinimum") + 1 : -10000000;
+    const int64_t hi = s.contains("maximum") ? units("maximum") : s.contains("exclusiveMaximum") ? units("exclusiveMaximum") - 1 : lo + 10000000;
+    const int64_t step = type == "integer" ? std::lcm(k, int64_t{10000}) : k;
+    const int64_t first = (lo >= 0 ? (lo + step - 1) / step : -(-lo / step)), last = hi >= 0 ? hi / step : -((-hi + step - 1) / step);
+    const int64_t v = (first + static_cast<int64_t>(rng() % static_cast<uint64_t>(last - first + 1))) * step;
+    return v % 10000 == 0 ? Json(v / 10000) : Json(static_cast<double>(v) / 10000);
+  }
   if (type == "integer") {  // within the bounds, or -1000 .. 1000 where there are none
     std::optional<int64_t> lo, hi;
     if (s.contains("minimum")) lo = static_cast<int64_t>(std::ceil(s["minimum"].get<double>()));
@@ -378,17 +395,26 @@ TEST(SchemaState, BoundedIntegersStayWithinTheirBounds) {
   struct Case {
     std::string schema;
     int64_t lo, hi;
+    int64_t multiple = 1;
   };
+  constexpr int64_t kBound = JsonSchema::kMaxBound;
   for (const Case& c : std::vector<Case>{{R"({"type": "integer", "minimum": -12, "maximum": 345})", -12, 345},
                                          {R"({"type": "integer", "exclusiveMinimum": 0})", 1, INT64_MAX},
                                          {R"({"type": "integer", "maximum": -7.5})", INT64_MIN, -8},
                                          {R"({"type": "integer", "minimum": 0, "exclusiveMaximum": 1})", 0, 0},
-                                         {R"({"type": "integer", "minimum": 90, "maximum": 110})", 90, 110}}) {
+                                         {R"({"type": "integer", "minimum": 90, "maximum": 110})", 90, 110},
+                                         // multipleOf (pydantic's conint(multiple_of=5)), unbounded: within 10^15
+                                         {R"({"type": "integer", "multipleOf": 5})", -kBound, kBound, 5},
+                                         {R"({"type": "integer", "multipleOf": 7, "minimum": -30, "maximum": 40})", -30, 40, 7},
+                                         {R"({"type": "integer", "multipleOf": 1.5, "exclusiveMinimum": 2})", 3, kBound, 3},
+                                         {R"({"type": "integer", "multipleOf": 0.25, "maximum": 3})", -kBound, 3, 1},
+                                         {R"({"type": "integer", "multipleOf": 100, "minimum": 150, "maximum": 1050})", 150, 1050, 100}}) {
     std::shared_ptr<const JsonSchema> schema = MustCompile(c.schema);
     ASSERT_NE(schema, nullptr);
     // Every prefix of an integer in range (those within +-20,000 suffice for texts up to +-1,100).
     absl::flat_hash_set<std::string> prefixes;
     for (int64_t v = std::max<int64_t>(c.lo, -20000); v <= std::min<int64_t>(c.hi, 20000); ++v) {
+      if (v % c.multiple != 0) continue;
       const std::string t = std::to_string(v);
       for (size_t k = 1; k <= t.size(); ++k) prefixes.insert(t.substr(0, k));
     }
@@ -396,7 +422,7 @@ TEST(SchemaState, BoundedIntegersStayWithinTheirBounds) {
     if (c.lo <= 0 && c.hi >= 0) prefixes.insert("-0");     // 0, written so
     for (int64_t v = -1100; v <= 1100; ++v) {
       const std::string text = std::to_string(v);
-      EXPECT_EQ(Whole(*schema, text), v >= c.lo && v <= c.hi) << c.schema << " " << text;
+      EXPECT_EQ(Whole(*schema, text), v >= c.lo && v <= c.hi && v % c.multiple == 0) << c.schema << " " << text;
       for (size_t k = 1; k <= text.size(); ++k) {
         SchemaState s(schema.get());
         EXPECT_EQ(s.Feed(text.substr(0, k)), prefixes.contains(text.substr(0, k))) << c.schema << " " << text.substr(0, k);
@@ -423,6 +449,7 @@ TEST(SchemaState, BoundedNumbersStayWithinTheirBounds) {
     std::string schema;
     int64_t lo, hi;  // in ten-thousandths; INT64_MIN/MAX: none
     bool lo_open, hi_open;
+    int64_t multiple = 1;  // in ten-thousandths
   };
   constexpr int64_t kNone = INT64_MAX;
   for (const Case& c : std::vector<Case>{
@@ -439,19 +466,24 @@ TEST(SchemaState, BoundedNumbersStayWithinTheirBounds) {
            {R"({"type": "number", "minimum": -1.5, "exclusiveMaximum": -0.05})", -15000, -500, false, true},
            {R"({"type": "number", "maximum": 99.99, "minimum": 0.0005})", 5, 999900, false, false},
            {R"({"type": "number", "exclusiveMinimum": 120.5})", 1205000, kNone, true, false},
-           {R"({"type": "number", "minimum": 0.1, "maximum": 0.1})", 1000, 1000, false, false}}) {
+           {R"({"type": "number", "minimum": 0.1, "maximum": 0.1})", 1000, 1000, false, false},
+           // multipleOf (pydantic's confloat(multiple_of=0.25)): no digit but 0 past its decimals.
+           {R"({"type": "number", "multipleOf": 0.25, "minimum": -2, "exclusiveMaximum": 100})", -20000, 1000000, false, true, 2500},
+           {R"({"type": "number", "multipleOf": 0.05, "exclusiveMinimum": 0.1, "maximum": 1.001})", 1000, 10010, true, false, 500},
+           {R"({"type": "number", "multipleOf": 5})", INT64_MIN, kNone, false, false, 50000}}) {  // (within 10^15: off the grid)
     std::shared_ptr<const JsonSchema> schema = MustCompile(c.schema);
     ASSERT_NE(schema, nullptr);
     auto within = [&](int64_t v) {
       return (c.lo == INT64_MIN || v > c.lo || (v == c.lo && !c.lo_open)) &&
-             (c.hi == kNone || v < c.hi || (v == c.hi && !c.hi_open));
+             (c.hi == kNone || v < c.hi || (v == c.hi && !c.hi_open)) && v % c.multiple == 0;
     };
     std::vector<std::pair<std::string, int64_t>> texts;  // text, value in ten-thousandths
     for (const char* sign : {"", "-"}) {
       for (int64_t whole = 0; whole <= 130; ++whole) {
         for (const auto& [fraction, units] : std::vector<std::pair<std::string, int64_t>>{
                  {"", 0}, {".0", 0}, {".000", 0}, {".5", 5000}, {".05", 500}, {".50", 5000}, {".001", 10}, {".9", 9000},
-                 {".999", 9990}, {".0005", 5}, {".0004", 4}, {".25", 2500}, {".2501", 2501}, {".1", 1000}, {".9999", 9999}}) {
+                 {".999", 9990}, {".0005", 5}, {".0004", 4}, {".25", 2500}, {".2501", 2501}, {".1", 1000}, {".9999", 9999},
+                 {".75", 7500}, {".15", 1500}, {".2500", 2500}}) {
           const int64_t magnitude = whole * 10000 + units;
           texts.emplace_back(sign + std::to_string(whole) + fraction, *sign == '-' ? -magnitude : magnitude);
         }
@@ -547,7 +579,10 @@ TEST(JsonSchema, RefusesWhatItCannotEnforce) {
       {R"({"type": "integer", "maximum": 1e16})", "'maximum' must be a number within +-10^15"},
       {R"({"type": "integer", "exclusiveMinimum": true})", "'exclusiveMinimum' must be a number"},
       {R"({"type": "integer", "enum": [1, 2], "minimum": 2})", "beside 'enum' or 'const'"},
-      {R"({"type": "integer", "multipleOf": 2})", "'multipleOf' is not supported"},
+      {R"({"type": "integer", "multipleOf": 0})", "'multipleOf' must be a positive number"},
+      {R"({"type": "integer", "multipleOf": 5, "minimum": 1, "maximum": 4})", "the bounds admit no multiple of 'multipleOf'"},
+      {R"({"type": "number", "multipleOf": 1e-10})", "'multipleOf' may have at most 9 decimals"},
+      {R"({"type": "integer", "uniqueItems": true})", "'uniqueItems' is not supported"},
       {R"({"type": "object", "properties": {"a/b~": {"not": {}}}})", "'#/properties/a~1b~0': 'not' is not supported"},
       {R"({"type": "object", "properties": {"a": {}}, "required": ["b"]})", "'required' names \"b\""},
       {R"({"type": "object", "properties": {"a": {}}, "additionalProperties": 3})", "must be a boolean or a schema"},
@@ -612,7 +647,7 @@ TEST(JsonSchemaGrammar, MasksAreTheTokensAStateTakes) {
            {4, "12"},
            {6, R"({"n":120,"p":12,"neg":-12,"f":999999,"z":0,"big":-999999999999991})"},  // bounded integers
            {9, R"({"t":[1080,"abc"],"p":["a",true,5,-2],"o":[null,"y"]})"},                     // tuples
-           {10, R"({"t":1.0,"p":12.25,"d":-2.75,"r":0.0015,"q":10.2499})"},                  // bounded numbers
+           {10, R"({"t":1.0,"p":12.25,"d":-2.75,"r":0.0015,"q":10.2499,"m":95,"h":-2.75})"},  // bounded numbers
            {-1, "{\"s\":\"" + std::string(44, 'a') + "\",\"l\":[1,22,333" + [] {
               std::string items;
               for (int i = 0; i < 36; ++i) items += ",4";

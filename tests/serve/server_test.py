@@ -335,7 +335,7 @@ class Main(unittest.TestCase):
             self.assertRegex(value["code"], r"^[A-Z]{2}-\d{2,4}$")
             self.assertTrue(re.search("ok|fine", value["note"]) and len(value["note"]) <= 8, value)
         # Formats pydantic writes for its types (date-time, date, uuid, ipv4), enforced as OpenAI's
-        # strict mode does, a float's bounds with decimals and a tuple: pydantic parses every answer back.
+        # strict mode does, a float's bounds with decimals, a tuple, multiples: pydantic parses every answer back.
         import datetime, ipaddress, uuid
 
         class Event(BaseModel):
@@ -345,8 +345,10 @@ class Main(unittest.TestCase):
             host: ipaddress.IPv4Address
             ratio: float = Field(gt=0.05, le=0.95)  # bounds with decimals
             point: Tuple[int, int]  # prefixItems
+            step: int = Field(multiple_of=5, ge=0)  # multipleOf
+            zoom: float = Field(multiple_of=0.25)
 
-        events = c.beta.chat.completions.parse(model=NAME, messages=messages, response_format=Event, max_tokens=200,
+        events = c.beta.chat.completions.parse(model=NAME, messages=messages, response_format=Event, max_tokens=600,
                                                seed=7, n=4, temperature=1, logit_bias=bias)
         for ch in events.choices:
             self.assertEqual(ch.finish_reason, "stop", ch.message.content)
