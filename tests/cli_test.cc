@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <regex>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -374,6 +375,32 @@ TEST_F(Cli, JsonObjectAnswers) {
     CommandResult bad = RunCommand(RunTool() + " --model " + model + flags);
     EXPECT_EQ(bad.exit_code, 1) << flags;
     EXPECT_NE(bad.err.find("--json-object"), std::string::npos) << bad.err;
+    EXPECT_EQ(std::count(bad.err.begin(), bad.err.end(), '\n'), 1) << bad.err;
+  }
+}
+
+// --regex EXPR: the whole answer matches the expression, and ends there; a refused expression or
+// flags that cannot go with it are one-line errors.
+TEST_F(Cli, RegexAnswers) {
+  const std::string model = testing::TestDataDir() + "/tiny-glm4";
+  const std::regex whole(R"([a-c]{2,4}-\d{1,3}(\.[xy])?)");
+  for (const char* seed : {"1", "2", "3"}) {
+    CommandResult r = RunCommand(RunTool() + " --model " + model + " --prompt 'a code' --chat --regex '[a-c]{2,4}-\\d{1,3}(\\.[xy])?'" +
+                                 " --max-new-tokens 40 --temperature 1 --logit-bias 1:100 --seed " + seed);
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    const std::string text = r.out.substr(0, r.out.size() - 1);
+    EXPECT_TRUE(std::regex_match(text, whole)) << text;
+    EXPECT_NE(r.err.find("finish: eos"), std::string::npos) << r.err;
+  }
+  for (const auto& [flags, says] : std::vector<std::pair<std::string, std::string>>{
+           {" --prompt x --regex '(?=a)a'", "lookaround is not supported"},
+           {" --prompt-ids 5 --regex a", "needs --prompt"},
+           {" --prompt x --regex a --ignore-eos", "not with --ignore-eos"},
+           {" --prompt x --json-object --regex a", "one of them"}}) {
+    CommandResult bad = RunCommand(RunTool() + " --model " + model + flags);
+    EXPECT_EQ(bad.exit_code, 1) << flags;
+    EXPECT_NE(bad.err.find(says), std::string::npos) << bad.err;
+    EXPECT_NE(bad.err.find("--regex"), std::string::npos) << bad.err;
     EXPECT_EQ(std::count(bad.err.begin(), bad.err.end(), '\n'), 1) << bad.err;
   }
 }

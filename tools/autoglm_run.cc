@@ -45,6 +45,7 @@
 #include "runtime/engine.h"
 #include "runtime/json_constraint.h"
 #include "runtime/json_schema.h"
+#include "runtime/regex_grammar.h"
 #include "runtime/speculative.h"
 #include "runtime/weights.h"
 #include "tools/common.h"
@@ -66,6 +67,9 @@ ABSL_FLAG(bool, json_object, false,
 ABSL_FLAG(std::string, json_schema, "",
           "with --prompt: a JSON Schema file; the answer is one document it validates (OpenAI's json_schema "
           "response format), ending where the document does");
+ABSL_FLAG(std::string, regex, "",
+          "with --prompt: a regular expression (JSON Schema's pattern subset); the whole answer matches it "
+          "(vLLM's guided_regex), ending where it may");
 ABSL_FLAG(int64_t, max_new_tokens, 32, "tokens to generate");
 ABSL_FLAG(std::string, output_json, "", "write new tokens and every logits row to this file");
 ABSL_FLAG(bool, stop_on_eos, false,
@@ -215,6 +219,15 @@ absl::Status Run() {
     ASSIGN_OR_RETURN(std::shared_ptr<runtime::JsonSchemaGrammar> grammar,
                      runtime::JsonSchemaGrammar::Create(*std::move(schema), vocabulary));
     request.constraint = [grammar] { return grammar->NewConstraint(); };
+  }
+  if (const std::string regex = absl::GetFlag(FLAGS_regex); !regex.empty()) {
+    if (!text_mode) return absl::InvalidArgumentError("--regex needs --prompt (the tokenizer gives tokens their bytes)");
+    if (!request.stop_on_eos) return absl::InvalidArgumentError("--regex ends where the text matches: not with --ignore-eos");
+    if (request.constraint) return absl::InvalidArgumentError("--regex, --json-schema, --json-object: one of them");
+    ASSIGN_OR_RETURN(std::shared_ptr<runtime::JsonVocabulary> vocabulary, runtime::JsonVocabulary::Build(*tokenizer));
+    absl::StatusOr<std::shared_ptr<runtime::RegexGrammar>> grammar = runtime::RegexGrammar::Create(regex, vocabulary);
+    if (!grammar.ok()) return absl::InvalidArgumentError(absl::StrCat("--regex: ", grammar.status().message()));
+    request.constraint = [grammar = *std::move(grammar)] { return grammar->NewConstraint(); };
   }
   ASSIGN_OR_RETURN(request.sampling.logit_bias, ParseLogitBias(absl::GetFlag(FLAGS_logit_bias)));
   for (const runtime::SamplingParams::Bias& b : request.sampling.logit_bias) {
