@@ -406,19 +406,26 @@ class SchemaCompiler {
 
   // A string with a pattern (searched) or an enforced format (matched whole): the DFA takes its
   // lengths too (the node's own bounds are then none).
+  // The same expression and lengths again (a format or pattern on many properties) is the same
+  // DFA: compiled once (a hostile schema of a thousand ipv6 strings was 0.6 s), one text-token
+  // table at mask time.
   int32_t Pattern(const std::string& expression, bool search, const char* keyword, JsonSchema::Node node,
                   const std::string& where) {
-    absl::StatusOr<std::shared_ptr<const PatternDfa>> dfa = PatternDfa::Compile(
-        expression, node.min, node.max == JsonSchema::kUnbounded ? PatternDfa::kUnbounded : node.max, search);
-    if (!dfa.ok()) return Fail(where, absl::StrCat("'", keyword, "': ", dfa.status().message()));
-    pattern_transitions_ += (*dfa)->transitions();
-    if (pattern_transitions_ > kMaxPatternTransitions) {
-      return Fail(where, absl::StrCat("the patterns' automata together pass ", kMaxPatternTransitions, " transitions"));
+    const std::string key = absl::StrCat(search ? "s" : "w", node.min, ",", node.max, ":", expression);
+    auto [seen, added] = pattern_index_.try_emplace(key, static_cast<int32_t>(patterns_->size()));
+    if (added) {
+      absl::StatusOr<std::shared_ptr<const PatternDfa>> dfa = PatternDfa::Compile(
+          expression, node.min, node.max == JsonSchema::kUnbounded ? PatternDfa::kUnbounded : node.max, search);
+      if (!dfa.ok()) return Fail(where, absl::StrCat("'", keyword, "': ", dfa.status().message()));
+      pattern_transitions_ += (*dfa)->transitions();
+      if (pattern_transitions_ > kMaxPatternTransitions) {
+        return Fail(where, absl::StrCat("the patterns' automata together pass ", kMaxPatternTransitions, " transitions"));
+      }
+      patterns_->push_back(*std::move(dfa));
     }
-    node.pattern = static_cast<int32_t>(patterns_->size());
+    node.pattern = seen->second;
     node.min = 0;
     node.max = JsonSchema::kUnbounded;
-    patterns_->push_back(*std::move(dfa));
     return Add(std::move(node));
   }
 
@@ -597,6 +604,7 @@ class SchemaCompiler {
   std::vector<JsonSchema::Node>* nodes_ = nullptr;
   std::vector<std::shared_ptr<const PatternDfa>>* patterns_ = nullptr;
   size_t pattern_transitions_ = 0;
+  absl::flat_hash_map<std::string, int32_t> pattern_index_;  // Pattern's key: the DFA's place in patterns_
   absl::Status status_;
   int32_t any_ = -1;
   absl::flat_hash_map<std::string, int32_t> by_pointer_;

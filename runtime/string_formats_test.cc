@@ -209,9 +209,12 @@ TEST(StringFormats, EveryWrittenStringIsValid) {
 TEST(StringFormats, InASchema) {
   absl::StatusOr<std::shared_ptr<const JsonSchema>> schema = JsonSchema::Compile(R"({"type": "object", "properties": {
       "when": {"type": "string", "format": "date-time"}, "ip": {"type": "string", "format": "ipv4", "maxLength": 9},
-      "site": {"type": "string", "format": "uri"}, "code": {"type": "string", "format": "date", "pattern": "^x"}},
+      "site": {"type": "string", "format": "uri"}, "code": {"type": "string", "format": "date", "pattern": "^x"},
+      "then": {"type": "string", "format": "date-time"}, "ip2": {"type": "string", "format": "ipv4"}},
       "required": ["when", "ip", "site", "code"]})");
   ASSERT_TRUE(schema.ok()) << schema.status();
+  // One DFA an expression and lengths: "then" shares "when"'s; "ip2" (no maxLength) has its own.
+  EXPECT_EQ((*schema)->patterns(), 4u);
   const auto whole = [&](const std::string& text) {
     SchemaState s(schema->get());
     return s.Feed(text) && s.Complete();
