@@ -2,7 +2,6 @@
 #include "runtime/json_schema.h"
 
 #include <algorithm>
-#include <charconv>
 #include <cmath>
 #include <optional>
 #include <nlohmann/json.hpp>
@@ -12,6 +11,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "runtime/json_schema_numbers.h"
 #include "runtime/string_formats.h"
 
 namespace ag::runtime {
@@ -219,164 +219,16 @@ class SchemaCompiler {
     return Add(std::move(node));
   }
 
-  // Whether the bound `key` is a JSON number within +-kMaxBound (else fails).
-  bool BoundInRange(const Json& b, const char* key, const std::string& where) {
-    if (b.is_number() && std::fabs(b.get<double>()) <= static_cast<double>(JsonSchema::kMaxBound)) return true;
-    Fail(where, absl::StrCat("'", key, "' must be a number within +-10^15"));
-    return false;
-  }
-
-  // An integer within its bounds: each a JSON number within +-kMaxBound, a fractional one rounded
-  // inward (minimum 2.5 is 3), the exclusive ones a step further.
+  // An integer or a number within its bounds (json_schema_numbers.h).
   int32_t Integer(const Json& s, const std::string& where) {
     JsonSchema::Node node{.kind = JsonSchema::Node::kInteger};
-    for (const char* key : kBounds) {
-      if (!s.contains(key)) continue;
-      const Json& b = s[key];
-      if (!BoundInRange(b, key, where)) return -1;
-      const std::string k = key;
-      const bool whole = b.is_number_integer();
-      const double d = b.get<double>();
-      const int64_t v = whole ? b.get<int64_t>() : 0;
-      if (k == "minimum") node.lo = std::max(node.lo, whole ? v : static_cast<int64_t>(std::ceil(d)));
-      if (k == "exclusiveMinimum") node.lo = std::max(node.lo, whole ? v + 1 : static_cast<int64_t>(std::floor(d)) + 1);
-      if (k == "maximum") node.hi = std::min(node.hi, whole ? v : static_cast<int64_t>(std::floor(d)));
-      if (k == "exclusiveMaximum") node.hi = std::min(node.hi, whole ? v - 1 : static_cast<int64_t>(std::ceil(d)) - 1);
-    }
-    if (node.lo > node.hi) return Fail(where, "the bounds admit no integer");
-    if (s.contains("multipleOf")) {  // an integer is a multiple of d 10^e when it is one of d / gcd(d, 10^-e)
-      int64_t digits = 0;
-      int exponent = 0;
-      if (!MultipleOf(s["multipleOf"], &digits, &exponent, where)) return -1;
-      int64_t k = digits;
-      for (int e = exponent; e > 0 && k <= JsonSchema::kMaxBound; --e) k *= 10;
-      for (int e = exponent; e < 0; ++e) k /= k % 2 == 0 && k % 5 == 0 ? 10 : k % 2 == 0 ? 2 : k % 5 == 0 ? 5 : 1;
-      if (!Multiple(node, k, where)) return -1;
-    }
+    if (absl::Status st = CompileIntegerBounds(s, node); !st.ok()) return Fail(where, std::string(st.message()));
     return Add(std::move(node));
   }
-
-  // multipleOf: a positive number of at most kMaxScale decimals, as digits * 10^exponent.
-  bool MultipleOf(const Json& k, int64_t* digits, int* exponent, const std::string& where) {
-    if (!k.is_number() || !(k.get<double>() > 0) || k.get<double>() > static_cast<double>(JsonSchema::kMaxBound)) {
-      Fail(where, "'multipleOf' must be a positive number within 10^15");
-      return false;
-    }
-    if (!Decimal(k.get<double>(), digits, exponent) || -*exponent > JsonSchema::kMaxScale) {
-      Fail(where, absl::StrCat("'multipleOf' may have at most ", JsonSchema::kMaxScale, " decimals (", Compact(k), " has more)"));
-      return false;
-    }
-    return true;
-  }
-
-  // Values the multiples of k (in the node's units): without bounds, within +-kMaxBound (narrower:
-  // the magnitude the automaton counts stays exact), and some multiple must lie within them.
-  bool Multiple(JsonSchema::Node& node, int64_t k, const std::string& where) {
-    if (k > JsonSchema::kMaxBound) {
-      Fail(where, "'multipleOf' times 10^decimals must be within 10^15");
-      return false;
-    }
-    node.multiple = k;
-    node.lo = std::max(node.lo, -JsonSchema::kMaxBound);
-    node.hi = std::min(node.hi, JsonSchema::kMaxBound);
-    const int64_t low = node.lo + (node.lo_open ? 1 : 0), high = node.hi - (node.hi_open ? 1 : 0);
-    const int64_t first = low >= 0 ? (low + k - 1) / k * k : -(-low / k * k);  // the least multiple >= low
-    if (first > high) {
-      Fail(where, "the bounds admit no multiple of 'multipleOf'");
-      return false;
-    }
-    return true;
-  }
-
-  // A number within bounds (pydantic's Field(ge=0, le=1), confloat(gt=0, lt=0.5), PositiveFloat),
-  // each within +-kMaxBound, the exclusive ones open (the tighter of two at one value). Bounds with
-  // decimals are kept as integers times 10^scale, scale the most decimals any has (at most
-  // kMaxScale), each so scaled within +-kMaxBound: the automaton counts the number's magnitude in
-  // those units (its integer digits, then `scale` digits of fraction, then whether any digit after
-  // is not 0).
   int32_t Number(const Json& s, const std::string& where) {
     JsonSchema::Node node{.kind = JsonSchema::Node::kNumber};
-    struct Bound {
-      const char* key;
-      int64_t digits;  // the bound is digits * 10^exponent
-      int exponent;
-    };
-    std::vector<Bound> bounds;
-    for (const char* key : kBounds) {
-      if (!s.contains(key)) continue;
-      const Json& b = s[key];
-      if (!BoundInRange(b, key, where)) return -1;
-      Bound bound{.key = key};
-      if (!Decimal(b.get<double>(), &bound.digits, &bound.exponent) || -bound.exponent > JsonSchema::kMaxScale) {
-        return Fail(where, absl::StrCat("'", key, "' on a number may have at most ", JsonSchema::kMaxScale, " decimals (",
-                                        Compact(b), " has more)"));
-      }
-      node.scale = static_cast<uint8_t>(std::max<int>(node.scale, -bound.exponent));
-      bounds.push_back(bound);
-    }
-    int64_t multiple_digits = 0;
-    int multiple_exponent = 0;
-    if (s.contains("multipleOf")) {
-      if (!MultipleOf(s["multipleOf"], &multiple_digits, &multiple_exponent, where)) return -1;
-      node.scale = static_cast<uint8_t>(std::max<int>(node.scale, -multiple_exponent));
-    }
-    for (const Bound& b : bounds) {
-      int64_t v = b.digits;
-      for (int e = b.exponent + node.scale; e > 0; --e) {
-        if (v > JsonSchema::kMaxBound / 10 || v < -JsonSchema::kMaxBound / 10) {
-          return Fail(where, absl::StrCat("with ", static_cast<int>(node.scale), " decimals, '", b.key,
-                                          "' times 10^", static_cast<int>(node.scale), " must be within +-10^15"));
-        }
-        v *= 10;
-      }
-      const std::string k = b.key;
-      const bool open = k.starts_with("exclusive");
-      if (k == "minimum" || k == "exclusiveMinimum") {
-        if (v > node.lo || (v == node.lo && open)) node.lo = v, node.lo_open = open;
-      } else if (v < node.hi || (v == node.hi && open)) {
-        node.hi = v, node.hi_open = open;
-      }
-    }
-    if (node.lo > node.hi || (node.lo == node.hi && (node.lo_open || node.hi_open))) {
-      return Fail(where, "the bounds admit no number");
-    }
-    if (s.contains("multipleOf")) {  // in the bounds' units; a number so bounded has no digit past the scale but 0
-      int64_t k = multiple_digits;
-      for (int e = multiple_exponent + node.scale; e > 0 && k <= JsonSchema::kMaxBound; --e) k *= 10;
-      if (!Multiple(node, k, where)) return -1;
-    }
+    if (absl::Status st = CompileNumberBounds(s, node); !st.ok()) return Fail(where, std::string(st.message()));
     return Add(std::move(node));
-  }
-
-  // A double as the shortest decimal that reads back as it (what the schema's text said: 0.1, not
-  // 0.1000000000000000055...): digits * 10^exponent, the digits without trailing zeros.
-  static bool Decimal(double d, int64_t* digits, int* exponent) {
-    char text[64];
-    const std::to_chars_result r = std::to_chars(text, text + sizeof(text), d, std::chars_format::scientific);
-    if (r.ec != std::errc()) return false;
-    const std::string_view t(text, static_cast<size_t>(r.ptr - text));  // [-]d[.ddd]e[+-]xx
-    const size_t e = t.find('e');
-    int exp = std::stoi(std::string(t.substr(e + 1)));
-    int64_t v = 0;
-    bool negative = false, seen_dot = false;
-    for (const char c : t.substr(0, e)) {
-      if (c == '-') {
-        negative = true;
-      } else if (c == '.') {
-        seen_dot = true;
-      } else {
-        if (v > INT64_MAX / 10) return false;
-        v = v * 10 + (c - '0');
-        if (seen_dot) --exp;
-      }
-    }
-    while (v != 0 && v % 10 == 0) {
-      v /= 10;
-      ++exp;
-    }
-    *digits = negative ? -v : v;
-    *exponent = v == 0 ? 0 : exp;
-    return true;
   }
 
   // An array: its first items each of its own schema (prefixItems, or the older items as a list),
