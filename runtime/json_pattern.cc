@@ -1,9 +1,11 @@
 #include "runtime/json_pattern.h"
 
 #include <algorithm>
+#include <iterator>
 #include <map>
 #include <utility>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 
 namespace ag::runtime {
@@ -420,7 +422,73 @@ class PatternCompiler {
  public:
   static absl::StatusOr<std::shared_ptr<const PatternDfa>> Compile(absl::string_view pattern, uint32_t min_chars,
                                                                    uint32_t max_chars, bool search);
+  // The automaton of states 0..n-1 (0 the start) over the classes `bounds` tells apart, `next(s, c)`
+  // a state or SIZE_MAX, keeping only the live states: reachable from the start, and some whole
+  // string reachable from them. `nothing`: the error when the start is not live.
+  template <class Next, class Accepting>
+  static absl::StatusOr<std::shared_ptr<const PatternDfa>> Live(size_t n, std::vector<uint32_t> bounds, Next next,
+                                                                Accepting accepting, const char* nothing);
 };
+
+template <class Next, class Accepting>
+absl::StatusOr<std::shared_ptr<const PatternDfa>> PatternCompiler::Live(size_t n, std::vector<uint32_t> bounds, Next next,
+                                                                        Accepting accepting, const char* nothing) {
+  const size_t classes = bounds.size() - 1;
+  std::vector<uint8_t> reached(n, 0), whole(n, 0);
+  std::vector<std::vector<uint32_t>> into(n);
+  std::vector<size_t> stack = {0};
+  reached[0] = 1;
+  while (!stack.empty()) {
+    const size_t s = stack.back();
+    stack.pop_back();
+    for (size_t c = 0; c < classes; ++c) {
+      const size_t t = next(s, c);
+      if (t == SIZE_MAX) continue;
+      into[t].push_back(static_cast<uint32_t>(s));
+      if (!reached[t]) {
+        reached[t] = 1;
+        stack.push_back(t);
+      }
+    }
+  }
+  for (size_t s = 0; s < n; ++s) {
+    if (reached[s] && accepting(s)) {
+      whole[s] = 1;
+      stack.push_back(s);
+    }
+  }
+  while (!stack.empty()) {
+    const size_t s = stack.back();
+    stack.pop_back();
+    for (const uint32_t f : into[s]) {
+      if (!whole[f]) {
+        whole[f] = 1;
+        stack.push_back(f);
+      }
+    }
+  }
+  if (!whole[0]) return absl::InvalidArgumentError(nothing);
+
+  auto dfa = std::make_shared<PatternDfa>();
+  std::vector<uint32_t> renumber(n, PatternDfa::kDead);
+  uint32_t live = 0;
+  for (size_t s = 0; s < n; ++s) {
+    if (whole[s]) renumber[s] = live++;
+  }
+  dfa->bounds_ = std::move(bounds);
+  dfa->next_.assign(size_t{live} * classes, PatternDfa::kDead);
+  dfa->accepting_.assign(live, 0);
+  for (size_t s = 0; s < n; ++s) {
+    if (!whole[s]) continue;
+    dfa->accepting_[renumber[s]] = accepting(s) ? 1 : 0;
+    for (size_t c = 0; c < classes; ++c) {
+      const size_t t = next(s, c);
+      if (t != SIZE_MAX) dfa->next_[size_t{renumber[s]} * classes + c] = renumber[t];
+    }
+  }
+  dfa->start_ = renumber[0];
+  return std::shared_ptr<const PatternDfa>(std::move(dfa));
+}
 
 absl::StatusOr<std::shared_ptr<const PatternDfa>> PatternDfa::Compile(absl::string_view pattern, uint32_t min_chars,
                                                                       uint32_t max_chars, bool search) {
@@ -511,61 +579,41 @@ absl::StatusOr<std::shared_ptr<const PatternDfa>> PatternCompiler::Compile(absl:
   };
   const auto product_accepting = [&](size_t state) { return accepting[state / counts] && state % counts >= min_chars; };
 
-  // Live: reachable from the start, and some whole string reachable from it.
-  std::vector<uint8_t> reached(n, 0), whole(n, 0);
-  std::vector<std::vector<uint32_t>> into(n);
-  std::vector<size_t> stack = {0};
-  reached[0] = 1;
-  while (!stack.empty()) {
-    const size_t s = stack.back();
-    stack.pop_back();
-    for (size_t c = 0; c < classes; ++c) {
-      const size_t t = product_next(s, c);
-      if (t == SIZE_MAX) continue;
-      into[t].push_back(static_cast<uint32_t>(s));
-      if (!reached[t]) {
-        reached[t] = 1;
-        stack.push_back(t);
-      }
-    }
-  }
-  for (size_t s = 0; s < n; ++s) {
-    if (reached[s] && product_accepting(s)) {
-      whole[s] = 1;
-      stack.push_back(s);
-    }
-  }
-  while (!stack.empty()) {
-    const size_t s = stack.back();
-    stack.pop_back();
-    for (const uint32_t f : into[s]) {
-      if (!whole[f]) {
-        whole[f] = 1;
-        stack.push_back(f);
-      }
-    }
-  }
-  if (!whole[0]) return absl::InvalidArgumentError("no string of the allowed lengths matches the pattern");
+  return Live(n, std::move(bounds), product_next, product_accepting, "no string of the allowed lengths matches the pattern");
+}
 
-  auto dfa = std::make_shared<PatternDfa>();
-  std::vector<uint32_t> renumber(n, PatternDfa::kDead);
-  uint32_t live = 0;
-  for (size_t s = 0; s < n; ++s) {
-    if (whole[s]) renumber[s] = live++;
-  }
-  dfa->bounds_ = std::move(bounds);
-  dfa->next_.assign(size_t{live} * classes, PatternDfa::kDead);
-  dfa->accepting_.assign(live, 0);
-  for (size_t s = 0; s < n; ++s) {
-    if (!whole[s]) continue;
-    dfa->accepting_[renumber[s]] = product_accepting(s) ? 1 : 0;
+absl::StatusOr<std::shared_ptr<const PatternDfa>> PatternDfa::Intersect(const PatternDfa& a, const PatternDfa& b) {
+  // The classes both tell apart, and the pairs of states reachable from the starts.
+  std::vector<uint32_t> bounds;
+  std::set_union(a.bounds_.begin(), a.bounds_.end(), b.bounds_.begin(), b.bounds_.end(), std::back_inserter(bounds));
+  const size_t classes = bounds.size() - 1;
+  std::vector<std::pair<size_t, size_t>> of_class(classes);
+  for (size_t c = 0; c < classes; ++c) of_class[c] = {a.Class(bounds[c]), b.Class(bounds[c])};
+  absl::flat_hash_map<uint64_t, uint32_t> ids;
+  std::vector<std::pair<uint32_t, uint32_t>> pairs = {{a.start_, b.start_}};
+  ids[uint64_t{a.start_} << 32 | b.start_] = 0;
+  std::vector<uint32_t> next;
+  for (size_t i = 0; i < pairs.size(); ++i) {
+    if (pairs.size() > kMaxStates || (i + 1) * classes > kMaxTransitions) {
+      return absl::InvalidArgumentError(absl::StrCat("the two expressions together are too large (over ", kMaxStates,
+                                                     " states or ", kMaxTransitions, " transitions)"));
+    }
     for (size_t c = 0; c < classes; ++c) {
-      const size_t t = product_next(s, c);
-      if (t != SIZE_MAX) dfa->next_[size_t{renumber[s]} * classes + c] = renumber[t];
+      const uint32_t sa = a.Step(pairs[i].first, of_class[c].first), sb = b.Step(pairs[i].second, of_class[c].second);
+      if (sa == kDead || sb == kDead) {
+        next.push_back(kDead);
+        continue;
+      }
+      const auto [it, added] = ids.try_emplace(uint64_t{sa} << 32 | sb, static_cast<uint32_t>(pairs.size()));
+      if (added) pairs.emplace_back(sa, sb);
+      next.push_back(it->second);
     }
   }
-  dfa->start_ = renumber[0];
-  return std::shared_ptr<const PatternDfa>(std::move(dfa));
+  return PatternCompiler::Live(
+      pairs.size(), std::move(bounds),
+      [&](size_t s, size_t c) { return next[s * classes + c] == kDead ? SIZE_MAX : size_t{next[s * classes + c]}; },
+      [&](size_t s) { return a.Accepting(pairs[s].first) && b.Accepting(pairs[s].second); },
+      "no string matches both expressions");
 }
 
 size_t PatternDfa::Class(uint32_t cp) const {

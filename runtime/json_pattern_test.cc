@@ -122,6 +122,44 @@ TEST(PatternDfa, RandomPatternsAgreeWithEcmaScriptSearch) {
   EXPECT_EQ(compared, (300 - refused) * 200);
 }
 
+// Intersect: a string is whole in the product exactly when it is in both (random patterns against
+// std::regex on random strings), and the product's walks are never stuck.
+TEST(PatternDfa, IntersectTakesWhatBothTake) {
+  std::mt19937 rng(41);
+  const std::string alphabet = "abc1 -.x";
+  int compared = 0, empty = 0;
+  for (int trial = 0; trial < 150; ++trial) {
+    const std::string p = RandomPattern(rng, 0);
+    const std::string q = RandomPattern(rng, 0);
+    const uint32_t max = rng() % 2 ? 6 : PatternDfa::kUnbounded;
+    absl::StatusOr<std::shared_ptr<const PatternDfa>> a = PatternDfa::Compile(p, 0, max);
+    absl::StatusOr<std::shared_ptr<const PatternDfa>> b = PatternDfa::Compile(q, 0, max, /*search=*/false);
+    if (!a.ok() || !b.ok()) continue;
+    absl::StatusOr<std::shared_ptr<const PatternDfa>> both = PatternDfa::Intersect(**a, **b);
+    if (!both.ok()) {
+      ASSERT_NE(both.status().message().find("no string matches both"), std::string::npos) << both.status();
+      ++empty;
+      continue;
+    }
+    const std::regex rp(p, std::regex::ECMAScript), rq(q, std::regex::ECMAScript);
+    for (int k = 0; k < 100; ++k) {
+      std::string text;
+      const size_t length = rng() % 8;
+      for (size_t i = 0; i < length; ++i) text += alphabet[rng() % alphabet.size()];
+      const bool in_both = std::regex_search(text, rp) && std::regex_match(text, rq) && (max == PatternDfa::kUnbounded || text.size() <= max);
+      ASSERT_EQ(Takes(**both, text), in_both) << "/" << p << "/ and whole /" << q << "/ on '" << text << "'";
+      ++compared;
+    }
+    for (uint32_t s = 0; s < (*both)->states(); ++s) {  // every state live: accepting, or some class goes on
+      bool goes_on = (*both)->Accepting(s);
+      for (size_t c = 0; c < (*both)->classes() && !goes_on; ++c) goes_on = (*both)->Step(s, c) != PatternDfa::kDead;
+      ASSERT_TRUE(goes_on) << p << " & " << q;
+    }
+  }
+  EXPECT_GT(compared, 5000);
+  EXPECT_LT(empty, 120);
+}
+
 // Lengths folded in: whole exactly when the search matches and the length is within them, and from
 // every state reached some character continues it or it is whole (random walks never stuck).
 TEST(PatternDfa, LengthsAreFoldedInAndNoWalkIsStuck) {

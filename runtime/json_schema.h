@@ -13,8 +13,8 @@
 //   enum, const, anyOf, oneOf (as anyOf: alternatives are tried together),
 //   allOf of one schema, $ref within the document (#, #/$defs/..., #/definitions/..., recursion too),
 //   $defs/definitions, format on a string (date-time, time, date, duration, email, hostname, ipv4,
-//   ipv6, uuid enforced as whole-match patterns, runtime/string_formats.h; other formats, and a format
-//   beside a pattern, are annotations), and annotations (title, description, default, examples, ...).
+//   ipv6, uuid enforced as whole-match patterns, runtime/string_formats.h, beside a pattern too;
+//   other formats are annotations), and annotations (title, description, default, examples, ...).
 // Objects write their properties in the schema's order, each at most once, optional ones skippable;
 // an object with properties takes no others (OpenAI's strict mode: additionalProperties false, and
 // valid whatever else additionalProperties allows); an

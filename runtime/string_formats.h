@@ -6,8 +6,9 @@
 // have at most 9 digits, offsets and the "T" and "Z" are upper case; a hostname has at most 6
 // labels of at most 41 characters (so it stays within the RFC's 253), an email's local part is
 // dot-separated atoms and its domain such a hostname of 2 labels or more, no IP literal; IPv6 has no
-// embedded IPv4 and no zone. Any other format ("uri", "regex", ...) stays an annotation, as JSON
-// Schema's default vocabulary has it.
+// embedded IPv4 and no zone. Beside a pattern, a string is one both take (PatternDfa::Intersect).
+// Any other format ("uri", "regex", ...) stays an annotation, as JSON Schema's default vocabulary
+// has it.
 #ifndef AUTOGLM_RUNTIME_STRING_FORMATS_H_
 #define AUTOGLM_RUNTIME_STRING_FORMATS_H_
 
