@@ -421,7 +421,7 @@ bool DecodeUtf8(absl::string_view text, std::vector<uint32_t>* out) {
 class PatternCompiler {
  public:
   static absl::StatusOr<std::shared_ptr<const PatternDfa>> Compile(absl::string_view pattern, uint32_t min_chars,
-                                                                   uint32_t max_chars, bool search);
+                                                                   uint32_t max_chars, bool search, size_t* budget);
   // The automaton of states 0..n-1 (0 the start) over the classes `bounds` tells apart, `next(s, c)`
   // a state or SIZE_MAX, keeping only the live states: reachable from the start, and some whole
   // string reachable from them. `nothing`: the error when the start is not live.
@@ -491,12 +491,12 @@ absl::StatusOr<std::shared_ptr<const PatternDfa>> PatternCompiler::Live(size_t n
 }
 
 absl::StatusOr<std::shared_ptr<const PatternDfa>> PatternDfa::Compile(absl::string_view pattern, uint32_t min_chars,
-                                                                      uint32_t max_chars, bool search) {
-  return PatternCompiler::Compile(pattern, min_chars, max_chars, search);
+                                                                      uint32_t max_chars, bool search, size_t* budget) {
+  return PatternCompiler::Compile(pattern, min_chars, max_chars, search, budget);
 }
 
 absl::StatusOr<std::shared_ptr<const PatternDfa>> PatternCompiler::Compile(absl::string_view pattern, uint32_t min_chars,
-                                                                           uint32_t max_chars, bool search) {
+                                                                           uint32_t max_chars, bool search, size_t* budget) {
   std::vector<uint32_t> text;
   if (!DecodeUtf8(pattern, &text)) return absl::InvalidArgumentError("the pattern is not UTF-8");
   absl::StatusOr<Re> re = Parser(std::move(text)).Top(search);
@@ -526,7 +526,8 @@ absl::StatusOr<std::shared_ptr<const PatternDfa>> PatternCompiler::Compile(absl:
   std::vector<uint32_t> next;
   std::vector<uint8_t> accepting;
   std::vector<int> first = {entry};
-  size_t work = 0;
+  size_t work = nfa.edges.size();  // the NFA's states built, then those the subsets visit
+  const size_t most = budget != nullptr ? std::min(kMaxWork, *budget) : kMaxWork;
   nfa.Close(first, &work);
   ids.emplace(first, 0);
   sets.push_back(first);
@@ -534,6 +535,9 @@ absl::StatusOr<std::shared_ptr<const PatternDfa>> PatternCompiler::Compile(absl:
       absl::StrCat("the pattern is too large (over ", PatternDfa::kMaxStates, " states or ", PatternDfa::kMaxTransitions,
                    " transitions)"));
   for (size_t d = 0; d < sets.size(); ++d) {
+    if (work > most && most < kMaxWork) {
+      return absl::InvalidArgumentError("the schema's patterns together take too much work to compile");
+    }
     if (sets.size() > PatternDfa::kMaxStates || sets.size() * classes > PatternDfa::kMaxTransitions || work > kMaxWork) {
       return too_large;
     }
@@ -579,10 +583,14 @@ absl::StatusOr<std::shared_ptr<const PatternDfa>> PatternCompiler::Compile(absl:
   };
   const auto product_accepting = [&](size_t state) { return accepting[state / counts] && state % counts >= min_chars; };
 
+  work += n * classes;  // the length product's pass
+  if (work > most && most < kMaxWork) return absl::InvalidArgumentError("the schema's patterns together take too much work to compile");
+  if (budget != nullptr) *budget -= std::min(*budget, work);
   return Live(n, std::move(bounds), product_next, product_accepting, "no string of the allowed lengths matches the pattern");
 }
 
-absl::StatusOr<std::shared_ptr<const PatternDfa>> PatternDfa::Intersect(const PatternDfa& a, const PatternDfa& b) {
+absl::StatusOr<std::shared_ptr<const PatternDfa>> PatternDfa::Intersect(const PatternDfa& a, const PatternDfa& b,
+                                                                        size_t* budget) {
   // The classes both tell apart, and the pairs of states reachable from the starts.
   std::vector<uint32_t> bounds;
   std::set_union(a.bounds_.begin(), a.bounds_.end(), b.bounds_.begin(), b.bounds_.end(), std::back_inserter(bounds));
@@ -594,6 +602,9 @@ absl::StatusOr<std::shared_ptr<const PatternDfa>> PatternDfa::Intersect(const Pa
   ids[uint64_t{a.start_} << 32 | b.start_] = 0;
   std::vector<uint32_t> next;
   for (size_t i = 0; i < pairs.size(); ++i) {
+    if (budget != nullptr && (i + 1) * classes > *budget) {
+      return absl::InvalidArgumentError("the schema's patterns together take too much work to compile");
+    }
     if (pairs.size() > kMaxStates || (i + 1) * classes > kMaxTransitions) {
       return absl::InvalidArgumentError(absl::StrCat("the two expressions together are too large (over ", kMaxStates,
                                                      " states or ", kMaxTransitions, " transitions)"));
@@ -609,6 +620,7 @@ absl::StatusOr<std::shared_ptr<const PatternDfa>> PatternDfa::Intersect(const Pa
       next.push_back(it->second);
     }
   }
+  if (budget != nullptr) *budget -= std::min(*budget, pairs.size() * classes);
   return PatternCompiler::Live(
       pairs.size(), std::move(bounds),
       [&](size_t s, size_t c) { return next[s * classes + c] == kDead ? SIZE_MAX : size_t{next[s * classes + c]}; },

@@ -31,12 +31,18 @@ class PatternDfa {
   // the states (a state is the pattern's and the count's), so that from every state some string of
   // those lengths that the pattern takes is still reachable: a writer is never stuck.
   // `search` false: the whole text must match (vLLM's guided_regex), as if the pattern were anchored.
+  // `budget` (optional): the work a schema's patterns may still take together (NFA states built and
+  // visited, product states times classes); the compile takes its own from it, and fails naming
+  // the schema when it would run out -- a schema of thousands of costly patterns is refused in
+  // bounded time, not compiled for a minute.
   static absl::StatusOr<std::shared_ptr<const PatternDfa>> Compile(absl::string_view pattern, uint32_t min_chars = 0,
-                                                                   uint32_t max_chars = kUnbounded, bool search = true);
+                                                                   uint32_t max_chars = kUnbounded, bool search = true,
+                                                                   size_t* budget = nullptr);
 
   // The strings both take (a schema's pattern beside an enforced format): the product of the two,
   // its dead states removed. An error when it would pass kMaxStates, or no string is in both.
-  static absl::StatusOr<std::shared_ptr<const PatternDfa>> Intersect(const PatternDfa& a, const PatternDfa& b);
+  static absl::StatusOr<std::shared_ptr<const PatternDfa>> Intersect(const PatternDfa& a, const PatternDfa& b,
+                                                                     size_t* budget = nullptr);
 
   // Where a UTF-8 text is in the DFA: its state, and the character being written (its bits so far,
   // the continuation bytes owed, the next one's range).

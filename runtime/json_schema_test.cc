@@ -583,6 +583,14 @@ TEST(JsonSchema, RefusesWhatItCannotEnforce) {
       {R"({"type": "integer", "multipleOf": 5, "minimum": 1, "maximum": 4})", "the bounds admit no multiple of 'multipleOf'"},
       {R"({"type": "number", "multipleOf": 1e-10})", "'multipleOf' may have at most 9 decimals"},
       {R"({"type": "integer", "uniqueItems": true})", "'uniqueItems' is not supported"},
+      {[] {  // many patterns, each costly within its own bounds: the schema's budget refuses them together
+         std::string s = R"({"type": "object", "properties": {)";
+         for (int i = 0; i < 100; ++i) {  // (distinct: the same expression twice is compiled once)
+           s += (i ? ", \"p" : "\"p") + std::to_string(i) + R"(": {"pattern": "(?:a?){1000}(?:b?){1000})" + std::to_string(i) + "\"}";
+         }
+         return s + "}}";
+       }(),
+       "the schema's patterns together take too much work to compile"},
       {R"({"type": "object", "properties": {"a/b~": {"not": {}}}})", "'#/properties/a~1b~0': 'not' is not supported"},
       {R"({"type": "object", "properties": {"a": {}}, "required": ["b"]})", "'required' names \"b\""},
       {R"({"type": "object", "properties": {"a": {}}, "additionalProperties": 3})", "must be a boolean or a schema"},

@@ -104,6 +104,14 @@ class Requests(unittest.TestCase):
             schema = {"type": "object", "properties": {"s": {"type": "string", "pattern": regex}}}
             self.assert_400("/v1/completions", {"model": NAME, "prompt": "a", "guided_json": schema}, "guided_json", says)
             self.assertLess(time.monotonic() - start, 5.0, regex[:40])
+        # Many patterns, each costly but within its own bounds (2,000 of them took 84 s to compile):
+        # the schema's shared budget refuses them together, promptly.
+        costly = {"type": "object", "properties": {
+            f"p{i}": {"type": "string", "pattern": f"(?:a?){{1000}}(?:b?){{1000}}{i}"} for i in range(2000)}}
+        start = time.monotonic()
+        self.assert_400("/v1/completions", {"model": NAME, "prompt": "a", "guided_json": costly}, "guided_json",
+                        "too much work")
+        self.assertLess(time.monotonic() - start, 5.0)
         self.assertEqual(self.s.request("GET", "/health")[0], 200)
         self.assertTrue(completion(self.s, "the thing", 4))
 
