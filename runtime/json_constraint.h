@@ -111,10 +111,12 @@ class JsonVocabulary : public std::enable_shared_from_this<JsonVocabulary> {
   // The same, computed afresh (what a state not met before costs).
   std::vector<uint64_t> Compute(const JsonState& state) const { return Walk(state); }
   // The tokens whose bytes a byte automaton takes from `state` (State: copyable, Feed(uint8_t)).
-  // Inside a string's text at a character boundary (State::PlainStringRoom, where it has one) nearly
+  // Inside a string's text at a character boundary (State::PlainStringRoom: JSON mode's) nearly
   // every token is taken whole (GLM-4: ~146,700 of 151,329), and feeding each cost 3-10 ms: there
   // the text tokens' bits come from sets made once, by how many characters each writes, and only
   // the tokens with a quote or a backslash (which may end the string or start an escape) are fed.
+  // (A schema's and an expression's grammars put the same parts together themselves, with their
+  // patterns' tables: JsonSchemaGrammar::Compute, RegexGrammar::Compute.)
   template <class State>
   std::vector<uint64_t> Walk(const State& state) const {
     if constexpr (requires(const State& s) { s.PlainStringRoom(); }) {
