@@ -32,7 +32,7 @@ const absl::flat_hash_set<std::string>& Handled() {
   static const auto* const kSet = new absl::flat_hash_set<std::string>{
       "type",      "properties", "required", "additionalProperties", "items", "prefixItems", "additionalItems", "minItems", "maxItems", "minLength",
       "maxLength", "enum",       "const",    "anyOf",                "oneOf", "allOf",    "$ref",
-      "minimum",   "maximum",    "exclusiveMinimum", "exclusiveMaximum", "pattern", "multipleOf"};
+      "minimum",   "maximum",    "exclusiveMinimum", "exclusiveMaximum", "pattern", "multipleOf", "uniqueItems"};
   return *kSet;
 }
 
@@ -70,6 +70,7 @@ class SchemaCompiler {
     schema->key_node_ = Add({.kind = JsonSchema::Node::kString});
     if (!status_.ok()) return status_;
     if (!ResolveReferences(root, &schema->root_)) return status_;
+    if (!CheckUnique()) return status_;
     ComputeDepths();
     const uint32_t depth = nodes_->at(static_cast<size_t>(schema->root_)).depth;
     if (depth == kInfinite) {
@@ -234,9 +235,28 @@ class SchemaCompiler {
     return Add(std::move(node));
   }
 
+  // uniqueItems: each array's items one literals node of at most kMaxUnique values (the frame keeps
+  // a bit each), and minItems no more than them; checked once references are resolved.
+  bool CheckUnique() {
+    for (const auto& [array, where] : unique_) {
+      const JsonSchema::Node& n = (*nodes_)[static_cast<size_t>(array)];
+      const JsonSchema::Node& items = (*nodes_)[static_cast<size_t>(n.items)];
+      if (!n.prefix.empty() || items.kind != JsonSchema::Node::kLiterals || items.literals.size() > JsonSchema::kMaxUnique) {
+        return Fail(where, absl::StrCat("'uniqueItems' is supported on items that are an enum or const of at most ",
+                                        JsonSchema::kMaxUnique, " values (no prefixItems)")) >= 0;
+      }
+      if (n.min > items.literals.size()) return Fail(where, "'minItems' with 'uniqueItems' admits nothing") >= 0;
+    }
+    return true;
+  }
+
   // An array: its first items each of its own schema (prefixItems, or the older items as a list),
   // the rest of `items` (additionalItems in the older form); false there ends the array after them.
   int32_t Array(const Json& s, JsonSchema::Node node, const std::string& where, int nesting) {
+    if (s.contains("uniqueItems")) {
+      if (!s["uniqueItems"].is_boolean()) return Fail(where, "'uniqueItems' must be a boolean");
+      node.unique = s["uniqueItems"].get<bool>();
+    }
     const bool old_tuple = s.contains("items") && s["items"].is_array();
     const char* prefix_key = old_tuple ? "items" : "prefixItems";
     const char* rest_key = old_tuple ? "additionalItems" : "items";
@@ -256,7 +276,10 @@ class SchemaCompiler {
     } else {
       node.items = s.contains(rest_key) ? Compile(s[rest_key], where + "/" + rest_key, nesting + 1) : Any();
     }
-    return Add(std::move(node));
+    const bool unique = node.unique;
+    const int32_t array = Add(std::move(node));
+    if (unique && array >= 0) unique_.emplace_back(array, where);
+    return array;
   }
 
   // A string with a pattern (searched) or an enforced format (matched whole): the DFA takes its
@@ -472,6 +495,7 @@ class SchemaCompiler {
   size_t pattern_transitions_ = 0;
   absl::flat_hash_map<std::string, int32_t> pattern_index_;  // Pattern's key: the DFA's place in patterns_
   size_t pattern_work_ = kMaxPatternWork;                    // what the patterns may still take to compile
+  std::vector<std::pair<int32_t, std::string>> unique_;      // arrays with uniqueItems, and where they are
   absl::Status status_;
   int32_t any_ = -1;
   absl::flat_hash_map<std::string, int32_t> by_pointer_;

@@ -4,7 +4,8 @@
 //
 // What it takes (and how it narrows what a validator would accept):
 //   type (one or a list), properties, required, additionalProperties, items, prefixItems (and the
-//   older items-as-a-list with additionalItems), minItems, maxItems,
+//   older items-as-a-list with additionalItems), minItems, maxItems, uniqueItems (on items that are an
+//   enum or const of at most 32 values: pydantic's Set[Literal[...]]),
 //   minLength, maxLength, pattern (runtime/json_pattern.h: an ECMA-262 subset), minimum, maximum,
 //   exclusiveMinimum, exclusiveMaximum (bounds within
 //   +-10^15; on an integer a fractional bound rounds inward; on a number up to 9 decimals, the bound
@@ -25,7 +26,7 @@
 // minLength/maxLength's; enum and const values are written as compact JSON.
 // A string with a pattern or format takes no \u escape (its characters are written as UTF-8, escapes of one
 // character as usual).
-// Anything else that asserts (not, if/then, uniqueItems, ...) is an
+// Anything else that asserts (not, if/then, uniqueItems on other items, ...) is an
 // error naming where it is: refused, never ignored into an answer the schema does not validate.
 #ifndef AUTOGLM_RUNTIME_JSON_SCHEMA_H_
 #define AUTOGLM_RUNTIME_JSON_SCHEMA_H_
@@ -52,6 +53,7 @@ class JsonSchema {
   static constexpr int64_t kMaxBound = 1'000'000'000'000'000;  // |minimum| and the others, at most
   // (a number's bounds with decimals: at most kMaxScale of them, and each times 10^decimals within kMaxBound)
   static constexpr int kMaxScale = 9;
+  static constexpr size_t kMaxUnique = 32;  // uniqueItems: the values an item may take (a bit each in the frame)
   static constexpr size_t kMaxDepth = 64;  // frames open at once: nested values, and the document's own
   static constexpr size_t kMaxNodes = 4096;
   static constexpr size_t kMaxTextNesting = 128;  // arrays and objects in the schema's text  // a bigger schema is refused (compiling costs nodes squared at worst)
@@ -68,6 +70,7 @@ class JsonSchema {
     int32_t values = -1;                // kObject without properties: every value's node (-1: no keys at all)
     int32_t items = -1;                 // kArray: the items' node (after `prefix`)
     std::vector<int32_t> prefix;        // kArray: the first items' nodes, one each (prefixItems: a tuple)
+    bool unique = false;                // kArray: uniqueItems (its items one literals node, at most kMaxUnique values)
     int32_t Item(uint32_t index) const { return index < prefix.size() ? prefix[index] : items; }
     uint32_t min = 0, max = kUnbounded;  // kArray: items; kString: characters
     std::vector<std::string> literals;  // kLiterals: each value as compact JSON

@@ -1,5 +1,6 @@
 // The automaton of a compiled JSON Schema (json_schema.h), and its grammar over a vocabulary.
 #include <algorithm>
+#include <bit>
 #include <cstring>
 #include <type_traits>
 
@@ -205,8 +206,10 @@ std::optional<SchemaState::TextPlaces> SchemaState::InText() const {
 }
 
 void SchemaState::Finish(Path& p, Paths& out) const {
+  const Frame child = p.back();
   p.pop_back();
   ChildDone(p, *schema_);
+  if (p.back().node >= 0 && schema_->node(p.back().node).unique) p.back().pos |= 1u << child.count;  // the value written
   out.push_back(std::move(p));
 }
 
@@ -248,8 +251,10 @@ void SchemaState::Enter(Path& p, int32_t node, uint8_t c, Paths& out) const {
   }
   if (!Fits(p, node)) return;
   if (n.kind == Node::kLiterals) {
+    // An item of a uniqueItems array: none of the values written before (a bit each in its pos).
+    const uint32_t used = p.back().node >= 0 && schema_->node(p.back().node).unique ? p.back().pos : 0;
     for (uint32_t k = 0; k < n.literals.size(); ++k) {
-      if (static_cast<uint8_t>(n.literals[k][0]) != c) continue;
+      if (static_cast<uint8_t>(n.literals[k][0]) != c || ((used >> k) & 1) != 0) continue;
       Path q = p;
       q.push_back(Frame{.node = node, .count = k, .pos = 1});
       if (n.literals[k].size() == 1) {
@@ -399,6 +404,7 @@ void SchemaState::StepArray(Path& p, uint8_t c, Paths& out) const {
     case kArrAfter:
       if (c == ']' && f.count >= n.min) return Finish(p, out);
       if (c != ',' || f.count >= n.max || !Fits(p, n.Item(f.count))) return;  // a comma promises an item
+      if (n.unique && std::popcount(f.pos) >= static_cast<int>(schema_->node(n.items).literals.size())) return;  // none left
       f.phase = kItem;
       break;
     default:

@@ -85,6 +85,7 @@ class Validator {
       const char* rest = old_tuple ? "additionalItems" : "items";
       for (size_t i = 0; i < v.size(); ++i) {
         if (i < prefix.size() ? !Valid(prefix[i], v[i]) : s.contains(rest) && !Valid(s[rest], v[i])) return false;
+        if (s.value("uniqueItems", false) && std::find(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(i), v[i]) != v.begin() + static_cast<std::ptrdiff_t>(i)) return false;
       }
     }
     if (v.is_object()) {
@@ -168,8 +169,9 @@ const std::vector<std::string>& Schemas() {
            "t": {"type": "array", "prefixItems": [{"type": "integer", "minimum": 0, "maximum": 1080}, {"type": "string", "maxLength": 3}],
                  "minItems": 2, "maxItems": 2},
            "p": {"type": "array", "prefixItems": [{"const": "a"}, {"type": "boolean"}], "items": {"type": "integer"}, "maxItems": 4},
-           "o": {"type": "array", "items": [{"type": "null"}, {"enum": ["x", "y"]}], "additionalItems": false}},
-         "required": ["t", "p", "o"]})",
+           "o": {"type": "array", "items": [{"type": "null"}, {"enum": ["x", "y"]}], "additionalItems": false},
+           "u": {"type": "array", "items": {"enum": ["a", "ab", 1, 12, null]}, "uniqueItems": true, "minItems": 1}},
+         "required": ["t", "p", "o", "u"]})",
       // Bounded numbers (pydantic's Field(ge=0, le=1) and PositiveFloat on floats), with decimals too.
       R"({"type": "object", "properties": {"t": {"type": "number", "minimum": 0, "maximum": 1},
            "p": {"type": "number", "exclusiveMinimum": 0}, "d": {"type": ["number", "null"], "minimum": -3, "exclusiveMaximum": 2},
@@ -233,6 +235,16 @@ std::optional<Json> Generate(const Json& root, const Json& s, std::mt19937& rng,
     std::string text;
     for (size_t i = 0; i < count; ++i) text += kCharacters[rng() % kCharacters.size()];
     return Json(text);
+  }
+  if (type == "array" && s.value("uniqueItems", false)) {  // distinct values of the items' enum
+    Json values = s["items"].contains("enum") ? s["items"]["enum"] : Json::array({s["items"]["const"]});
+    Json a = Json::array();
+    for (size_t i = 0; i < std::min(count, values.size()); ++i) {
+      const size_t k = i + rng() % (values.size() - i);
+      std::swap(values[i], values[k]);
+      a.push_back(values[i]);
+    }
+    return a;
   }
   if (type == "array") {
     Json a = Json::array();
@@ -565,6 +577,23 @@ TEST(SchemaState, NestingStopsWhereTheDocumentStillFits) {
   EXPECT_TRUE(c.Feed("null"));
 }
 
+// uniqueItems over an enum (pydantic's Set[Literal[...]]): no value twice, a prefix refused as soon
+// as it can only repeat one, no comma once every value is used.
+TEST(SchemaState, UniqueItemsNeverRepeat) {
+  std::shared_ptr<const JsonSchema> schema =
+      MustCompile(R"({"type": "array", "items": {"enum": ["a", "ab", 1, 12]}, "uniqueItems": true, "minItems": 2})");
+  ASSERT_NE(schema, nullptr);
+  for (const char* taken : {R"(["a",1])", R"(["ab","a"])", R"([1,12])", R"([12,1,"ab","a"])", R"(["a", "ab", 12])"}) {
+    EXPECT_TRUE(Whole(*schema, taken)) << taken;
+  }
+  for (const char* refused : {R"(["a","a"])", R"([1,1])", R"([12,12])", R"(["a"])", R"([12,1,"ab","a","a"])"}) {
+    EXPECT_FALSE(Whole(*schema, refused)) << refused;
+  }
+  EXPECT_FALSE(SchemaState(schema.get()).Feed(R"(["a","a")")) << "the second \"a\" is refused at its closing quote";
+  EXPECT_TRUE(SchemaState(schema.get()).Feed(R"(["a","a)")) << "it may still become \"ab\"";
+  EXPECT_FALSE(SchemaState(schema.get()).Feed(R"([12,1,"ab","a",)")) << "no value left for another item";
+}
+
 TEST(JsonSchema, RefusesWhatItCannotEnforce) {
   const std::vector<std::pair<std::string, std::string>> cases{
       {R"({"type": "string", "pattern": "(?=a)b"})", "'#': 'pattern': lookaround is not supported"},
@@ -582,7 +611,9 @@ TEST(JsonSchema, RefusesWhatItCannotEnforce) {
       {R"({"type": "integer", "multipleOf": 0})", "'multipleOf' must be a positive number"},
       {R"({"type": "integer", "multipleOf": 5, "minimum": 1, "maximum": 4})", "the bounds admit no multiple of 'multipleOf'"},
       {R"({"type": "number", "multipleOf": 1e-10})", "'multipleOf' may have at most 9 decimals"},
-      {R"({"type": "integer", "uniqueItems": true})", "'uniqueItems' is not supported"},
+      {R"({"type": "array", "items": {"type": "string"}, "uniqueItems": true})", "'uniqueItems' is supported on items that are an enum"},
+      {R"({"type": "array", "items": {"enum": [1, 2]}, "uniqueItems": true, "minItems": 3})", "'minItems' with 'uniqueItems' admits nothing"},
+      {R"({"type": "array", "items": {"enum": [1]}, "uniqueItems": 1})", "'uniqueItems' must be a boolean"},
       {[] {  // many patterns, each costly within its own bounds: the schema's budget refuses them together
          std::string s = R"({"type": "object", "properties": {)";
          for (int i = 0; i < 100; ++i) {  // (distinct: the same expression twice is compiled once)
@@ -654,7 +685,7 @@ TEST(JsonSchemaGrammar, MasksAreTheTokensAStateTakes) {
            {1, R"({"thought":"x","action":{"type":"tap","x":1,"y":-1}})"},
            {4, "12"},
            {6, R"({"n":120,"p":12,"neg":-12,"f":999999,"z":0,"big":-999999999999991})"},  // bounded integers
-           {9, R"({"t":[1080,"abc"],"p":["a",true,5,-2],"o":[null,"y"]})"},                     // tuples
+           {9, R"({"t":[1080,"abc"],"p":["a",true,5,-2],"o":[null,"y"],"u":[12,"a",1,null,"ab"]})"},  // tuples, a set
            {10, R"({"t":1.0,"p":12.25,"d":-2.75,"r":0.0015,"q":10.2499,"m":95,"h":-2.75})"},  // bounded numbers
            {-1, "{\"s\":\"" + std::string(44, 'a') + "\",\"l\":[1,22,333" + [] {
               std::string items;

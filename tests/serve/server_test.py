@@ -273,7 +273,7 @@ class Main(unittest.TestCase):
         Literal as const, Field bounds) and pydantic validates every answer it parses back. The
         properties come in the model's order; streamed and n choices alike; a schema the compiler
         cannot enforce is a 400 naming it."""
-        from typing import Literal, Tuple, Union
+        from typing import Literal, Set, Tuple, Union
         from pydantic import BaseModel, Field
 
         class Tap(BaseModel):  # the phone agent's screen: integer bounds
@@ -335,7 +335,8 @@ class Main(unittest.TestCase):
             self.assertRegex(value["code"], r"^[A-Z]{2}-\d{2,4}$")
             self.assertTrue(re.search("ok|fine", value["note"]) and len(value["note"]) <= 8, value)
         # Formats pydantic writes for its types (date-time, date, uuid, ipv4), enforced as OpenAI's
-        # strict mode does, a float's bounds with decimals, a tuple, multiples: pydantic parses every answer back.
+        # strict mode does, a float's bounds with decimals, a tuple, multiples, a set: pydantic parses every
+        # answer back (a set's items may not repeat: it would take them, so the raw JSON is checked).
         import datetime, ipaddress, uuid
 
         class Event(BaseModel):
@@ -345,14 +346,21 @@ class Main(unittest.TestCase):
             host: ipaddress.IPv4Address
             ratio: float = Field(gt=0.05, le=0.95)  # bounds with decimals
             point: Tuple[int, int]  # prefixItems
+
+        class Tagged(BaseModel):  # (the tiny model's context holds one of these documents at a time)
             step: int = Field(multiple_of=5, ge=0)  # multipleOf
             zoom: float = Field(multiple_of=0.25)
+            tags: Set[Literal["a", "b", "c"]]  # uniqueItems
 
-        events = c.beta.chat.completions.parse(model=NAME, messages=messages, response_format=Event, max_tokens=600,
-                                               seed=7, n=4, temperature=1, logit_bias=bias)
-        for ch in events.choices:
-            self.assertEqual(ch.finish_reason, "stop", ch.message.content)
-            self.assertIsInstance(ch.message.parsed, Event, ch.message.content)
+        for model in (Event, Tagged):
+            answers = c.beta.chat.completions.parse(model=NAME, messages=messages, response_format=model, max_tokens=200,
+                                                    seed=7, n=4, temperature=1, logit_bias=bias)
+            for ch in answers.choices:
+                self.assertEqual(ch.finish_reason, "stop", ch.message.content)
+                self.assertIsInstance(ch.message.parsed, model, ch.message.content)
+                if model is Tagged:
+                    tags = json.loads(ch.message.content)["tags"]
+                    self.assertEqual(len(tags), len(set(tags)), ch.message.content)
         # vLLM's extensions: guided_choice and guided_json (the schema's text too), structured_outputs.
         for extra in ({"guided_choice": ["yes", "no", "maybe not"]}, {"structured_outputs": {"choice": ["yes", "no", "maybe not"]}}):
             answers = {c.completions.create(model=NAME, prompt="x", max_tokens=20, temperature=1.0, seed=seed,
