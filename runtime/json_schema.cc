@@ -89,9 +89,9 @@ class SchemaCompiler {
   static constexpr uint32_t kInfinite = UINT32_MAX;
   static constexpr int kMaxNesting = 64;  // subschemas within subschemas
   static constexpr size_t kMaxPatternTransitions = 1 << 21;  // 8 MB of pattern automata a schema
-  // Work the patterns may take to compile together (PatternDfa::Compile's budget): twice one's most,
-  // ~0.5 s of one core at worst here (a schema of 2,000 costly patterns took 84 s without it).
-  static constexpr size_t kMaxPatternWork = 8'000'000;
+  // Work the patterns may take to compile together (PatternDfa::Compile's budget): one pattern's most,
+  // ~0.3 s of one core at worst here, ~3 s under ASan (a schema of 2,000 costly patterns took 84 s without it).
+  static constexpr size_t kMaxPatternWork = 4'000'000;
 
   // Keeps the first error; -1 stands for the node that failed.
   int32_t Fail(const std::string& where, const std::string& what) {

@@ -111,7 +111,7 @@ class Requests(unittest.TestCase):
         start = time.monotonic()
         self.assert_400("/v1/completions", {"model": NAME, "prompt": "a", "guided_json": costly}, "guided_json",
                         "too much work")
-        self.assertLess(time.monotonic() - start, 5.0)
+        self.assertLess(time.monotonic() - start, 10.0)  # ~0.4 s here, ~3.5 s under ASan
         self.assertEqual(self.s.request("GET", "/health")[0], 200)
         self.assertTrue(completion(self.s, "the thing", 4))
 
