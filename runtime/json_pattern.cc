@@ -416,6 +416,9 @@ bool DecodeUtf8(absl::string_view text, std::vector<uint32_t>* out) {
   return true;
 }
 
+// A schema's patterns ran past the compile work they share (PatternDfa::Compile's budget).
+absl::Status BudgetSpent() { return absl::InvalidArgumentError("the schema's patterns together take too much work to compile"); }
+
 }  // namespace
 
 class PatternCompiler {
@@ -536,7 +539,7 @@ absl::StatusOr<std::shared_ptr<const PatternDfa>> PatternCompiler::Compile(absl:
                    " transitions)"));
   for (size_t d = 0; d < sets.size(); ++d) {
     if (work > most && most < kMaxWork) {
-      return absl::InvalidArgumentError("the schema's patterns together take too much work to compile");
+      return BudgetSpent();
     }
     if (sets.size() > PatternDfa::kMaxStates || sets.size() * classes > PatternDfa::kMaxTransitions || work > kMaxWork) {
       return too_large;
@@ -584,7 +587,7 @@ absl::StatusOr<std::shared_ptr<const PatternDfa>> PatternCompiler::Compile(absl:
   const auto product_accepting = [&](size_t state) { return accepting[state / counts] && state % counts >= min_chars; };
 
   work += n * classes;  // the length product's pass
-  if (work > most && most < kMaxWork) return absl::InvalidArgumentError("the schema's patterns together take too much work to compile");
+  if (work > most && most < kMaxWork) return BudgetSpent();
   if (budget != nullptr) *budget -= std::min(*budget, work);
   return Live(n, std::move(bounds), product_next, product_accepting, "no string of the allowed lengths matches the pattern");
 }
@@ -603,7 +606,7 @@ absl::StatusOr<std::shared_ptr<const PatternDfa>> PatternDfa::Intersect(const Pa
   std::vector<uint32_t> next;
   for (size_t i = 0; i < pairs.size(); ++i) {
     if (budget != nullptr && (i + 1) * classes > *budget) {
-      return absl::InvalidArgumentError("the schema's patterns together take too much work to compile");
+      return BudgetSpent();
     }
     if (pairs.size() > kMaxStates || (i + 1) * classes > kMaxTransitions) {
       return absl::InvalidArgumentError(absl::StrCat("the two expressions together are too large (over ", kMaxStates,

@@ -36,14 +36,6 @@ const absl::flat_hash_set<std::string>& Handled() {
   return *kSet;
 }
 
-constexpr const char* kBounds[] = {"minimum", "exclusiveMinimum", "maximum", "exclusiveMaximum"};
-
-// Bounds, or multipleOf (which bounds a value too: to its multiples).
-bool HasBounds(const Json& s) {
-  return s.contains("multipleOf") ||
-         std::any_of(std::begin(kBounds), std::end(kBounds), [&](const char* k) { return s.contains(k); });
-}
-
 std::string Compact(const Json& j) { return j.dump(-1, ' ', /*ensure_ascii=*/false, Json::error_handler_t::strict); }
 
 bool HasType(const Json& value, const std::string& type) {
@@ -182,7 +174,7 @@ class SchemaCompiler {
       }
       if (types.empty()) return Fail(where, "'type' must name a type");
     }
-    if ((s.contains("enum") || s.contains("const")) && HasBounds(s)) {
+    if ((s.contains("enum") || s.contains("const")) && HasNumericBounds(s)) {
       return Fail(where, "bounds ('minimum', ...) beside 'enum' or 'const' are not supported");
     }
     if (s.contains("enum") || s.contains("const")) return Literals(s, types, where);
@@ -198,7 +190,7 @@ class SchemaCompiler {
           }
         }
       }
-      if (types.empty() && HasBounds(s)) return Fail(where, "bounds ('minimum', ...) need \"type\": \"integer\" or \"number\"");
+      if (types.empty() && HasNumericBounds(s)) return Fail(where, "bounds ('minimum', ...) need \"type\": \"integer\" or \"number\"");
       if (types.empty()) return Any();
     }
     std::vector<int32_t> alternatives;
@@ -323,7 +315,7 @@ class SchemaCompiler {
     using Node = JsonSchema::Node;
     if (type == "boolean") return Add({.kind = Node::kLiterals, .literals = {"true", "false"}});
     if (type == "null") return Add({.kind = Node::kLiterals, .literals = {"null"}});
-    if (type == "number") return HasBounds(s) ? Number(s, where) : Add({.kind = Node::kNumber});
+    if (type == "number") return HasNumericBounds(s) ? Number(s, where) : Add({.kind = Node::kNumber});
     if (type == "integer") return Integer(s, where);
     if (type == "string" || type == "array") {
       const char* min_key = type == "string" ? "minLength" : "minItems";

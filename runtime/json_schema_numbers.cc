@@ -81,6 +81,11 @@ absl::Status Multiple(JsonSchema::Node& node, int64_t k) {
 
 }  // namespace
 
+bool HasNumericBounds(const Json& s) {
+  return s.contains("multipleOf") ||
+         std::any_of(std::begin(kBounds), std::end(kBounds), [&](const char* k) { return s.contains(k); });
+}
+
 absl::Status CompileIntegerBounds(const Json& s, JsonSchema::Node& node) {
   for (const char* key : kBounds) {
     if (!s.contains(key)) continue;

@@ -12,6 +12,9 @@
 
 namespace ag::runtime {
 
+// Whether the schema has any of those keywords (multipleOf bounds a value too: to its multiples).
+bool HasNumericBounds(const nlohmann::ordered_json& schema);
+
 // An integer's bounds: each a JSON number within +-kMaxBound, a fractional one rounded inward
 // (minimum 2.5 is 3), the exclusive ones a step further; multipleOf as an integer step.
 absl::Status CompileIntegerBounds(const nlohmann::ordered_json& schema, JsonSchema::Node& node);

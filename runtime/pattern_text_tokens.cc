@@ -18,7 +18,6 @@ std::string Column(const PatternDfa& dfa, size_t cls) {
   return column;
 }
 
-
 }  // namespace
 
 std::unique_ptr<const PatternTextTokens> PatternTextTokens::Build(const PatternDfa& dfa,
